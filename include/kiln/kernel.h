@@ -1,0 +1,121 @@
+// Kernels and their registry.
+//
+// How to add an op: in the op family's file under src/kernels/cpu/, write a class deriving from
+// Kernel with infer() (output dtypes and shapes from input metas, once per input signature) and
+// compute() (the work, on planned buffers), and register it next to its code:
+//
+//   static const KernelRegistrar reg({"", "Relu", 13, kMaxOpset, {DType::Float32}},
+//                                    [](const Node& n) { return std::make_unique<ReluKernel>(n); });
+//
+// The registry resolves (domain, op, opset, dtype of input `type_input`) and names all four when
+// nothing matches. Nothing else needs to change.
+#pragma once
+
+#include <climits>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/graph.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+inline constexpr int kMaxOpset = INT_MAX;
+
+// What the planner knows of a value: dtype, shape and, when known at plan time, its contents
+// (initializers, constants, shape arithmetic). `dynamic` means the shape is known only at run time.
+struct TensorMeta {
+  DType dtype = DType::Float32;
+  Shape shape;
+  bool dynamic = false;
+  Tensor value;  // defined when the contents are known at plan time
+
+  static TensorMeta of(const Tensor& t) { return {t.dtype(), t.shape(), false, Tensor()}; }
+};
+
+struct InferContext {
+  const Node& node;
+  int64_t opset;
+  std::vector<std::optional<TensorMeta>> inputs;  // nullopt: optional input omitted
+
+  size_t num_inputs() const { return inputs.size(); }
+  bool has_input(size_t i) const { return i < inputs.size() && inputs[i].has_value(); }
+  // Throws InvalidModel naming the node if input i is absent.
+  const TensorMeta& input(size_t i) const;
+  const Shape& shape(size_t i) const { return input(i).shape; }
+  DType dtype(size_t i) const { return input(i).dtype; }
+  // The contents of input i, which the op needs at plan time (Reshape's shape, Slice's starts...).
+  // Throws Unsupported naming the node and input if they are computed at run time.
+  const Tensor& value(size_t i) const;
+  bool has_value(size_t i) const { return has_input(i) && input(i).value.defined(); }
+};
+
+struct ComputeContext {
+  const Node& node;
+  std::vector<const Tensor*> inputs;  // nullptr for omitted optional inputs
+  std::vector<Tensor*> outputs;       // planned buffers (undefined for omitted outputs)
+
+  const Tensor& input(size_t i) const;
+  bool has_input(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }
+  Tensor& output(size_t i) { return *outputs.at(i); }
+};
+
+class Kernel {
+ public:
+  explicit Kernel(const Node& node) : node_(node) {}
+  virtual ~Kernel() = default;
+  // Output dtypes and shapes (and, for shape ops, values) from the inputs; validates attributes
+  // and shapes, throwing errors that name tensors and shapes (the executor adds the node).
+  virtual std::vector<TensorMeta> infer(const InferContext& ctx) = 0;
+  // Called once per plan after infer, with concrete shapes: build oneDNN primitives and the like.
+  virtual void prepare(const InferContext& ctx, const std::vector<TensorMeta>& outputs) {
+    (void)ctx;
+    (void)outputs;
+  }
+  virtual void compute(ComputeContext& ctx) = 0;
+  // Output 0 may be written over input `i`'s buffer when that input dies here (elementwise ops).
+  virtual std::optional<size_t> inplace_input() const { return std::nullopt; }
+  // Output 0 is input 0's buffer reinterpreted (Reshape, Flatten, Squeeze, Identity): no copy.
+  virtual bool output_aliases_input() const { return false; }
+  // False for ops whose result must not be computed at plan time even with constant inputs.
+  virtual bool foldable() const { return true; }
+
+ protected:
+  const Node& node_;
+};
+
+struct KernelDef {
+  std::string domain;
+  std::string op_type;
+  int64_t since_version = 1;
+  int64_t end_version = kMaxOpset;  // inclusive
+  std::vector<DType> dtypes;        // accepted dtypes of input `type_input`; empty: any
+  size_t type_input = 0;
+  std::function<std::unique_ptr<Kernel>(const Node&)> create;
+};
+
+class KernelRegistry {
+ public:
+  static KernelRegistry& global();
+  void add(KernelDef def);
+  // The kernel for this node; throws Unsupported naming op, domain, opset and dtype when none fits.
+  const KernelDef& resolve(const std::string& domain, const std::string& op_type, int64_t opset,
+                           DType dtype) const;
+  const KernelDef* find(const std::string& domain, const std::string& op_type, int64_t opset,
+                        DType dtype) const;
+  // Whether any kernel exists for the op at this opset, whatever the dtype.
+  bool has_op(const std::string& domain, const std::string& op_type, int64_t opset) const;
+  const std::vector<KernelDef>& all() const { return defs_; }
+
+ private:
+  std::vector<KernelDef> defs_;
+};
+
+struct KernelRegistrar {
+  KernelRegistrar(KernelDef def, std::function<std::unique_ptr<Kernel>(const Node&)> create);
+};
+
+}  // namespace kiln

@@ -1,0 +1,68 @@
+// Session: runs a model. It plans once per input signature (dtypes and shapes of the feeds):
+// topological order, static shapes, constant folding, chosen kernels and a memory plan that reuses
+// buffers by liveness. Running is then kernel calls over planned buffers.
+//
+//   kiln::Session s(kiln::load_model("net.onnx"));
+//   auto out = s.run({{"input", x}});                    // std::map<std::string, Tensor>
+//   std::cout << s.last_plan_stats().peak_bytes << "\n";
+//
+// A Session is not safe to run from several threads at once (plans own their buffers).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/graph.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+struct SessionOptions {
+  int num_threads = 0;  // 0: all cores
+};
+
+struct PlanStats {
+  size_t peak_bytes = 0;        // size of the activation arena: the planned peak
+  size_t unplanned_bytes = 0;   // bytes the arena would need without reuse (sum of all buffers)
+  size_t num_steps = 0;         // kernels run per call
+  size_t num_folded = 0;        // nodes computed at plan time
+  size_t num_dynamic_steps = 0; // steps whose shapes are known only at run time
+};
+
+// Sets the thread count for all kernels (OpenMP and oneDNN); 0 means all cores.
+void set_num_threads(int n);
+int get_num_threads();
+
+class ExecutionPlan;
+
+class Session {
+ public:
+  explicit Session(Model model, SessionOptions options = {});
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+
+  const Model& model() const { return model_; }
+  const std::vector<ValueInfo>& inputs() const { return model_.graph.inputs; }
+  const std::vector<ValueInfo>& outputs() const { return model_.graph.outputs; }
+
+  // Runs the graph. Every graph input must be fed (initializer-backed inputs may be); `outputs`
+  // empty means all graph outputs. Throws InvalidArgument / ShapeError / TypeError naming the input.
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& feeds,
+                                    const std::vector<std::string>& outputs = {});
+  // Plans for the given feeds without running (used by inspection tools).
+  PlanStats plan(const std::map<std::string, Tensor>& feeds);
+  const PlanStats& last_plan_stats() const;
+
+ private:
+  ExecutionPlan& plan_for(const std::map<std::string, Tensor>& feeds);
+  Model model_;
+  SessionOptions options_;
+  std::vector<size_t> order_;
+  std::map<std::string, std::unique_ptr<ExecutionPlan>> plans_;
+  ExecutionPlan* last_plan_ = nullptr;
+};
+
+}  // namespace kiln

@@ -1,0 +1,182 @@
+#include "kiln/tensor.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <new>
+#include <numeric>
+
+namespace kiln {
+
+void* aligned_allocate(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (p == nullptr) throw Error(fmt::format("out of memory allocating {} bytes", bytes));
+  return p;
+}
+
+void aligned_free(void* p) { std::free(p); }
+
+std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
+  return std::shared_ptr<Storage>(new Storage(aligned_allocate(bytes), bytes, true));
+}
+
+std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes) {
+  return std::shared_ptr<Storage>(new Storage(data, bytes, false));
+}
+
+Storage::~Storage() {
+  if (owned_) aligned_free(data_);
+}
+
+Tensor Tensor::empty(DType dtype, Shape shape) {
+  for (int64_t d : shape)
+    if (d < 0) throw ShapeError(fmt::format("cannot allocate a tensor of shape {}", to_string(shape)));
+  Tensor t;
+  t.dtype_ = dtype;
+  t.strides_ = contiguous_strides(shape);
+  t.shape_ = std::move(shape);
+  t.storage_ = Storage::allocate(t.nbytes());
+  return t;
+}
+
+Tensor Tensor::zeros(DType dtype, Shape shape) {
+  Tensor t = empty(dtype, std::move(shape));
+  std::memset(t.raw_data(), 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::wrap(void* data, DType dtype, Shape shape, Strides strides) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.strides_ = strides.empty() && !shape.empty() ? contiguous_strides(shape) : std::move(strides);
+  if (t.strides_.size() != shape.size())
+    throw ShapeError(fmt::format("Tensor::wrap: {} strides for shape {}", t.strides_.size(), to_string(shape)));
+  t.shape_ = std::move(shape);
+  t.storage_ = Storage::borrow(data, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::view_of(std::shared_ptr<Storage> storage, size_t byte_offset, DType dtype, Shape shape) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.strides_ = contiguous_strides(shape);
+  t.shape_ = std::move(shape);
+  if (byte_offset + t.nbytes() > storage->bytes())
+    throw Error(fmt::format("Tensor::view_of: {} bytes at offset {} exceed a storage of {} bytes",
+                            t.nbytes(), byte_offset, storage->bytes()));
+  t.storage_ = std::move(storage);
+  t.offset_ = byte_offset;
+  return t;
+}
+
+int64_t Tensor::dim(int64_t i) const {
+  return shape_[static_cast<size_t>(normalize_axis(i, rank(), "dimension index"))];
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (size_t i = shape_.size(); i-- > 0;) {
+    if (shape_[i] != 1 && strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+void Tensor::check_dtype(DType requested) const {
+  if (!defined()) throw Error("access to the data of an undefined tensor");
+  if (requested != dtype_)
+    throw TypeError(fmt::format("tensor {} read as {}", describe(), dtype_name(requested)));
+}
+
+double Tensor::item_as_double(int64_t i) const {
+  if (!is_contiguous()) return contiguous().item_as_double(i);
+  if (i < 0 || i >= numel())
+    throw ShapeError(fmt::format("element {} is out of range for tensor {}", i, describe()));
+  return visit_dtype(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    return to_double(static_cast<const T*>(raw_data())[i]);
+  });
+}
+
+std::vector<int64_t> Tensor::to_int64_vector() const {
+  const Tensor c = contiguous();
+  std::vector<int64_t> out(static_cast<size_t>(numel()));
+  visit_dtype(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(c.raw_data());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int64_t>(to_double(p[i]));
+  });
+  return out;
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  if (kiln::numel(shape) != numel())
+    throw ShapeError(fmt::format("cannot reshape {} to {}", describe(), to_string(shape)));
+  if (!is_contiguous()) return contiguous().reshape(std::move(shape));
+  Tensor t = *this;
+  t.strides_ = contiguous_strides(shape);
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::permute(const std::vector<int64_t>& perm) const {
+  if (perm.size() != shape_.size())
+    throw ShapeError(fmt::format("permutation of length {} for tensor {}", perm.size(), describe()));
+  Tensor t = *this;
+  std::vector<bool> seen(perm.size(), false);
+  for (size_t i = 0; i < perm.size(); ++i) {
+    const int64_t p = perm[i];
+    if (p < 0 || p >= rank() || seen[static_cast<size_t>(p)])
+      throw ShapeError(fmt::format("invalid permutation [{}] for tensor {}", fmt::join(perm, ", "), describe()));
+    seen[static_cast<size_t>(p)] = true;
+    t.shape_[i] = shape_[static_cast<size_t>(p)];
+    t.strides_[i] = strides_[static_cast<size_t>(p)];
+  }
+  return t;
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  if (src.dtype_ != dtype_ || src.shape_ != shape_)
+    throw ShapeError(fmt::format("copy from {} into {}", src.describe(), describe()));
+  const size_t esize = dtype_size(dtype_);
+  if (src.is_contiguous() && is_contiguous()) {
+    if (nbytes() > 0) std::memmove(raw_data(), src.raw_data(), nbytes());
+    return;
+  }
+  const int64_t n = numel();
+  const size_t r = shape_.size();
+  std::vector<int64_t> idx(r, 0);
+  const char* s = static_cast<const char*>(src.raw_data());
+  char* d = static_cast<char*>(raw_data());
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t so = 0, dof = 0;
+    for (size_t i = 0; i < r; ++i) {
+      so += idx[i] * src.strides_[i];
+      dof += idx[i] * strides_[i];
+    }
+    std::memcpy(d + dof * static_cast<int64_t>(esize), s + so * static_cast<int64_t>(esize), esize);
+    for (size_t i = r; i-- > 0;) {
+      if (++idx[i] < shape_[i]) break;
+      idx[i] = 0;
+    }
+  }
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(dtype_, shape_);
+  t.copy_from(*this);
+  return t;
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "<undefined>";
+  return fmt::format("{}{}", dtype_name(dtype_), to_string(shape_));
+}
+
+}  // namespace kiln

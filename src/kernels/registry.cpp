@@ -1,0 +1,78 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "kiln/kernel.h"
+
+namespace kiln {
+
+const TensorMeta& InferContext::input(size_t i) const {
+  if (!has_input(i))
+    throw InvalidModel(fmt::format("input {} is required but missing", i));
+  return *inputs[i];
+}
+
+const Tensor& InferContext::value(size_t i) const {
+  const TensorMeta& m = input(i);
+  if (!m.value.defined()) {
+    const std::string name = i < node.inputs.size() ? node.inputs[i] : std::string("?");
+    throw Unsupported(fmt::format("input {} ('{}') must be known before running (a constant or computed "
+                                  "from shapes only), but it depends on run-time data", i, name));
+  }
+  return m.value;
+}
+
+const Tensor& ComputeContext::input(size_t i) const {
+  if (!has_input(i)) throw InvalidModel(fmt::format("input {} is required but missing", i));
+  return *inputs[i];
+}
+
+KernelRegistry& KernelRegistry::global() {
+  static KernelRegistry registry;
+  return registry;
+}
+
+void KernelRegistry::add(KernelDef def) { defs_.push_back(std::move(def)); }
+
+const KernelDef* KernelRegistry::find(const std::string& domain, const std::string& op_type, int64_t opset,
+                                      DType dtype) const {
+  for (const KernelDef& d : defs_) {
+    if (d.domain != domain || d.op_type != op_type) continue;
+    if (opset < d.since_version || opset > d.end_version) continue;
+    if (!d.dtypes.empty() && std::find(d.dtypes.begin(), d.dtypes.end(), dtype) == d.dtypes.end()) continue;
+    return &d;
+  }
+  return nullptr;
+}
+
+bool KernelRegistry::has_op(const std::string& domain, const std::string& op_type, int64_t opset) const {
+  return std::any_of(defs_.begin(), defs_.end(), [&](const KernelDef& d) {
+    return d.domain == domain && d.op_type == op_type && opset >= d.since_version && opset <= d.end_version;
+  });
+}
+
+const KernelDef& KernelRegistry::resolve(const std::string& domain, const std::string& op_type, int64_t opset,
+                                         DType dtype) const {
+  if (const KernelDef* d = find(domain, op_type, opset, dtype)) return *d;
+  const std::string dom = domain.empty() ? "ai.onnx" : domain;
+  std::vector<std::string> have;
+  for (const KernelDef& d : defs_) {
+    if (d.domain != domain || d.op_type != op_type) continue;
+    std::vector<std::string> types;
+    for (DType t : d.dtypes) types.push_back(dtype_name(t));
+    have.push_back(fmt::format("opset {}..{} for {}", d.since_version,
+                               d.end_version == kMaxOpset ? std::string("latest") : std::to_string(d.end_version),
+                               types.empty() ? std::string("any dtype") : fmt::format("{}", fmt::join(types, "/"))));
+  }
+  if (have.empty())
+    throw Unsupported(fmt::format("op {} (domain '{}', opset {}) is not implemented by Kiln", op_type, dom, opset));
+  throw Unsupported(fmt::format("op {} (domain '{}') has no kernel for opset {} and dtype {}; Kiln has {}", op_type,
+                                dom, opset, dtype_name(dtype), fmt::join(have, "; ")));
+}
+
+KernelRegistrar::KernelRegistrar(KernelDef def, std::function<std::unique_ptr<Kernel>(const Node&)> create) {
+  def.create = std::move(create);
+  KernelRegistry::global().add(std::move(def));
+}
+
+}  // namespace kiln

@@ -1,0 +1,3 @@
+#include <iostream>
+#include "kiln/kiln.h"
+int main() { std::cout << kiln::kVersion << "\n"; }
