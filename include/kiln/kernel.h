@@ -114,6 +114,11 @@ class KernelRegistry {
   std::vector<KernelDef> defs_;
 };
 
+// Runs one node eagerly on the given inputs (an undefined Tensor marks an omitted optional input):
+// resolves its kernel, infers, allocates, computes. All inputs count as known values, so ops that
+// read shapes from inputs work. Used for constant folding and kernel tests.
+std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs, int64_t opset = 17);
+
 struct KernelRegistrar {
   KernelRegistrar(KernelDef def, std::function<std::unique_ptr<Kernel>(const Node&)> create);
 };

@@ -1,0 +1,44 @@
+#include <fmt/format.h>
+
+#include "kiln/kernel.h"
+
+namespace kiln {
+
+std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs, int64_t opset) {
+  const DType type = inputs.empty() || !inputs[0].defined() ? DType::Float32 : inputs[0].dtype();
+  const KernelDef& first = KernelRegistry::global().resolve(node.domain, node.op_type, opset, type);
+  const size_t ti = first.type_input;
+  const DType key = ti < inputs.size() && inputs[ti].defined() ? inputs[ti].dtype() : type;
+  const KernelDef& def = KernelRegistry::global().resolve(node.domain, node.op_type, opset, key);
+  std::unique_ptr<Kernel> kernel = def.create(node);
+  try {
+    InferContext ictx{node, opset, {}};
+    std::vector<Tensor> packed;
+    packed.reserve(inputs.size());
+    for (const Tensor& t : inputs) {
+      packed.push_back(t.defined() ? t.contiguous() : Tensor());
+      if (!t.defined()) {
+        ictx.inputs.push_back(std::nullopt);
+      } else {
+        TensorMeta m = TensorMeta::of(t);
+        m.value = packed.back();
+        ictx.inputs.push_back(std::move(m));
+      }
+    }
+    std::vector<TensorMeta> metas = kernel->infer(ictx);
+    kernel->prepare(ictx, metas);
+    std::vector<Tensor> outs;
+    outs.reserve(metas.size());
+    for (const TensorMeta& m : metas) outs.push_back(Tensor::empty(m.dtype, m.shape));
+    ComputeContext cctx{node, {}, {}};
+    for (const Tensor& t : packed) cctx.inputs.push_back(t.defined() ? &t : nullptr);
+    for (Tensor& t : outs) cctx.outputs.push_back(&t);
+    kernel->compute(cctx);
+    return outs;
+  } catch (Error& e) {
+    e.add_context(node.label() + ": ");
+    throw;
+  }
+}
+
+}  // namespace kiln
