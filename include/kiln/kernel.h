@@ -106,6 +106,10 @@ class KernelRegistry {
                            DType dtype) const;
   const KernelDef* find(const std::string& domain, const std::string& op_type, int64_t opset,
                         DType dtype) const;
+  // The kernel for a node given the dtypes of its inputs (nullopt: omitted): each candidate is
+  // checked against the dtype of its own `type_input`. Throws Unsupported like resolve().
+  const KernelDef& resolve_node(const Node& node, int64_t opset,
+                                const std::vector<std::optional<DType>>& input_dtypes) const;
   // Whether any kernel exists for the op at this opset, whatever the dtype.
   bool has_op(const std::string& domain, const std::string& op_type, int64_t opset) const;
   const std::vector<KernelDef>& all() const { return defs_; }

@@ -5,13 +5,11 @@
 namespace kiln {
 
 std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs, int64_t opset) {
-  const DType type = inputs.empty() || !inputs[0].defined() ? DType::Float32 : inputs[0].dtype();
-  const KernelDef& first = KernelRegistry::global().resolve(node.domain, node.op_type, opset, type);
-  const size_t ti = first.type_input;
-  const DType key = ti < inputs.size() && inputs[ti].defined() ? inputs[ti].dtype() : type;
-  const KernelDef& def = KernelRegistry::global().resolve(node.domain, node.op_type, opset, key);
-  std::unique_ptr<Kernel> kernel = def.create(node);
+  std::vector<std::optional<DType>> dtypes;
+  for (const Tensor& t : inputs) dtypes.push_back(t.defined() ? std::optional<DType>(t.dtype()) : std::nullopt);
   try {
+    const KernelDef& def = KernelRegistry::global().resolve_node(node, opset, dtypes);
+    std::unique_ptr<Kernel> kernel = def.create(node);
     InferContext ictx{node, opset, {}};
     std::vector<Tensor> packed;
     packed.reserve(inputs.size());

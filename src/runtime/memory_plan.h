@@ -1,0 +1,25 @@
+// MemoryPlan: places buffers with known lifetimes in one arena so that buffers whose lifetimes do
+// not overlap share bytes. Greedy by size (largest first, lowest free offset), as TFLite's and
+// ggml's allocators do; offsets are 64-byte aligned.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace kiln {
+
+struct BufferRequest {
+  size_t bytes = 0;
+  size_t first = 0;  // step that writes it
+  size_t last = 0;   // last step that reads it (inclusive)
+};
+
+struct MemoryPlan {
+  std::vector<size_t> offsets;  // one per request
+  size_t arena_bytes = 0;       // planned peak
+  size_t unplanned_bytes = 0;   // sum of all requests: the arena without reuse
+};
+
+MemoryPlan plan_memory(const std::vector<BufferRequest>& requests);
+
+}  // namespace kiln

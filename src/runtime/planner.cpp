@@ -1,0 +1,229 @@
+// Builds an ExecutionPlan: shape propagation through each kernel's infer(), constant folding of
+// everything computable at plan time (initializer transforms, shape arithmetic), aliasing for
+// view ops, in-place reuse for elementwise ops, and a liveness-based memory plan.
+#include <fmt/format.h>
+
+#include <limits>
+#include <set>
+
+#include "runtime/execution_plan.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr size_t kForever = std::numeric_limits<size_t>::max();
+
+struct Planner {
+  const Model& model;
+  const std::vector<size_t>& order;
+  const std::map<std::string, Tensor>& feeds;
+  std::unique_ptr<ExecutionPlan> plan = std::make_unique<ExecutionPlan>();
+  std::unordered_map<std::string, size_t> last_use;  // value name -> last topological position
+
+  int add_value(PlannedValue v) {
+    const int id = static_cast<int>(plan->values.size());
+    plan->index[v.name] = id;
+    plan->values.push_back(std::move(v));
+    return id;
+  }
+
+  void compute_last_uses() {
+    for (size_t pos = 0; pos < order.size(); ++pos)
+      for (const auto& in : model.graph.nodes[order[pos]].inputs)
+        if (!in.empty()) last_use[in] = pos;
+    for (const auto& out : model.graph.outputs) last_use[out.name] = kForever;
+  }
+
+  size_t last_use_of(const std::string& name) const {
+    auto it = last_use.find(name);
+    return it == last_use.end() ? 0 : it->second;
+  }
+
+  void add_sources() {
+    const Graph& g = model.graph;
+    for (const auto& [name, t] : g.initializers) {
+      PlannedValue v{name, PlannedValue::Kind::Constant, TensorMeta::of(t), -1, -1};
+      v.meta.value = t.contiguous();
+      add_value(std::move(v));
+    }
+    for (const auto& [name, t] : feeds) {
+      PlannedValue v{name, PlannedValue::Kind::Feed, TensorMeta::of(t), -1, -1};
+      auto it = plan->index.find(name);
+      if (it != plan->index.end()) plan->values[static_cast<size_t>(it->second)] = std::move(v);  // overrides
+      else add_value(std::move(v));
+    }
+  }
+
+  // A new arena buffer for value `id`, written at topological position `pos`. Lifetimes are kept
+  // in positions (folded nodes included), which orders steps the same way.
+  void place_in_arena(int id, size_t pos) {
+    PlannedValue& v = plan->values[static_cast<size_t>(id)];
+    v.kind = PlannedValue::Kind::Arena;
+    v.buffer = static_cast<int>(plan->buffers.size());
+    const size_t bytes = static_cast<size_t>(numel(v.meta.shape)) * dtype_size(v.meta.dtype);
+    plan->buffers.push_back({bytes, pos, std::max(pos, last_use_of(v.name))});
+  }
+
+  void plan_node(size_t pos) {
+    const Node& node = model.graph.nodes[order[pos]];
+    const int64_t opset = model.opset(node.domain);
+    PlanStep step;
+    step.node = order[pos];
+    step.opset = opset;
+    bool all_known = true, any_dynamic = false;
+    InferContext ictx{node, opset, {}};
+    std::vector<std::optional<DType>> dtypes;
+    for (const auto& in : node.inputs) {
+      if (in.empty()) {
+        step.inputs.push_back(-1);
+        ictx.inputs.push_back(std::nullopt);
+        dtypes.push_back(std::nullopt);
+        continue;
+      }
+      auto it = plan->index.find(in);
+      if (it == plan->index.end())
+        throw InvalidModel(fmt::format("{} reads '{}', which is not a graph input, an initializer or the "
+                                       "output of an earlier node", node.label(), in));
+      const PlannedValue& v = plan->values[static_cast<size_t>(it->second)];
+      step.inputs.push_back(it->second);
+      ictx.inputs.push_back(v.meta);
+      dtypes.push_back(v.meta.dtype);
+      all_known = all_known && v.meta.value.defined();
+      any_dynamic = any_dynamic || v.meta.dynamic;
+    }
+    const KernelDef& def = KernelRegistry::global().resolve_node(node, opset, dtypes);
+    step.kernel = def.create(node);
+
+    if (any_dynamic) {  // shapes known only at run time: infer then
+      step.dynamic = true;
+      for (const auto& out : node.outputs) {
+        PlannedValue v{out, PlannedValue::Kind::Dynamic, {}, -1, -1};
+        v.meta.dynamic = true;
+        step.outputs.push_back(add_value(std::move(v)));
+      }
+      ++plan->stats.num_dynamic_steps;
+      plan->steps.push_back(std::move(step));
+      return;
+    }
+
+    std::vector<TensorMeta> metas = step.kernel->infer(ictx);
+    if (metas.size() < node.outputs.size())
+      throw InvalidModel(fmt::format("the node has {} outputs but the op produces {}", node.outputs.size(),
+                                     metas.size()));
+    bool outputs_known = true, outputs_dynamic = false;
+    for (const TensorMeta& m : metas) {
+      outputs_known = outputs_known && m.value.defined();
+      outputs_dynamic = outputs_dynamic || m.dynamic;
+    }
+
+    if (!outputs_known && all_known && step.kernel->foldable() && !outputs_dynamic) {
+      step.kernel->prepare(ictx, metas);
+      std::vector<Tensor> outs;
+      for (const TensorMeta& m : metas) outs.push_back(Tensor::empty(m.dtype, m.shape));
+      ComputeContext cctx{node, {}, {}};
+      for (size_t i = 0; i < ictx.inputs.size(); ++i)
+        cctx.inputs.push_back(ictx.inputs[i] ? &ictx.inputs[i]->value : nullptr);
+      for (Tensor& t : outs) cctx.outputs.push_back(&t);
+      step.kernel->compute(cctx);
+      for (size_t i = 0; i < metas.size(); ++i) metas[i].value = outs[i];
+      outputs_known = true;
+    }
+
+    if (outputs_known) {  // folded: nothing to do at run time
+      for (size_t i = 0; i < node.outputs.size(); ++i) {
+        if (node.outputs[i].empty()) continue;
+        add_value({node.outputs[i], PlannedValue::Kind::Constant, metas[i], -1, -1});
+      }
+      ++plan->stats.num_folded;
+      return;
+    }
+
+    if (outputs_dynamic) {
+      step.dynamic = true;
+      ++plan->stats.num_dynamic_steps;
+    }
+    step.kernel->prepare(ictx, metas);
+    for (size_t i = 0; i < metas.size(); ++i) {
+      const bool named = i < node.outputs.size() && !node.outputs[i].empty();
+      const std::string name = named ? node.outputs[i] : fmt::format("{}::unused_output_{}", node.label(), i);
+      TensorMeta m = metas[i];
+      m.value = Tensor();
+      const int id = add_value({name, PlannedValue::Kind::Arena, m, -1, -1});
+      step.outputs.push_back(id);
+      if (m.dynamic) {
+        plan->values[static_cast<size_t>(id)].kind = PlannedValue::Kind::Dynamic;
+        continue;
+      }
+      if (i == 0 && assign_shared_buffer(step, id, pos)) continue;
+      place_in_arena(id, pos);
+    }
+    plan->steps.push_back(std::move(step));
+  }
+
+  // Output 0 as a view of input 0 (Reshape & co.) or over a dying input (in-place elementwise).
+  bool assign_shared_buffer(PlanStep& step, int out_id, size_t pos) {
+    PlannedValue& out = plan->values[static_cast<size_t>(out_id)];
+    if (step.kernel->output_aliases_input() && !step.inputs.empty() && step.inputs[0] >= 0) {
+      const PlannedValue& in = plan->values[static_cast<size_t>(step.inputs[0])];
+      if (in.kind == PlannedValue::Kind::Dynamic) return false;
+      out.kind = PlannedValue::Kind::Alias;
+      out.alias_of = step.inputs[0];
+      out.buffer = in.buffer;
+      if (in.buffer >= 0) {
+        BufferRequest& b = plan->buffers[static_cast<size_t>(in.buffer)];
+        b.last = std::max(b.last, last_use_of(out.name));
+      }
+      step.alias_only = true;
+      return true;
+    }
+    const std::optional<size_t> inplace = step.kernel->inplace_input();
+    if (!inplace || *inplace >= step.inputs.size() || step.inputs[*inplace] < 0) return false;
+    const PlannedValue& in = plan->values[static_cast<size_t>(step.inputs[*inplace])];
+    if (in.kind != PlannedValue::Kind::Arena || in.meta.dtype != out.meta.dtype || in.meta.shape != out.meta.shape)
+      return false;
+    BufferRequest& b = plan->buffers[static_cast<size_t>(in.buffer)];
+    if (b.last != pos) return false;  // still read later (or a graph output)
+    out.buffer = in.buffer;
+    b.last = std::max(pos, last_use_of(out.name));
+    return true;
+  }
+
+  std::unique_ptr<ExecutionPlan> run() {
+    compute_last_uses();
+    add_sources();
+    for (size_t pos = 0; pos < order.size(); ++pos) {
+      const Node& node = model.graph.nodes[order[pos]];
+      try {
+        plan_node(pos);
+      } catch (Error& e) {
+        e.add_context(node.label() + ": ");
+        throw;
+      } catch (const std::exception& e) {
+        throw Error(fmt::format("{}: {}", node.label(), e.what()));
+      }
+    }
+    for (const auto& out : model.graph.outputs)
+      if (!plan->index.count(out.name))
+        throw InvalidModel(fmt::format("graph output '{}' is not produced by any node", out.name));
+    plan->memory = plan_memory(plan->buffers);
+    plan->arena = Storage::allocate(plan->memory.arena_bytes);
+    plan->stats.peak_bytes = plan->memory.arena_bytes;
+    // Without reuse every run-time value would have its own buffer.
+    for (const PlannedValue& v : plan->values)
+      if (v.kind == PlannedValue::Kind::Arena)
+        plan->stats.unplanned_bytes +=
+            (static_cast<size_t>(numel(v.meta.shape)) * dtype_size(v.meta.dtype) + kAlignment - 1) / kAlignment * kAlignment;
+    plan->stats.num_steps = plan->steps.size();
+    return std::move(plan);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ExecutionPlan> build_plan(const Model& model, const std::vector<size_t>& order,
+                                          const std::map<std::string, Tensor>& feeds) {
+  return Planner{model, order, feeds}.run();
+}
+
+}  // namespace kiln

@@ -1,0 +1,97 @@
+#include "kiln/session.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <set>
+
+#include "runtime/execution_plan.h"
+
+namespace kiln {
+
+void set_num_threads(int n) {
+  if (n < 0) throw InvalidArgument(fmt::format("thread count must be 0 (all cores) or positive, got {}", n));
+  omp_set_num_threads(n == 0 ? omp_get_num_procs() : n);
+}
+
+int get_num_threads() { return omp_get_max_threads(); }
+
+Session::Session(Model model, SessionOptions options) : model_(std::move(model)), options_(options) {
+  if (options_.num_threads != 0) set_num_threads(options_.num_threads);
+  order_ = model_.graph.topological_order();
+}
+
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+
+namespace {
+
+std::string signature(const std::map<std::string, Tensor>& feeds) {
+  std::string key;
+  for (const auto& [name, t] : feeds) key += name + ":" + t.describe() + ";";
+  return key;
+}
+
+std::string input_list(const Graph& g) {
+  std::vector<std::string> names;
+  for (const auto& v : g.inputs) names.push_back(fmt::format("'{}' {}", v.name, v.describe()));
+  return names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "));
+}
+
+void check_feeds(const Model& model, const std::map<std::string, Tensor>& feeds) {
+  const Graph& g = model.graph;
+  for (const auto& [name, t] : feeds) {
+    const ValueInfo* info = nullptr;
+    for (const auto* list : {&g.inputs, &g.overridable_initializers})
+      for (const ValueInfo& v : *list)
+        if (v.name == name) info = &v;
+    if (info == nullptr)
+      throw InvalidArgument(fmt::format("'{}' is not an input of the model; its inputs are {}", name, input_list(g)));
+    if (!t.defined()) throw InvalidArgument(fmt::format("input '{}' is fed an undefined tensor", name));
+    if (info->has_type && info->dtype != t.dtype())
+      throw TypeError(fmt::format("input '{}' expects {} but was given {}", name, info->describe(), t.describe()));
+    if (!info->matches(t.shape()))
+      throw ShapeError(fmt::format("input '{}' expects shape {} but was given {}", name, info->describe(),
+                                   t.describe()));
+  }
+  for (const ValueInfo& v : g.inputs)
+    if (!feeds.count(v.name))
+      throw InvalidArgument(fmt::format("input '{}' ({}) is missing; the model's inputs are {}", v.name, v.describe(),
+                                        input_list(g)));
+}
+
+}  // namespace
+
+ExecutionPlan& Session::plan_for(const std::map<std::string, Tensor>& feeds) {
+  check_feeds(model_, feeds);
+  const std::string key = signature(feeds);
+  auto it = plans_.find(key);
+  if (it == plans_.end()) it = plans_.emplace(key, build_plan(model_, order_, feeds)).first;
+  last_plan_ = it->second.get();
+  return *it->second;
+}
+
+PlanStats Session::plan(const std::map<std::string, Tensor>& feeds) { return plan_for(feeds).stats; }
+
+const PlanStats& Session::last_plan_stats() const {
+  if (last_plan_ == nullptr) throw InvalidArgument("the session has not planned a run yet");
+  return last_plan_->stats;
+}
+
+std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& feeds,
+                                           const std::vector<std::string>& outputs) {
+  if (options_.num_threads != 0 && get_num_threads() != options_.num_threads) set_num_threads(options_.num_threads);
+  std::vector<std::string> wanted = outputs;
+  if (wanted.empty())
+    for (const auto& o : model_.graph.outputs) wanted.push_back(o.name);
+  std::set<std::string> known;
+  for (const auto& o : model_.graph.outputs) known.insert(o.name);
+  for (const auto& name : wanted)
+    if (!known.count(name))
+      throw InvalidArgument(fmt::format("'{}' is not an output of the model", name));
+  ExecutionPlan& plan = plan_for(feeds);
+  return execute_plan(plan, model_, feeds, wanted);
+}
+
+}  // namespace kiln

@@ -1,0 +1,241 @@
+// Session and planner behaviour, on test-only kernels in the domain "test.kiln" so that these
+// tests depend on nothing but the runtime.
+#include <gtest/gtest.h>
+
+#include "kiln/kernel.h"
+#include "kiln/session.h"
+#include "runtime/memory_plan.h"
+
+namespace kiln {
+namespace {
+
+int g_compute_calls = 0;
+
+// y = x + 1, elementwise, may run in place.
+class AddOne : public Kernel {
+ public:
+  using Kernel::Kernel;
+  std::vector<TensorMeta> infer(const InferContext& ctx) override { return {{ctx.dtype(0), ctx.shape(0)}}; }
+  void compute(ComputeContext& ctx) override {
+    ++g_compute_calls;
+    const float* x = ctx.input(0).data<float>();
+    float* y = ctx.output(0).data<float>();
+    for (int64_t i = 0; i < ctx.input(0).numel(); ++i) y[i] = x[i] + 1.f;
+  }
+  std::optional<size_t> inplace_input() const override { return 0; }
+};
+
+// y = x0 + x1 (same shapes); no in-place.
+class Add2 : public Kernel {
+ public:
+  using Kernel::Kernel;
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    if (ctx.shape(0) != ctx.shape(1)) throw ShapeError("Add2: shapes differ: " + to_string(ctx.shape(0)) + " vs " + to_string(ctx.shape(1)));
+    return {{ctx.dtype(0), ctx.shape(0)}};
+  }
+  void compute(ComputeContext& ctx) override {
+    ++g_compute_calls;
+    const float* a = ctx.input(0).data<float>();
+    const float* b = ctx.input(1).data<float>();
+    float* y = ctx.output(0).data<float>();
+    for (int64_t i = 0; i < ctx.input(0).numel(); ++i) y[i] = a[i] + b[i];
+  }
+};
+
+// y = x viewed as 1-D.
+class Flat : public Kernel {
+ public:
+  using Kernel::Kernel;
+  std::vector<TensorMeta> infer(const InferContext& ctx) override { return {{ctx.dtype(0), {numel(ctx.shape(0))}}}; }
+  void compute(ComputeContext& ctx) override { ctx.output(0).copy_from(ctx.input(0).reshape(ctx.output(0).shape())); }
+  bool output_aliases_input() const override { return true; }
+};
+
+// The shape of x as int64, known at plan time.
+class ShapeOf : public Kernel {
+ public:
+  using Kernel::Kernel;
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    TensorMeta m{DType::Int64, {static_cast<int64_t>(ctx.shape(0).size())}};
+    m.value = Tensor::from_vector<int64_t>(m.shape, ctx.shape(0));
+    return {m};
+  }
+  void compute(ComputeContext& ctx) override { ctx.output(0).copy_from(ctx.input(0)); }
+};
+
+const KernelRegistrar r1({"test.kiln", "AddOne", 1, kMaxOpset, {DType::Float32}},
+                         [](const Node& n) { return std::make_unique<AddOne>(n); });
+const KernelRegistrar r2({"test.kiln", "Add2", 1, kMaxOpset, {DType::Float32}},
+                         [](const Node& n) { return std::make_unique<Add2>(n); });
+const KernelRegistrar r3({"test.kiln", "Flat", 1, kMaxOpset, {}}, [](const Node& n) { return std::make_unique<Flat>(n); });
+const KernelRegistrar r4({"test.kiln", "ShapeOf", 1, kMaxOpset, {}},
+                         [](const Node& n) { return std::make_unique<ShapeOf>(n); });
+
+Node node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
+  Node n;
+  n.op_type = op;
+  n.domain = "test.kiln";
+  n.name = out[0] + "_node";
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  return n;
+}
+
+ValueInfo info(const std::string& name, std::vector<int64_t> dims) {
+  ValueInfo v;
+  v.name = name;
+  v.has_type = v.has_shape = true;
+  for (int64_t d : dims) v.dims.push_back(Dim{d, d < 0 ? "batch" : ""});
+  return v;
+}
+
+// x -> AddOne -> a -> AddOne -> b -> AddOne -> c -> Flat -> y, nodes listed out of order.
+Model chain_model() {
+  Model m;
+  m.opsets = {{"", 17}, {"test.kiln", 1}};
+  m.graph.inputs = {info("x", {-1, 4})};
+  m.graph.outputs = {info("y", {-1})};
+  m.graph.nodes = {node("AddOne", {"b"}, {"c"}), node("AddOne", {"x"}, {"a"}), node("Flat", {"c"}, {"y"}),
+                   node("AddOne", {"a"}, {"b"})};
+  return m;
+}
+
+TEST(Session, RunsNodesInTopologicalOrderWithInPlaceReuse) {
+  Session s(chain_model());
+  Tensor x = Tensor::from_vector<float>({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
+  g_compute_calls = 0;
+  auto out = s.run({{"x", x}});
+  ASSERT_EQ(out.count("y"), 1u);
+  EXPECT_EQ(out["y"].shape(), (Shape{8}));
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(out["y"].data<float>()[i], i + 3.f);
+  EXPECT_EQ(g_compute_calls, 3);                       // Flat is a view: no compute
+  EXPECT_EQ(x.data<float>()[0], 0.f);                  // the feed is never written
+  EXPECT_EQ(s.last_plan_stats().peak_bytes, 64u);      // a, b, c share one 32-byte buffer (aligned to 64)
+  EXPECT_EQ(s.last_plan_stats().unplanned_bytes, 3 * 64u);
+}
+
+TEST(Session, OutputsDoNotAliasTheArena) {
+  Session s(chain_model());
+  auto first = s.run({{"x", Tensor::zeros(DType::Float32, {1, 4})}});
+  auto second = s.run({{"x", Tensor::from_vector<float>({1, 4}, {10, 10, 10, 10})}});
+  EXPECT_EQ(first["y"].data<float>()[0], 3.f);
+  EXPECT_EQ(second["y"].data<float>()[0], 13.f);
+}
+
+TEST(Session, PlansOncePerInputSignature) {
+  Session s(chain_model());
+  s.run({{"x", Tensor::zeros(DType::Float32, {1, 4})}});
+  const PlanStats* first = &s.last_plan_stats();
+  s.run({{"x", Tensor::zeros(DType::Float32, {3, 4})}});
+  EXPECT_NE(first, &s.last_plan_stats());
+  s.run({{"x", Tensor::zeros(DType::Float32, {1, 4})}});
+  EXPECT_EQ(first, &s.last_plan_stats());
+}
+
+TEST(Session, DiamondKeepsValuesAliveUntilTheirLastUse) {
+  // a = x+1; b = a+1; y = a + b: a must survive b's step, so b cannot run over a.
+  Model m;
+  m.opsets = {{"test.kiln", 1}};
+  m.graph.inputs = {info("x", {3})};
+  m.graph.outputs = {info("y", {3})};
+  m.graph.nodes = {node("AddOne", {"x"}, {"a"}), node("AddOne", {"a"}, {"b"}), node("Add2", {"a", "b"}, {"y"})};
+  Session s(std::move(m));
+  auto out = s.run({{"x", Tensor::from_vector<float>({3}, {1, 2, 3})}});
+  EXPECT_EQ(out["y"].data<float>()[0], 2.f + 3.f);
+  EXPECT_EQ(out["y"].data<float>()[2], 4.f + 5.f);
+}
+
+TEST(Session, FoldsShapeArithmeticAndInitializerWork) {
+  Model m;
+  m.opsets = {{"test.kiln", 1}};
+  m.graph.inputs = {info("x", {2})};
+  m.graph.outputs = {info("y", {2}), info("s", {1})};
+  m.graph.initializers["w"] = Tensor::from_vector<float>({2}, {5, 6});
+  m.graph.nodes = {node("AddOne", {"w"}, {"w1"}), node("Add2", {"x", "w1"}, {"y"}), node("ShapeOf", {"x"}, {"s"})};
+  Session s(std::move(m));
+  g_compute_calls = 0;
+  auto out = s.run({{"x", Tensor::from_vector<float>({2}, {1, 1})}});
+  EXPECT_EQ(s.last_plan_stats().num_folded, 2u);
+  EXPECT_EQ(s.last_plan_stats().num_steps, 1u);
+  EXPECT_EQ(out["y"].data<float>()[1], 8.f);
+  EXPECT_EQ(out["s"].data<int64_t>()[0], 2);
+  g_compute_calls = 0;
+  s.run({{"x", Tensor::from_vector<float>({2}, {1, 1})}});
+  EXPECT_EQ(g_compute_calls, 1);  // only Add2 runs; the folded AddOne does not
+}
+
+void expect_error(const std::function<void()>& f, const std::string& fragment) {
+  try {
+    f();
+    FAIL() << "no error; expected one containing: " << fragment;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Session, BadFeedsAreClearErrors) {
+  Session s(chain_model());
+  expect_error([&] { s.run({}); }, "input 'x' (float[batch, 4]) is missing");
+  expect_error([&] { s.run({{"x", Tensor::zeros(DType::Float32, {2, 5})}}); },
+               "input 'x' expects shape float[batch, 4] but was given float[2, 5]");
+  expect_error([&] { s.run({{"x", Tensor::zeros(DType::Int64, {2, 4})}}); }, "expects float[batch, 4] but was given int64[2, 4]");
+  expect_error([&] { s.run({{"x", Tensor::zeros(DType::Float32, {2, 4})}, {"z", Tensor::zeros(DType::Float32, {1})}}); },
+               "'z' is not an input of the model");
+  expect_error([&] { s.run({{"x", Tensor::zeros(DType::Float32, {2, 4})}}, {"nope"}); }, "'nope' is not an output");
+}
+
+TEST(Session, KernelShapeErrorsNameTheNode) {
+  Model m;
+  m.opsets = {{"test.kiln", 1}};
+  m.graph.inputs = {info("x", {2}), info("z", {3})};
+  m.graph.outputs = {info("y", {2})};
+  m.graph.nodes = {node("Add2", {"x", "z"}, {"y"})};
+  Session s(std::move(m));
+  expect_error([&] { s.run({{"x", Tensor::zeros(DType::Float32, {2})}, {"z", Tensor::zeros(DType::Float32, {3})}}); },
+               "node 'y_node' (test.kiln.Add2): Add2: shapes differ: [2] vs [3]");
+}
+
+TEST(Session, UnknownOpNamesOpDomainAndOpset) {
+  Model m;
+  m.opsets = {{"", 17}};
+  m.graph.inputs = {info("x", {2})};
+  m.graph.outputs = {info("y", {2})};
+  Node n;
+  n.op_type = "FrobnicateZ";
+  n.name = "f";
+  n.inputs = {"x"};
+  n.outputs = {"y"};
+  m.graph.nodes = {n};
+  Session s(std::move(m));
+  expect_error([&] { s.run({{"x", Tensor::zeros(DType::Float32, {2})}}); },
+               "node 'f' (FrobnicateZ): op FrobnicateZ (domain 'ai.onnx', opset 17) is not implemented by Kiln");
+}
+
+TEST(Session, CycleIsAnInvalidModel) {
+  Model m;
+  m.opsets = {{"test.kiln", 1}};
+  m.graph.inputs = {info("x", {2})};
+  m.graph.outputs = {info("b", {2})};
+  m.graph.nodes = {node("Add2", {"x", "b"}, {"a"}), node("AddOne", {"a"}, {"b"})};
+  expect_error([&] { Session s(std::move(m)); }, "cycle");
+}
+
+TEST(MemoryPlan, ReusesBytesOnlyAcrossDisjointLifetimes) {
+  // a [0,1], b [1,2], c [2,3]: a and c may share; b overlaps both.
+  MemoryPlan p = plan_memory({{100, 0, 1}, {100, 1, 2}, {100, 2, 3}});
+  EXPECT_EQ(p.offsets[0], p.offsets[2]);
+  EXPECT_NE(p.offsets[0], p.offsets[1]);
+  EXPECT_EQ(p.arena_bytes, 256u);
+  EXPECT_EQ(p.unplanned_bytes, 384u);
+  for (size_t off : p.offsets) EXPECT_EQ(off % kAlignment, 0u);
+}
+
+TEST(MemoryPlan, FitsSmallBuffersIntoGaps) {
+  MemoryPlan p = plan_memory({{1000, 0, 5}, {64, 0, 1}, {64, 2, 3}, {1000, 6, 7}});
+  EXPECT_EQ(p.offsets[0], 0u);
+  EXPECT_EQ(p.offsets[3], 0u);  // reuses the first big buffer's bytes after it dies
+  EXPECT_EQ(p.arena_bytes, 1024u + 64u);
+}
+
+}  // namespace
+}  // namespace kiln
