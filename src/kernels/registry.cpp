@@ -70,6 +70,25 @@ const KernelDef& KernelRegistry::resolve(const std::string& domain, const std::s
                                 dom, opset, dtype_name(dtype), fmt::join(have, "; ")));
 }
 
+const KernelDef& KernelRegistry::resolve_node(const Node& node, int64_t opset,
+                                              const std::vector<std::optional<DType>>& input_dtypes) const {
+  std::optional<DType> first_key;
+  for (const KernelDef& d : defs_) {
+    if (d.domain != node.domain || d.op_type != node.op_type) continue;
+    if (opset < d.since_version || opset > d.end_version) continue;
+    const bool has = d.type_input < input_dtypes.size() && input_dtypes[d.type_input].has_value();
+    if (d.dtypes.empty()) return d;
+    if (!has) continue;
+    const DType t = *input_dtypes[d.type_input];
+    if (!first_key) first_key = t;
+    if (std::find(d.dtypes.begin(), d.dtypes.end(), t) != d.dtypes.end()) return d;
+  }
+  DType key = DType::Float32;
+  if (first_key) key = *first_key;
+  else if (!input_dtypes.empty() && input_dtypes[0]) key = *input_dtypes[0];
+  return resolve(node.domain, node.op_type, opset, key);
+}
+
 KernelRegistrar::KernelRegistrar(KernelDef def, std::function<std::unique_ptr<Kernel>(const Node&)> create) {
   def.create = std::move(create);
   KernelRegistry::global().add(std::move(def));

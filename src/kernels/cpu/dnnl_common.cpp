@@ -1,5 +1,8 @@
 #include "kernels/cpu/dnnl_common.h"
 
+#include <fmt/format.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
 namespace kiln::dnnl_util {
 
 dnnl::engine& engine() {
@@ -14,19 +17,115 @@ dnnl::stream& stream() {
 }
 
 dnnl::memory::desc plain_desc(const Shape& shape, dnnl::memory::data_type dt) {
+  return strided_desc(shape, contiguous_strides(shape), dt);
+}
+
+dnnl::memory::desc strided_desc(const Shape& shape, const Strides& strides, dnnl::memory::data_type dt) {
   dnnl::memory::dims dims(shape.begin(), shape.end());
-  if (dims.empty()) dims = {1};
-  dnnl::memory::dims strides(dims.size());
-  int64_t acc = 1;
-  for (size_t i = dims.size(); i-- > 0;) {
-    strides[i] = acc;
-    acc *= dims[i];
+  dnnl::memory::dims st(strides.begin(), strides.end());
+  if (dims.empty()) {
+    dims = {1};
+    st = {1};
   }
-  return dnnl::memory::desc(dims, dt, strides);
+  return checked(fmt::format("describe a tensor of shape {}", to_string(shape)),
+                 [&] { return dnnl::memory::desc(dims, dt, st); });
 }
 
 dnnl::memory memory_of(const dnnl::memory::desc& desc, const Tensor& t) {
   return dnnl::memory(desc, engine(), const_cast<void*>(t.raw_data()));
+}
+
+dnnl::memory::data_type data_type_of(DType t, const std::string& what) {
+  switch (t) {
+    case DType::Float32: return dnnl::memory::data_type::f32;
+    case DType::BFloat16: return dnnl::memory::data_type::bf16;
+    case DType::Float16: return dnnl::memory::data_type::f16;
+    case DType::Int32: return dnnl::memory::data_type::s32;
+    case DType::Int8: return dnnl::memory::data_type::s8;
+    case DType::Uint8: return dnnl::memory::data_type::u8;
+    default: break;
+  }
+  throw Unsupported(fmt::format("{}: oneDNN has no {} data type", what, dtype_name(t)));
+}
+
+void throw_dnnl_error(const std::string& what, const dnnl::error& e) {
+  throw Unsupported(fmt::format("oneDNN could not {}: {} (status {})", what, e.what(), dnnl_status2str(e.status)));
+}
+
+void execute(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args, const std::string& what) {
+  try {
+    p.execute(stream(), args);
+    stream().wait();
+  } catch (const dnnl::error& e) {
+    throw_dnnl_error("run " + what, e);
+  }
+}
+
+dnnl::memory::dims to_dims(const std::vector<int64_t>& v) { return dnnl::memory::dims(v.begin(), v.end()); }
+
+namespace {
+
+std::vector<int64_t> spatial_attr(const Node& node, const std::string& key, size_t n, int64_t fallback) {
+  std::vector<int64_t> v = node.attr_ints(key, std::vector<int64_t>(n, fallback));
+  if (v.size() != n)
+    throw InvalidModel(fmt::format("attribute '{}' has {} values [{}] but the input has {} spatial dims", key,
+                                   v.size(), fmt::join(v, ", "), n));
+  for (int64_t x : v)
+    if (x < (key == "pads" ? 0 : 1))
+      throw InvalidModel(fmt::format("attribute '{}' = [{}] must be {}", key, fmt::join(v, ", "),
+                                     key == "pads" ? "non-negative" : "positive"));
+  return v;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+Window make_window(const Node& node, const Shape& in, const std::vector<int64_t>& kernel, bool allow_ceil) {
+  const size_t n = in.size();
+  Window w;
+  w.kernel = kernel;
+  w.strides = spatial_attr(node, "strides", n, 1);
+  w.dilations = spatial_attr(node, "dilations", n, 1);
+  const std::vector<int64_t> pads = spatial_attr(node, "pads", 2 * n, 0);
+  const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
+  const bool ceil_mode = allow_ceil && node.attr_int("ceil_mode", 0) != 0;
+  w.pad_begin.assign(n, 0);
+  w.pad_end.assign(n, 0);
+  w.out.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t ext = (kernel[i] - 1) * w.dilations[i] + 1;  // dilated kernel extent
+    const int64_t s = w.strides[i];
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      w.out[i] = ceil_div(in[i], s);
+      const int64_t total = std::max<int64_t>(0, (w.out[i] - 1) * s + ext - in[i]);
+      // SAME_UPPER puts the odd extra pad at the end, SAME_LOWER at the beginning.
+      w.pad_begin[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      w.pad_end[i] = total - w.pad_begin[i];
+    } else if (auto_pad == "VALID" || auto_pad == "NOTSET") {
+      if (auto_pad == "NOTSET") {
+        w.pad_begin[i] = pads[i];
+        w.pad_end[i] = pads[i + n];
+      }
+      const int64_t span = in[i] + w.pad_begin[i] + w.pad_end[i] - ext;
+      if (span < 0)
+        throw ShapeError(fmt::format("spatial dim {}: the kernel (size {}, dilation {}, extent {}) does not fit the "
+                                     "input of size {} padded by {}+{} (input spatial {}, kernel_shape [{}])",
+                                     i, kernel[i], w.dilations[i], ext, in[i], w.pad_begin[i], w.pad_end[i],
+                                     to_string(in), fmt::join(kernel, ", ")));
+      w.out[i] = (ceil_mode ? ceil_div(span, s) : span / s) + 1;
+      // A window that would start in the right padding is dropped (ONNX, PyTorch, ONNX Runtime).
+      if (ceil_mode && (w.out[i] - 1) * s >= in[i] + w.pad_begin[i]) --w.out[i];
+    } else {
+      throw InvalidModel(fmt::format("auto_pad '{}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID", auto_pad));
+    }
+  }
+  w.dnnl_pad_end = w.pad_end;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t needed = (w.out[i] - 1) * w.strides[i] + (kernel[i] - 1) * w.dilations[i] + 1 - in[i] - w.pad_begin[i];
+    w.dnnl_pad_end[i] = std::max(w.pad_end[i], needed);
+  }
+  return w;
 }
 
 }  // namespace kiln::dnnl_util

@@ -1,8 +1,15 @@
-// Shared oneDNN objects: one CPU engine and one stream for the process, and memory descriptors.
+// Shared oneDNN objects: one CPU engine and one stream for the process, memory descriptors, error
+// translation, and the sliding-window geometry that Conv and the pooling ops share.
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/error.h"
+#include "kiln/graph.h"
 #include "kiln/tensor.h"
 
 namespace kiln::dnnl_util {
@@ -11,7 +18,47 @@ dnnl::engine& engine();
 dnnl::stream& stream();
 // A plain (row-major) f32 memory descriptor for a shape; a scalar becomes {1}.
 dnnl::memory::desc plain_desc(const Shape& shape, dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
+// A memory descriptor with explicit element strides (transposed operands, broadcast views).
+dnnl::memory::desc strided_desc(const Shape& shape, const Strides& strides,
+                                dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
 // A memory object over a tensor's buffer (no copy).
 dnnl::memory memory_of(const dnnl::memory::desc& desc, const Tensor& t);
+// The oneDNN data type of a Kiln dtype; throws Unsupported naming `what` for types oneDNN lacks.
+dnnl::memory::data_type data_type_of(DType t, const std::string& what);
+
+[[noreturn]] void throw_dnnl_error(const std::string& what, const dnnl::error& e);
+
+// oneDNN reports failures as dnnl::error; Kiln promises kiln::Error. Runs f (a descriptor or
+// primitive creation) and translates, naming what was being built ("a convolution for ...").
+template <class F>
+auto checked(const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const dnnl::error& e) {
+    throw_dnnl_error(what, e);
+  }
+}
+
+// Executes a primitive on the shared stream and waits for it.
+void execute(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args, const std::string& what);
+
+// Geometry of a sliding window (Conv, MaxPool, AveragePool) over the spatial dims, in ONNX's terms
+// (auto_pad, pads, strides, dilations, ceil_mode) and in oneDNN's (padding_l, padding_r).
+struct Window {
+  std::vector<int64_t> kernel, strides, dilations;
+  std::vector<int64_t> pad_begin, pad_end;  // the padding ONNX asks for (after auto_pad)
+  std::vector<int64_t> out;                 // output spatial sizes
+  // pad_end as oneDNN must see it: oneDNN computes out = (in + l + r - ext) / stride + 1 with floor,
+  // so ceil_mode's extra partial window needs r extended (as ONNX Runtime does).
+  std::vector<int64_t> dnnl_pad_end;
+  bool extended() const { return dnnl_pad_end != pad_end; }
+};
+
+// Reads strides, dilations, pads, auto_pad (and ceil_mode when `allow_ceil`) from the node and
+// computes the window over `in` (spatial dims only) for `kernel`. Throws InvalidModel for bad
+// attributes and ShapeError when the dilated kernel does not fit the padded input.
+Window make_window(const Node& node, const Shape& in, const std::vector<int64_t>& kernel, bool allow_ceil);
+
+dnnl::memory::dims to_dims(const std::vector<int64_t>& v);
 
 }  // namespace kiln::dnnl_util
