@@ -36,6 +36,12 @@ struct TensorMeta {
   static TensorMeta of(const Tensor& t) { return {t.dtype(), t.shape(), false, Tensor()}; }
 };
 
+// Thrown by InferContext::value() when an input's contents are not known at plan time. The planner
+// then infers that node at run time, when the contents are there (a data-dependent shape).
+class ValueUnknown : public Unsupported {
+  using Unsupported::Unsupported;
+};
+
 struct InferContext {
   const Node& node;
   int64_t opset;
@@ -47,8 +53,9 @@ struct InferContext {
   const TensorMeta& input(size_t i) const;
   const Shape& shape(size_t i) const { return input(i).shape; }
   DType dtype(size_t i) const { return input(i).dtype; }
-  // The contents of input i, which the op needs at plan time (Reshape's shape, Slice's starts...).
-  // Throws Unsupported naming the node and input if they are computed at run time.
+  // The contents of input i, which the op needs to infer shapes (Reshape's shape, Slice's starts).
+  // Throws ValueUnknown at plan time if they are computed at run time; the planner then defers the
+  // node's shape inference to run time.
   const Tensor& value(size_t i) const;
   bool has_value(size_t i) const { return has_input(i) && input(i).value.defined(); }
 };

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <new>
 #include <numeric>
+#include <type_traits>
 
 namespace kiln {
 
@@ -105,7 +106,10 @@ std::vector<int64_t> Tensor::to_int64_vector() const {
   visit_dtype(dtype_, [&](auto tag) {
     using T = decltype(tag);
     const T* p = static_cast<const T*>(c.raw_data());
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int64_t>(to_double(p[i]));
+    for (size_t i = 0; i < out.size(); ++i) {
+      if constexpr (std::is_integral_v<T>) out[i] = static_cast<int64_t>(p[i]);  // exact, INT64_MAX too
+      else out[i] = static_cast<int64_t>(to_double(p[i]));
+    }
   });
   return out;
 }

@@ -16,7 +16,7 @@ const Tensor& InferContext::value(size_t i) const {
   const TensorMeta& m = input(i);
   if (!m.value.defined()) {
     const std::string name = i < node.inputs.size() ? node.inputs[i] : std::string("?");
-    throw Unsupported(fmt::format("input {} ('{}') must be known before running (a constant or computed "
+    throw ValueUnknown(fmt::format("input {} ('{}') must be known before running (a constant or computed "
                                   "from shapes only), but it depends on run-time data", i, name));
   }
   return m.value;

@@ -95,6 +95,14 @@ struct Planner {
     const KernelDef& def = KernelRegistry::global().resolve_node(node, opset, dtypes);
     step.kernel = def.create(node);
 
+    std::vector<TensorMeta> metas;
+    if (!any_dynamic) {
+      try {
+        metas = step.kernel->infer(ictx);
+      } catch (const ValueUnknown&) {
+        any_dynamic = true;  // the shape depends on data fed at run time
+      }
+    }
     if (any_dynamic) {  // shapes known only at run time: infer then
       step.dynamic = true;
       for (const auto& out : node.outputs) {
@@ -107,7 +115,6 @@ struct Planner {
       return;
     }
 
-    std::vector<TensorMeta> metas = step.kernel->infer(ictx);
     if (metas.size() < node.outputs.size())
       throw InvalidModel(fmt::format("the node has {} outputs but the op produces {}", node.outputs.size(),
                                      metas.size()));

@@ -63,6 +63,22 @@ class ShapeOf : public Kernel {
   void compute(ComputeContext& ctx) override { ctx.output(0).copy_from(ctx.input(0)); }
 };
 
+// Ones of the shape held in input 0 (int64): its output shape depends on data.
+class OnesOfShape : public Kernel {
+ public:
+  using Kernel::Kernel;
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    return {{DType::Float32, ctx.value(0).to_int64_vector()}};
+  }
+  void compute(ComputeContext& ctx) override {
+    ++g_compute_calls;
+    float* y = ctx.output(0).data<float>();
+    for (int64_t i = 0; i < ctx.output(0).numel(); ++i) y[i] = 1.f;
+  }
+};
+
+const KernelRegistrar r5({"test.kiln", "OnesOfShape", 1, kMaxOpset, {DType::Int64}},
+                         [](const Node& n) { return std::make_unique<OnesOfShape>(n); });
 const KernelRegistrar r1({"test.kiln", "AddOne", 1, kMaxOpset, {DType::Float32}},
                          [](const Node& n) { return std::make_unique<AddOne>(n); });
 const KernelRegistrar r2({"test.kiln", "Add2", 1, kMaxOpset, {DType::Float32}},
@@ -162,6 +178,24 @@ TEST(Session, FoldsShapeArithmeticAndInitializerWork) {
   g_compute_calls = 0;
   s.run({{"x", Tensor::from_vector<float>({2}, {1, 1})}});
   EXPECT_EQ(g_compute_calls, 1);  // only Add2 runs; the folded AddOne does not
+}
+
+TEST(Session, ShapesThatDependOnFedDataAreInferredAtRunTime) {
+  // y = AddOne(OnesOfShape(s)): s is fed, so both steps are planned as dynamic.
+  Model m;
+  m.opsets = {{"test.kiln", 1}};
+  ValueInfo s_info = info("s", {2});
+  s_info.dtype = DType::Int64;
+  m.graph.inputs = {s_info};
+  m.graph.outputs = {info("y", {-1, -1})};
+  m.graph.nodes = {node("OnesOfShape", {"s"}, {"o"}), node("AddOne", {"o"}, {"y"})};
+  Session s(std::move(m));
+  auto a = s.run({{"s", Tensor::from_vector<int64_t>({2}, {2, 3})}});
+  EXPECT_EQ(s.last_plan_stats().num_dynamic_steps, 2u);
+  EXPECT_EQ(a["y"].shape(), (Shape{2, 3}));
+  EXPECT_EQ(a["y"].data<float>()[5], 2.f);
+  auto b = s.run({{"s", Tensor::from_vector<int64_t>({2}, {4, 1})}});  // same signature, new shape
+  EXPECT_EQ(b["y"].shape(), (Shape{4, 1}));
 }
 
 void expect_error(const std::function<void()>& f, const std::string& fragment) {

@@ -1,0 +1,403 @@
+// Data-movement ops that rearrange elements: Transpose, Concat, Slice, Split. They only move bytes,
+// so one implementation on element sizes serves every dtype.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "core/parallel.h"
+#include "kiln/kernel.h"
+
+namespace kiln {
+namespace {
+
+// The exact values of an int64/int32 input (Tensor::to_int64_vector goes through double, which
+// mangles the INT64_MAX/INT64_MIN sentinels that exporters put in Slice ends).
+std::vector<int64_t> int_values(const Tensor& t, const char* what) {
+  const Tensor c = t.contiguous();
+  if (c.dtype() == DType::Int64) return std::vector<int64_t>(c.data<int64_t>(), c.data<int64_t>() + c.numel());
+  if (c.dtype() == DType::Int32) return std::vector<int64_t>(c.data<int32_t>(), c.data<int32_t>() + c.numel());
+  throw TypeError(fmt::format("{} must be int64 or int32, got {}", what, c.describe()));
+}
+
+// Work per thread chunk: below this many bytes a copy stays on one thread.
+constexpr int64_t kGrainBytes = 64 * 1024;
+
+int64_t grain_for(int64_t bytes_per_item) {
+  return std::max<int64_t>(1, kGrainBytes / std::max<int64_t>(1, bytes_per_item));
+}
+
+// A strided copy after simplification: dims of size 1 dropped, neighbours that walk memory as one
+// dim merged. This turns most transposes and slices into a few long contiguous runs.
+struct Walk {
+  Shape shape;
+  Strides strides;  // source strides in elements; may be negative (Slice with negative steps)
+};
+
+Walk simplify(const Shape& shape, const Strides& strides) {
+  Walk w;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 1) continue;
+    if (!w.shape.empty() && w.strides.back() == strides[i] * shape[i]) {
+      w.shape.back() *= shape[i];
+      w.strides.back() = strides[i];
+    } else {
+      w.shape.push_back(shape[i]);
+      w.strides.push_back(strides[i]);
+    }
+  }
+  return w;
+}
+
+// Source element offset of outer index `row` (over all dims but the last `inner` ones).
+int64_t outer_offset(const Walk& w, size_t inner, int64_t row) {
+  int64_t off = 0;
+  for (size_t d = w.shape.size() - inner; d-- > 0;) {
+    off += (row % w.shape[d]) * w.strides[d];
+    row /= w.shape[d];
+  }
+  return off;
+}
+
+// Rows of the last dim: memcpy when they are contiguous in the source, else an element gather.
+template <class E>
+void copy_rows(const E* src, E* dst, const Walk& w) {
+  const int64_t cols = w.shape.back();
+  const int64_t step = w.strides.back();
+  const int64_t rows = numel(w.shape) / cols;
+  const size_t outer_rank = w.shape.size() - 1;
+  parallel_for(rows, grain_for(cols * static_cast<int64_t>(sizeof(E))), [&](int64_t b, int64_t e) {
+    // Odometer over the outer dims, so each row costs O(1) index arithmetic.
+    std::vector<int64_t> idx(outer_rank, 0);
+    int64_t r = b;
+    for (size_t d = outer_rank; d-- > 0;) {
+      idx[d] = r % w.shape[d];
+      r /= w.shape[d];
+    }
+    int64_t off = outer_offset(w, 1, b);
+    for (int64_t row = b; row < e; ++row) {
+      E* out = dst + row * cols;
+      const E* in = src + off;
+      if (step == 1) {
+        std::memcpy(out, in, static_cast<size_t>(cols) * sizeof(E));
+      } else {
+        for (int64_t c = 0; c < cols; ++c) out[c] = in[c * step];
+      }
+      for (size_t d = outer_rank; d-- > 0;) {
+        off += w.strides[d];
+        if (++idx[d] < w.shape[d]) break;
+        off -= w.strides[d] * w.shape[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+// Batched 2-D transpose (source dim rank-2 has stride 1): tiles keep both the reads and the
+// writes of a tile in cache, where a row gather would touch a new cache line per element.
+template <class E>
+void transpose_tiles(const E* src, E* dst, const Walk& w) {
+  constexpr int64_t T = 32;
+  const size_t r = w.shape.size();
+  const int64_t rows = w.shape[r - 2], cols = w.shape[r - 1], ld = w.strides[r - 1];
+  const int64_t batches = numel(w.shape) / (rows * cols);
+  const int64_t row_tiles = (rows + T - 1) / T;
+  parallel_for(batches * row_tiles, grain_for(T * cols * static_cast<int64_t>(sizeof(E))), [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t batch = t / row_tiles, i0 = (t % row_tiles) * T, i1 = std::min(rows, i0 + T);
+      const E* in = src + outer_offset(w, 2, batch);
+      E* out = dst + batch * rows * cols;
+      for (int64_t j0 = 0; j0 < cols; j0 += T) {
+        const int64_t j1 = std::min(cols, j0 + T);
+        for (int64_t j = j0; j < j1; ++j)
+          for (int64_t i = i0; i < i1; ++i) out[i * cols + j] = in[i + j * ld];
+      }
+    }
+  });
+}
+
+template <class E>
+void strided_copy_typed(const void* src, void* dst, const Walk& w) {
+  const E* s = static_cast<const E*>(src);
+  E* d = static_cast<E*>(dst);
+  const size_t r = w.shape.size();
+  if (r >= 2 && w.strides[r - 2] == 1 && w.strides[r - 1] != 1 && w.shape[r - 2] >= 8 && w.shape[r - 1] >= 8)
+    transpose_tiles(s, d, w);
+  else
+    copy_rows(s, d, w);
+}
+
+// Copies the strided view (shape, element strides from `src`) into contiguous `dst`.
+void strided_copy(const void* src, void* dst, const Shape& shape, const Strides& strides, size_t esize) {
+  if (numel(shape) == 0) return;
+  Walk w = simplify(shape, strides);
+  if (w.shape.empty()) {  // a single element
+    std::memcpy(dst, src, esize);
+    return;
+  }
+  switch (esize) {
+    case 1:
+      return strided_copy_typed<uint8_t>(src, dst, w);
+    case 2:
+      return strided_copy_typed<uint16_t>(src, dst, w);
+    case 4:
+      return strided_copy_typed<uint32_t>(src, dst, w);
+    case 8:
+      return strided_copy_typed<uint64_t>(src, dst, w);
+    default:
+      throw Unsupported(fmt::format("no strided copy for {}-byte elements", esize));
+  }
+}
+
+class TransposeKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const Shape& s = ctx.shape(0);
+    const int64_t rank = static_cast<int64_t>(s.size());
+    std::vector<int64_t> reverse(s.size());
+    std::iota(reverse.rbegin(), reverse.rend(), 0);
+    perm_ = node_.attr_ints("perm", reverse);
+    std::vector<int64_t> sorted = perm_;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int64_t> iota(s.size());
+    std::iota(iota.begin(), iota.end(), 0);
+    if (sorted != iota)
+      throw InvalidModel(fmt::format("perm {} is not a permutation of the {} axes of input shape {}", to_string(perm_),
+                                     rank, to_string(s)));
+    Shape out(s.size());
+    for (size_t i = 0; i < s.size(); ++i) out[i] = s[perm_[i]];
+    return {{ctx.dtype(0), out, ctx.input(0).dynamic, Tensor()}};
+  }
+  void compute(ComputeContext& ctx) override {
+    const Tensor& in = ctx.input(0);
+    Tensor& out = ctx.output(0);
+    const Strides in_strides = contiguous_strides(in.shape());
+    Strides src(perm_.size());
+    for (size_t i = 0; i < perm_.size(); ++i) src[i] = in_strides[perm_[i]];
+    strided_copy(in.raw_data(), out.raw_data(), out.shape(), src, dtype_size(in.dtype()));
+  }
+
+ private:
+  std::vector<int64_t> perm_;
+};
+
+class ConcatKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    if (ctx.num_inputs() == 0) throw InvalidModel("Concat needs at least one input");
+    const TensorMeta& first = ctx.input(0);
+    const int64_t rank = static_cast<int64_t>(first.shape.size());
+    if (rank == 0) throw ShapeError("cannot concatenate scalars (input 0 has rank 0)");
+    axis_ = normalize_axis(node_.attr_int("axis"), rank);
+    Shape out = first.shape;
+    out[axis_] = 0;
+    bool dynamic = false;
+    for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+      const TensorMeta& m = ctx.input(i);
+      bool fits = m.shape.size() == first.shape.size();
+      for (size_t d = 0; fits && d < m.shape.size(); ++d)
+        fits = static_cast<int64_t>(d) == axis_ || m.shape[d] == first.shape[d];
+      if (!fits)
+        throw ShapeError(fmt::format("input {} has shape {}, which does not match input 0's shape {} outside axis {}",
+                                     i, to_string(m.shape), to_string(first.shape), axis_));
+      if (m.dtype != first.dtype)
+        throw TypeError(
+            fmt::format("input {} is {}, but input 0 is {}", i, dtype_name(m.dtype), dtype_name(first.dtype)));
+      out[axis_] += m.shape[axis_];
+      dynamic = dynamic || m.dynamic;
+    }
+    return {{first.dtype, out, dynamic, Tensor()}};
+  }
+  void compute(ComputeContext& ctx) override {
+    Tensor& out = ctx.output(0);
+    const size_t esize = dtype_size(out.dtype());
+    const Shape& os = out.shape();
+    const int64_t outer = numel(Shape(os.begin(), os.begin() + axis_));
+    const int64_t inner = numel(Shape(os.begin() + axis_ + 1, os.end())) * static_cast<int64_t>(esize);
+    const int64_t out_row = os[axis_] * inner;  // bytes of one outer index in the output
+    char* dst = static_cast<char*>(out.raw_data());
+    int64_t at = 0;  // byte offset of the current input inside an output row
+    for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+      const Tensor& in = ctx.input(i);
+      const int64_t chunk = in.shape()[axis_] * inner;
+      const char* src = static_cast<const char*>(in.raw_data());
+      if (chunk > 0) {
+        parallel_for(outer, grain_for(chunk), [&](int64_t b, int64_t e) {
+          for (int64_t o = b; o < e; ++o)
+            std::memcpy(dst + o * out_row + at, src + o * chunk, static_cast<size_t>(chunk));
+        });
+      }
+      at += chunk;
+    }
+  }
+
+ private:
+  int64_t axis_ = 0;
+};
+
+// Slice: per-axis start/end/step normalised and clamped exactly as the ONNX spec says, then one
+// strided copy (negative steps are negative strides).
+class SliceKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const Shape& s = ctx.shape(0);
+    const int64_t rank = static_cast<int64_t>(s.size());
+    std::vector<int64_t> starts, ends, axes, steps;
+    if (ctx.opset >= 10) {
+      starts = int_values(ctx.value(1), "starts");
+      ends = int_values(ctx.value(2), "ends");
+      if (ctx.has_input(3)) axes = int_values(ctx.value(3), "axes");
+      if (ctx.has_input(4)) steps = int_values(ctx.value(4), "steps");
+    } else {
+      starts = node_.attr_ints("starts");
+      ends = node_.attr_ints("ends");
+      axes = node_.attr_ints("axes", {});
+    }
+    if (axes.empty() && !(ctx.opset >= 10 && ctx.has_input(3))) {
+      axes.resize(starts.size());
+      std::iota(axes.begin(), axes.end(), 0);
+    }
+    if (steps.empty() && !(ctx.opset >= 10 && ctx.has_input(4))) steps.assign(starts.size(), 1);
+    if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+      throw InvalidModel(fmt::format("starts {}, ends {}, axes {} and steps {} must have the same length",
+                                     to_string(starts), to_string(ends), to_string(axes), to_string(steps)));
+    start_.assign(s.size(), 0);
+    step_.assign(s.size(), 1);
+    Shape out = s;
+    std::vector<bool> seen(s.size(), false);
+    for (size_t k = 0; k < starts.size(); ++k) {
+      const int64_t a = normalize_axis(axes[k], rank);
+      if (seen[a]) throw InvalidModel(fmt::format("axes {} name axis {} twice", to_string(axes), a));
+      seen[a] = true;
+      if (steps[k] == 0) throw InvalidModel(fmt::format("step for axis {} is 0", axes[k]));
+      slice_axis(s[a], starts[k], ends[k], steps[k], start_[a], step_[a], out[a]);
+    }
+    return {{ctx.dtype(0), out, ctx.input(0).dynamic, Tensor()}};
+  }
+  void compute(ComputeContext& ctx) override {
+    const Tensor& in = ctx.input(0);
+    Tensor& out = ctx.output(0);
+    if (out.numel() == 0) return;
+    const size_t esize = dtype_size(in.dtype());
+    const Strides st = contiguous_strides(in.shape());
+    Strides src(st.size());
+    int64_t base = 0;
+    for (size_t d = 0; d < st.size(); ++d) {
+      base += start_[d] * st[d];
+      src[d] = st[d] * step_[d];
+    }
+    strided_copy(static_cast<const char*>(in.raw_data()) + base * static_cast<int64_t>(esize), out.raw_data(),
+                 out.shape(), src, esize);
+  }
+
+ private:
+  // The spec's rule: negative start/end count from the end; then start clamps to [0, dim] for
+  // positive steps and [0, dim-1] for negative ones, end to [0, dim] or [-1, dim-1].
+  static void slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t& first, int64_t& stride,
+                         int64_t& count) {
+    if (start < 0) start += dim;
+    if (end < 0) end += dim;
+    // Magnitude as unsigned so that a step of INT64_MIN does not overflow.
+    const uint64_t mag = step > 0 ? static_cast<uint64_t>(step) : uint64_t{0} - static_cast<uint64_t>(step);
+    int64_t span = 0;
+    if (step > 0) {
+      start = std::clamp<int64_t>(start, 0, dim);
+      end = std::clamp<int64_t>(end, 0, dim);
+      span = end - start;
+    } else if (dim > 0) {
+      start = std::clamp<int64_t>(start, 0, dim - 1);
+      end = std::clamp<int64_t>(end, -1, dim - 1);
+      span = start - end;
+    }
+    count = span > 0 ? static_cast<int64_t>((static_cast<uint64_t>(span) - 1) / mag + 1) : 0;
+    first = count > 0 ? start : 0;
+    stride = count > 1 ? step : 1;  // a huge step with one element must not overflow stride*step
+  }
+
+  std::vector<int64_t> start_, step_;
+};
+
+class SplitKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const Shape& s = ctx.shape(0);
+    axis_ = normalize_axis(node_.attr_int("axis", 0), static_cast<int64_t>(s.size()));
+    const int64_t dim = s[axis_];
+    const int64_t n = static_cast<int64_t>(node_.outputs.size());
+    sizes_.clear();
+    if (ctx.opset >= 13 && ctx.has_input(1)) {
+      sizes_ = int_values(ctx.value(1), "split");
+    } else if (ctx.opset < 13 && node_.has_attr("split")) {
+      sizes_ = node_.attr_ints("split");
+    } else if (ctx.opset >= 18 && node_.has_attr("num_outputs")) {
+      // Opset 18: chunks of ceil(dim / n), the last one smaller.
+      const int64_t k = node_.attr_int("num_outputs");
+      if (k != n) throw InvalidModel(fmt::format("num_outputs is {} but the node has {} outputs", k, n));
+      const int64_t chunk = n > 0 ? (dim + n - 1) / n : 0;
+      for (int64_t i = 0; i < n; ++i) sizes_.push_back(std::clamp<int64_t>(dim - i * chunk, 0, chunk));
+    } else {
+      if (n == 0 || dim % n != 0)
+        throw ShapeError(fmt::format("axis {} of shape {} (size {}) cannot be split evenly into {} outputs", axis_,
+                                     to_string(s), dim, n));
+      sizes_.assign(static_cast<size_t>(n), dim / n);
+    }
+    int64_t total = 0;
+    for (int64_t v : sizes_) {
+      if (v < 0) throw InvalidModel(fmt::format("split {} has a negative size", to_string(sizes_)));
+      total += v;
+    }
+    if (static_cast<int64_t>(sizes_.size()) != n || total != dim)
+      throw ShapeError(fmt::format("split {} does not divide axis {} of shape {} (size {}) into {} outputs",
+                                   to_string(sizes_), axis_, to_string(s), dim, n));
+    std::vector<TensorMeta> outs;
+    for (int64_t v : sizes_) {
+      Shape o = s;
+      o[axis_] = v;
+      outs.push_back({ctx.dtype(0), o, ctx.input(0).dynamic, Tensor()});
+    }
+    return outs;
+  }
+  void compute(ComputeContext& ctx) override {
+    const Tensor& in = ctx.input(0);
+    const Shape& s = in.shape();
+    const int64_t esize = static_cast<int64_t>(dtype_size(in.dtype()));
+    const int64_t outer = numel(Shape(s.begin(), s.begin() + axis_));
+    const int64_t inner = numel(Shape(s.begin() + axis_ + 1, s.end())) * esize;
+    const int64_t in_row = s[axis_] * inner;
+    const char* src = static_cast<const char*>(in.raw_data());
+    int64_t at = 0;
+    for (size_t i = 0; i < sizes_.size(); ++i) {
+      const int64_t chunk = sizes_[i] * inner;
+      if (i < ctx.outputs.size() && ctx.outputs[i] && ctx.outputs[i]->defined() && chunk > 0) {
+        char* dst = static_cast<char*>(ctx.output(i).raw_data());
+        parallel_for(outer, grain_for(chunk), [&](int64_t b, int64_t e) {
+          for (int64_t o = b; o < e; ++o)
+            std::memcpy(dst + o * chunk, src + o * in_row + at, static_cast<size_t>(chunk));
+        });
+      }
+      at += chunk;
+    }
+  }
+
+ private:
+  int64_t axis_ = 0;
+  std::vector<int64_t> sizes_;
+};
+
+template <class K>
+KernelRegistrar reg(const char* op, int64_t since) {
+  return KernelRegistrar({"", op, since, kMaxOpset, {}}, [](const Node& n) { return std::make_unique<K>(n); });
+}
+
+const KernelRegistrar reg_transpose = reg<TransposeKernel>("Transpose", 1);
+const KernelRegistrar reg_concat = reg<ConcatKernel>("Concat", 4);
+const KernelRegistrar reg_slice = reg<SliceKernel>("Slice", 1);
+const KernelRegistrar reg_split = reg<SplitKernel>("Split", 2);
+
+}  // namespace
+}  // namespace kiln
