@@ -1,0 +1,25 @@
+// Reading whole files and parsing protobuf messages of any size (internal to src/onnx).
+#pragma once
+
+#include <google/protobuf/message_lite.h>
+
+#include <string>
+
+namespace kiln::onnxio {
+
+// The file's bytes. IOError "cannot open WHAT 'PATH': <reason>" for missing, unreadable or
+// directory paths (`what` is "model", "tensor file", ...).
+std::string read_whole_file(const std::string& path, const std::string& what);
+
+// Parses `bytes` into `message` with the total-size limit raised to protobuf's 2 GiB maximum (the
+// default 64 MiB rejects ordinary large models). Returns false for malformed or truncated bytes, or
+// trailing garbage after the message.
+bool parse_message(const std::string& bytes, google::protobuf::MessageLite* message);
+
+// The folder of a file path, for resolving external data: "dir/model.onnx" -> "dir", "model.onnx" -> ".".
+std::string folder_of(const std::string& path);
+
+// Collapses a multi-line message (the ONNX checker adds "\n\n==> Context: ...") into one line.
+std::string one_line(const std::string& text);
+
+}  // namespace kiln::onnxio

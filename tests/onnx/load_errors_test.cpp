@@ -1,0 +1,218 @@
+// Malformed inputs to load_model / save_model: each fails with the right error class and a message
+// that names the file (and tensor) involved.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "core/atomic_file.h"
+#include "kiln/onnx_io.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::path(::testing::TempDir()) /
+           ("kiln_onnx_err_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name, const std::string& bytes) const {
+    const fs::path p = path / name;
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p.string();
+  }
+};
+
+// Runs `f`, expecting exception type E whose message contains every string in `parts`.
+template <class E, class F>
+void expect_error(F&& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception";
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "multi-line message: " << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
+// Identity over a 1000-float initializer: big enough that cutting the file in half cuts a tensor.
+onnx::ModelProto small_model() {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  auto* op = m.add_opset_import();
+  op->set_domain("");
+  op->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("g");
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(1000);
+  w->set_raw_data(std::string(4000, '\x01'));
+  auto* n = g->add_node();
+  n->set_op_type("Identity");
+  n->add_input("w");
+  n->add_output("y");
+  auto* out = g->add_output();
+  out->set_name("y");
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  out->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1000);
+  return m;
+}
+
+TEST(OnnxLoadErrors, MissingFileIsIOErrorNamingIt) {
+  TempDir dir;
+  const std::string path = (dir.path / "absent.onnx").string();
+  expect_error<IOError>([&] { load_model(path); }, {"cannot open model '" + path + "'", "No such file"});
+}
+
+TEST(OnnxLoadErrors, FolderIsIOError) {
+  TempDir dir;
+  expect_error<IOError>([&] { load_model(dir.path.string()); }, {dir.path.string(), "Is a directory"});
+}
+
+TEST(OnnxLoadErrors, EmptyFile) {
+  TempDir dir;
+  const std::string path = dir.file("empty.onnx", "");
+  expect_error<InvalidModel>([&] { load_model(path); }, {"'" + path + "' is not a valid ONNX model", "empty"});
+}
+
+TEST(OnnxLoadErrors, TruncatedFile) {
+  TempDir dir;
+  const std::string bytes = small_model().SerializeAsString();
+  ASSERT_NO_THROW(load_model(dir.file("whole.onnx", bytes)));  // the uncut model is fine
+  const std::string path = dir.file("half.onnx", bytes.substr(0, bytes.size() / 2));
+  expect_error<InvalidModel>([&] { load_model(path); },
+                             {"'" + path + "' is not a valid ONNX model", "do not parse", "truncated"});
+}
+
+TEST(OnnxLoadErrors, RandomBytes) {
+  TempDir dir;
+  for (unsigned seed : {1u, 2u, 3u, 42u}) {
+    std::mt19937 rng(seed);
+    std::string bytes(4096, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng() & 0xff);
+    const std::string path = dir.file("noise" + std::to_string(seed) + ".onnx", bytes);
+    expect_error<InvalidModel>([&] { load_model(path); }, {"'" + path + "' is not a valid ONNX model"});
+  }
+}
+
+TEST(OnnxLoadErrors, ParsableButNotAModel) {
+  // Field 1 (ir_version) = 5 and nothing else: valid protobuf, no graph.
+  expect_error<InvalidModel>([&] { load_model_from_bytes(std::string("\x08\x05", 2), "", {}, "tiny.onnx"); },
+                             {"'tiny.onnx' is not a valid ONNX model", "no graph"});
+  onnx::ModelProto m = small_model();
+  m.clear_opset_import();
+  expect_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "noopset.onnx"); },
+                             {"'noopset.onnx'", "opset_import"});
+  m = small_model();
+  m.clear_ir_version();
+  expect_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "noir.onnx"); },
+                             {"'noir.onnx'", "ir_version is 0"});
+}
+
+TEST(OnnxLoadErrors, CheckerFailureIsOneLineNamingTheFile) {
+  onnx::ModelProto m = small_model();
+  m.mutable_graph()->mutable_node(0)->set_op_type("NoSuchOp");
+  expect_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "bad.onnx"); },
+                             {"'bad.onnx' is not a valid ONNX model", "ONNX checker", "NoSuchOp"});
+  // Without the checker the same model loads (the op is only unknown to a session).
+  LoadOptions lenient;
+  lenient.run_checker = false;
+  EXPECT_EQ(load_model_from_bytes(m.SerializeAsString(), "", lenient).graph.nodes.at(0).op_type, "NoSuchOp");
+}
+
+TEST(OnnxLoadErrors, RawDataOfWrongLengthNamesTheTensor) {
+  onnx::ModelProto m = small_model();
+  m.mutable_graph()->mutable_initializer(0)->set_raw_data(std::string(3999, '\0'));
+  expect_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "short.onnx"); },
+                             {"'short.onnx'", "tensor 'w' (float[1000])", "3999 bytes of raw_data, expected 4000"});
+}
+
+TEST(OnnxLoadErrors, TypedFieldOfWrongLengthNamesTheTensor) {
+  onnx::ModelProto m = small_model();
+  auto* w = m.mutable_graph()->mutable_initializer(0);
+  w->clear_raw_data();
+  for (int i = 0; i < 999; ++i) w->add_float_data(1.f);
+  expect_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "typed.onnx"); },
+                             {"tensor 'w'", "999 values in float_data, expected 1000"});
+}
+
+TEST(OnnxLoadErrors, StringAndComplexTensorsAreUnsupported) {
+  for (auto type : {onnx::TensorProto::STRING, onnx::TensorProto::COMPLEX64}) {
+    onnx::ModelProto m = small_model();
+    auto* w = m.mutable_graph()->mutable_initializer(0);
+    w->set_data_type(type);
+    w->clear_dims();
+    w->clear_raw_data();
+    if (type == onnx::TensorProto::STRING) {
+      w->add_string_data("hello");
+    } else {  // one complex64 value: real and imaginary parts
+      w->add_float_data(1.f);
+      w->add_float_data(2.f);
+    }
+    m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+    m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+    m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+    LoadOptions o;
+    o.run_checker = false;
+    expect_error<Unsupported>([&] { load_model_from_bytes(m.SerializeAsString(), "", o, "s.onnx"); },
+                              {"'s.onnx'", "tensor 'w'", type == onnx::TensorProto::STRING ? "string" : "complex64"});
+  }
+}
+
+TEST(OnnxSaveErrors, MissingFolderIsIOErrorAndLeavesNoTempFile) {
+  TempDir dir;
+  Model m;
+  m.opsets[""] = 17;
+  const std::string path = (dir.path / "no" / "such" / "model.onnx").string();
+  expect_error<IOError>([&] { save_model(m, path); }, {"'" + path + "'", "No such file"});
+  EXPECT_TRUE(fs::is_empty(dir.path));
+  expect_error<IOError>([&] { save_tensor_proto(Tensor::scalar<float>(1), "t", path); }, {"'" + path + "'"});
+}
+
+TEST(OnnxSaveErrors, TargetThatIsAFolderLeavesNoTempFile) {
+  TempDir dir;
+  fs::create_directory(dir.path / "taken");
+  Model m;
+  m.opsets[""] = 17;
+  const std::string path = (dir.path / "taken").string();
+  expect_error<IOError>([&] { save_model(m, path); }, {"'" + path + "'", "rename"});
+  size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(dir.path)) entries += e.path().filename() == "taken" ? 0 : 1;
+  EXPECT_EQ(entries, 0u) << "a temporary file was left behind";
+}
+
+TEST(AtomicFile, UncommittedWriteLeavesTargetUntouched) {
+  TempDir dir;
+  const std::string path = dir.file("data.bin", "old");
+  std::string temp;
+  {
+    AtomicFile f(path);
+    temp = f.temp_path();
+    f.write("new contents");
+    EXPECT_TRUE(fs::exists(temp));
+  }
+  EXPECT_FALSE(fs::exists(temp));
+  std::ifstream in(path);
+  std::string contents((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(contents, "old");
+  write_file_atomically(path, "new");
+  std::ifstream again(path);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>()), "new");
+}
+
+}  // namespace
+}  // namespace kiln
