@@ -1,0 +1,136 @@
+// Cast (to the dtype named by attribute `to`) and CastLike (to the dtype of a second input), between
+// every pair of Kiln dtypes, with numpy's astype semantics:
+//   float -> int   truncates toward zero (out of range and NaN as x86 numpy, see float_to_int)
+//   x -> bool      x != 0 (NaN is true);  bool -> x  gives 0 or 1
+//   int -> int     wraps modulo 2^bits
+//   -> float16 / bfloat16  round to nearest even, NaN kept; from double (and int64) without double
+//                          rounding: the value is first rounded to float with round-to-odd.
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/elementwise_common.h"
+
+namespace kiln {
+
+namespace {
+
+using AllTypes = TypeList<float, double, Half, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
+                          uint32_t, uint64_t, bool>;
+
+// ONNX TensorProto.DataType -> Kiln dtype; the names of the ONNX types Kiln lacks, for the message.
+struct OnnxType {
+  int64_t code;
+  const char* name;
+  std::optional<DType> dtype;
+};
+constexpr OnnxType kOnnxTypes[] = {
+    {1, "float", DType::Float32},   {2, "uint8", DType::Uint8},        {3, "int8", DType::Int8},
+    {4, "uint16", DType::Uint16},   {5, "int16", DType::Int16},        {6, "int32", DType::Int32},
+    {7, "int64", DType::Int64},     {8, "string", std::nullopt},       {9, "bool", DType::Bool},
+    {10, "float16", DType::Float16}, {11, "double", DType::Float64},   {12, "uint32", DType::Uint32},
+    {13, "uint64", DType::Uint64},  {14, "complex64", std::nullopt},   {15, "complex128", std::nullopt},
+    {16, "bfloat16", DType::BFloat16}, {17, "float8e4m3fn", std::nullopt}, {18, "float8e4m3fnuz", std::nullopt},
+    {19, "float8e5m2", std::nullopt}, {20, "float8e5m2fnuz", std::nullopt}, {21, "uint4", std::nullopt},
+    {22, "int4", std::nullopt},
+};
+
+DType dtype_from_to_attr(int64_t to) {
+  for (const OnnxType& t : kOnnxTypes) {
+    if (t.code != to) continue;
+    if (!t.dtype) throw Unsupported(fmt::format("Cast to {} (to={}) is not supported: Kiln has no {} tensors", t.name, to, t.name));
+    return *t.dtype;
+  }
+  throw InvalidModel(fmt::format("attribute 'to' = {} is not an ONNX tensor element type", to));
+}
+
+// The float nearest to v with round-to-odd: rounding that again to a narrower float type (half,
+// bfloat16) gives the correctly rounded result of v, which a plain double->float->half would not.
+float round_to_odd_float(double v) {
+  float f = static_cast<float>(v);
+  if (std::isfinite(v) && static_cast<double>(f) != v) {
+    if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.f);  // truncate
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    bits |= 1;
+    std::memcpy(&f, &bits, 4);
+  }
+  return f;
+}
+
+template <class T>
+constexpr bool is_16bit_float = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+template <class From, class To>
+To convert(From v) {
+  if constexpr (std::is_same_v<From, To>) {
+    return v;
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return load(v) != 0;
+  } else if constexpr (std::is_same_v<From, bool>) {
+    if constexpr (is_16bit_float<To>) return store<To>(v ? 1.f : 0.f);
+    else return static_cast<To>(v);
+  } else if constexpr (is_16bit_float<To>) {
+    if constexpr (std::is_same_v<From, float> || is_16bit_float<From>) return store<To>(load(v));
+    else return store<To>(round_to_odd_float(static_cast<double>(v)));
+  } else if constexpr (std::is_integral_v<To>) {
+    if constexpr (std::is_floating_point_v<compute_t<From>>) return float_to_int<To>(static_cast<double>(load(v)));
+    else return static_cast<To>(v);  // modular (C++20), as numpy
+  } else {  // float or double
+    return static_cast<To>(load(v));
+  }
+}
+
+void cast_tensor(const Tensor& x, Tensor& y, const Node& node) {
+  if (x.dtype() == y.dtype()) {
+    if (x.raw_data() != y.raw_data() && x.nbytes() > 0) std::memcpy(y.raw_data(), x.raw_data(), x.nbytes());
+    return;
+  }
+  dispatch(AllTypes{}, x.dtype(), fmt::format("input '{}'", node.inputs.at(0)), [&](auto ftag) {
+    using From = decltype(ftag);
+    dispatch(AllTypes{}, y.dtype(), "output", [&](auto ttag) {
+      using To = decltype(ttag);
+      map_unary(x.data<From>(), y.data<To>(), x.numel(), [](From v) { return convert<From, To>(v); });
+    });
+  });
+}
+
+class CastKernel final : public Kernel {
+ public:
+  // like_input: CastLike, whose target dtype is that of input 1; else Cast's attribute `to`.
+  CastKernel(const Node& n, bool like_input) : Kernel(n), like_(like_input) {}
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const DType to = like_ ? ctx.dtype(1) : dtype_from_to_attr(node_.attr_int("to"));
+    same_dtype_ = to == ctx.dtype(0);
+    TensorMeta out{to, ctx.shape(0), false, Tensor()};
+    return {out};
+  }
+
+  void compute(ComputeContext& ctx) override { cast_tensor(ctx.input(0), ctx.output(0), node_); }
+
+  // Converting in place is safe elementwise, but the planner only shares buffers of one dtype.
+  std::optional<size_t> inplace_input() const override {
+    return same_dtype_ ? std::optional<size_t>(0) : std::nullopt;
+  }
+
+ private:
+  bool like_;
+  bool same_dtype_ = false;
+};
+
+template <bool Like>
+KernelRegistrar register_cast(const char* op, int64_t since) {
+  return KernelRegistrar({"", op, since, kMaxOpset, AllTypes::dtypes(), 0, {}},
+                         [](const Node& n) { return std::make_unique<CastKernel>(n, Like); });
+}
+
+// Cast-13 added bfloat16 and Cast-19 a `saturate` attribute that only concerns float8 types, which
+// Kiln does not have: one kernel serves every version.
+const KernelRegistrar kRegistrars[] = {
+    register_cast<false>("Cast", 6),
+    register_cast<true>("CastLike", 15),
+};
+
+}  // namespace
+
+}  // namespace kiln

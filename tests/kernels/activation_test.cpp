@@ -1,0 +1,231 @@
+// Activations through run_node against ONNX's formulas evaluated in double. Float32 runs on oneDNN
+// for most of them; the 1e-6 relative bound is the one oneDNN must meet to be used at all.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+
+#include "kiln/kernel.h"
+
+namespace kiln {
+namespace {
+
+Node make_node(const std::string& op, std::vector<std::string> inputs, std::map<std::string, Attribute> attrs = {}) {
+  Node n;
+  n.name = "act";
+  n.op_type = op;
+  n.inputs = std::move(inputs);
+  n.outputs = {"Y"};
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+Tensor run1(const Node& n, const std::vector<Tensor>& in, int64_t opset = 17) { return run_node(n, in, opset).at(0); }
+
+// Dense values over [lo, hi] plus edge cases, shuffled into a tensor large enough for several threads.
+Tensor sweep(float lo, float hi, int64_t n = 40000) {
+  Tensor t = Tensor::empty(DType::Float32, {n});
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < n; ++i) p[i] = lo + (hi - lo) * static_cast<float>(i) / static_cast<float>(n - 1);
+  const float edges[] = {0.f, -0.f, 1e-8f, -1e-8f, 1e-3f, -1e-3f, lo, hi};
+  for (size_t i = 0; i < std::size(edges); ++i) p[static_cast<int64_t>(i) * 997 % n] = edges[i];
+  return t;
+}
+
+struct ActCase {
+  std::string op;
+  std::map<std::string, Attribute> attrs;
+  int64_t opset;
+  std::function<double(double)> ref;
+  float lo, hi;
+  double atol = 0;  // for outputs that cancel to ~0 (elu/selu near 0 computed as exp(x) - 1)
+};
+
+const double kSeluAlpha = 1.67326319217681884765625, kSeluGamma = 1.05070102214813232421875;
+
+std::vector<ActCase> cases() {
+  return {
+      {"Relu", {}, 14, [](double x) { return x > 0 ? x : 0; }, -10, 10},
+      {"LeakyRelu", {}, 16, [](double x) { return x < 0 ? static_cast<double>(0.01f) * x : x; }, -10, 10},
+      {"LeakyRelu", {{"alpha", Attribute::of_float(0.25f)}}, 6, [](double x) { return x < 0 ? 0.25 * x : x; }, -10, 10},
+      {"Sigmoid", {}, 13, [](double x) { return 1 / (1 + std::exp(-x)); }, -110, 40},
+      {"Tanh", {}, 13, [](double x) { return std::tanh(x); }, -20, 20},
+      {"Elu", {}, 6, [](double x) { return x > 0 ? x : std::expm1(x); }, -20, 20, 1e-8},
+      {"Elu", {{"alpha", Attribute::of_float(0.5f)}}, 6, [](double x) { return x > 0 ? x : 0.5 * std::expm1(x); }, -20, 20, 1e-8},
+      {"Selu", {}, 6, [](double x) { return kSeluGamma * (x > 0 ? x : kSeluAlpha * std::expm1(x)); }, -20, 20, 1e-8},
+      {"Selu", {{"alpha", Attribute::of_float(2.f)}, {"gamma", Attribute::of_float(3.f)}}, 6,
+       [](double x) { return 3.0 * (x > 0 ? x : 2.0 * std::expm1(x)); }, -20, 20, 1e-8},
+      {"Softplus", {}, 1, [](double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }, -110, 110},
+      {"HardSigmoid", {}, 6, [](double x) { return std::clamp(static_cast<double>(0.2f) * x + 0.5, 0.0, 1.0); }, -5, 5, 1e-7},
+      {"HardSigmoid", {{"alpha", Attribute::of_float(0.5f)}, {"beta", Attribute::of_float(0.25f)}}, 6,
+       [](double x) { return std::clamp(0.5 * x + 0.25, 0.0, 1.0); }, -5, 5, 1e-7},
+      {"HardSwish", {}, 14, [](double x) { return x * std::clamp(x / 6 + 0.5, 0.0, 1.0); }, -8, 8, 1e-7},
+  };
+}
+
+TEST(Activation, Float32MatchesOnnxFormulaWithin1e6Relative) {
+  for (const ActCase& c : cases()) {
+    const Tensor x = sweep(c.lo, c.hi);
+    const Tensor y = run1(make_node(c.op, {"X"}, c.attrs), {x}, c.opset);
+    ASSERT_EQ(y.shape(), x.shape());
+    ASSERT_EQ(y.dtype(), DType::Float32);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double xv = x.data<float>()[i], want = c.ref(xv), got = y.data<float>()[i];
+      // Results near float's subnormal range cannot carry 1e-6 relative precision: absolute there.
+      // (oneDNN flushes to 0 from just above FLT_MIN: sigmoid(-87.33) = 1.18e-38 comes out 0.)
+      const double tol = std::max(1e-6 * std::fabs(want) + c.atol, 2.0 * std::numeric_limits<float>::min());
+      ASSERT_LE(std::fabs(got - want), tol) << c.op << " x=" << xv;
+    }
+  }
+}
+
+// ONNX's formulas (numpy's maximum/clip/exp) carry NaN through; so must every path.
+TEST(Activation, NaNPropagates) {
+  for (const ActCase& c : cases()) {
+    Tensor x = sweep(-1, 1, 1000);
+    x.data<float>()[500] = std::nanf("");
+    const Tensor y = run1(make_node(c.op, {"X"}, c.attrs), {x}, c.opset);
+    EXPECT_TRUE(std::isnan(y.data<float>()[500])) << c.op << " gives " << y.data<float>()[500];
+    const Tensor yd = run1(make_node(c.op, {"X"}, c.attrs), {Tensor::from_vector<double>({1}, {std::nan("")})}, c.opset);
+    EXPECT_TRUE(std::isnan(yd.data<double>()[0])) << c.op << " (double) gives " << yd.data<double>()[0];
+  }
+}
+
+TEST(Activation, OtherFloatDtypesUseTheSameFormula) {
+  for (const ActCase& c : cases()) {
+    const std::vector<double> xs = {-3.5, -1.0, -0.25, 0.0, 0.5, 2.0, 7.0};
+    Tensor xd = Tensor::from_vector<double>({7}, xs);
+    const Tensor yd = run1(make_node(c.op, {"X"}, c.attrs), {xd}, c.opset);
+    ASSERT_EQ(yd.dtype(), DType::Float64);
+    for (size_t i = 0; i < xs.size(); ++i)
+      ASSERT_NEAR(yd.data<double>()[i], c.ref(xs[i]), 1e-7 * std::fabs(c.ref(xs[i])) + 1e-12) << c.op << " x=" << xs[i];
+    std::vector<Half> hs;
+    for (double v : xs) hs.push_back(float_to_half(static_cast<float>(v)));
+    const Tensor yh = run1(make_node(c.op, {"X"}, c.attrs), {Tensor::from_vector<Half>({7}, hs)}, c.opset);
+    ASSERT_EQ(yh.dtype(), DType::Float16);
+    for (size_t i = 0; i < xs.size(); ++i)  // float16 keeps 11 bits
+      ASSERT_NEAR(yh.item_as_double(static_cast<int64_t>(i)), c.ref(xs[i]), 1e-3 * std::fabs(c.ref(xs[i])) + 1e-4)
+          << c.op << " x=" << xs[i];
+  }
+}
+
+TEST(Activation, ReluOnIntegersAndEmptyTensors) {
+  const Tensor y = run1(make_node("Relu", {"X"}), {Tensor::from_vector<int8_t>({4}, {-128, -1, 0, 127})}, 14);
+  EXPECT_EQ(y.to_int64_vector(), (std::vector<int64_t>{0, 0, 0, 127}));
+  const Tensor e = run1(make_node("Sigmoid", {"X"}), {Tensor::zeros(DType::Float32, {3, 0})});
+  EXPECT_EQ(e.shape(), (Shape{3, 0}));
+  EXPECT_THROW(run1(make_node("Tanh", {"X"}), {Tensor::zeros(DType::Int32, {2})}), Unsupported);
+}
+
+TEST(Activation, SoftplusAndSigmoidStayFiniteAtExtremes) {
+  const Tensor x = Tensor::from_vector<float>({4}, {-100.f, 100.f, -1e30f, 1e30f});
+  const Tensor sp = run1(make_node("Softplus", {"X"}), {x}, 1);
+  EXPECT_NEAR(sp.data<float>()[0], std::exp(-100.0), std::numeric_limits<float>::min());  // subnormal
+  EXPECT_EQ(sp.data<float>()[1], 100.f);
+  EXPECT_EQ(sp.data<float>()[2], 0.f);
+  EXPECT_EQ(sp.data<float>()[3], 1e30f);
+  const Tensor sg = run1(make_node("Sigmoid", {"X"}), {x}, 13);
+  EXPECT_NEAR(sg.data<float>()[0], std::exp(-100.0), std::numeric_limits<float>::min());
+  EXPECT_EQ(sg.data<float>()[1], 1.f);
+  EXPECT_EQ(sg.data<float>()[2], 0.f);
+  EXPECT_EQ(sg.data<float>()[3], 1.f);
+}
+
+TEST(Clip, Opset6BoundsAreAttributes) {
+  const Tensor x = Tensor::from_vector<float>({5}, {-3.f, -1.f, 0.f, 1.f, 3.f});
+  const Node n = make_node("Clip", {"X"}, {{"min", Attribute::of_float(-1.5f)}, {"max", Attribute::of_float(2.f)}});
+  EXPECT_EQ(run1(n, {x}, 6).to_int64_vector(), (std::vector<int64_t>{-1, -1, 0, 1, 2}));
+  EXPECT_EQ(run1(n, {x}, 6).data<float>()[0], -1.5f);
+  const Node no_bounds = make_node("Clip", {"X"});
+  EXPECT_EQ(run1(no_bounds, {x}, 10).to_int64_vector(), (std::vector<int64_t>{-3, -1, 0, 1, 3}));
+}
+
+TEST(Clip, Opset11BoundsAreOptionalScalarInputs) {
+  const Tensor x = sweep(-10, 10, 30000);
+  const Tensor lo = Tensor::scalar<float>(-2.5f), hi = Tensor::scalar<float>(4.f);
+  struct Case {
+    Tensor lo, hi;
+    float want_lo, want_hi;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const Case& c : {Case{lo, hi, -2.5f, 4.f}, Case{lo, Tensor(), -2.5f, inf}, Case{Tensor(), hi, -inf, 4.f},
+                        Case{Tensor(), Tensor(), -inf, inf}}) {
+    const Node n = make_node("Clip", {"X", c.lo.defined() ? "lo" : "", c.hi.defined() ? "hi" : ""});
+    const Tensor y = run1(n, {x, c.lo, c.hi}, 13);
+    for (int64_t i = 0; i < x.numel(); ++i)
+      ASSERT_EQ(y.data<float>()[i], std::min(std::max(x.data<float>()[i], c.want_lo), c.want_hi)) << i;
+  }
+  // min > max: everything becomes max (the ONNX rule); NaN stays NaN.
+  const Tensor nan_x = Tensor::from_vector<float>({3}, {-5.f, std::nanf(""), 5.f});
+  const Tensor swapped = run1(make_node("Clip", {"X", "lo", "hi"}), {nan_x, hi, lo}, 13);
+  EXPECT_EQ(swapped.data<float>()[0], -2.5f);
+  EXPECT_EQ(swapped.data<float>()[2], -2.5f);
+  const Tensor kept = run1(make_node("Clip", {"X", "lo", "hi"}), {nan_x, lo, hi}, 13);
+  EXPECT_TRUE(std::isnan(kept.data<float>()[1]));
+  EXPECT_EQ(kept.data<float>()[0], -2.5f);
+}
+
+TEST(Clip, IntegersAndBadBounds) {
+  const Tensor x = Tensor::from_vector<int8_t>({4}, {-128, -3, 3, 127});
+  const Node n = make_node("Clip", {"X", "", "hi"});
+  EXPECT_EQ(run1(n, {x, Tensor(), Tensor::scalar<int8_t>(2)}, 13).to_int64_vector(),
+            (std::vector<int64_t>{-128, -3, 2, 2}));
+  const Node both = make_node("Clip", {"X", "lo", "hi"});
+  EXPECT_EQ(run1(both, {Tensor::from_vector<int64_t>({3}, {-9, 0, 9}), Tensor::scalar<int64_t>(-1), Tensor::scalar<int64_t>(1)}, 13)
+                .to_int64_vector(),
+            (std::vector<int64_t>{-1, 0, 1}));
+  try {
+    run1(both, {Tensor::zeros(DType::Float32, {3}), Tensor::zeros(DType::Float32, {2}), Tensor::scalar<float>(1.f)}, 13);
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("min 'lo' must be a scalar, got shape [2]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(run1(both, {Tensor::zeros(DType::Float32, {3}), Tensor::scalar<double>(0), Tensor::scalar<float>(1.f)}, 13),
+               TypeError);
+}
+
+TEST(PRelu, SlopeBroadcastsToX) {
+  const Tensor x = sweep(-4, 4, 60).reshape({3, 4, 5});
+  for (const Shape& ss : {Shape{3, 4, 5}, Shape{5}, Shape{3, 1, 1}, Shape{4, 1}, Shape{}}) {
+    Tensor slope = Tensor::empty(DType::Float32, ss);
+    for (int64_t i = 0; i < slope.numel(); ++i) slope.data<float>()[i] = 0.1f * static_cast<float>(i + 1);
+    const Tensor y = run1(make_node("PRelu", {"X", "slope"}), {x, slope}, 16);
+    ASSERT_EQ(y.shape(), x.shape());
+    // Reference: the slope element numpy broadcasting pairs with each x element.
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      int64_t rem = i, off = 0, stride = 1;
+      const Shape& xs = x.shape();
+      for (size_t d = xs.size(); d-- > 0;) {
+        const int64_t idx = rem % xs[d];
+        rem /= xs[d];
+        const size_t back = xs.size() - 1 - d;
+        if (back < ss.size()) {
+          const int64_t sd = ss[ss.size() - 1 - back];
+          if (sd != 1) off += idx * stride;
+          stride *= sd;
+        }
+      }
+      const float xv = x.data<float>()[i];
+      ASSERT_EQ(y.data<float>()[i], xv < 0 ? slope.data<float>()[off] * xv : xv) << to_string(ss) << " " << i;
+    }
+  }
+  const Tensor yi = run1(make_node("PRelu", {"X", "slope"}),
+                         {Tensor::from_vector<int32_t>({3}, {-4, 0, 4}), Tensor::scalar<int32_t>(3)}, 16);
+  EXPECT_EQ(yi.to_int64_vector(), (std::vector<int64_t>{-12, 0, 4}));
+}
+
+TEST(PRelu, SlopeThatWouldGrowXIsAShapeError) {
+  try {
+    run1(make_node("PRelu", {"X", "slope"}), {Tensor::zeros(DType::Float32, {5}), Tensor::zeros(DType::Float32, {4, 5})});
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("[4, 5]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[5]"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,26 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "kiln/onnx_io.h"
+#include "models/graph_builder.h"
+
+namespace kiln {
+namespace {
+
+// Newer PyTorch exporters write IR version 9 or 10; the checker of Debian's ONNX knows up to 8.
+TEST(OnnxIrVersion, NewerIrVersionsLoadAndCheck) {
+  GraphBuilder b("g", 1);
+  std::string x = b.input("x", DType::Float32, {-1, 4});
+  b.output(b.op("Relu", {x}), "y", DType::Float32, {-1, 4});
+  Model m = b.build();
+  m.ir_version = 10;
+  const auto path = std::filesystem::temp_directory_path() / "kiln_ir10.onnx";
+  save_model(m, path.string());
+  Model loaded = load_model(path.string());
+  EXPECT_EQ(loaded.ir_version, 10);
+  EXPECT_EQ(loaded.graph.nodes.size(), 2u);
+}
+
+}  // namespace
+}  // namespace kiln
