@@ -12,13 +12,11 @@
 namespace kiln {
 namespace {
 
-// The exact values of an int64/int32 input (Tensor::to_int64_vector goes through double, which
-// mangles the INT64_MAX/INT64_MIN sentinels that exporters put in Slice ends).
+// The values of an int32/int64 input, exactly (INT64_MAX sentinels included).
 std::vector<int64_t> int_values(const Tensor& t, const char* what) {
-  const Tensor c = t.contiguous();
-  if (c.dtype() == DType::Int64) return std::vector<int64_t>(c.data<int64_t>(), c.data<int64_t>() + c.numel());
-  if (c.dtype() == DType::Int32) return std::vector<int64_t>(c.data<int32_t>(), c.data<int32_t>() + c.numel());
-  throw TypeError(fmt::format("{} must be int64 or int32, got {}", what, c.describe()));
+  if (t.dtype() != DType::Int64 && t.dtype() != DType::Int32)
+    throw TypeError(fmt::format("{} must be int64 or int32, got {}", what, t.describe()));
+  return t.to_int64_vector();
 }
 
 // The output of an aliasing op: same bytes as the input, new shape. When the input's contents are

@@ -7,18 +7,17 @@
 #include <numeric>
 
 #include "core/parallel.h"
+#include "kernels/cpu/strided_copy.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-// The exact values of an int64/int32 input (Tensor::to_int64_vector goes through double, which
-// mangles the INT64_MAX/INT64_MIN sentinels that exporters put in Slice ends).
+// The values of an int32/int64 input (starts, ends, axes, steps, split), exactly.
 std::vector<int64_t> int_values(const Tensor& t, const char* what) {
-  const Tensor c = t.contiguous();
-  if (c.dtype() == DType::Int64) return std::vector<int64_t>(c.data<int64_t>(), c.data<int64_t>() + c.numel());
-  if (c.dtype() == DType::Int32) return std::vector<int64_t>(c.data<int32_t>(), c.data<int32_t>() + c.numel());
-  throw TypeError(fmt::format("{} must be int64 or int32, got {}", what, c.describe()));
+  if (t.dtype() != DType::Int64 && t.dtype() != DType::Int32)
+    throw TypeError(fmt::format("{} must be int64 or int32, got {}", what, t.describe()));
+  return t.to_int64_vector();
 }
 
 // Work per thread chunk: below this many bytes a copy stays on one thread.
@@ -128,7 +127,8 @@ void strided_copy_typed(const void* src, void* dst, const Walk& w) {
     copy_rows(s, d, w);
 }
 
-// Copies the strided view (shape, element strides from `src`) into contiguous `dst`.
+}  // namespace
+
 void strided_copy(const void* src, void* dst, const Shape& shape, const Strides& strides, size_t esize) {
   if (numel(shape) == 0) return;
   Walk w = simplify(shape, strides);
@@ -149,6 +149,8 @@ void strided_copy(const void* src, void* dst, const Shape& shape, const Strides&
       throw Unsupported(fmt::format("no strided copy for {}-byte elements", esize));
   }
 }
+
+namespace {
 
 class TransposeKernel : public Kernel {
  public:

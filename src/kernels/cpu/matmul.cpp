@@ -1,0 +1,397 @@
+// MatMul (numpy semantics: broadcast batch dims, 1-D operands promoted and their dim dropped) and
+// Gemm (Y = alpha * A' B' + beta * C, C broadcast to [M, N]). float32 runs on oneDNN's matmul
+// primitive, built once per planned shape; float64 on OpenBLAS dgemm; integer MatMul on loops.
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/parallel.h"
+#include "kernels/cpu/dnnl_common.h"
+#include "kiln/kernel.h"
+
+namespace kiln {
+namespace {
+
+using dnnl_util::plain_desc;
+using dnnl_util::strided_desc;
+
+std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
+
+void check_same_dtype(const char* op, const char* what, const TensorMeta& a, const TensorMeta& b) {
+  if (a.dtype != b.dtype)
+    throw TypeError(fmt::format("{}: {} must have the dtype of A, but A is {} and it is {}", op, what, describe(a),
+                                describe(b)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// MatMul
+
+// A MatMul's operands seen as (batches of) matrices.
+struct MatMulShape {
+  Shape a_batch, b_batch;  // left-padded with 1s to the rank of `batch`
+  Shape batch;             // broadcast batch dims of the output
+  int64_t m = 0, k = 0, n = 0;
+  Shape out;
+  // B is one matrix for every batch: A's batch folds into M and one 2-D product does it all.
+  bool b_single() const { return numel(b_batch) == 1; }
+};
+
+MatMulShape matmul_shape(const TensorMeta& a, const TensorMeta& b) {
+  if (a.shape.empty() || b.shape.empty())
+    throw ShapeError(fmt::format("MatMul: cannot multiply {} by {} (operands must have rank >= 1)", describe(a),
+                                 describe(b)));
+  Shape as = a.shape, bs = b.shape;
+  const bool a_vec = as.size() == 1, b_vec = bs.size() == 1;
+  if (a_vec) as.insert(as.begin(), 1);
+  if (b_vec) bs.push_back(1);
+  MatMulShape r;
+  r.m = as[as.size() - 2];
+  r.k = as.back();
+  r.n = bs.back();
+  if (bs[bs.size() - 2] != r.k)
+    throw ShapeError(fmt::format("MatMul: cannot multiply {} by {} (inner dims {} vs {})", describe(a), describe(b),
+                                 r.k, bs[bs.size() - 2]));
+  r.a_batch.assign(as.begin(), as.end() - 2);
+  r.b_batch.assign(bs.begin(), bs.end() - 2);
+  try {
+    r.batch = broadcast_shapes(r.a_batch, r.b_batch);
+  } catch (const ShapeError&) {
+    throw ShapeError(fmt::format("MatMul: cannot multiply {} by {} (batch dims {} and {} do not broadcast)",
+                                 describe(a), describe(b), to_string(r.a_batch), to_string(r.b_batch)));
+  }
+  r.a_batch.insert(r.a_batch.begin(), r.batch.size() - r.a_batch.size(), 1);
+  r.b_batch.insert(r.b_batch.begin(), r.batch.size() - r.b_batch.size(), 1);
+  r.out = r.batch;
+  if (!a_vec) r.out.push_back(r.m);
+  if (!b_vec) r.out.push_back(r.n);
+  return r;
+}
+
+// For each output batch (row-major), the indices of the A and B matrices it multiplies.
+std::vector<std::pair<int64_t, int64_t>> batch_pairs(const MatMulShape& s) {
+  const size_t r = s.batch.size();
+  const Strides as = contiguous_strides(s.a_batch), bs = contiguous_strides(s.b_batch);
+  std::vector<std::pair<int64_t, int64_t>> pairs(static_cast<size_t>(numel(s.batch)));
+  std::vector<int64_t> idx(r, 0);
+  for (auto& p : pairs) {
+    for (size_t d = 0; d < r; ++d) {
+      if (s.a_batch[d] != 1) p.first += idx[d] * as[d];
+      if (s.b_batch[d] != 1) p.second += idx[d] * bs[d];
+    }
+    for (size_t d = r; d-- > 0;) {
+      if (++idx[d] < s.batch[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return pairs;
+}
+
+class MatMulBase : public Kernel {
+ public:
+  using Kernel::Kernel;
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const TensorMeta& a = ctx.input(0);
+    const TensorMeta& b = ctx.input(1);
+    check_same_dtype("MatMul", "B", a, b);
+    return {TensorMeta{a.dtype, matmul_shape(a, b).out, a.dynamic || b.dynamic, Tensor()}};
+  }
+};
+
+// float32 on oneDNN. With a shared B, A's batch folds into M (one large GEMM, the Linear-layer
+// case); otherwise oneDNN's batched matmul broadcasts the batch dims itself.
+class MatMulF32 final : public MatMulBase {
+ public:
+  using MatMulBase::MatMulBase;
+  void prepare(const InferContext& ctx, const std::vector<TensorMeta>&) override {
+    build(ctx.shape(0), ctx.shape(1));
+  }
+  void compute(ComputeContext& ctx) override {
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    if (a.shape() != a_shape_ || b.shape() != b_shape_ || !built_) build(a.shape(), b.shape());
+    Tensor& y = ctx.output(0);
+    if (y.numel() == 0) return;
+    if (s_.k == 0) {
+      std::memset(y.raw_data(), 0, y.nbytes());
+      return;
+    }
+    dnnl_util::execute(prim_,
+                       {{DNNL_ARG_SRC, dnnl_util::memory_of(src_, a)},
+                        {DNNL_ARG_WEIGHTS, dnnl_util::memory_of(wei_, b)},
+                        {DNNL_ARG_DST, dnnl_util::memory_of(dst_, y)}},
+                       "matmul");
+  }
+
+ private:
+  void build(const Shape& a, const Shape& b) {
+    a_shape_ = a;
+    b_shape_ = b;
+    s_ = matmul_shape(TensorMeta{DType::Float32, a, false, Tensor()}, TensorMeta{DType::Float32, b, false, Tensor()});
+    built_ = true;
+    if (numel(s_.out) == 0 || s_.k == 0) return;  // nothing for oneDNN to do
+    if (s_.b_single()) {
+      const int64_t rows = numel(s_.a_batch) * s_.m;
+      src_ = plain_desc({rows, s_.k});
+      wei_ = plain_desc({s_.k, s_.n});
+      dst_ = plain_desc({rows, s_.n});
+    } else {
+      if (s_.batch.size() + 2 > DNNL_MAX_NDIMS)
+        throw Unsupported(fmt::format("MatMul: {} batch dims exceed oneDNN's limit of {} dims", s_.batch.size(),
+                                      DNNL_MAX_NDIMS));
+      auto with = [](Shape batch, int64_t r, int64_t c) {
+        batch.push_back(r);
+        batch.push_back(c);
+        return batch;
+      };
+      src_ = plain_desc(with(s_.a_batch, s_.m, s_.k));
+      wei_ = plain_desc(with(s_.b_batch, s_.k, s_.n));
+      dst_ = plain_desc(with(s_.batch, s_.m, s_.n));
+    }
+    const std::string what = fmt::format("build a matmul for float{} x float{}", to_string(a), to_string(b));
+    prim_ = dnnl_util::checked(what, [&] {
+      return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_, wei_, dst_), dnnl_util::engine()));
+    });
+  }
+
+  Shape a_shape_, b_shape_;
+  MatMulShape s_;
+  bool built_ = false;
+  dnnl::memory::desc src_, wei_, dst_;
+  dnnl::matmul prim_;
+};
+
+class MatMulF64 final : public MatMulBase {
+ public:
+  using MatMulBase::MatMulBase;
+  void compute(ComputeContext& ctx) override {
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    Tensor& y = ctx.output(0);
+    const MatMulShape s = matmul_shape(TensorMeta::of(a), TensorMeta::of(b));
+    if (y.numel() == 0) return;
+    if (s.k == 0) {
+      std::memset(y.raw_data(), 0, y.nbytes());
+      return;
+    }
+    const double* pa = a.data<double>();
+    const double* pb = b.data<double>();
+    double* py = y.data<double>();
+    if (s.b_single()) {
+      const int64_t rows = numel(s.a_batch) * s.m;
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(s.n), int(s.k), 1.0, pa, int(s.k), pb,
+                  int(s.n), 0.0, py, int(s.n));
+      return;
+    }
+    const auto pairs = batch_pairs(s);
+    for (size_t i = 0; i < pairs.size(); ++i)
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(s.m), int(s.n), int(s.k), 1.0,
+                  pa + pairs[i].first * s.m * s.k, int(s.k), pb + pairs[i].second * s.k * s.n, int(s.n), 0.0,
+                  py + int64_t(i) * s.m * s.n, int(s.n));
+  }
+};
+
+// Integer MatMul: exact, wrapping like ONNX Runtime's; row by row across threads.
+template <class T>
+class MatMulInt final : public MatMulBase {
+ public:
+  using MatMulBase::MatMulBase;
+  void compute(ComputeContext& ctx) override {
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    Tensor& y = ctx.output(0);
+    const MatMulShape s = matmul_shape(TensorMeta::of(a), TensorMeta::of(b));
+    const auto pairs = batch_pairs(s);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* py = y.data<T>();
+    const int64_t m = s.m, k = s.k, n = s.n;
+    parallel_for(int64_t(pairs.size()) * m, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, k * n)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t row = begin; row < end; ++row) {
+                     const auto [ai, bi] = pairs[size_t(row / m)];
+                     const T* ar = pa + ai * m * k + (row % m) * k;
+                     const T* bm = pb + bi * k * n;
+                     T* yr = py + row * n;
+                     std::fill(yr, yr + n, T(0));
+                     for (int64_t p = 0; p < k; ++p) {
+                       const T av = ar[p];
+                       for (int64_t j = 0; j < n; ++j) yr[j] = T(yr[j] + av * bm[p * n + j]);
+                     }
+                   }
+                 });
+  }
+};
+
+template <class K>
+std::unique_ptr<Kernel> make(const Node& n) {
+  return std::make_unique<K>(n);
+}
+
+const KernelRegistrar matmul_f32({"", "MatMul", 1, kMaxOpset, {DType::Float32}}, make<MatMulF32>);
+const KernelRegistrar matmul_f64({"", "MatMul", 1, kMaxOpset, {DType::Float64}}, make<MatMulF64>);
+const KernelRegistrar matmul_i32({"", "MatMul", 9, kMaxOpset, {DType::Int32}}, make<MatMulInt<int32_t>>);
+const KernelRegistrar matmul_i64({"", "MatMul", 9, kMaxOpset, {DType::Int64}}, make<MatMulInt<int64_t>>);
+const KernelRegistrar matmul_u32({"", "MatMul", 9, kMaxOpset, {DType::Uint32}}, make<MatMulInt<uint32_t>>);
+const KernelRegistrar matmul_u64({"", "MatMul", 9, kMaxOpset, {DType::Uint64}}, make<MatMulInt<uint64_t>>);
+
+// ---------------------------------------------------------------------------------------------
+// Gemm
+
+struct GemmShape {
+  int64_t m = 0, k = 0, n = 0;
+  bool trans_a = false, trans_b = false;
+  bool has_c = false;
+  Shape c;  // C's shape when present
+};
+
+GemmShape gemm_shape(const Node& node, const InferContext& ctx) {
+  const TensorMeta& a = ctx.input(0);
+  const TensorMeta& b = ctx.input(1);
+  check_same_dtype("Gemm", "B", a, b);
+  GemmShape g;
+  g.trans_a = node.attr_int("transA", 0) != 0;
+  g.trans_b = node.attr_int("transB", 0) != 0;
+  if (a.shape.size() != 2 || b.shape.size() != 2)
+    throw ShapeError(fmt::format("Gemm: A {} and B {} must both be 2-D", describe(a), describe(b)));
+  g.m = g.trans_a ? a.shape[1] : a.shape[0];
+  g.k = g.trans_a ? a.shape[0] : a.shape[1];
+  const int64_t kb = g.trans_b ? b.shape[1] : b.shape[0];
+  g.n = g.trans_b ? b.shape[0] : b.shape[1];
+  if (g.k != kb)
+    throw ShapeError(fmt::format("Gemm: cannot multiply A {} (transA={}: {}x{}) by B {} (transB={}: {}x{}) (inner dims "
+                                 "{} vs {})",
+                                 describe(a), int(g.trans_a), g.m, g.k, describe(b), int(g.trans_b), kb, g.n, g.k, kb));
+  if (ctx.has_input(2)) {
+    const TensorMeta& c = ctx.input(2);
+    check_same_dtype("Gemm", "C", a, c);
+    const Shape mn{g.m, g.n};
+    bool ok = c.shape.size() <= 2;
+    if (ok) {
+      try {
+        ok = broadcast_shapes(c.shape, mn) == mn;
+      } catch (const ShapeError&) {
+        ok = false;
+      }
+    }
+    if (!ok)
+      throw ShapeError(fmt::format("Gemm: C {} does not broadcast to the output [M, N] = {}", describe(c),
+                                   to_string(mn)));
+    g.has_c = true;
+    g.c = c.shape;
+  } else if (ctx.opset < 11) {
+    throw InvalidModel(fmt::format("Gemm: input C is required before opset 11 (this model is opset {})", ctx.opset));
+  }
+  return g;
+}
+
+// Writes C broadcast to [M, N] into y (row-major).
+template <class T>
+void broadcast_c(const GemmShape& g, const T* c, T* y) {
+  const int64_t cm = g.c.size() == 2 ? g.c[0] : 1;
+  const int64_t cn = g.c.empty() ? 1 : g.c.back();
+  for (int64_t i = 0; i < g.m; ++i) {
+    const T* row = c + (cm == 1 ? 0 : i) * cn;
+    T* out = y + i * g.n;
+    if (cn == 1)
+      std::fill(out, out + g.n, row[0]);
+    else
+      std::copy(row, row + g.n, out);
+  }
+}
+
+class GemmBase : public Kernel {
+ public:
+  using Kernel::Kernel;
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    g_ = gemm_shape(node_, ctx);
+    const bool dyn = ctx.input(0).dynamic || ctx.input(1).dynamic;
+    return {TensorMeta{ctx.dtype(0), {g_.m, g_.n}, dyn, Tensor()}};
+  }
+
+ protected:
+  float alpha() const { return node_.attr_float("alpha", 1.f); }
+  float beta() const { return node_.attr_float("beta", 1.f); }
+  bool uses_c() const { return g_.has_c && beta() != 0.f; }
+  GemmShape g_;
+};
+
+// float32 on oneDNN: transposes are strides, alpha an output scale, beta*C a sum post-op over the
+// output, which is first filled with C broadcast.
+class GemmF32 final : public GemmBase {
+ public:
+  using GemmBase::GemmBase;
+  void prepare(const InferContext& ctx, const std::vector<TensorMeta>&) override {
+    build();
+  }
+  void compute(ComputeContext& ctx) override {
+    Tensor& y = ctx.output(0);
+    if (!built_ || y.shape() != Shape{g_.m, g_.n}) build();
+    if (y.numel() == 0) return;
+    float* py = y.data<float>();
+    if (uses_c()) {
+      broadcast_c(g_, ctx.input(2).data<float>(), py);
+    }
+    if (g_.k == 0) {  // alpha * (empty product) = 0
+      const float b = uses_c() ? beta() : 0.f;
+      for (int64_t i = 0; i < y.numel(); ++i) py[i] = uses_c() ? b * py[i] : 0.f;
+      return;
+    }
+    dnnl_util::execute(prim_,
+                       {{DNNL_ARG_SRC, dnnl_util::memory_of(a_, ctx.input(0))},
+                        {DNNL_ARG_WEIGHTS, dnnl_util::memory_of(b_, ctx.input(1))},
+                        {DNNL_ARG_DST, dnnl_util::memory_of(y_, y)}},
+                       "gemm");
+  }
+
+ private:
+  void build() {
+    built_ = true;
+    if (g_.m == 0 || g_.n == 0 || g_.k == 0) return;
+    a_ = strided_desc({g_.m, g_.k}, g_.trans_a ? Strides{1, g_.m} : Strides{g_.k, 1});
+    b_ = strided_desc({g_.k, g_.n}, g_.trans_b ? Strides{1, g_.k} : Strides{g_.n, 1});
+    y_ = plain_desc({g_.m, g_.n});
+    dnnl::primitive_attr attr;
+    if (alpha() != 1.f) attr.set_output_scales(0, {alpha()});
+    if (uses_c()) {
+      dnnl::post_ops ops;
+      ops.append_sum(beta());
+      attr.set_post_ops(ops);
+    }
+    prim_ = dnnl_util::checked(fmt::format("build a gemm for [{}, {}] x [{}, {}]", g_.m, g_.k, g_.k, g_.n), [&] {
+      return dnnl::matmul(
+          dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_, b_, y_), attr, dnnl_util::engine()));
+    });
+  }
+
+  bool built_ = false;
+  dnnl::memory::desc a_, b_, y_;
+  dnnl::matmul prim_;
+};
+
+class GemmF64 final : public GemmBase {
+ public:
+  using GemmBase::GemmBase;
+  void compute(ComputeContext& ctx) override {
+    Tensor& y = ctx.output(0);
+    if (y.numel() == 0) return;
+    double* py = y.data<double>();
+    const double b = uses_c() ? beta() : 0.0;
+    if (uses_c()) broadcast_c(g_, ctx.input(2).data<double>(), py);
+    if (g_.k == 0) {
+      for (int64_t i = 0; i < y.numel(); ++i) py[i] = uses_c() ? b * py[i] : 0.0;
+      return;
+    }
+    cblas_dgemm(CblasRowMajor, g_.trans_a ? CblasTrans : CblasNoTrans, g_.trans_b ? CblasTrans : CblasNoTrans,
+                int(g_.m), int(g_.n), int(g_.k), double(alpha()), ctx.input(0).data<double>(),
+                int(g_.trans_a ? g_.m : g_.k), ctx.input(1).data<double>(), int(g_.trans_b ? g_.k : g_.n), b, py,
+                int(g_.n));
+  }
+};
+
+const KernelRegistrar gemm_f32({"", "Gemm", 7, kMaxOpset, {DType::Float32}}, make<GemmF32>);
+const KernelRegistrar gemm_f64({"", "Gemm", 7, kMaxOpset, {DType::Float64}}, make<GemmF64>);
+
+}  // namespace
+}  // namespace kiln

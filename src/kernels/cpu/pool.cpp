@@ -1,0 +1,302 @@
+// MaxPool, AveragePool (1-D to 3-D; explicit or automatic padding, ceil_mode, dilations,
+// count_include_pad) on oneDNN's pooling_v2, and GlobalAveragePool / GlobalMaxPool on its
+// reduction primitive. MaxPool's optional Indices output is computed by a plain loop instead, since
+// oneDNN's workspace does not hold ONNX's flat indices.
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "core/parallel.h"
+#include "kernels/cpu/dnnl_common.h"
+#include "kiln/kernel.h"
+
+namespace kiln {
+namespace {
+
+using dnnl::memory;
+using dnnl_util::to_dims;
+
+std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
+
+void check_pool_input(const char* op, const TensorMeta& x, size_t max_spatial) {
+  if (x.shape.size() < 3)
+    throw ShapeError(fmt::format("{}: input {} must be [N, C, D1, ...] with at least one spatial dim", op, describe(x)));
+  if (x.shape.size() - 2 > max_spatial)
+    throw Unsupported(fmt::format("{}: input {} has {} spatial dims; Kiln supports 1 to {}", op, describe(x),
+                                  x.shape.size() - 2, max_spatial));
+}
+
+// MaxPool and AveragePool: the shared window arithmetic and oneDNN primitive.
+class PoolKernel : public Kernel {
+ public:
+  PoolKernel(const Node& node, const char* op) : Kernel(node), op_(op) {}
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const TensorMeta& x = ctx.input(0);
+    check_pool_input(op_, x, 3);
+    x_ = x.shape;
+    dtype_ = x.dtype;
+    const Shape spatial(x.shape.begin() + 2, x.shape.end());
+    if (!node_.has_attr("kernel_shape"))
+      throw InvalidModel(fmt::format("{}: attribute 'kernel_shape' is required", op_));
+    const std::vector<int64_t> kernel = node_.attr_ints("kernel_shape");
+    if (kernel.size() != spatial.size())
+      throw ShapeError(fmt::format("{}: kernel_shape [{}] has {} dims but input {} has {} spatial dims", op_,
+                                   fmt::join(kernel, ", "), kernel.size(), describe(x), spatial.size()));
+    for (int64_t k : kernel)
+      if (k < 1) throw InvalidModel(fmt::format("{}: kernel_shape [{}] must be positive", op_, fmt::join(kernel, ", ")));
+    win_ = dnnl_util::make_window(node_, spatial, kernel, true);
+    y_ = {x.shape[0], x.shape[1]};
+    y_.insert(y_.end(), win_.out.begin(), win_.out.end());
+    built_ = false;
+    return {TensorMeta{x.dtype, y_, x.dynamic, Tensor()}};
+  }
+
+  void prepare(const InferContext&, const std::vector<TensorMeta>&) override { build(); }
+
+  void compute(ComputeContext& ctx) override {
+    if (!built_) build();
+    Tensor& y = ctx.output(0);
+    if (y.numel() == 0) return;
+    const memory::data_type dt = dnnl_util::data_type_of(dtype_, op_);
+    dnnl_util::execute(prim_,
+                       {{DNNL_ARG_SRC, dnnl_util::memory_of(dnnl_util::plain_desc(x_, dt), ctx.input(0))},
+                        {DNNL_ARG_DST, dnnl_util::memory_of(dnnl_util::plain_desc(y_, dt), y)}},
+                       fmt::format("{} pooling", op_));
+    after(y);
+  }
+
+ protected:
+  virtual dnnl::algorithm algorithm() const = 0;
+  virtual void after(Tensor& y) { (void)y; }
+
+  void build() {
+    built_ = true;
+    if (numel(y_) == 0) return;
+    const memory::data_type dt = dnnl_util::data_type_of(dtype_, op_);
+    std::vector<int64_t> dil = win_.dilations;
+    for (int64_t& d : dil) d -= 1;  // oneDNN counts the holes between taps
+    const std::string what = fmt::format("build {} for input {}{} (kernel [{}])", op_, dtype_name(dtype_),
+                                         to_string(x_), fmt::join(win_.kernel, ", "));
+    prim_ = dnnl_util::checked(what, [&] {
+      dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, algorithm(), dnnl_util::plain_desc(x_, dt),
+                                       dnnl_util::plain_desc(y_, dt), to_dims(win_.strides), to_dims(win_.kernel),
+                                       to_dims(dil), to_dims(win_.pad_begin), to_dims(win_.dnnl_pad_end));
+      return dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(d, dnnl_util::engine()));
+    });
+  }
+
+  const char* op_;
+  Shape x_, y_;
+  DType dtype_ = DType::Float32;
+  dnnl_util::Window win_;
+  bool built_ = false;
+  dnnl::pooling_v2_forward prim_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// MaxPool
+
+// Max and its flat index (ONNX's Indices: row-major over the whole input, or column-major over
+// the spatial dims with storage_order=1) by direct loops; spatial dims padded to three.
+template <class T>
+void max_pool_with_indices(const Tensor& x, const dnnl_util::Window& w, bool column_major, Tensor& y, Tensor& idx) {
+  const size_t nsp = w.out.size(), off = 3 - nsp;
+  std::vector<int64_t> in(3, 1), out(3, 1), k(3, 1), s(3, 1), d(3, 1), p(3, 0);
+  for (size_t i = 0; i < nsp; ++i) {
+    in[off + i] = x.shape()[2 + i];
+    out[off + i] = w.out[i];
+    k[off + i] = w.kernel[i];
+    s[off + i] = w.strides[i];
+    d[off + i] = w.dilations[i];
+    p[off + i] = w.pad_begin[i];
+  }
+  const int64_t planes = x.dim(0) * x.dim(1), in_plane = in[0] * in[1] * in[2], out_plane = out[0] * out[1] * out[2];
+  const T* px = x.data<T>();
+  T* py = y.data<T>();
+  int64_t* pi = idx.data<int64_t>();
+  parallel_for(planes, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t pl = begin; pl < end; ++pl) {
+      const T* xp = px + pl * in_plane;
+      int64_t o = pl * out_plane;
+      for (int64_t o0 = 0; o0 < out[0]; ++o0)
+        for (int64_t o1 = 0; o1 < out[1]; ++o1)
+          for (int64_t o2 = 0; o2 < out[2]; ++o2, ++o) {
+            T best = std::numeric_limits<T>::lowest();
+            int64_t at = -1;
+            for (int64_t k0 = 0; k0 < k[0]; ++k0) {
+              const int64_t i0 = o0 * s[0] - p[0] + k0 * d[0];
+              if (i0 < 0 || i0 >= in[0]) continue;
+              for (int64_t k1 = 0; k1 < k[1]; ++k1) {
+                const int64_t i1 = o1 * s[1] - p[1] + k1 * d[1];
+                if (i1 < 0 || i1 >= in[1]) continue;
+                for (int64_t k2 = 0; k2 < k[2]; ++k2) {
+                  const int64_t i2 = o2 * s[2] - p[2] + k2 * d[2];
+                  if (i2 < 0 || i2 >= in[2]) continue;
+                  const int64_t flat = (i0 * in[1] + i1) * in[2] + i2;
+                  if (at < 0 || xp[flat] > best) {
+                    best = xp[flat];
+                    // Column-major is only asked of 1-D and 2-D pools: (h, w) -> w * H + h.
+                    at = column_major ? i2 * in[1] + i1 : flat;
+                  }
+                }
+              }
+            }
+            py[o] = best;
+            pi[o] = pl * in_plane + at;
+          }
+    }
+  });
+}
+
+class MaxPoolKernel final : public PoolKernel {
+ public:
+  explicit MaxPoolKernel(const Node& node) : PoolKernel(node, "MaxPool") {}
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    std::vector<TensorMeta> out = PoolKernel::infer(ctx);
+    if (node_.outputs.size() > 1 && !node_.outputs[1].empty()) {
+      column_major_ = node_.attr_int("storage_order", 0) != 0;
+      if (column_major_ && x_.size() > 4)
+        throw Unsupported(fmt::format("MaxPool: storage_order=1 (column-major Indices) for the 3-D input {}{}",
+                                      dtype_name(dtype_), to_string(x_)));
+      with_indices_ = true;
+      out.push_back(TensorMeta{DType::Int64, y_, out[0].dynamic, Tensor()});
+    }
+    return out;
+  }
+  void prepare(const InferContext& ctx, const std::vector<TensorMeta>& outs) override {
+    if (!with_indices_) PoolKernel::prepare(ctx, outs);
+  }
+  void compute(ComputeContext& ctx) override {
+    if (!with_indices_) return PoolKernel::compute(ctx);
+    visit_dtype(dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>)
+        max_pool_with_indices<T>(ctx.input(0), win_, column_major_, ctx.output(0), ctx.output(1));
+      else
+        throw Unsupported(fmt::format("MaxPool: {} input", dtype_name(dtype_)));
+    });
+  }
+
+ protected:
+  dnnl::algorithm algorithm() const override { return dnnl::algorithm::pooling_max; }
+
+ private:
+  bool with_indices_ = false;
+  bool column_major_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// AveragePool
+
+class AveragePoolKernel final : public PoolKernel {
+ public:
+  explicit AveragePoolKernel(const Node& node) : PoolKernel(node, "AveragePool") {}
+
+ protected:
+  // count_include_pad counts the explicit pads but never ceil_mode's extra partial window (ONNX
+  // Runtime's rule). oneDNN's include-padding counts the whole kernel, so with that extra window
+  // Kiln averages over the input only and rescales by (taps in input) / (taps in padded input).
+  dnnl::algorithm algorithm() const override {
+    if (include_pad() && !win_.extended()) return dnnl::algorithm::pooling_avg_include_padding;
+    return dnnl::algorithm::pooling_avg_exclude_padding;
+  }
+
+  void after(Tensor& y) override {
+    if (!include_pad() || !win_.extended()) return;
+    const std::vector<float> factor = rescale();
+    const int64_t plane = static_cast<int64_t>(factor.size());
+    float* py = y.data<float>();
+    parallel_for(y.dim(0) * y.dim(1), 16, [&](int64_t begin, int64_t end) {
+      for (int64_t pl = begin; pl < end; ++pl)
+        for (int64_t i = 0; i < plane; ++i) py[pl * plane + i] *= factor[size_t(i)];
+    });
+  }
+
+ private:
+  bool include_pad() const { return node_.attr_int("count_include_pad", 0) != 0; }
+
+  // Per output position: taps inside the input over taps inside the explicitly padded input.
+  std::vector<float> rescale() const {
+    std::vector<double> f{1.0};
+    for (size_t i = 0; i < win_.out.size(); ++i) {
+      const int64_t in = x_[2 + i];
+      std::vector<double> next;
+      next.reserve(f.size() * size_t(win_.out[i]));
+      for (double prev : f)
+        for (int64_t o = 0; o < win_.out[i]; ++o) {
+          int64_t inside = 0, padded = 0;
+          for (int64_t k = 0; k < win_.kernel[i]; ++k) {
+            const int64_t pos = o * win_.strides[i] - win_.pad_begin[i] + k * win_.dilations[i];
+            inside += pos >= 0 && pos < in;
+            padded += pos >= -win_.pad_begin[i] && pos < in + win_.pad_end[i];
+          }
+          next.push_back(prev * double(inside) / double(padded));
+        }
+      f = std::move(next);
+    }
+    return std::vector<float>(f.begin(), f.end());
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// GlobalAveragePool, GlobalMaxPool
+
+class GlobalPoolKernel final : public Kernel {
+ public:
+  GlobalPoolKernel(const Node& node, dnnl::algorithm alg) : Kernel(node), alg_(alg) {}
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const TensorMeta& x = ctx.input(0);
+    check_pool_input(node_.op_type.c_str(), x, DNNL_MAX_NDIMS - 2);
+    x_ = x.shape;
+    y_ = x.shape;
+    std::fill(y_.begin() + 2, y_.end(), 1);
+    built_ = false;
+    return {TensorMeta{x.dtype, y_, x.dynamic, Tensor()}};
+  }
+  void prepare(const InferContext&, const std::vector<TensorMeta>&) override { build(); }
+  void compute(ComputeContext& ctx) override {
+    if (!built_) build();
+    Tensor& y = ctx.output(0);
+    if (y.numel() == 0) return;
+    if (numel(x_) == 0)
+      throw ShapeError(fmt::format("{}: input float{} has an empty spatial extent", node_.op_type, to_string(x_)));
+    dnnl_util::execute(prim_,
+                       {{DNNL_ARG_SRC, dnnl_util::memory_of(dnnl_util::plain_desc(x_), ctx.input(0))},
+                        {DNNL_ARG_DST, dnnl_util::memory_of(dnnl_util::plain_desc(y_), y)}},
+                       node_.op_type);
+  }
+
+ private:
+  void build() {
+    built_ = true;
+    if (numel(x_) == 0) return;
+    prim_ = dnnl_util::checked(fmt::format("build {} for input float{}", node_.op_type, to_string(x_)), [&] {
+      dnnl::reduction::desc d(alg_, dnnl_util::plain_desc(x_), dnnl_util::plain_desc(y_), 0.f, 0.f);
+      return dnnl::reduction(dnnl::reduction::primitive_desc(d, dnnl_util::engine()));
+    });
+  }
+
+  dnnl::algorithm alg_;
+  Shape x_, y_;
+  bool built_ = false;
+  dnnl::reduction prim_;
+};
+
+const KernelRegistrar max_pool_f32({"", "MaxPool", 1, kMaxOpset, {DType::Float32}},
+                                   [](const Node& n) { return std::make_unique<MaxPoolKernel>(n); });
+const KernelRegistrar max_pool_i8({"", "MaxPool", 12, kMaxOpset, {DType::Int8, DType::Uint8}},
+                                  [](const Node& n) { return std::make_unique<MaxPoolKernel>(n); });
+const KernelRegistrar avg_pool_f32({"", "AveragePool", 1, kMaxOpset, {DType::Float32}},
+                                   [](const Node& n) { return std::make_unique<AveragePoolKernel>(n); });
+const KernelRegistrar global_avg_f32({"", "GlobalAveragePool", 1, kMaxOpset, {DType::Float32}}, [](const Node& n) {
+  return std::make_unique<GlobalPoolKernel>(n, dnnl::algorithm::reduction_mean);
+});
+const KernelRegistrar global_max_f32({"", "GlobalMaxPool", 1, kMaxOpset, {DType::Float32}}, [](const Node& n) {
+  return std::make_unique<GlobalPoolKernel>(n, dnnl::algorithm::reduction_max);
+});
+
+}  // namespace
+}  // namespace kiln

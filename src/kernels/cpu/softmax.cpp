@@ -1,0 +1,90 @@
+// Softmax and LogSoftmax on oneDNN's softmax_v2 (accurate: max-subtracted). Opset 13 normalises
+// along one axis (default -1); opsets 1-12 flatten the input to 2-D at `axis` (default 1) and
+// normalise each row, so they are registered separately.
+#include <fmt/format.h>
+
+#include "kernels/cpu/dnnl_common.h"
+#include "kiln/kernel.h"
+
+namespace kiln {
+namespace {
+
+class SoftmaxF32 final : public Kernel {
+ public:
+  SoftmaxF32(const Node& node, dnnl::algorithm alg, bool flatten) : Kernel(node), alg_(alg), flatten_(flatten) {}
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const TensorMeta& x = ctx.input(0);
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    const int64_t attr = node_.attr_int("axis", flatten_ ? 1 : -1);
+    // Opsets 1-12 also accept axis == rank: the flattening then makes every element its own row.
+    const int64_t axis = attr < 0 ? attr + rank : attr;
+    if (rank > 0 && (axis < 0 || axis > (flatten_ ? rank : rank - 1)))
+      throw ShapeError(fmt::format("{}: axis {} is out of range for input float{} (rank {})", node_.op_type, attr,
+                                   to_string(x.shape), rank));
+    // A scalar is a one-element vector: softmax 1, log-softmax 0.
+    if (rank == 0) {
+      view_ = {1};
+      axis_ = 0;
+    } else if (flatten_) {
+      int64_t outer = 1, inner = 1;
+      for (int64_t i = 0; i < rank; ++i) (i < axis ? outer : inner) *= x.shape[size_t(i)];
+      view_ = {outer, inner};
+      axis_ = 1;
+    } else {
+      view_ = x.shape;
+      axis_ = axis;
+    }
+    if (view_.size() > DNNL_MAX_NDIMS)
+      throw Unsupported(fmt::format("{}: input float{} has more than {} dims", node_.op_type, to_string(x.shape),
+                                    DNNL_MAX_NDIMS));
+    built_ = false;
+    return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
+  }
+
+  void prepare(const InferContext&, const std::vector<TensorMeta>&) override { build(); }
+
+  void compute(ComputeContext& ctx) override {
+    if (!built_) build();
+    Tensor& y = ctx.output(0);
+    if (y.numel() == 0) return;
+    const dnnl::memory::desc d = dnnl_util::plain_desc(view_);
+    dnnl_util::execute(prim_, {{DNNL_ARG_SRC, dnnl_util::memory_of(d, ctx.input(0))}, {DNNL_ARG_DST, dnnl_util::memory_of(d, y)}},
+                       node_.op_type);
+  }
+
+ private:
+  void build() {
+    built_ = true;
+    if (numel(view_) == 0) return;
+    prim_ = dnnl_util::checked(fmt::format("build {} over axis {} of float{}", node_.op_type, axis_, to_string(view_)),
+                               [&] {
+                                 const dnnl::memory::desc md = dnnl_util::plain_desc(view_);
+                                 dnnl::softmax_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg_, md, md,
+                                                                  static_cast<int>(axis_));
+                                 return dnnl::softmax_v2_forward(
+                                     dnnl::softmax_v2_forward::primitive_desc(d, dnnl_util::engine()));
+                               });
+  }
+
+  dnnl::algorithm alg_;
+  bool flatten_;
+  Shape view_;
+  int64_t axis_ = 0;
+  bool built_ = false;
+  dnnl::softmax_v2_forward prim_;
+};
+
+KernelRegistrar reg(const char* op, int64_t since, int64_t end, dnnl::algorithm alg) {
+  const bool flatten = since < 13;
+  return KernelRegistrar({"", op, since, end, {DType::Float32}},
+                         [alg, flatten](const Node& n) { return std::make_unique<SoftmaxF32>(n, alg, flatten); });
+}
+
+const KernelRegistrar softmax_1 = reg("Softmax", 1, 12, dnnl::algorithm::softmax_accurate);
+const KernelRegistrar softmax_13 = reg("Softmax", 13, kMaxOpset, dnnl::algorithm::softmax_accurate);
+const KernelRegistrar log_softmax_1 = reg("LogSoftmax", 1, 12, dnnl::algorithm::softmax_log);
+const KernelRegistrar log_softmax_13 = reg("LogSoftmax", 13, kMaxOpset, dnnl::algorithm::softmax_log);
+
+}  // namespace
+}  // namespace kiln

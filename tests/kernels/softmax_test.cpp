@@ -1,0 +1,106 @@
+// Softmax and LogSoftmax against the definition evaluated in double: opset 13's single axis and
+// opsets 1-12's flatten-to-2-D semantics.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kiln/kernel.h"
+
+namespace kiln {
+namespace {
+
+Tensor random_tensor(const Shape& shape, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-4.f, 4.f);
+  Tensor t = Tensor::empty(DType::Float32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(gen);
+  return t;
+}
+
+Node softmax_node(const std::string& op, std::optional<int64_t> axis) {
+  Node n;
+  n.name = "sm";
+  n.op_type = op;
+  n.inputs = {"x"};
+  n.outputs = {"y"};
+  if (axis) n.attrs["axis"] = Attribute::of_int(*axis);
+  return n;
+}
+
+// (Log)softmax of x viewed as [outer, n, inner] along the middle dim.
+std::vector<double> ref_softmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log) {
+  std::vector<double> y(size_t(x.numel()));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      auto at = [&](int64_t j) { return (o * n + j) * inner + i; };
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x.item_as_double(at(j)));
+      for (int64_t j = 0; j < n; ++j) sum += std::exp(x.item_as_double(at(j)) - mx);
+      for (int64_t j = 0; j < n; ++j) {
+        const double v = x.item_as_double(at(j)) - mx;
+        y[size_t(at(j))] = log ? v - std::log(sum) : std::exp(v) / sum;
+      }
+    }
+  return y;
+}
+
+// max |y - ref| <= tol * max(1, max |ref|): probabilities are <= 1, log-probabilities reach ~-10.
+void expect_close(const Tensor& y, const std::vector<double>& ref, double tol) {
+  double err = 0, scale = 1;
+  for (double v : ref) scale = std::max(scale, std::abs(v));
+  for (int64_t i = 0; i < y.numel(); ++i) err = std::max(err, std::abs(y.item_as_double(i) - ref[size_t(i)]));
+  EXPECT_LE(err, tol * scale) << "max abs err " << err << ", max |ref| " << scale;
+}
+
+TEST(Softmax, Opset13NormalisesOneAxis) {
+  const Shape s{3, 4, 5};
+  Tensor x = random_tensor(s, 1);
+  for (bool log : {false, true})
+    for (int64_t axis : {0, 1, 2, -1, -3}) {
+      SCOPED_TRACE(fmt::format("log={} axis={}", log, axis));
+      const int64_t a = axis < 0 ? axis + 3 : axis;
+      int64_t outer = 1, inner = 1;
+      for (int64_t d = 0; d < a; ++d) outer *= s[size_t(d)];
+      for (int64_t d = a + 1; d < 3; ++d) inner *= s[size_t(d)];
+      Tensor y = run_node(softmax_node(log ? "LogSoftmax" : "Softmax", axis), {x}, 13).at(0);
+      ASSERT_EQ(y.shape(), s);
+      expect_close(y, ref_softmax(x, outer, s[size_t(a)], inner, log), 1e-6);
+    }
+  // The default axis is the last one.
+  expect_close(run_node(softmax_node("Softmax", std::nullopt), {x}, 17).at(0), ref_softmax(x, 12, 5, 1, false), 1e-6);
+}
+
+TEST(Softmax, Opset11FlattensAtAxis) {
+  const Shape s{2, 3, 4};
+  Tensor x = random_tensor(s, 2);
+  for (bool log : {false, true}) {
+    const std::string op = log ? "LogSoftmax" : "Softmax";
+    // Default axis 1: rows of 3*4 elements.
+    expect_close(run_node(softmax_node(op, std::nullopt), {x}, 11).at(0), ref_softmax(x, 2, 12, 1, log), 1e-6);
+    expect_close(run_node(softmax_node(op, 0), {x}, 11).at(0), ref_softmax(x, 1, 24, 1, log), 1e-6);
+    expect_close(run_node(softmax_node(op, -1), {x}, 11).at(0), ref_softmax(x, 6, 4, 1, log), 1e-6);
+  }
+}
+
+TEST(Softmax, LargeInputsStayFinite) {
+  Tensor x = Tensor::from_vector<float>({2, 3}, {1000.f, 1001.f, 1002.f, -1000.f, -1001.f, -1002.f});
+  expect_close(run_node(softmax_node("Softmax", 1), {x}).at(0), ref_softmax(x, 2, 3, 1, false), 1e-6);
+  expect_close(run_node(softmax_node("LogSoftmax", 1), {x}).at(0), ref_softmax(x, 2, 3, 1, true), 1e-6);
+}
+
+TEST(Softmax, AxisOutOfRangeIsNamed) {
+  try {
+    run_node(softmax_node("Softmax", 3), {random_tensor({2, 3, 4}, 1)}, 13);
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("axis 3 is out of range for input float[2, 3, 4] (rank 3)"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("node 'sm' (Softmax)"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln
