@@ -1,5 +1,5 @@
 // Activations: Relu, LeakyRelu, Sigmoid, Tanh, Elu, Selu, Softplus, HardSigmoid, HardSwish, Clip,
-// PRelu. Float32 runs on oneDNN's eltwise primitive where its algorithm is the ONNX formula, NaN
+// PRelu, Celu, Softsign, ThresholdedRelu, Shrink, Mish, Gelu. Float32 runs on oneDNN's eltwise primitive where its algorithm is the ONNX formula, NaN
 // handling included, and its accuracy is within 1e-6 relative (activation_test checks each against
 // double); other dtypes, and ops where oneDNN falls short (said at each), are plain vectorised loops.
 #include <cmath>
@@ -183,6 +183,80 @@ class PReluKernel final : public Kernel {
   std::optional<size_t> inplace_input() const override { return 0; }
 };
 
+// ---- Celu, Softsign, ThresholdedRelu, Shrink, Mish, Gelu: plain loops (oneDNN 2.6 has none of the
+// first five; its gelu kernels approximate erf and tanh more loosely than libm) ---------------------
+
+// max(0, x) + min(0, alpha * (exp(x / alpha) - 1)); expm1 keeps precision near 0.
+struct CeluOp {
+  using Types = TypeList<float>;  // the spec's only type
+  float alpha;
+  explicit CeluOp(const Node& n) : alpha(n.attr_float("alpha", 1.0f)) {
+    if (alpha == 0.f) throw InvalidModel("attribute alpha is 0; Celu divides by it");
+  }
+  template <class T> T operator()(T x) const {
+    return x > T(0) ? x : static_cast<T>(alpha) * std::expm1(x / static_cast<T>(alpha));
+  }
+};
+
+struct SoftsignOp {
+  using Types = FloatTypes;
+  explicit SoftsignOp(const Node&) {}
+  template <class T> T operator()(T x) const { return x / (T(1) + std::fabs(x)); }
+};
+
+struct ThresholdedReluOp {
+  using Types = FloatTypes;
+  float alpha;
+  explicit ThresholdedReluOp(const Node& n) : alpha(n.attr_float("alpha", 1.0f)) {}
+  template <class T> T operator()(T x) const { return x > static_cast<T>(alpha) ? x : (x != x ? x : T(0)); }
+};
+
+// x + bias below -lambd, x - bias above lambd, 0 between. Integers compute in double and convert
+// back like the reference's astype.
+struct ShrinkOp {
+  using Types = NumericTypes;
+  float lambd, bias;
+  explicit ShrinkOp(const Node& n) : lambd(n.attr_float("lambd", 0.5f)), bias(n.attr_float("bias", 0.0f)) {}
+  template <class T> T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      const T l = static_cast<T>(lambd), b = static_cast<T>(bias);
+      return x < -l ? x + b : (x > l ? x - b : (x != x ? x : T(0)));
+    } else {
+      const double v = static_cast<double>(x);
+      return float_to_int<T>(v < -double(lambd) ? v + double(bias) : (v > double(lambd) ? v - double(bias) : 0.0));
+    }
+  }
+};
+
+// x * tanh(softplus(x)), softplus computed without overflow.
+struct MishOp {
+  using Types = FloatTypes;
+  explicit MishOp(const Node&) {}
+  template <class T> T operator()(T x) const {
+    const T sp = std::log1p(std::exp(-std::fabs(x))) + std::max(x, T(0));
+    return x * std::tanh(sp);
+  }
+};
+
+// approximate "none": x/2 (1 + erf(x/sqrt 2)); "tanh": x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+struct GeluOp {
+  using Types = FloatTypes;
+  bool tanh_form;
+  explicit GeluOp(const Node& n) {
+    const std::string a = n.attr_string("approximate", "none");
+    if (a != "none" && a != "tanh")
+      throw InvalidModel(fmt::format("attribute approximate is '{}'; it must be \"none\" or \"tanh\"", a));
+    tanh_form = a == "tanh";
+  }
+  template <class T> T operator()(T x) const {
+    if (tanh_form) {
+      const T k = static_cast<T>(0.7978845608028654);  // sqrt(2/pi)
+      return T(0.5) * x * (T(1) + std::tanh(k * (x + static_cast<T>(0.044715) * x * x * x)));
+    }
+    return T(0.5) * x * (T(1) + std::erf(x * static_cast<T>(0.7071067811865476)));
+  }
+};
+
 template <bool BoundsAreInputs, class Types>
 KernelRegistrar register_clip(int64_t since, int64_t end) {
   return KernelRegistrar({"", "Clip", since, end, Types::dtypes(), 0, {}},
@@ -203,6 +277,13 @@ const KernelRegistrar kRegistrars[] = {
     register_clip<false, FloatTypes>(6, 10),
     register_clip<true, NumericTypes>(11, kMaxOpset),
     register_kernel<PReluKernel, PReluTypes>("PRelu", 7),
+    register_unary<CeluOp>("Celu", 12),
+    register_unary<SoftsignOp>("Softsign", 1),
+    register_unary<ThresholdedReluOp>("ThresholdedRelu", 10),
+    register_unary<ShrinkOp>("Shrink", 9),
+    register_unary<MishOp>("Mish", 18),
+    // Gelu is ONNX opset 20, after Kiln's opsets; PyTorch >= 2 exports it at lower ones.
+    register_unary<GeluOp>("Gelu", 1),
 };
 
 }  // namespace

@@ -62,26 +62,6 @@ ConvShape conv_shape(const Node& node, const InferContext& ctx) {
   return s;
 }
 
-// A memory the primitive reads or writes, with a reorder when its preferred layout is not plain.
-struct Operand {
-  memory::desc plain, inner;
-  dnnl::reorder to_inner, to_plain;
-  memory buffer;  // the inner-layout buffer (owned by oneDNN) when a reorder is needed
-  bool reordered() const { return plain != inner; }
-};
-
-Operand operand(const memory::desc& plain, const memory::desc& inner, bool is_output) {
-  Operand o{plain, inner, {}, {}, {}};
-  if (!o.reordered()) return o;
-  dnnl::engine& eng = dnnl_util::engine();
-  o.buffer = memory(inner, eng);
-  if (is_output)
-    o.to_plain = dnnl::reorder(dnnl::reorder::primitive_desc(eng, inner, eng, plain));
-  else
-    o.to_inner = dnnl::reorder(dnnl::reorder::primitive_desc(eng, plain, eng, inner));
-  return o;
-}
-
 class ConvF32 final : public Kernel {
  public:
   using Kernel::Kernel;
@@ -97,31 +77,15 @@ class ConvF32 final : public Kernel {
     Tensor& y = ctx.output(0);
     if (y.numel() == 0) return;
     std::unordered_map<int, memory> args;
-    bind(DNNL_ARG_SRC, src_, ctx.input(0), args);
-    bind(DNNL_ARG_WEIGHTS, wei_, ctx.input(1), args);
+    dnnl_util::bind(DNNL_ARG_SRC, src_, ctx.input(0), args);
+    dnnl_util::bind(DNNL_ARG_WEIGHTS, wei_, ctx.input(1), args);
     if (s_.has_bias) args[DNNL_ARG_BIAS] = dnnl_util::memory_of(bias_, ctx.input(2));
-    if (dst_.reordered())
-      args[DNNL_ARG_DST] = dst_.buffer;
-    else
-      args[DNNL_ARG_DST] = dnnl_util::memory_of(dst_.plain, y);
+    dnnl_util::bind_output(DNNL_ARG_DST, dst_, y, args);
     dnnl_util::execute(prim_, args, "convolution");
-    if (dst_.reordered())
-      dnnl_util::execute(dst_.to_plain, {{DNNL_ARG_FROM, dst_.buffer}, {DNNL_ARG_TO, dnnl_util::memory_of(dst_.plain, y)}},
-                         "reorder of the convolution output");
+    dnnl_util::finish_output(dst_, y, "the convolution output");
   }
 
  private:
-  // Binds an input, reordering it into the primitive's layout first when that differs.
-  static void bind(int arg, const Operand& o, const Tensor& t, std::unordered_map<int, memory>& args) {
-    if (!o.reordered()) {
-      args[arg] = dnnl_util::memory_of(o.plain, t);
-      return;
-    }
-    dnnl_util::execute(o.to_inner, {{DNNL_ARG_FROM, dnnl_util::memory_of(o.plain, t)}, {DNNL_ARG_TO, o.buffer}},
-                       "reorder of a convolution input");
-    args[arg] = o.buffer;
-  }
-
   void build() {
     built_ = true;
     if (numel(s_.y) == 0) return;
@@ -147,9 +111,9 @@ class ConvF32 final : public Kernel {
       return dnnl::convolution_forward::primitive_desc(d, dnnl_util::engine());
     });
     dnnl_util::checked(what, [&] {
-      src_ = operand(xp, pd.src_desc(), false);
-      wei_ = operand(wp, pd.weights_desc(), false);
-      dst_ = operand(yp, pd.dst_desc(), true);
+      src_ = dnnl_util::operand(xp, pd.src_desc(), false);
+      wei_ = dnnl_util::operand(wp, pd.weights_desc(), false);
+      dst_ = dnnl_util::operand(yp, pd.dst_desc(), true);
       bias_ = bp;
       prim_ = dnnl::convolution_forward(pd);
     });
@@ -162,7 +126,7 @@ class ConvF32 final : public Kernel {
 
   ConvShape s_;
   bool built_ = false;
-  Operand src_, wei_, dst_;
+  dnnl_util::Operand src_, wei_, dst_;
   memory::desc bias_;
   dnnl::convolution_forward prim_;
 };

@@ -63,6 +63,36 @@ void execute(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memor
 
 dnnl::memory::dims to_dims(const std::vector<int64_t>& v) { return dnnl::memory::dims(v.begin(), v.end()); }
 
+Operand operand(const dnnl::memory::desc& plain, const dnnl::memory::desc& inner, bool is_output) {
+  Operand o{plain, inner, {}, {}, {}};
+  if (!o.reordered()) return o;
+  dnnl::engine& eng = engine();
+  o.buffer = dnnl::memory(inner, eng);
+  if (is_output)
+    o.to_plain = dnnl::reorder(dnnl::reorder::primitive_desc(eng, inner, eng, plain));
+  else
+    o.to_inner = dnnl::reorder(dnnl::reorder::primitive_desc(eng, plain, eng, inner));
+  return o;
+}
+
+void bind(int arg, const Operand& o, const Tensor& t, std::unordered_map<int, dnnl::memory>& args) {
+  if (!o.reordered()) {
+    args[arg] = memory_of(o.plain, t);
+    return;
+  }
+  execute(o.to_inner, {{DNNL_ARG_FROM, memory_of(o.plain, t)}, {DNNL_ARG_TO, o.buffer}}, "reorder of an input");
+  args[arg] = o.buffer;
+}
+
+void bind_output(int arg, const Operand& o, Tensor& t, std::unordered_map<int, dnnl::memory>& args) {
+  args[arg] = o.reordered() ? o.buffer : memory_of(o.plain, t);
+}
+
+void finish_output(const Operand& o, Tensor& t, const std::string& what) {
+  if (o.reordered())
+    execute(o.to_plain, {{DNNL_ARG_FROM, o.buffer}, {DNNL_ARG_TO, memory_of(o.plain, t)}}, "reorder of " + what);
+}
+
 namespace {
 
 std::vector<int64_t> spatial_attr(const Node& node, const std::string& key, size_t n, int64_t fallback) {

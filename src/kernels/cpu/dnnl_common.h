@@ -61,4 +61,20 @@ Window make_window(const Node& node, const Shape& in, const std::vector<int64_t>
 
 dnnl::memory::dims to_dims(const std::vector<int64_t>& v);
 
+// An operand of a primitive that picked its own (blocked) layout: the plain layout Kiln's tensors
+// have, the layout the primitive wants, and the reorder between them with its buffer.
+struct Operand {
+  dnnl::memory::desc plain, inner;
+  dnnl::reorder to_inner, to_plain;
+  dnnl::memory buffer;  // the inner-layout buffer (owned by oneDNN) when a reorder is needed
+  bool reordered() const { return plain != inner; }
+};
+Operand operand(const dnnl::memory::desc& plain, const dnnl::memory::desc& inner, bool is_output);
+// Binds input tensor t as argument `arg`, reordering it into the primitive's layout when needed.
+void bind(int arg, const Operand& o, const Tensor& t, std::unordered_map<int, dnnl::memory>& args);
+// Binds output tensor t as `arg`: directly, or through the operand's buffer (see finish_output).
+void bind_output(int arg, const Operand& o, Tensor& t, std::unordered_map<int, dnnl::memory>& args);
+// After the primitive ran: reorders the operand's buffer into t when the layouts differ.
+void finish_output(const Operand& o, Tensor& t, const std::string& what);
+
 }  // namespace kiln::dnnl_util

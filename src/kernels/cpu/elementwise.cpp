@@ -1,20 +1,12 @@
-// Elementwise math: binary Add, Sub, Mul, Div, Pow with numpy broadcasting, and the unary math ops
-// Neg, Abs, Sqrt, Exp, Log, Reciprocal, Floor, Ceil, Erf. Activations live in activation.cpp.
+// Elementwise math: binary Add, Sub, Mul, Div, Pow, Mod with numpy broadcasting, and the unary math
+// ops Neg, Abs, Sqrt, Exp, Log, Reciprocal, Floor, Ceil, Erf, Sign, Round; BitShift.  Activations live in
+// activation.cpp, trigonometry in trig.cpp, comparisons in compare.cpp, logic in logic.cpp.
 #include <atomic>
 #include <cmath>
 
 #include "kernels/cpu/elementwise_common.h"
 
 namespace kiln {
-
-namespace {
-
-std::string input_label(const Node& node, size_t i) {
-  return i < node.inputs.size() && !node.inputs[i].empty() ? fmt::format("'{}'", node.inputs[i])
-                                                           : fmt::format("#{}", i);
-}
-
-}  // namespace
 
 Shape broadcast_inputs(const InferContext& ctx, size_t n) {
   Shape out = ctx.shape(0);
@@ -204,6 +196,110 @@ class PowKernel final : public Kernel {
   std::optional<size_t> inplace_;
 };
 
+// ---- Mod: fmod=0 is Python's % on integers (sign of the divisor), fmod=1 is C's fmod (sign of the
+// dividend); floats only have the latter, so the spec requires fmod=1 for them -----------------------
+
+template <class T>
+T int_mod(T a, T b, bool c_fmod) {
+  if constexpr (std::is_signed_v<T>) {
+    if (b == T(-1)) return 0;  // INT_MIN % -1 traps in C; the result is 0 either way
+    const T r = static_cast<T>(a % b);
+    if (!c_fmod && r != 0 && ((r < 0) != (b < 0))) return static_cast<T>(r + b);
+    return r;
+  } else {
+    (void)c_fmod;
+    return static_cast<T>(a % b);
+  }
+}
+
+class ModKernel final : public Kernel {
+ public:
+  explicit ModKernel(const Node& n) : Kernel(n), fmod_(n.attr_int("fmod", 0)) {}
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    if (fmod_ != 0 && fmod_ != 1) throw InvalidModel(fmt::format("attribute fmod is {}; it must be 0 or 1", fmod_));
+    if (ctx.dtype(0) != ctx.dtype(1))
+      throw TypeError(fmt::format("inputs {} ({}) and {} ({}) must have the same dtype", input_label(node_, 0),
+                                  dtype_name(ctx.dtype(0)), input_label(node_, 1), dtype_name(ctx.dtype(1))));
+    if (is_floating(ctx.dtype(0)) && fmod_ == 0)
+      throw InvalidModel(fmt::format("fmod=0 (integer remainder) given for {} inputs {} and {}; floating-point Mod "
+                                     "needs fmod=1", dtype_name(ctx.dtype(0)), input_label(node_, 0),
+                                     input_label(node_, 1)));
+    const Shape out = broadcast_inputs(ctx, 2);
+    inplace_.reset();
+    if (ctx.shape(0) == out) inplace_ = 0;
+    else if (ctx.shape(1) == out) inplace_ = 1;
+    return {TensorMeta{ctx.dtype(0), out, false, Tensor()}};
+  }
+
+  void compute(ComputeContext& ctx) override {
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    const BroadcastPlan<2> plan = make_broadcast_plan<2>({a.shape(), b.shape()});
+    const bool c_fmod = fmod_ == 1;
+    dispatch(NumericTypes{}, a.dtype(), fmt::format("input {}", input_label(node_, 0)), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_integral_v<T>) {
+        check_divisor<T>(b, node_);
+        broadcast_binary(plan, a.data<T>(), b.data<T>(), ctx.output(0).data<T>(),
+                         [c_fmod](T x, T y) { return int_mod(x, y, c_fmod); });
+      } else {
+        broadcast_binary(plan, a.data<T>(), b.data<T>(), ctx.output(0).data<T>(),
+                         [](T x, T y) { return store<T>(std::fmod(load(x), load(y))); });
+      }
+    });
+  }
+
+  std::optional<size_t> inplace_input() const override { return inplace_; }
+
+ private:
+  int64_t fmod_;
+  std::optional<size_t> inplace_;
+};
+
+// ---- BitShift on unsigned integers; shifting by the bit width or more gives 0 (numpy), not UB -----
+
+using UnsignedTypes = TypeList<uint8_t, uint16_t, uint32_t, uint64_t>;
+
+class BitShiftKernel final : public Kernel {
+ public:
+  explicit BitShiftKernel(const Node& n) : Kernel(n), direction_(n.attr_string("direction", "")) {}
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    if (direction_ != "LEFT" && direction_ != "RIGHT")
+      throw InvalidModel(fmt::format("attribute direction is '{}'; it must be \"LEFT\" or \"RIGHT\"", direction_));
+    if (ctx.dtype(0) != ctx.dtype(1))
+      throw TypeError(fmt::format("inputs {} ({}) and {} ({}) must have the same dtype", input_label(node_, 0),
+                                  dtype_name(ctx.dtype(0)), input_label(node_, 1), dtype_name(ctx.dtype(1))));
+    const Shape out = broadcast_inputs(ctx, 2);
+    inplace_.reset();
+    if (ctx.shape(0) == out) inplace_ = 0;
+    else if (ctx.shape(1) == out) inplace_ = 1;
+    return {TensorMeta{ctx.dtype(0), out, false, Tensor()}};
+  }
+
+  void compute(ComputeContext& ctx) override {
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    const BroadcastPlan<2> plan = make_broadcast_plan<2>({a.shape(), b.shape()});
+    const bool left = direction_ == "LEFT";
+    dispatch(UnsignedTypes{}, a.dtype(), fmt::format("input {}", input_label(node_, 0)), [&](auto tag) {
+      using T = decltype(tag);
+      constexpr T bits = sizeof(T) * 8;
+      broadcast_binary(plan, a.data<T>(), b.data<T>(), ctx.output(0).data<T>(), [left](T x, T s) -> T {
+        if (s >= bits) return 0;
+        return left ? static_cast<T>(x << s) : static_cast<T>(x >> s);
+      });
+    });
+  }
+
+  std::optional<size_t> inplace_input() const override { return inplace_; }
+
+ private:
+  std::string direction_;
+  std::optional<size_t> inplace_;
+};
+
 // ---- unary math -------------------------------------------------------------------------------------
 
 struct NegOp {
@@ -271,6 +367,34 @@ struct ErfOp {
   template <class T> T operator()(T x) const { return std::erf(x); }
 };
 
+// -1, 0 or 1 (NaN stays NaN, -0 gives 0 like numpy).
+struct SignOp {
+  using Types = NumericTypes;
+  explicit SignOp(const Node&) {}
+  template <class T> T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x > T(0) ? T(1) : T(0);
+    else if constexpr (std::is_integral_v<T>) return static_cast<T>((x > T(0)) - (x < T(0)));
+    else return std::isnan(x) ? x : static_cast<T>((x > T(0)) - (x < T(0)));
+  }
+};
+
+// Half to even, independent of the floating-point environment's rounding mode (which rint and
+// nearbyint would follow). Zero results keep the input's sign (round(-0.4) = -0), as numpy.
+struct RoundOp {
+  using Types = FloatTypes;
+  explicit RoundOp(const Node&) {}
+  template <class T> T operator()(T x) const {
+    const T f = std::floor(x);
+    const T d = x - f;  // NaN for NaN and ±inf, which then pass through f + 1
+    T r;
+    if (d < T(0.5)) r = f;
+    else if (d > T(0.5)) r = f + T(1);
+    else r = std::fmod(f, T(2)) == T(0) ? f : f + T(1);
+    if (std::isinf(x)) return x;
+    return r == T(0) ? std::copysign(T(0), x) : r;
+  }
+};
+
 // Opset 7 introduced numpy broadcasting; the semantics are unchanged since (later versions only
 // add dtypes, which are registered here for every version).
 const KernelRegistrar kRegistrars[] = {
@@ -288,6 +412,10 @@ const KernelRegistrar kRegistrars[] = {
     register_unary<FloorOp>("Floor", 6),
     register_unary<CeilOp>("Ceil", 6),
     register_unary<ErfOp>("Erf", 9),
+    register_unary<SignOp>("Sign", 9),
+    register_unary<RoundOp>("Round", 11),
+    register_kernel<ModKernel, NumericTypes>("Mod", 10),
+    register_kernel<BitShiftKernel, UnsignedTypes>("BitShift", 11),
 };
 
 }  // namespace

@@ -217,6 +217,12 @@ KernelRegistrar register_unary(const char* op, int64_t since, int64_t end = kMax
   return register_kernel<UnaryKernel<Op>, typename Op::Types>(op, since, end);
 }
 
+// "'X'" for input i of the node, or "#i" when it has no name (omitted or out of range).
+inline std::string input_label(const Node& node, size_t i) {
+  return i < node.inputs.size() && !node.inputs[i].empty() ? fmt::format("'{}'", node.inputs[i])
+                                                           : fmt::format("#{}", i);
+}
+
 // The output shape of an op broadcasting inputs [0, n); ShapeError naming the inputs that clash.
 Shape broadcast_inputs(const InferContext& ctx, size_t n);
 

@@ -1,0 +1,25 @@
+"""Helpers to run the `kiln` command from tests and benchmarks.
+
+The build folder comes from the environment variable KILN_BUILD_DIR (default: <repo>/build).
+"""
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def build_dir():
+    return Path(os.environ.get("KILN_BUILD_DIR", REPO / "build")).resolve()
+
+
+def kiln_path():
+    return build_dir() / "bin" / "kiln"
+
+
+def run_kiln(*args, timeout=300):
+    """Runs `kiln ARGS...` and returns the CompletedProcess (text mode; never raises on failure)."""
+    exe = kiln_path()
+    if not exe.exists():
+        raise FileNotFoundError(f"{exe} does not exist: build the kiln_cli target or set KILN_BUILD_DIR")
+    return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,36 @@
+// One ONNX backend conformance case: a folder with model.onnx and test_data_set_*/ holding
+// input_<i>.pb and output_<i>.pb (serialized TensorProtos), run with a kiln::Session and compared
+// with ONNX's own tolerances.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "kiln/tensor.h"
+
+namespace kiln::conformance {
+
+enum class Status { Passed, Failed, Skipped };
+const char* status_name(Status s);
+
+struct CaseResult {
+  Status status = Status::Failed;
+  std::string reason;  // empty when passed
+};
+
+// ONNX's backend test uses np.testing.assert_allclose(expected, got, rtol=1e-3, atol=1e-7).
+struct Tolerance {
+  double rtol = 1e-3;
+  double atol = 1e-7;
+};
+
+// Never throws: kiln::Unsupported makes the case skipped, any other failure makes it failed.
+CaseResult run_case(const std::string& case_dir, const Tolerance& tol = {});
+
+// nullopt when `got` matches `expected`: same dtype and shape; floats within
+// |got - expected| <= atol + rtol * |expected| with NaN equal to NaN; integers and bools exact.
+// Otherwise the first mismatch (index, both values) and how many elements differ.
+std::optional<std::string> compare_tensors(const std::string& name, const Tensor& got, const Tensor& expected,
+                                           const Tolerance& tol);
+
+}  // namespace kiln::conformance
