@@ -27,6 +27,7 @@ test: build
 
 conformance: build
 	bash scripts/conformance.sh $(BUILD)
+	/usr/bin/python3 scripts/gen_ops_doc.py $(BUILD)
 
 bench: build
 	/usr/bin/python3 bench/forward.py --build-dir $(BUILD)
