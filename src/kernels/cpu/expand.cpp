@@ -38,8 +38,8 @@ class ExpandKernel : public Kernel {
     try {
       out = broadcast_shapes(in, target);
     } catch (const ShapeError&) {
-      throw ShapeError(fmt::format("cannot expand input {} to shape {}: dimensions must be equal or 1",
-                                   to_string(in), to_string(target)));
+      throw ShapeError(fmt::format("cannot expand input {} to shape {}: dimensions must be equal or 1", to_string(in),
+                                   to_string(target)));
     }
     return {{ctx.dtype(0), out, ctx.input(0).dynamic, Tensor()}};
   }
@@ -64,8 +64,8 @@ class TileKernel : public Kernel {
     const Shape& in = ctx.shape(0);
     const std::vector<int64_t> repeats = int64_values(ctx.value(1), "repeats");
     if (repeats.size() != in.size())
-      throw ShapeError(fmt::format("repeats {} must have one entry per dimension of input {}", to_string(repeats),
-                                   to_string(in)));
+      throw ShapeError(
+          fmt::format("repeats {} must have one entry per dimension of input {}", to_string(repeats), to_string(in)));
     Shape out(in.size());
     for (size_t d = 0; d < in.size(); ++d) {
       if (repeats[d] < 0) throw ShapeError(fmt::format("repeats {} has a negative entry", to_string(repeats)));
@@ -112,12 +112,11 @@ class DepthToSpaceKernel : public Kernel {
     require_4d(s);
     b_ = block_size(node_);
     const std::string mode = ctx.opset >= 11 ? node_.attr_string("mode", "DCR") : "DCR";
-    if (mode != "DCR" && mode != "CRD")
-      throw InvalidModel(fmt::format("mode must be 'DCR' or 'CRD', got '{}'", mode));
+    if (mode != "DCR" && mode != "CRD") throw InvalidModel(fmt::format("mode must be 'DCR' or 'CRD', got '{}'", mode));
     crd_ = mode == "CRD";
     if (s[1] % (b_ * b_) != 0)
-      throw ShapeError(fmt::format("channels of input {} ({}) are not a multiple of blocksize^2 = {}", to_string(s),
-                                   s[1], b_ * b_));
+      throw ShapeError(
+          fmt::format("channels of input {} ({}) are not a multiple of blocksize^2 = {}", to_string(s), s[1], b_ * b_));
     return {{ctx.dtype(0), {s[0], s[1] / (b_ * b_), s[2] * b_, s[3] * b_}, ctx.input(0).dynamic, Tensor()}};
   }
   void compute(ComputeContext& ctx) override {
@@ -184,10 +183,14 @@ class PadKernel : public Kernel {
     const Shape& s = ctx.shape(0);
     const int64_t rank = static_cast<int64_t>(s.size());
     const std::string mode = node_.attr_string("mode", "constant");
-    if (mode == "constant") mode_ = PadMode::Constant;
-    else if (mode == "reflect") mode_ = PadMode::Reflect;
-    else if (mode == "edge") mode_ = PadMode::Edge;
-    else throw Unsupported(fmt::format("mode '{}' is not supported (constant, reflect, edge)", mode));
+    if (mode == "constant")
+      mode_ = PadMode::Constant;
+    else if (mode == "reflect")
+      mode_ = PadMode::Reflect;
+    else if (mode == "edge")
+      mode_ = PadMode::Edge;
+    else
+      throw Unsupported(fmt::format("mode '{}' is not supported (constant, reflect, edge)", mode));
 
     std::vector<int64_t> pads = ctx.opset >= 11 ? int64_values(ctx.value(1), "pads") : node_.attr_ints("pads");
     std::vector<int64_t> axes(static_cast<size_t>(rank));
@@ -214,8 +217,8 @@ class PadKernel : public Kernel {
         throw ShapeError(fmt::format("cannot pad the empty axis {} of input {} in mode '{}'", d, to_string(s), mode));
     }
     if (ctx.opset >= 11 && ctx.has_input(2) && ctx.dtype(2) != ctx.dtype(0))
-      throw TypeError(fmt::format("constant_value is {} but data is {}", dtype_name(ctx.dtype(2)),
-                                  dtype_name(ctx.dtype(0))));
+      throw TypeError(
+          fmt::format("constant_value is {} but data is {}", dtype_name(ctx.dtype(2)), dtype_name(ctx.dtype(0))));
     return {{ctx.dtype(0), out, any_dynamic(ctx), Tensor()}};
   }
 
@@ -225,11 +228,16 @@ class PadKernel : public Kernel {
     if (out.numel() == 0) return;
     const Tensor fill = fill_value(ctx, in.dtype());
     switch (dtype_size(in.dtype())) {
-      case 1: return pad_typed<uint8_t>(in, out, fill);
-      case 2: return pad_typed<uint16_t>(in, out, fill);
-      case 4: return pad_typed<uint32_t>(in, out, fill);
-      case 8: return pad_typed<uint64_t>(in, out, fill);
-      default: throw Unsupported(fmt::format("no Pad loop for {}", in.describe()));
+      case 1:
+        return pad_typed<uint8_t>(in, out, fill);
+      case 2:
+        return pad_typed<uint16_t>(in, out, fill);
+      case 4:
+        return pad_typed<uint32_t>(in, out, fill);
+      case 8:
+        return pad_typed<uint64_t>(in, out, fill);
+      default:
+        throw Unsupported(fmt::format("no Pad loop for {}", in.describe()));
     }
   }
 
@@ -278,8 +286,10 @@ class PadKernel : public Kernel {
         for (int64_t rem = row, d = static_cast<int64_t>(r) - 2; d >= 0; --d) {
           const int64_t m = maps[d][rem % os[d]];
           rem /= os[d];
-          if (m < 0) outside = true;
-          else off += m * st[d];
+          if (m < 0)
+            outside = true;
+          else
+            off += m * st[d];
         }
         if (outside) {
           std::fill(o, o + cols, value);

@@ -17,8 +17,7 @@ namespace {
 
 // A scalar input (rank 0, or rank 1 with one element, which exporters also emit) as double.
 double scalar_value(const Tensor& t, const char* what) {
-  if (t.numel() != 1 || t.rank() > 1)
-    throw ShapeError(fmt::format("{} must be a scalar, got {}", what, t.describe()));
+  if (t.numel() != 1 || t.rank() > 1) throw ShapeError(fmt::format("{} must be a scalar, got {}", what, t.describe()));
   return t.contiguous().item_as_double(0);
 }
 
@@ -65,7 +64,8 @@ class RangeKernel : public Kernel {
  private:
   template <class T>
   static T read(const Tensor& t, const char* what) {
-    if (t.numel() != 1 || t.rank() > 1) throw ShapeError(fmt::format("{} must be a scalar, got {}", what, t.describe()));
+    if (t.numel() != 1 || t.rank() > 1)
+      throw ShapeError(fmt::format("{} must be a scalar, got {}", what, t.describe()));
     return *t.contiguous().data<T>();
   }
   template <class T>
@@ -91,8 +91,8 @@ class TriluKernel : public Kernel {
     const Shape& s = ctx.shape(0);
     if (s.size() < 2) throw ShapeError(fmt::format("input must have rank >= 2, got {}", to_string(s)));
     if (ctx.has_input(1) && (ctx.dtype(1) != DType::Int64 || numel(ctx.shape(1)) != 1))
-      throw TypeError(fmt::format("k must be an int64 scalar, got {}{}", dtype_name(ctx.dtype(1)),
-                                  to_string(ctx.shape(1))));
+      throw TypeError(
+          fmt::format("k must be an int64 scalar, got {}{}", dtype_name(ctx.dtype(1)), to_string(ctx.shape(1))));
     upper_ = node_.attr_int("upper", 1) != 0;
     return {{ctx.dtype(0), s, ctx.input(0).dynamic, Tensor()}};
   }
@@ -131,20 +131,34 @@ class TriluKernel : public Kernel {
 std::optional<DType> dtype_from_onnx_code(int64_t code) {
   // TensorProto.DataType numbers (onnx.proto); kernels know nothing of protobuf.
   switch (code) {
-    case 1: return DType::Float32;
-    case 2: return DType::Uint8;
-    case 3: return DType::Int8;
-    case 4: return DType::Uint16;
-    case 5: return DType::Int16;
-    case 6: return DType::Int32;
-    case 7: return DType::Int64;
-    case 9: return DType::Bool;
-    case 10: return DType::Float16;
-    case 11: return DType::Float64;
-    case 12: return DType::Uint32;
-    case 13: return DType::Uint64;
-    case 16: return DType::BFloat16;
-    default: return std::nullopt;
+    case 1:
+      return DType::Float32;
+    case 2:
+      return DType::Uint8;
+    case 3:
+      return DType::Int8;
+    case 4:
+      return DType::Uint16;
+    case 5:
+      return DType::Int16;
+    case 6:
+      return DType::Int32;
+    case 7:
+      return DType::Int64;
+    case 9:
+      return DType::Bool;
+    case 10:
+      return DType::Float16;
+    case 11:
+      return DType::Float64;
+    case 12:
+      return DType::Uint32;
+    case 13:
+      return DType::Uint64;
+    case 16:
+      return DType::BFloat16;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -193,7 +207,8 @@ class OneHotKernel : public Kernel {
       throw InvalidArgument(fmt::format("depth must be a non-negative whole number, got {}", depth));
     depth_ = static_cast<int64_t>(depth);
     if (numel(ctx.shape(2)) != 2 || ctx.shape(2).size() != 1)
-      throw ShapeError(fmt::format("values must be [off_value, on_value] (shape [2]), got {}", to_string(ctx.shape(2))));
+      throw ShapeError(
+          fmt::format("values must be [off_value, on_value] (shape [2]), got {}", to_string(ctx.shape(2))));
     const int64_t out_rank = static_cast<int64_t>(is.size()) + 1;
     axis_ = normalize_axis(node_.attr_int("axis", -1), out_rank);
     Shape out = is;
@@ -233,8 +248,10 @@ class OneHotKernel : public Kernel {
 // A scalar counts as 1-D (numpy's behaviour), giving [1, count].
 template <class T>
 bool is_nonzero(T v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return to_double(v) != 0.0;  // NaN too
-  else return v != T(0);
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+    return to_double(v) != 0.0;  // NaN too
+  else
+    return v != T(0);
 }
 
 int64_t count_nonzero(const Tensor& t) {

@@ -21,8 +21,7 @@ enum class Coord { HalfPixel, PytorchHalfPixel, AlignCorners, Asymmetric, TfHalf
 enum class Rounding { PreferFloor, PreferCeil, Floor, Ceil };
 
 template <class E>
-E parse_enum(const std::string& attr, const std::string& value,
-             const std::vector<std::pair<const char*, E>>& table) {
+E parse_enum(const std::string& attr, const std::string& value, const std::vector<std::pair<const char*, E>>& table) {
   std::vector<std::string> names;
   for (const auto& [name, e] : table) {
     if (value == name) return e;
@@ -54,16 +53,22 @@ struct AxisMap {
 // The input coordinate of output coordinate x, as the spec defines it. `length` is the resized
 // length as a real number: in * scale when scales are given (as ONNX's reference computes it, so
 // that align_corners with a fractional scale matches), the output size when sizes are given.
-double source_coordinate(double x, int64_t in, double scale, double length, Coord c, double roi_start,
-                         double roi_end) {
+double source_coordinate(double x, int64_t in, double scale, double length, Coord c, double roi_start, double roi_end) {
   switch (c) {
-    case Coord::HalfPixel: return (x + 0.5) / scale - 0.5;
-    case Coord::PytorchHalfPixel: return length > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
-    case Coord::AlignCorners: return length == 1 ? 0.0 : x * static_cast<double>(in - 1) / (length - 1);
-    case Coord::Asymmetric: return x / scale;
-    case Coord::TfHalfPixelForNn: return (x + 0.5) / scale;
+    case Coord::HalfPixel:
+      return (x + 0.5) / scale - 0.5;
+    case Coord::PytorchHalfPixel:
+      return length > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
+    case Coord::AlignCorners:
+      return length == 1 ? 0.0 : x * static_cast<double>(in - 1) / (length - 1);
+    case Coord::Asymmetric:
+      return x / scale;
+    case Coord::TfHalfPixelForNn:
+      return (x + 0.5) / scale;
     case Coord::TfCropAndResize:
-      if (length > 1) return x * (roi_end - roi_start) * static_cast<double>(in - 1) / (length - 1) + roi_start * static_cast<double>(in - 1);
+      if (length > 1)
+        return x * (roi_end - roi_start) * static_cast<double>(in - 1) / (length - 1) +
+               roi_start * static_cast<double>(in - 1);
       return 0.5 * (roi_start + roi_end) * static_cast<double>(in - 1);
   }
   return 0.0;
@@ -102,7 +107,7 @@ AxisMap map_axis(int64_t in, int64_t out, double scale, double length, const Att
     if (at.mode == Mode::Nearest) {
       int64_t i = static_cast<int64_t>(f);
       if (r != 0) {
-        const bool up = at.rounding == Rounding::PreferFloor ? r > 0.5
+        const bool up = at.rounding == Rounding::PreferFloor  ? r > 0.5
                         : at.rounding == Rounding::PreferCeil ? r >= 0.5
                                                               : at.rounding == Rounding::Ceil;
         i += up ? 1 : 0;
@@ -152,9 +157,10 @@ class ResizeKernel : public Kernel {
       throw InvalidModel(fmt::format("exactly one of scales and sizes must be given (non-empty); got {}",
                                      has_scales ? "both" : "neither"));
     if (attrs_.mode != Mode::Nearest && !is_floating(ctx.dtype(0)))
-      throw Unsupported(fmt::format("{} interpolation of {} input {} is not supported (float types only; nearest "
-                                    "serves every dtype)",
-                                    node_.attr_string("mode", "nearest"), dtype_name(ctx.dtype(0)), to_string(in)));
+      throw Unsupported(
+          fmt::format("{} interpolation of {} input {} is not supported (float types only; nearest "
+                      "serves every dtype)",
+                      node_.attr_string("mode", "nearest"), dtype_name(ctx.dtype(0)), to_string(in)));
     Shape out(rank);
     scales_.assign(rank, 1.0);
     lengths_.assign(rank, 0.0);
@@ -179,7 +185,8 @@ class ResizeKernel : public Kernel {
       const std::vector<int64_t> sizes = s.to_int64_vector();
       for (size_t d = 0; d < rank; ++d) {
         if (sizes[d] <= 0) throw InvalidArgument(fmt::format("sizes {} must all be positive", to_string(sizes)));
-        if (in[d] == 0) throw ShapeError(fmt::format("cannot resize the empty dimension {} of input {}", d, to_string(in)));
+        if (in[d] == 0)
+          throw ShapeError(fmt::format("cannot resize the empty dimension {} of input {}", d, to_string(in)));
         out[d] = sizes[d];
         scales_[d] = static_cast<double>(sizes[d]) / static_cast<double>(in[d]);
         lengths_[d] = static_cast<double>(sizes[d]);
@@ -187,12 +194,13 @@ class ResizeKernel : public Kernel {
     }
     if (attrs_.coord == Coord::TfCropAndResize) {
       if (!ctx.has_input(1) || numel(ctx.shape(1)) != static_cast<int64_t>(2 * rank))
-        throw ShapeError(fmt::format("tf_crop_and_resize needs roi with 2 * {} entries for input {}", rank,
-                                     to_string(in)));
+        throw ShapeError(
+            fmt::format("tf_crop_and_resize needs roi with 2 * {} entries for input {}", rank, to_string(in)));
     }
     for (size_t d = 0; d < rank; ++d)
       if (in[d] == 0 && out[d] > 0)
-        throw ShapeError(fmt::format("cannot resize the empty dimension {} of input {} to {}", d, to_string(in), out[d]));
+        throw ShapeError(
+            fmt::format("cannot resize the empty dimension {} of input {} to {}", d, to_string(in), out[d]));
     return {{ctx.dtype(0), out, ctx.input(0).dynamic, Tensor()}};
   }
 
@@ -212,8 +220,10 @@ class ResizeKernel : public Kernel {
       const double start = roi.empty() ? 0.0 : roi[d], end = roi.empty() ? 1.0 : roi[d + is.size()];
       maps.push_back(map_axis(is[d], os[d], scales_[d], lengths_[d], attrs_, start, end));
     }
-    if (attrs_.mode == Mode::Nearest) nearest(x, y, maps);
-    else interpolate(x, y, maps);
+    if (attrs_.mode == Mode::Nearest)
+      nearest(x, y, maps);
+    else
+      interpolate(x, y, maps);
   }
 
  private:
@@ -253,7 +263,8 @@ class ResizeKernel : public Kernel {
   void nearest(const Tensor& x, Tensor& y, const std::vector<AxisMap>& maps) const {
     const size_t esize = dtype_size(x.dtype());
     Tensor fill = Tensor::empty(x.dtype(), {});
-    visit_dtype(x.dtype(), [&](auto tag) { *fill.data<decltype(tag)>() = from_double<decltype(tag)>(attrs_.extrapolation); });
+    visit_dtype(x.dtype(),
+                [&](auto tag) { *fill.data<decltype(tag)>() = from_double<decltype(tag)>(attrs_.extrapolation); });
     const Shape& os = y.shape();
     const Strides st = contiguous_strides(x.shape());
     const size_t r = os.size();

@@ -18,11 +18,16 @@ namespace {
 template <class F>
 void visit_element_size(size_t esize, F&& f) {
   switch (esize) {
-    case 1: return f(uint8_t{});
-    case 2: return f(uint16_t{});
-    case 4: return f(uint32_t{});
-    case 8: return f(uint64_t{});
-    default: throw Unsupported(fmt::format("no indexing loop for {}-byte elements", esize));
+    case 1:
+      return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
+    case 4:
+      return f(uint32_t{});
+    case 8:
+      return f(uint64_t{});
+    default:
+      throw Unsupported(fmt::format("no indexing loop for {}-byte elements", esize));
   }
 }
 
@@ -44,9 +49,9 @@ std::string position(int64_t i, const Shape& shape) {
 // Normalises index `v` (negative counts from the end) against `dim`; the error names where it sat.
 int64_t checked_index(int64_t v, int64_t dim, int64_t flat, const Tensor& indices, const std::string& target) {
   if (v < -dim || v >= dim)
-    throw InvalidArgument(fmt::format("index {} (at {} of indices {}) is out of range for {} of size {} (valid: {}..{})",
-                                      v, position(flat, indices.shape()), indices.describe(), target, dim, -dim,
-                                      dim - 1));
+    throw InvalidArgument(
+        fmt::format("index {} (at {} of indices {}) is out of range for {} of size {} (valid: {}..{})", v,
+                    position(flat, indices.shape()), indices.describe(), target, dim, -dim, dim - 1));
   return v < 0 ? v + dim : v;
 }
 
@@ -59,8 +64,8 @@ Reduction parse_reduction(const Node& node, int64_t opset) {
   if (opset >= 16 && r == "mul") return Reduction::Mul;
   if (opset >= 18 && r == "max") return Reduction::Max;
   if (opset >= 18 && r == "min") return Reduction::Min;
-  throw InvalidModel(fmt::format("reduction '{}' is not valid at opset {} (none; add, mul from 16; max, min from 18)",
-                                 r, opset));
+  throw InvalidModel(
+      fmt::format("reduction '{}' is not valid at opset {} (none; add, mul from 16; max, min from 18)", r, opset));
 }
 
 // dst = reduce(dst, src) in the element's own type (16-bit floats through float).
@@ -72,16 +77,29 @@ void combine(T& dst, T src, Reduction r) {
     dst = from_double<T>(a);
   } else if constexpr (std::is_same_v<T, bool>) {
     // Booleans as {0, 1}: add saturates to or, mul is and, max is or, min is and.
-    if (r == Reduction::None) dst = src;
-    else if (r == Reduction::Add || r == Reduction::Max) dst = dst || src;
-    else dst = dst && src;
+    if (r == Reduction::None)
+      dst = src;
+    else if (r == Reduction::Add || r == Reduction::Max)
+      dst = dst || src;
+    else
+      dst = dst && src;
   } else {
     switch (r) {
-      case Reduction::None: dst = src; break;
-      case Reduction::Add: dst = static_cast<T>(dst + src); break;
-      case Reduction::Mul: dst = static_cast<T>(dst * src); break;
-      case Reduction::Max: dst = std::max(dst, src); break;
-      case Reduction::Min: dst = std::min(dst, src); break;
+      case Reduction::None:
+        dst = src;
+        break;
+      case Reduction::Add:
+        dst = static_cast<T>(dst + src);
+        break;
+      case Reduction::Mul:
+        dst = static_cast<T>(dst * src);
+        break;
+      case Reduction::Max:
+        dst = std::max(dst, src);
+        break;
+      case Reduction::Min:
+        dst = std::min(dst, src);
+        break;
     }
   }
 }
@@ -116,8 +134,8 @@ int64_t elements_axis(const Node& node, const Shape& data, const Shape& indices,
   const int64_t rank = static_cast<int64_t>(data.size());
   if (rank == 0) throw ShapeError("data must have rank >= 1, got a scalar");
   if (indices.size() != data.size())
-    throw ShapeError(fmt::format("{} {} must have the same rank as data {}", indices_name, to_string(indices),
-                                 to_string(data)));
+    throw ShapeError(
+        fmt::format("{} {} must have the same rank as data {}", indices_name, to_string(indices), to_string(data)));
   const int64_t axis = normalize_axis(node.attr_int("axis", 0), rank);
   for (int64_t d = 0; d < rank; ++d)
     if (d != axis && indices[d] > data[d])
@@ -227,19 +245,21 @@ Tuples index_tuples(const Tensor& indices, const Shape& data, int64_t batch_dims
 int64_t tuple_length(const Shape& data, const Shape& indices, int64_t batch_dims) {
   const int64_t r = static_cast<int64_t>(data.size()), q = static_cast<int64_t>(indices.size());
   if (r < 1 || q < 1)
-    throw ShapeError(fmt::format("data {} and indices {} must both have rank >= 1", to_string(data), to_string(indices)));
+    throw ShapeError(
+        fmt::format("data {} and indices {} must both have rank >= 1", to_string(data), to_string(indices)));
   if (batch_dims < 0 || batch_dims >= std::min(r, q))
-    throw InvalidModel(fmt::format("batch_dims {} must be in [0, min(rank(data) {}, rank(indices) {})) ", batch_dims,
-                                   r, q));
+    throw InvalidModel(
+        fmt::format("batch_dims {} must be in [0, min(rank(data) {}, rank(indices) {})) ", batch_dims, r, q));
   for (int64_t d = 0; d < batch_dims; ++d)
     if (data[d] != indices[d])
-      throw ShapeError(fmt::format("batch dimension {} differs: data {} vs indices {}", d, to_string(data),
-                                   to_string(indices)));
+      throw ShapeError(
+          fmt::format("batch dimension {} differs: data {} vs indices {}", d, to_string(data), to_string(indices)));
   const int64_t k = indices.back();
   if (k < 1 || k > r - batch_dims)
-    throw ShapeError(fmt::format("the last dimension of indices {} is {}, but must be in [1, {}] for data {} with "
-                                 "batch_dims {}",
-                                 to_string(indices), k, r - batch_dims, to_string(data), batch_dims));
+    throw ShapeError(
+        fmt::format("the last dimension of indices {} is {}, but must be in [1, {}] for data {} with "
+                    "batch_dims {}",
+                    to_string(indices), k, r - batch_dims, to_string(data), batch_dims));
   return k;
 }
 
@@ -248,7 +268,8 @@ class GatherNDKernel : public Kernel {
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     if (ctx.dtype(1) != DType::Int64)
-      throw TypeError(fmt::format("indices must be int64, got {}{}", dtype_name(ctx.dtype(1)), to_string(ctx.shape(1))));
+      throw TypeError(
+          fmt::format("indices must be int64, got {}{}", dtype_name(ctx.dtype(1)), to_string(ctx.shape(1))));
     const Shape& data = ctx.shape(0);
     const Shape& indices = ctx.shape(1);
     batch_dims_ = ctx.opset >= 12 ? node_.attr_int("batch_dims", 0) : 0;
@@ -283,7 +304,8 @@ class ScatterNDKernel : public Kernel {
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     if (ctx.dtype(1) != DType::Int64)
-      throw TypeError(fmt::format("indices must be int64, got {}{}", dtype_name(ctx.dtype(1)), to_string(ctx.shape(1))));
+      throw TypeError(
+          fmt::format("indices must be int64, got {}{}", dtype_name(ctx.dtype(1)), to_string(ctx.shape(1))));
     if (ctx.dtype(2) != ctx.dtype(0))
       throw TypeError(fmt::format("updates are {} but data is {}", dtype_name(ctx.dtype(2)), dtype_name(ctx.dtype(0))));
     const Shape& data = ctx.shape(0);
@@ -292,9 +314,10 @@ class ScatterNDKernel : public Kernel {
     Shape want(indices.begin(), indices.end() - 1);
     want.insert(want.end(), data.begin() + k, data.end());
     if (ctx.shape(2) != want)
-      throw ShapeError(fmt::format("updates {} must have shape {} (indices {} without its last dim, then data {} "
-                                   "after its first {})",
-                                   to_string(ctx.shape(2)), to_string(want), to_string(indices), to_string(data), k));
+      throw ShapeError(
+          fmt::format("updates {} must have shape {} (indices {} without its last dim, then data {} "
+                      "after its first {})",
+                      to_string(ctx.shape(2)), to_string(want), to_string(indices), to_string(data), k));
     reduction_ = parse_reduction(node_, ctx.opset);
     return {{ctx.dtype(0), data, ctx.input(0).dynamic, Tensor()}};
   }
