@@ -102,5 +102,53 @@ TEST(Softmax, AxisOutOfRangeIsNamed) {
   }
 }
 
+// Hardmax: 1 at the first maximum of each line of x viewed as [outer, n, inner], else 0.
+std::vector<double> ref_hardmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner) {
+  std::vector<double> y(size_t(x.numel()), 0.0);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      int64_t best = 0;
+      for (int64_t j = 1; j < n; ++j)
+        if (x.item_as_double((o * n + j) * inner + i) > x.item_as_double((o * n + best) * inner + i)) best = j;
+      y[size_t((o * n + best) * inner + i)] = 1.0;
+    }
+  return y;
+}
+
+TEST(Hardmax, OneHotOfFirstMaximumPerAxisAndFlattened) {
+  Tensor x = random_tensor({3, 4, 5}, 7);
+  // Ties: the first maximum wins (numpy's argmax, ONNX's reference).
+  for (int64_t j = 0; j < 5; ++j) x.data<float>()[4 * 5 + j] = x.data<float>()[2 * 5 + j] = 9.f;
+  struct Case {
+    int64_t opset;
+    std::optional<int64_t> axis;
+    int64_t outer, n, inner;
+  };
+  for (const Case& c : {Case{13, std::nullopt, 12, 5, 1}, Case{13, 1, 3, 4, 5}, Case{13, 0, 1, 3, 20},
+                        Case{13, -2, 3, 4, 5}, Case{11, std::nullopt, 3, 20, 1}, Case{11, 0, 1, 60, 1},
+                        Case{11, 2, 12, 5, 1}, Case{11, 3, 60, 1, 1}}) {
+    SCOPED_TRACE(fmt::format("opset {} axis {}", c.opset, c.axis ? *c.axis : 999));
+    const std::vector<double> ref = ref_hardmax(x, c.outer, c.n, c.inner);
+    Tensor y = run_node(softmax_node("Hardmax", c.axis), {x}, c.opset).at(0);
+    ASSERT_EQ(y.shape(), x.shape());
+    for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.item_as_double(i), ref[size_t(i)]) << "element " << i;
+  }
+  Tensor xd = Tensor::from_vector<double>({2, 3}, {1, 3, 2, -1, -5, -2});
+  Tensor yd = run_node(softmax_node("Hardmax", std::nullopt), {xd}).at(0);
+  EXPECT_EQ(yd.dtype(), DType::Float64);
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(yd.item_as_double(i), (i == 1 || i == 3) ? 1.0 : 0.0) << i;
+}
+
+TEST(Hardmax, AxisOutOfRangeIsNamed) {
+  try {
+    run_node(softmax_node("Hardmax", 3), {random_tensor({2, 3, 4}, 1)});
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("axis 3 is out of range for input float[2, 3, 4] (rank 3)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace kiln

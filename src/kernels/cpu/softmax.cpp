@@ -1,8 +1,10 @@
-// Softmax and LogSoftmax on oneDNN's softmax_v2 (accurate: max-subtracted). Opset 13 normalises
-// along one axis (default -1); opsets 1-12 flatten the input to 2-D at `axis` (default 1) and
-// normalise each row, so they are registered separately.
+// Softmax and LogSoftmax on oneDNN's softmax_v2 (accurate: max-subtracted), and Hardmax (a one-hot
+// of the first maximum) by a plain loop. Opset 13 normalises along one axis (default -1); opsets
+// 1-12 flatten the input to 2-D at `axis` (default 1) and normalise each row, so they are
+// registered separately.
 #include <fmt/format.h>
 
+#include "core/parallel.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "kiln/kernel.h"
 
@@ -80,6 +82,66 @@ KernelRegistrar reg(const char* op, int64_t since, int64_t end, dnnl::algorithm 
   return KernelRegistrar({"", op, since, end, {DType::Float32}},
                          [alg, flatten](const Node& n) { return std::make_unique<SoftmaxF32>(n, alg, flatten); });
 }
+
+// Hardmax: 1 at the first maximum of each [outer, axis, inner] line, 0 elsewhere.
+class HardmaxKernel final : public Kernel {
+ public:
+  HardmaxKernel(const Node& node, bool flatten) : Kernel(node), flatten_(flatten) {}
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const TensorMeta& x = ctx.input(0);
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    const int64_t attr = node_.attr_int("axis", flatten_ ? 1 : -1);
+    const int64_t axis = attr < 0 ? attr + rank : attr;
+    if (axis < 0 || axis > (flatten_ ? rank : rank - 1) || rank == 0)
+      throw ShapeError(fmt::format("Hardmax: axis {} is out of range for input {}{} (rank {})", attr,
+                                   dtype_name(x.dtype), to_string(x.shape), rank));
+    outer_ = 1;
+    len_ = 1;
+    inner_ = 1;
+    for (int64_t i = 0; i < rank; ++i) {
+      const int64_t d = x.shape[size_t(i)];
+      if (i < axis) outer_ *= d;
+      else if (i == axis || flatten_) len_ *= d;  // opsets 1-12: the whole flattened row is one line
+      else inner_ *= d;
+    }
+    return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
+  }
+
+  void compute(ComputeContext& ctx) override {
+    Tensor& y = ctx.output(0);
+    visit_dtype(y.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>)
+        run<T>(ctx.input(0).data<T>(), y.data<T>());
+      else
+        throw Unsupported(fmt::format("Hardmax: {} input", dtype_name(y.dtype())));
+    });
+  }
+
+ private:
+  template <class T>
+  void run(const T* x, T* y) const {
+    const int64_t len = len_, inner = inner_;
+    parallel_for(outer_ * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, len)), [&](int64_t b, int64_t e) {
+      for (int64_t line = b; line < e; ++line) {
+        const int64_t base = (line / inner) * len * inner + line % inner;
+        int64_t best = 0;
+        for (int64_t i = 1; i < len; ++i)
+          if (to_double(x[base + i * inner]) > to_double(x[base + best * inner])) best = i;
+        for (int64_t i = 0; i < len; ++i) y[base + i * inner] = from_double<T>(i == best ? 1.0 : 0.0);
+      }
+    });
+  }
+
+  bool flatten_;
+  int64_t outer_ = 1, len_ = 1, inner_ = 1;
+};
+
+const KernelRegistrar hardmax_1({"", "Hardmax", 1, 12, {DType::Float32, DType::Float64, DType::Float16}},
+                                [](const Node& n) { return std::make_unique<HardmaxKernel>(n, true); });
+const KernelRegistrar hardmax_13({"", "Hardmax", 13, kMaxOpset, {DType::Float32, DType::Float64, DType::Float16}},
+                                 [](const Node& n) { return std::make_unique<HardmaxKernel>(n, false); });
 
 const KernelRegistrar softmax_1 = reg("Softmax", 1, 12, dnnl::algorithm::softmax_accurate);
 const KernelRegistrar softmax_13 = reg("Softmax", 13, kMaxOpset, dnnl::algorithm::softmax_accurate);
