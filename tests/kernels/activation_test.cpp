@@ -62,6 +62,15 @@ std::vector<ActCase> cases() {
       {"HardSigmoid", {{"alpha", Attribute::of_float(0.5f)}, {"beta", Attribute::of_float(0.25f)}}, 6,
        [](double x) { return std::clamp(0.5 * x + 0.25, 0.0, 1.0); }, -5, 5, 1e-7},
       {"HardSwish", {}, 14, [](double x) { return x * std::clamp(x / 6 + 0.5, 0.0, 1.0); }, -8, 8, 1e-7},
+      {"Softsign", {}, 1, [](double x) { return x / (1 + std::fabs(x)); }, -1000, 1000},
+      {"ThresholdedRelu", {}, 10, [](double x) { return x > 1.0 ? x : 0.0; }, -5, 5},
+      {"ThresholdedRelu", {{"alpha", Attribute::of_float(-0.5f)}}, 10, [](double x) { return x > -0.5 ? x : 0.0; }, -5, 5},
+      {"Mish", {}, 18, [](double x) { return x * std::tanh(std::log1p(std::exp(x))); }, -80, 40},
+      // 1 + erf(x/sqrt 2) as erfc(-x/sqrt 2): the same value without cancelling to 0 for x << 0.
+      {"Gelu", {}, 17, [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }, -12, 12},
+      {"Gelu", {{"approximate", Attribute::of_string("tanh")}}, 20,
+       // x/2 (1 + tanh(u)) as x / (1 + e^(-2u)), equal but free of cancellation for x << 0.
+       [](double x) { return x / (1 + std::exp(-2 * std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }, -8, 8},
   };
 }
 
@@ -225,6 +234,56 @@ TEST(PRelu, SlopeThatWouldGrowXIsAShapeError) {
     EXPECT_NE(msg.find("[4, 5]"), std::string::npos) << msg;
     EXPECT_NE(msg.find("[5]"), std::string::npos) << msg;
   }
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Celu is float32 only in the spec; its formula around 0, the alpha attribute, and the dtype check.
+TEST(Celu, MatchesFormulaAndRejectsOtherDtypes) {
+  for (float alpha : {1.0f, 0.5f, 2.5f}) {
+    const Tensor x = sweep(-30, 30, 5000);
+    const Tensor y = run1(make_node("Celu", {"X"}, {{"alpha", Attribute::of_float(alpha)}}), {x}, 12);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double xv = x.data<float>()[i];
+      const double want = std::max(0.0, xv) + std::min(0.0, alpha * std::expm1(xv / alpha));
+      ASSERT_NEAR(y.data<float>()[i], want, 1e-6 * std::fabs(want) + 1e-30) << "alpha " << alpha << " x=" << xv;
+    }
+  }
+  EXPECT_THROW(run1(make_node("Celu", {"X"}), {Tensor::zeros(DType::Float64, {2})}, 12), Unsupported);
+  try {
+    run1(make_node("Celu", {"X"}, {{"alpha", Attribute::of_float(0.f)}}), {Tensor::zeros(DType::Float32, {2})}, 12);
+    FAIL() << "no error";
+  } catch (const InvalidModel& e) {
+    EXPECT_NE(std::string(e.what()).find("alpha is 0"), std::string::npos) << e.what();
+  }
+}
+
+// Shrink follows ONNX's reference, NaN included (neither comparison holds, so NaN gives 0), and
+// runs integers through double like the reference's astype.
+TEST(Shrink, FloatsIntegersAndNaN) {
+  const Node n = make_node("Shrink", {"X"}, {{"lambd", Attribute::of_float(1.5f)}, {"bias", Attribute::of_float(0.5f)}});
+  const Tensor x = Tensor::from_vector<float>({7}, {-3.f, -1.5f, -1.f, 0.f, 1.5f, 2.f, std::nanf("")});
+  const Tensor y = run1(n, {x}, 9);
+  const std::vector<float> want = {-2.5f, 0.f, 0.f, 0.f, 0.f, 1.5f, 0.f};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(y.data<float>()[i], want[i]) << i;
+  const Tensor yi = run1(n, {Tensor::from_vector<int32_t>({5}, {-5, -2, 0, 2, 5})}, 9);
+  EXPECT_EQ(yi.dtype(), DType::Int32);
+  EXPECT_EQ(yi.to_int64_vector(), (std::vector<int64_t>{-4, -1, 0, 1, 4}));  // -4.5 -> -4, 1.5 -> 1 (truncation)
+  EXPECT_THROW(run1(n, {Tensor::zeros(DType::Bool, {2})}, 9), Unsupported);
+}
+
+TEST(Gelu, RejectsUnknownApproximation) {
+  try {
+    run1(make_node("Gelu", {"X"}, {{"approximate", Attribute::of_string("fast")}}), {Tensor::zeros(DType::Float32, {2})}, 20);
+    FAIL() << "no error";
+  } catch (const InvalidModel& e) {
+    EXPECT_NE(std::string(e.what()).find("approximate is 'fast'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(run1(make_node("Mish", {"X"}), {Tensor::zeros(DType::Int64, {2})}, 18), Unsupported);
 }
 
 }  // namespace

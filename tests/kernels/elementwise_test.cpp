@@ -323,3 +323,116 @@ TEST(Unary, OtherDtypesAndSpecialValues) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+Tensor run_mod(const Tensor& a, const Tensor& b, int64_t fmod) {
+  Node n = make_node("Mod", 2);
+  n.attrs["fmod"] = Attribute::of_int(fmod);
+  return run_node(n, {a, b}, 13).at(0);
+}
+
+// Python's % (sign of the divisor) for fmod=0, C's fmod (sign of the dividend) for fmod=1, on every
+// sign combination, with broadcasting; INT_MIN % -1 is 0 rather than a trap.
+TEST(Mod, IntegerSemanticsOfBothModes) {
+  const std::vector<int64_t> as = {7, -7, 7, -7, 0, 6, std::numeric_limits<int32_t>::min()};
+  const std::vector<int64_t> bs = {3, 3, -3, -3, 5, 3, -1};
+  std::vector<int32_t> a32(as.begin(), as.end()), b32(bs.begin(), bs.end());
+  const Tensor a = Tensor::from_vector<int32_t>({7}, a32), b = Tensor::from_vector<int32_t>({7}, b32);
+  EXPECT_EQ(run_mod(a, b, 0).to_int64_vector(), (std::vector<int64_t>{1, 2, -2, -1, 0, 0, 0}));
+  EXPECT_EQ(run_mod(a, b, 1).to_int64_vector(), (std::vector<int64_t>{1, -1, 1, -1, 0, 0, 0}));
+  // Broadcast divisor, uint8.
+  const Tensor u = Tensor::from_vector<uint8_t>({2, 2}, {250, 7, 9, 3});
+  EXPECT_EQ(run_mod(u, Tensor::from_vector<uint8_t>({2}, {7, 4}), 0).to_int64_vector(), (std::vector<int64_t>{5, 3, 2, 3}));
+}
+
+TEST(Mod, FloatIsCFmodAndNeedsFmod1) {
+  const std::vector<double> as = {5.5, -5.5, 5.5, -5.5, 1.0, 3.0};
+  const std::vector<double> bs = {2.0, 2.0, -2.0, -2.0, 0.0, std::numeric_limits<double>::infinity()};
+  const Tensor y = run_mod(Tensor::from_vector<double>({6}, as), Tensor::from_vector<double>({6}, bs), 1);
+  for (size_t i = 0; i < as.size(); ++i) {
+    const double want = std::fmod(as[i], bs[i]);
+    if (std::isnan(want)) EXPECT_TRUE(std::isnan(y.data<double>()[i])) << i;
+    else EXPECT_EQ(y.data<double>()[i], want) << i;
+  }
+  const Tensor h = run_mod(Tensor::from_vector<Half>({1}, {float_to_half(-7.5f)}),
+                           Tensor::from_vector<Half>({1}, {float_to_half(2.f)}), 1);
+  EXPECT_EQ(h.item_as_double(), -1.5);
+  try {
+    run_mod(Tensor::zeros(DType::Float32, {2}), Tensor::zeros(DType::Float32, {2}), 0);
+    FAIL() << "no error";
+  } catch (const InvalidModel& e) {
+    EXPECT_NE(std::string(e.what()).find("fmod=0 (integer remainder) given for float inputs 'A' and 'B'"),
+              std::string::npos) << e.what();
+  }
+  try {
+    run_mod(Tensor::from_vector<int64_t>({2}, {1, 2}), Tensor::from_vector<int64_t>({2}, {1, 0}), 0);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("divisor 'B' (int64[2]) is 0 at element 1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(run_mod(Tensor::zeros(DType::Int32, {2}), Tensor::zeros(DType::Int64, {2}), 1), TypeError);
+}
+
+TEST(Sign, AllDtypesAndSpecialValues) {
+  const Tensor f = Tensor::from_vector<float>({6}, {-2.5f, -0.f, 0.f, 3.f, -std::numeric_limits<float>::infinity(),
+                                                    std::nanf("")});
+  const Tensor y = run1("Sign", {f}, 13);
+  EXPECT_EQ(y.data<float>()[0], -1.f);
+  EXPECT_EQ(y.data<float>()[1], 0.f);
+  EXPECT_EQ(y.data<float>()[2], 0.f);
+  EXPECT_EQ(y.data<float>()[3], 1.f);
+  EXPECT_EQ(y.data<float>()[4], -1.f);
+  EXPECT_TRUE(std::isnan(y.data<float>()[5]));
+  EXPECT_EQ(run1("Sign", {Tensor::from_vector<int8_t>({3}, {-128, 0, 127})}).to_int64_vector(),
+            (std::vector<int64_t>{-1, 0, 1}));
+  EXPECT_EQ(run1("Sign", {Tensor::from_vector<uint64_t>({2}, {0, 9})}).to_int64_vector(), (std::vector<int64_t>{0, 1}));
+  EXPECT_THROW(run1("Sign", {Tensor::zeros(DType::Bool, {2})}), Unsupported);
+}
+
+// Half to even, which differs from std::round at every .5 with an even floor.
+TEST(Round, HalfToEven) {
+  const std::vector<float> xs = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 2.4f, 2.6f, -2.6f, 1e8f, 8388609.f, -0.4f};
+  const std::vector<float> want = {0.f, 2.f, 2.f, -0.f, -2.f, -2.f, 2.f, 3.f, -3.f, 1e8f, 8388609.f, -0.f};
+  const Tensor y = run1("Round", {Tensor::from_vector<float>({12}, xs)}, 11);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    EXPECT_EQ(y.data<float>()[i], want[i]) << xs[i];
+    EXPECT_EQ(std::signbit(y.data<float>()[i]), std::signbit(want[i])) << xs[i];
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  const Tensor s = run1("Round", {Tensor::from_vector<float>({3}, {inf, -inf, std::nanf("")})}, 11);
+  EXPECT_EQ(s.data<float>()[0], inf);
+  EXPECT_EQ(s.data<float>()[1], -inf);
+  EXPECT_TRUE(std::isnan(s.data<float>()[2]));
+  EXPECT_EQ(run1("Round", {Tensor::from_vector<double>({2}, {4.5, 5.5})}, 11).to_int64_vector(), (std::vector<int64_t>{4, 6}));
+  EXPECT_THROW(run1("Round", {Tensor::zeros(DType::Int32, {2})}, 11), Unsupported);
+}
+
+TEST(BitShift, BothDirectionsAndOversizedShifts) {
+  Node left = make_node("BitShift", 2);
+  left.attrs["direction"] = Attribute::of_string("LEFT");
+  Node right = left;
+  right.attrs["direction"] = Attribute::of_string("RIGHT");
+  const Tensor x = Tensor::from_vector<uint8_t>({4}, {1, 255, 16, 3});
+  const Tensor s = Tensor::from_vector<uint8_t>({4}, {1, 4, 8, 200});
+  EXPECT_EQ(run_node(left, {x, s}, 11).at(0).to_int64_vector(), (std::vector<int64_t>{2, 240, 0, 0}));
+  EXPECT_EQ(run_node(right, {x, s}, 11).at(0).to_int64_vector(), (std::vector<int64_t>{0, 15, 0, 0}));
+  const Tensor big = Tensor::from_vector<uint64_t>({2}, {1, 1});
+  const Tensor bs = Tensor::from_vector<uint64_t>({2}, {63, 64});
+  const Tensor y = run_node(left, {big, bs}, 11).at(0);
+  EXPECT_EQ(y.data<uint64_t>()[0], uint64_t{1} << 63);
+  EXPECT_EQ(y.data<uint64_t>()[1], 0u);
+  Node bad = left;
+  bad.attrs["direction"] = Attribute::of_string("left");
+  try {
+    run_node(bad, {x, s}, 11);
+    FAIL() << "no error";
+  } catch (const InvalidModel& e) {
+    EXPECT_NE(std::string(e.what()).find("direction is 'left'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(run_node(left, {Tensor::zeros(DType::Int32, {2}), Tensor::zeros(DType::Int32, {2})}, 11), Unsupported);
+}
+
+}  // namespace
+}  // namespace kiln

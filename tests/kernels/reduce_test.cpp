@@ -1,6 +1,6 @@
-// ReduceSum and ReduceMean through run_node against a naive double reference: every subset of axes
-// of a 4-D tensor, keepdims, negative axes, axes as attribute or input by opset, noop_with_empty_axes,
-// integers, empty tensors and errors.
+// The Reduce* ops through run_node against a naive double reference: every subset of axes, keepdims,
+// negative axes, axes as attribute or input by opset, noop_with_empty_axes, integers, empty tensors
+// (each op's identity), NaN and ±inf, and errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -180,6 +180,146 @@ TEST(Reduce, AxesInputMustBeKnownWhenPlanning) {
   auto k = KernelRegistry::global().resolve("", "ReduceSum", 13, DType::Float32).create(n);
   InferContext ctx{n, 13, {TensorMeta{DType::Float32, {2, 3}, false, {}}, TensorMeta{DType::Int64, {1}, false, {}}}};
   EXPECT_THROW(k->infer(ctx), Unsupported);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// The elements each output slot reduces, in order, for reductions that are not sums.
+std::vector<std::vector<double>> gather_slots(const Tensor& x, const std::vector<bool>& red) {
+  const Shape& s = x.shape();
+  int64_t slots = 1;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (!red[i]) slots *= s[i];
+  std::vector<std::vector<double>> out(static_cast<size_t>(slots));
+  for (int64_t lin = 0; lin < x.numel(); ++lin) {
+    int64_t rem = lin, o = 0, ostride = 1;
+    for (size_t i = s.size(); i-- > 0;) {
+      const int64_t idx = rem % s[i];
+      rem /= s[i];
+      if (!red[i]) {
+        o += idx * ostride;
+        ostride *= s[i];
+      }
+    }
+    out[static_cast<size_t>(o)].push_back(x.item_as_double(lin));
+  }
+  return out;
+}
+
+double ref_op(const std::string& op, const std::vector<double>& v) {
+  double r = op == "ReduceMax" ? -INFINITY : op == "ReduceMin" ? INFINITY : op == "ReduceProd" ? 1.0 : 0.0;
+  double m = -INFINITY;
+  for (double e : v) m = std::max(m, e);
+  for (double e : v) {
+    if (op == "ReduceMax") r = std::max(r, e);
+    else if (op == "ReduceMin") r = std::min(r, e);
+    else if (op == "ReduceProd") r *= e;
+    else if (op == "ReduceL1") r += std::fabs(e);
+    else if (op == "ReduceL2" || op == "ReduceSumSquare") r += e * e;
+    else if (op == "ReduceLogSum") r += e;
+    else r += std::exp(e - m);  // ReduceLogSumExp
+  }
+  if (op == "ReduceL2") return std::sqrt(r);
+  if (op == "ReduceLogSum") return std::log(r);
+  if (op == "ReduceLogSumExp") return m + std::log(r);
+  return r;
+}
+
+const std::vector<std::string> kOtherOps = {"ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                                            "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"};
+
+// axes attribute at opset 13, input at 18: both forms, every subset of 3 axes, both keepdims.
+TEST(ReduceOthers, EverySubsetOfAxesMatchesDoubleReference) {
+  Tensor x = random_f32({4, 5, 6}, 3);
+  // In [0.6, 1.4]: positive sums for LogSum, and products of 120 elements that stay within float.
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 1.f + 0.2f * x.data<float>()[i];
+  for (const std::string& op : kOtherOps)
+    for (int64_t opset : {13, 18})
+      for (int mask = 1; mask < 8; ++mask)
+        for (int64_t keep : {0, 1}) {
+          std::vector<int64_t> axes;
+          std::vector<bool> red(3, false);
+          for (int a = 0; a < 3; ++a)
+            if (mask & (1 << a)) {
+              axes.push_back(a == 2 ? -1 : a);
+              red[static_cast<size_t>(a)] = true;
+            }
+          const Tensor y = reduce(op, x, axes, opset, keep);
+          const auto slots = gather_slots(x, red);
+          ASSERT_EQ(y.numel(), static_cast<int64_t>(slots.size()));
+          for (size_t i = 0; i < slots.size(); ++i) {
+            const double want = ref_op(op, slots[i]);
+            ASSERT_NEAR(y.data<float>()[i], want, 2e-6 * std::fabs(want)) << op << " opset " << opset << " mask " << mask;
+          }
+        }
+}
+
+TEST(ReduceOthers, LogSumExpDoesNotOverflowAndNaNPropagates) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const Tensor x = Tensor::from_vector<float>({4, 3}, {1000.f, 1000.f, 999.f, -inf, -inf, -inf, inf, 1.f, inf,
+                                                       std::nanf(""), 1.f, 2.f});
+  const Tensor y = reduce("ReduceLogSumExp", x, std::vector<int64_t>{1}, 18, 0);
+  EXPECT_NEAR(y.data<float>()[0], 1000.0 + std::log(2.0 + std::exp(-1.0)), 1e-4);
+  EXPECT_EQ(y.data<float>()[1], -inf);
+  EXPECT_EQ(y.data<float>()[2], inf);
+  EXPECT_TRUE(std::isnan(y.data<float>()[3]));
+  const Tensor mx = reduce("ReduceMax", x, std::vector<int64_t>{1}, 18, 0);
+  EXPECT_EQ(mx.data<float>()[0], 1000.f);
+  EXPECT_EQ(mx.data<float>()[1], -inf);
+  EXPECT_TRUE(std::isnan(mx.data<float>()[3]));
+  EXPECT_TRUE(std::isnan(reduce("ReduceMin", x, std::vector<int64_t>{1}, 18, 0).data<float>()[3]));
+}
+
+// Reducing zero elements gives each op's identity.
+TEST(ReduceOthers, EmptyReductionsGiveTheIdentity) {
+  const Tensor e = Tensor::zeros(DType::Float32, {0, 2});
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::pair<std::string, float>> want = {
+      {"ReduceMax", -inf}, {"ReduceMin", inf}, {"ReduceProd", 1.f}, {"ReduceL1", 0.f},
+      {"ReduceL2", 0.f},   {"ReduceLogSum", -inf}, {"ReduceLogSumExp", -inf}, {"ReduceSumSquare", 0.f}};
+  for (const auto& [op, v] : want) {
+    const Tensor y = reduce(op, e, std::vector<int64_t>{0}, 18, 0);
+    ASSERT_EQ(y.shape(), Shape{2}) << op;
+    EXPECT_EQ(y.data<float>()[1], v) << op;
+  }
+  EXPECT_EQ(reduce("ReduceMax", Tensor::zeros(DType::Int32, {0}), std::nullopt, 18, 0).data<int32_t>()[0], INT32_MIN);
+}
+
+TEST(ReduceOthers, IntegerDtypes) {
+  const Tensor xi = Tensor::from_vector<int32_t>({2, 3}, {3, -4, 0, -2, 5, 1});
+  const auto run = [&](const std::string& op) { return reduce(op, xi, std::vector<int64_t>{1}, 18, 0).to_int64_vector(); };
+  EXPECT_EQ(run("ReduceMax"), (std::vector<int64_t>{3, 5}));
+  EXPECT_EQ(run("ReduceMin"), (std::vector<int64_t>{-4, -2}));
+  EXPECT_EQ(run("ReduceProd"), (std::vector<int64_t>{0, -10}));
+  EXPECT_EQ(run("ReduceL1"), (std::vector<int64_t>{7, 8}));
+  EXPECT_EQ(run("ReduceSumSquare"), (std::vector<int64_t>{25, 30}));
+  EXPECT_EQ(run("ReduceL2"), (std::vector<int64_t>{5, 5}));  // sqrt(30) = 5.48 truncates
+  const Tensor u8 = Tensor::from_vector<uint8_t>({3}, {7, 200, 9});
+  EXPECT_EQ(reduce("ReduceMax", u8, std::nullopt, 18, 0).to_int64_vector(), (std::vector<int64_t>{200}));
+  // 8-bit integers are Max/Min only.
+  EXPECT_THROW(reduce("ReduceProd", u8, std::nullopt, 18, 0), Unsupported);
+}
+
+TEST(ReduceOthers, NoopAndBadAxesInput) {
+  const Tensor x = Tensor::from_vector<float>({2}, {-1.f, 2.f});
+  const Tensor noop = reduce("ReduceL1", x, std::vector<int64_t>{}, 18, 1, 1);
+  EXPECT_EQ(noop.data<float>()[0], -1.f);  // the input, unchanged, as the spec says
+  Node n;
+  n.name = "r";
+  n.op_type = "ReduceMax";
+  n.inputs = {"data", "axes"};
+  n.outputs = {"reduced"};
+  try {
+    run_node(n, {x, Tensor::from_vector<int32_t>({1}, {0})}, 18);
+    FAIL() << "no error";
+  } catch (const TypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("axes 'axes' must be a 1-D int64 tensor, got int32[1]"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

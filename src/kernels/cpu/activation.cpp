@@ -211,8 +211,9 @@ struct ThresholdedReluOp {
   template <class T> T operator()(T x) const { return x > static_cast<T>(alpha) ? x : (x != x ? x : T(0)); }
 };
 
-// x + bias below -lambd, x - bias above lambd, 0 between. Integers compute in double and convert
-// back like the reference's astype.
+// x + bias below -lambd, x - bias above lambd, 0 between — and for NaN, which is neither below nor
+// above (ONNX's reference and ONNX Runtime agree). Integers compute in double and convert back like
+// the reference's astype.
 struct ShrinkOp {
   using Types = NumericTypes;
   float lambd, bias;
@@ -220,7 +221,7 @@ struct ShrinkOp {
   template <class T> T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>) {
       const T l = static_cast<T>(lambd), b = static_cast<T>(bias);
-      return x < -l ? x + b : (x > l ? x - b : (x != x ? x : T(0)));
+      return x < -l ? x + b : (x > l ? x - b : T(0));
     } else {
       const double v = static_cast<double>(x);
       return float_to_int<T>(v < -double(lambd) ? v + double(bias) : (v > double(lambd) ? v - double(bias) : 0.0));
@@ -239,6 +240,7 @@ struct MishOp {
 };
 
 // approximate "none": x/2 (1 + erf(x/sqrt 2)); "tanh": x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// Written as x/2 erfc(-x/sqrt 2) and x sigmoid(2u), which equal them but do not cancel for x << 0.
 struct GeluOp {
   using Types = FloatTypes;
   bool tanh_form;
@@ -248,12 +250,15 @@ struct GeluOp {
       throw InvalidModel(fmt::format("attribute approximate is '{}'; it must be \"none\" or \"tanh\"", a));
     tanh_form = a == "tanh";
   }
+  // In double: for x << 0 both forms are exp-like tails whose relative error is the argument's
+  // rounding times |x|^2, which float arguments would make reach 1e-5.
   template <class T> T operator()(T x) const {
+    const double v = static_cast<double>(x);
     if (tanh_form) {
-      const T k = static_cast<T>(0.7978845608028654);  // sqrt(2/pi)
-      return T(0.5) * x * (T(1) + std::tanh(k * (x + static_cast<T>(0.044715) * x * x * x)));
+      const double u = 0.7978845608028654 * (v + 0.044715 * v * v * v);  // sqrt(2/pi)
+      return static_cast<T>(v / (1.0 + std::exp(-2.0 * u)));
     }
-    return T(0.5) * x * (T(1) + std::erf(x * static_cast<T>(0.7071067811865476)));
+    return static_cast<T>(0.5 * v * std::erfc(v * -0.7071067811865476));
   }
 };
 

@@ -60,7 +60,9 @@ class TopKKernel final : public Kernel {
                                    input_label(node_, 0), to_string(in)));
     Shape out = in;
     out[static_cast<size_t>(axis_)] = k_;
-    return {TensorMeta{ctx.dtype(0), out, false, Tensor()}, TensorMeta{DType::Int64, out, false, Tensor()}};
+    std::vector<TensorMeta> metas{TensorMeta{ctx.dtype(0), out, false, Tensor()}};
+    if (node_.outputs.size() > 1) metas.push_back(TensorMeta{DType::Int64, out, false, Tensor()});
+    return metas;
   }
 
   void compute(ComputeContext& ctx) override {

@@ -1,0 +1,79 @@
+// ai.kiln.SumToShapeOf: sums a gradient that has a broadcast shape back to the shape of the tensor
+// that was broadcast. The gradient builder inserts it after rules of broadcasting ops.
+#include <fmt/format.h>
+
+#include "core/parallel.h"
+#include "kiln/autodiff.h"
+#include "kiln/kernel.h"
+
+namespace kiln {
+namespace {
+
+class SumToShapeOf : public Kernel {
+ public:
+  using Kernel::Kernel;
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const Shape& g = ctx.shape(0);
+    const Shape& like = ctx.shape(1);
+    if (like.size() > g.size())
+      throw ShapeError(fmt::format("gradient {} has lower rank than target {}", to_string(g), to_string(like)));
+    const size_t lead = g.size() - like.size();
+    for (size_t i = 0; i < like.size(); ++i)
+      if (like[i] != 1 && like[i] != g[lead + i])
+        throw ShapeError(fmt::format("gradient {} does not broadcast from target {}", to_string(g), to_string(like)));
+    return {{ctx.dtype(0), like}};
+  }
+
+  void compute(ComputeContext& ctx) override {
+    visit_dtype(ctx.input(0).dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) run<T>(ctx);
+      else throw TypeError(fmt::format("SumToShapeOf supports float and double, got {}", ctx.input(0).describe()));
+    });
+  }
+
+ private:
+  template <class T>
+  void run(ComputeContext& ctx) {
+    const Tensor& g = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    const Shape& gs = g.shape();
+    const size_t rank = gs.size();
+    const size_t lead = rank - y.shape().size();
+    // Output strides over the gradient's dims: 0 where the target broadcast (or lacks the dim).
+    Strides ostride(rank, 0);
+    const Strides ys = contiguous_strides(y.shape());
+    for (size_t i = lead; i < rank; ++i) ostride[i] = y.shape()[i - lead] == 1 ? 0 : ys[i - lead];
+    const int64_t n = g.numel();
+    const T* src = g.data<T>();
+    T* dst = y.data<T>();
+    const int64_t ny = y.numel();
+    // Sum in double, split over output elements so threads never write the same place.
+    std::vector<double> acc(static_cast<size_t>(ny), 0.0);
+    std::vector<int64_t> idx(rank, 0);
+    int64_t off = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      acc[static_cast<size_t>(off)] += static_cast<double>(src[k]);
+      for (size_t i = rank; i-- > 0;) {
+        off += ostride[i];
+        if (++idx[i] < gs[i]) break;
+        off -= ostride[i] * gs[i];
+        idx[i] = 0;
+      }
+    }
+    for (int64_t k = 0; k < ny; ++k) dst[k] = static_cast<T>(acc[static_cast<size_t>(k)]);
+  }
+};
+
+const KernelRegistrar reg({kKilnDomain, "SumToShapeOf", 1, kMaxOpset, {DType::Float32, DType::Float64}},
+                          [](const Node& n) { return std::make_unique<SumToShapeOf>(n); });
+const OpDocRegistrar doc({kKilnDomain, "SumToShapeOf",
+                          "Reduces a gradient of a broadcast result to the shape of the broadcast operand.",
+                          {"G: the gradient, with the broadcast (output) shape", "X: the operand; only its shape is read"},
+                          {"Y: G summed over the dims that X broadcast (leading dims X lacks, and dims where X has 1), "
+                           "with X's shape"},
+                          "Y[j] = sum over all i that broadcast to j of G[i] (numpy: G.sum(axes).reshape(X.shape))"});
+
+}  // namespace
+}  // namespace kiln
