@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 
 namespace kiln {
@@ -38,6 +39,11 @@ size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 bool is_floating(DType t);  // float32, float64, float16, bfloat16
 bool is_integer(DType t);   // signed and unsigned integers, not bool
+
+// ONNX's TensorProto.DataType codes (FLOAT = 1, ..., BFLOAT16 = 16): the `to` of Cast, the
+// element type of ONNX files. dtype_from_onnx gives nullopt for types Kiln lacks (string, complex).
+std::optional<DType> dtype_from_onnx(int64_t code);
+int32_t dtype_to_onnx(DType t);
 
 template <class T> struct DTypeOf;
 template <> struct DTypeOf<float> { static constexpr DType value = DType::Float32; };

@@ -125,6 +125,21 @@ class KernelRegistry {
   std::vector<KernelDef> defs_;
 };
 
+// Documentation of an op Kiln defines (domain ai.kiln), registered next to its kernel and printed
+// into docs/ops.md by `kiln ops --json`.
+struct OpDoc {
+  std::string domain;
+  std::string op_type;
+  std::string summary;
+  std::vector<std::string> inputs;   // "name: meaning"
+  std::vector<std::string> outputs;
+  std::string math;
+};
+const std::vector<OpDoc>& op_docs();
+struct OpDocRegistrar {
+  explicit OpDocRegistrar(OpDoc doc);
+};
+
 // Runs one node eagerly on the given inputs (an undefined Tensor marks an omitted optional input):
 // resolves its kernel, infers, allocates, computes. All inputs count as known values, so ops that
 // read shapes from inputs work. Used for constant folding and kernel tests.

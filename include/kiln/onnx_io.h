@@ -27,6 +27,10 @@ Model load_model_from_bytes(const std::string& bytes, const std::string& base_di
 void save_model(const Model& model, const std::string& path);
 std::string serialize_model(const Model& model);
 
+// Fills model.graph.value_info with ONNX shape inference (dtypes and, where derivable, shapes with
+// symbolic dims of every intermediate value). Best effort: values it cannot infer stay unlisted.
+void infer_shapes(Model& model);
+
 // Tensor <-> serialized onnx.TensorProto (the format of ONNX's test data files input_0.pb).
 Tensor load_tensor_proto(const std::string& path);
 void save_tensor_proto(const Tensor& tensor, const std::string& name, const std::string& path);

@@ -1,6 +1,7 @@
 #include "kiln/dtype.h"
 
 #include <cmath>
+#include <utility>
 
 namespace kiln {
 
@@ -66,6 +67,25 @@ BFloat16 float_to_bfloat16(float f) {
   const uint32_t lsb = (u >> 16) & 1;
   u += 0x7fff + lsb;
   return BFloat16{static_cast<uint16_t>(u >> 16)};
+}
+
+namespace {
+constexpr std::pair<DType, int32_t> kOnnxCodes[] = {
+    {DType::Float32, 1}, {DType::Uint8, 2},  {DType::Int8, 3},    {DType::Uint16, 4},  {DType::Int16, 5},
+    {DType::Int32, 6},   {DType::Int64, 7},  {DType::Bool, 9},    {DType::Float16, 10}, {DType::Float64, 11},
+    {DType::Uint32, 12}, {DType::Uint64, 13}, {DType::BFloat16, 16}};
+}  // namespace
+
+std::optional<DType> dtype_from_onnx(int64_t code) {
+  for (const auto& [t, c] : kOnnxCodes)
+    if (c == code) return t;
+  return std::nullopt;
+}
+
+int32_t dtype_to_onnx(DType t) {
+  for (const auto& [d, c] : kOnnxCodes)
+    if (d == t) return c;
+  return 0;
 }
 
 size_t dtype_size(DType t) {

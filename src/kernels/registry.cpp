@@ -89,6 +89,16 @@ const KernelDef& KernelRegistry::resolve_node(const Node& node, int64_t opset,
   return resolve(node.domain, node.op_type, opset, key);
 }
 
+namespace {
+std::vector<OpDoc>& mutable_op_docs() {
+  static std::vector<OpDoc> docs;
+  return docs;
+}
+}  // namespace
+
+const std::vector<OpDoc>& op_docs() { return mutable_op_docs(); }
+OpDocRegistrar::OpDocRegistrar(OpDoc doc) { mutable_op_docs().push_back(std::move(doc)); }
+
 KernelRegistrar::KernelRegistrar(KernelDef def, std::function<std::unique_ptr<Kernel>(const Node&)> create) {
   def.create = std::move(create);
   KernelRegistry::global().add(std::move(def));

@@ -16,18 +16,6 @@ using P = onnx::TensorProto;
 
 namespace {
 
-struct TypeEntry {
-  int32_t onnx;
-  DType kiln;
-};
-constexpr TypeEntry kTypes[] = {
-    {P::FLOAT, DType::Float32},   {P::DOUBLE, DType::Float64}, {P::FLOAT16, DType::Float16},
-    {P::BFLOAT16, DType::BFloat16}, {P::INT64, DType::Int64},  {P::INT32, DType::Int32},
-    {P::INT16, DType::Int16},     {P::INT8, DType::Int8},      {P::UINT64, DType::Uint64},
-    {P::UINT32, DType::Uint32},   {P::UINT16, DType::Uint16},  {P::UINT8, DType::Uint8},
-    {P::BOOL, DType::Bool},
-};
-
 std::string describe(const P& proto, DType dtype, const Shape& shape) {
   return fmt::format("tensor '{}' ({}{})", proto.name(), dtype_name(dtype), to_string(shape));
 }
@@ -88,18 +76,6 @@ void normalise_bools(Tensor& t) {
 }
 
 }  // namespace
-
-std::optional<DType> dtype_from_onnx(int32_t elem_type) {
-  for (const auto& e : kTypes)
-    if (e.onnx == elem_type) return e.kiln;
-  return std::nullopt;
-}
-
-int32_t dtype_to_onnx(DType dtype) {
-  for (const auto& e : kTypes)
-    if (e.kiln == dtype) return e.onnx;
-  throw Unsupported(fmt::format("dtype {} has no ONNX element type", dtype_name(dtype)));
-}
 
 std::string onnx_type_name(int32_t elem_type) {
   if (auto d = dtype_from_onnx(elem_type)) return dtype_name(*d);

@@ -12,9 +12,7 @@
 
 namespace kiln::onnxio {
 
-// Kiln's dtype for an ONNX TensorProto.DataType; nullopt for types Kiln lacks (string, complex).
-std::optional<DType> dtype_from_onnx(int32_t elem_type);
-int32_t dtype_to_onnx(DType dtype);
+// The dtype <-> element type mapping is kiln::dtype_from_onnx / kiln::dtype_to_onnx (kiln/dtype.h).
 // "float", "string", "complex64", ... or "unknown(N)", for messages.
 std::string onnx_type_name(int32_t elem_type);
 

@@ -4,6 +4,9 @@
 // registered separately.
 #include <fmt/format.h>
 
+#include <cmath>
+#include <limits>
+
 #include "core/parallel.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "kiln/kernel.h"
@@ -84,27 +87,35 @@ KernelRegistrar reg(const char* op, int64_t since, int64_t end, dnnl::algorithm 
 }
 
 // Hardmax: 1 at the first maximum of each [outer, axis, inner] line, 0 elsewhere.
+// A tensor seen as outer x len x inner lines along the normalised axis (opsets 1-12: the whole
+// flattened row from `axis` on is one line).
+struct Lines {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+
+Lines lines_of(const TensorMeta& x, int64_t attr, bool flatten, const char* op) {
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  const int64_t axis = attr < 0 ? attr + rank : attr;
+  if (axis < 0 || axis > (flatten ? rank : rank - 1) || rank == 0)
+    throw ShapeError(fmt::format("{}: axis {} is out of range for input {}{} (rank {})", op, attr, dtype_name(x.dtype),
+                                 to_string(x.shape), rank));
+  Lines l;
+  for (int64_t i = 0; i < rank; ++i) {
+    const int64_t d = x.shape[size_t(i)];
+    if (i < axis) l.outer *= d;
+    else if (i == axis || flatten) l.len *= d;
+    else l.inner *= d;
+  }
+  return l;
+}
+
 class HardmaxKernel final : public Kernel {
  public:
   HardmaxKernel(const Node& node, bool flatten) : Kernel(node), flatten_(flatten) {}
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& x = ctx.input(0);
-    const int64_t rank = static_cast<int64_t>(x.shape.size());
-    const int64_t attr = node_.attr_int("axis", flatten_ ? 1 : -1);
-    const int64_t axis = attr < 0 ? attr + rank : attr;
-    if (axis < 0 || axis > (flatten_ ? rank : rank - 1) || rank == 0)
-      throw ShapeError(fmt::format("Hardmax: axis {} is out of range for input {}{} (rank {})", attr,
-                                   dtype_name(x.dtype), to_string(x.shape), rank));
-    outer_ = 1;
-    len_ = 1;
-    inner_ = 1;
-    for (int64_t i = 0; i < rank; ++i) {
-      const int64_t d = x.shape[size_t(i)];
-      if (i < axis) outer_ *= d;
-      else if (i == axis || flatten_) len_ *= d;  // opsets 1-12: the whole flattened row is one line
-      else inner_ *= d;
-    }
+    lines_ = lines_of(x, node_.attr_int("axis", flatten_ ? 1 : -1), flatten_, "Hardmax");
     return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
   }
 
@@ -122,8 +133,8 @@ class HardmaxKernel final : public Kernel {
  private:
   template <class T>
   void run(const T* x, T* y) const {
-    const int64_t len = len_, inner = inner_;
-    parallel_for(outer_ * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, len)), [&](int64_t b, int64_t e) {
+    const int64_t len = lines_.len, inner = lines_.inner;
+    parallel_for(lines_.outer * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, len)), [&](int64_t b, int64_t e) {
       for (int64_t line = b; line < e; ++line) {
         const int64_t base = (line / inner) * len * inner + line % inner;
         int64_t best = 0;
@@ -135,8 +146,53 @@ class HardmaxKernel final : public Kernel {
   }
 
   bool flatten_;
-  int64_t outer_ = 1, len_ = 1, inner_ = 1;
+  Lines lines_;
 };
+
+// Softmax / LogSoftmax in double for float64 inputs (oneDNN has no f64 softmax).
+class SoftmaxF64 final : public Kernel {
+ public:
+  SoftmaxF64(const Node& node, bool log, bool flatten) : Kernel(node), log_(log), flatten_(flatten) {}
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const TensorMeta& x = ctx.input(0);
+    lines_ = lines_of(x, node_.attr_int("axis", flatten_ ? 1 : -1), flatten_, node_.op_type.c_str());
+    return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
+  }
+
+  void compute(ComputeContext& ctx) override {
+    const double* x = ctx.input(0).data<double>();
+    double* y = ctx.output(0).data<double>();
+    const int64_t len = lines_.len, inner = lines_.inner;
+    parallel_for(lines_.outer * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, len)), [&](int64_t b, int64_t e) {
+      for (int64_t line = b; line < e; ++line) {
+        const int64_t base = (line / inner) * len * inner + line % inner;
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t i = 0; i < len; ++i) m = std::max(m, x[base + i * inner]);
+        double sum = 0;
+        for (int64_t i = 0; i < len; ++i) sum += std::exp(x[base + i * inner] - m);
+        const double log_sum = std::log(sum);
+        for (int64_t i = 0; i < len; ++i) {
+          const double z = x[base + i * inner] - m;
+          y[base + i * inner] = log_ ? z - log_sum : std::exp(z) / sum;
+        }
+      }
+    });
+  }
+
+ private:
+  bool log_, flatten_;
+  Lines lines_;
+};
+
+const KernelRegistrar softmax64_1({"", "Softmax", 1, 12, {DType::Float64}},
+                                  [](const Node& n) { return std::make_unique<SoftmaxF64>(n, false, true); });
+const KernelRegistrar softmax64_13({"", "Softmax", 13, kMaxOpset, {DType::Float64}},
+                                   [](const Node& n) { return std::make_unique<SoftmaxF64>(n, false, false); });
+const KernelRegistrar log_softmax64_1({"", "LogSoftmax", 1, 12, {DType::Float64}},
+                                      [](const Node& n) { return std::make_unique<SoftmaxF64>(n, true, true); });
+const KernelRegistrar log_softmax64_13({"", "LogSoftmax", 13, kMaxOpset, {DType::Float64}},
+                                       [](const Node& n) { return std::make_unique<SoftmaxF64>(n, true, false); });
 
 const KernelRegistrar hardmax_1({"", "Hardmax", 1, 12, {DType::Float32, DType::Float64, DType::Float16}},
                                 [](const Node& n) { return std::make_unique<HardmaxKernel>(n, true); });

@@ -1,0 +1,127 @@
+#include "autodiff/builder_state.h"
+
+#include <fmt/format.h>
+
+#include "kiln/onnx_io.h"
+
+namespace kiln {
+
+GradientBuilderState::GradientBuilderState(const Model& forward) : model(forward) {
+  // Rules need ranks and dtypes of intermediates: take them from ONNX shape inference.
+  infer_shapes(model);
+  const Graph& g = model.graph;
+  for (const auto* list : {&g.inputs, &g.outputs, &g.value_info, &g.overridable_initializers})
+    for (const ValueInfo& v : *list) info_[v.name] = v;
+  for (const auto& [name, t] : g.initializers) {
+    ValueInfo v;
+    v.name = name;
+    v.dtype = t.dtype();
+    v.has_type = v.has_shape = true;
+    for (int64_t d : t.shape()) v.dims.push_back(Dim{d, ""});
+    info_[name] = v;
+  }
+  for (const Node& n : g.nodes) {
+    for (const auto& s : n.inputs) names_.insert(s);
+    for (const auto& s : n.outputs) names_.insert(s);
+    names_.insert(n.name);
+    if (n.op_type == "Constant" && n.has_attr("value") && !n.outputs.empty()) {
+      const Tensor& t = n.attr_tensor("value");
+      std::vector<Dim> dims;
+      for (int64_t d : t.shape()) dims.push_back(Dim{d, ""});
+      record(n.outputs[0], t.dtype(), dims);
+    }
+  }
+  for (const auto& [name, v] : info_) names_.insert(name);
+}
+
+bool GradientBuilderState::is_value(const std::string& name) const {
+  return names_.count(name) != 0 || info_.count(name) != 0;
+}
+
+std::optional<DType> GradientBuilderState::dtype_of(const std::string& name) const {
+  auto it = info_.find(name);
+  if (it == info_.end() || !it->second.has_type) return std::nullopt;
+  return it->second.dtype;
+}
+
+std::optional<std::vector<Dim>> GradientBuilderState::dims_of(const std::string& name) const {
+  auto it = info_.find(name);
+  if (it == info_.end() || !it->second.has_shape) return std::nullopt;
+  return it->second.dims;
+}
+
+std::optional<int64_t> GradientBuilderState::rank_of(const std::string& name) const {
+  auto d = dims_of(name);
+  if (!d) return std::nullopt;
+  return static_cast<int64_t>(d->size());
+}
+
+std::optional<Shape> GradientBuilderState::static_shape(const std::string& name) const {
+  auto d = dims_of(name);
+  if (!d) return std::nullopt;
+  Shape s;
+  for (const Dim& x : *d) {
+    if (x.value < 0) return std::nullopt;
+    s.push_back(x.value);
+  }
+  return s;
+}
+
+ValueInfo GradientBuilderState::value_info_of(const std::string& name) const {
+  auto it = info_.find(name);
+  if (it != info_.end()) return it->second;
+  ValueInfo v;
+  v.name = name;
+  return v;
+}
+
+void GradientBuilderState::add_contribution(const std::string& value, const std::string& grad) {
+  if (summed_.count(value))
+    throw Error(fmt::format("internal: gradient of '{}' received a contribution after it was summed", value));
+  contributions_[value].push_back(grad);
+}
+
+bool GradientBuilderState::has_contributions(const std::string& value) const {
+  auto it = contributions_.find(value);
+  return it != contributions_.end() && !it->second.empty();
+}
+
+std::string GradientBuilderState::summed_gradient(const std::string& value) {
+  if (auto it = summed_.find(value); it != summed_.end()) return it->second;
+  auto it = contributions_.find(value);
+  if (it == contributions_.end() || it->second.empty()) return "";
+  std::string result = it->second[0];
+  if (it->second.size() > 1) {
+    Node n;
+    n.op_type = "Sum";
+    n.name = fresh_name(value + "_grad/Sum");
+    n.inputs = it->second;
+    result = fresh_name(value + "_grad");
+    n.outputs = {result};
+    model.graph.nodes.push_back(std::move(n));
+    if (auto dt = dtype_of(value)) record(result, *dt, dims_of(value));
+  }
+  summed_[value] = result;
+  return result;
+}
+
+std::string GradientBuilderState::fresh_name(const std::string& base) {
+  std::string name = base;
+  while (names_.count(name)) name = fmt::format("{}_{}", base, ++counter_);
+  names_.insert(name);
+  return name;
+}
+
+void GradientBuilderState::record(const std::string& name, DType dtype, std::optional<std::vector<Dim>> dims) {
+  ValueInfo v;
+  v.name = name;
+  v.dtype = dtype;
+  v.has_type = true;
+  if (dims) {
+    v.has_shape = true;
+    v.dims = *dims;
+  }
+  info_[name] = v;
+}
+
+}  // namespace kiln
