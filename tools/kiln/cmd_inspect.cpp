@@ -10,7 +10,10 @@
 
 #include "commands.h"
 #include "kiln/kernel.h"
+#include "kiln/autodiff.h"
 #include "kiln/onnx_io.h"
+#include "kiln/session.h"
+#include "options.h"
 
 namespace kiln::cli {
 namespace {
@@ -20,6 +23,9 @@ using nlohmann::json;
 struct InspectOptions {
   std::string model;
   bool json = false;
+  bool training = false;
+  std::string loss;
+  std::vector<std::string> dims;
 };
 
 std::string domain_label(const std::string& domain) { return domain.empty() ? "ai.onnx" : domain; }
@@ -130,17 +136,57 @@ void print_text(const InspectOptions& o, const Model& m, const Summary& s) {
                              u["domain"].get<std::string>(), u["opset"].get<int64_t>());
 }
 
+// Planned activation memory of the forward graph and of its training graph, at example shapes.
+json plan_report(const InspectOptions& o, const Model& m) {
+  const auto feeds = example_feeds(m, parse_dims(o.dims));
+  std::vector<std::string> shapes;
+  for (const auto& [name, t] : feeds) shapes.push_back(fmt::format("{}={}", name, t.describe()));
+  Session forward(m);
+  const PlanStats fwd = forward.plan(feeds);
+  GradientOptions opts;
+  opts.loss = o.loss;
+  const GradientGraph g = build_gradient_graph(m, opts);
+  Session training(g.model);
+  const PlanStats train = training.plan(feeds);
+  return {{"inputs", shapes},
+          {"forward_peak_bytes", fwd.peak_bytes},
+          {"training_peak_bytes", train.peak_bytes},
+          {"training_unplanned_bytes", train.unplanned_bytes},
+          {"training_steps", train.num_steps},
+          {"parameters_with_gradients", g.parameters.size()}};
+}
+
 void inspect(const InspectOptions& o) {
+  if (o.training && o.loss.empty()) throw InvalidArgument("--training needs --loss NAME (the scalar loss value)");
   const Model m = load_model(o.model);
   const Summary s = summarize(m);
-  if (o.json) std::cout << to_json(o, m, s).dump(2) << "\n";
-  else print_text(o, m, s);
+  json plan;
+  if (o.training) plan = plan_report(o, m);
+  if (o.json) {
+    json out = to_json(o, m, s);
+    if (o.training) out["training_plan"] = plan;
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  print_text(o, m, s);
+  if (!o.training) return;
+  const auto mib = [](const json& v) { return v.get<double>() / 1048576.0; };
+  std::cout << fmt::format("training plan (loss '{}', inputs {}):\n", o.loss,
+                           fmt::join(plan["inputs"].get<std::vector<std::string>>(), ", "));
+  std::cout << fmt::format("  forward peak activation memory:  {:.3f} MiB\n", mib(plan["forward_peak_bytes"]));
+  std::cout << fmt::format("  training peak activation memory: {:.3f} MiB ({:.3f} MiB without reuse), {} steps, "
+                           "{} parameters with gradients\n",
+                           mib(plan["training_peak_bytes"]), mib(plan["training_unplanned_bytes"]),
+                           plan["training_steps"].get<int64_t>(), plan["parameters_with_gradients"].get<int64_t>());
 }
 
 Action setup(CLI::App& app) {
   auto o = std::make_shared<InspectOptions>();
   app.add_option("model", o->model, "The ONNX model file")->required();
   app.add_flag("--json", o->json, "Print the summary as JSON");
+  app.add_flag("--training", o->training, "Also plan the training graph and report its peak activation memory");
+  app.add_option("--loss", o->loss, "With --training: the scalar loss value");
+  app.add_option("--dim", o->dims, "With --training: sizes of symbolic dims, e.g. batch=32 (default 1)");
   return [o] { inspect(*o); };
 }
 

@@ -1,0 +1,71 @@
+"""`kiln grad` and `kiln inspect --training`: the training graph on disk (checker-valid, with the
+ai.kiln opset declared when used) and its planned memory."""
+import json
+import sys
+from pathlib import Path
+
+import onnx
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+import torch_models  # noqa: E402
+from kiln_cli import run_kiln  # noqa: E402
+from test_grad_parity import WithLoss, export_with_loss  # noqa: E402
+
+
+def mlp_with_loss(tmp_path):
+    torch.manual_seed(0)
+    path = tmp_path / "mlp_loss.onnx"
+    export_with_loss(WithLoss(torch_models.MLP(d_in=32, hidden=16, d_out=4), "mse"), torch.randn(2, 32),
+                     torch.randn(2, 4), path)
+    return path
+
+
+def assert_error(proc, *needles):
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kiln: error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_grad_writes_a_checker_valid_training_graph(tmp_path):
+    model = mlp_with_loss(tmp_path)
+    out = tmp_path / "train.onnx"
+    proc = run_kiln("grad", model, "--loss", "loss", "--frozen-params", "model.net.0.bias", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    m = onnx.load(str(out))
+    onnx.checker.check_model(m)
+    outputs = [o.name for o in m.graph.output]
+    assert outputs[0] == "loss"
+    assert "model.net.0.weight_grad" in outputs and "model.net.0.bias_grad" not in outputs
+    assert len([o for o in outputs if o.endswith("_grad")]) == 5
+    uses_kiln = any(n.domain == "ai.kiln" for n in m.graph.node)
+    declared = {o.domain: o.version for o in m.opset_import}
+    assert not uses_kiln or declared.get("ai.kiln") == 1
+
+
+def test_grad_errors_name_what_is_wrong(tmp_path):
+    model = mlp_with_loss(tmp_path)
+    assert_error(run_kiln("grad", model, "--loss", "nope", "--out", tmp_path / "t.onnx"), "loss 'nope'")
+    assert_error(run_kiln("grad", model, "--loss", "loss", "--requires-grad", "x", "--out", tmp_path / "t.onnx"),
+                 "'x' requires a gradient but is not an initializer")
+    assert_error(run_kiln("grad", model, "--loss", "loss", "--requires-grad", "model.net.0.bias",
+                          "--frozen-params", "model.net.0.bias", "--out", tmp_path / "t.onnx"),
+                 "both as requiring a gradient and as frozen")
+    assert not (tmp_path / "t.onnx").exists()
+
+
+def test_inspect_training_reports_planned_peak(tmp_path):
+    model = mlp_with_loss(tmp_path)
+    proc = run_kiln("inspect", model, "--training", "--loss", "loss", "--dim", "batch=64", "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)["training_plan"]
+    assert "x=float[64, 32]" in plan["inputs"]
+    # Reuse by liveness: the training graph's arena is smaller than one buffer per value, and it
+    # holds more than the forward pass alone (activations kept for backward, gradients).
+    assert 0 < plan["forward_peak_bytes"] < plan["training_peak_bytes"] < plan["training_unplanned_bytes"]
+    assert plan["parameters_with_gradients"] == 6
+    assert_error(run_kiln("inspect", model, "--training"), "--training needs --loss")
+    assert_error(run_kiln("inspect", model, "--training", "--loss", "loss", "--dim", "batch"), "--dim 'batch'")
