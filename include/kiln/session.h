@@ -21,6 +21,14 @@ namespace kiln {
 
 struct SessionOptions {
   int num_threads = 0;  // 0: all cores
+  bool profile = false; // time every kernel call (see Session::profile())
+};
+
+// Time spent per op type over the runs of a profiling session, largest first.
+struct OpProfile {
+  std::string op_type;
+  int64_t calls = 0;
+  double total_ms = 0;
 };
 
 struct PlanStats {
@@ -55,6 +63,8 @@ class Session {
   // Plans for the given feeds without running (used by inspection tools).
   PlanStats plan(const std::map<std::string, Tensor>& feeds);
   const PlanStats& last_plan_stats() const;
+  // Per-op-type kernel time accumulated since construction (empty unless options.profile).
+  std::vector<OpProfile> profile() const;
 
  private:
   ExecutionPlan& plan_for(const std::map<std::string, Tensor>& feeds);
@@ -63,6 +73,7 @@ class Session {
   std::vector<size_t> order_;
   std::map<std::string, std::unique_ptr<ExecutionPlan>> plans_;
   ExecutionPlan* last_plan_ = nullptr;
+  std::map<std::string, OpProfile> profile_;
 };
 
 }  // namespace kiln

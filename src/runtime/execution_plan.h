@@ -57,8 +57,10 @@ std::unique_ptr<ExecutionPlan> build_plan(const Model& model, const std::vector<
                                           const std::map<std::string, Tensor>& feeds);
 
 // Runs a plan; returns the requested outputs as tensors that own their memory.
+// With `profile`, adds each step's kernel time to the entry of its op type.
 std::map<std::string, Tensor> execute_plan(ExecutionPlan& plan, const Model& model,
                                            const std::map<std::string, Tensor>& feeds,
-                                           const std::vector<std::string>& outputs);
+                                           const std::vector<std::string>& outputs,
+                                           std::map<std::string, OpProfile>* profile = nullptr);
 
 }  // namespace kiln

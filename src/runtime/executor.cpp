@@ -2,6 +2,8 @@
 // kernel, and hands back outputs that own their memory (the arena is reused by the next run).
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "runtime/execution_plan.h"
 
 namespace kiln {
@@ -45,7 +47,8 @@ void run_dynamic_step(PlanStep& step, const Node& node, std::vector<Tensor>& liv
 
 std::map<std::string, Tensor> execute_plan(ExecutionPlan& plan, const Model& model,
                                            const std::map<std::string, Tensor>& feeds,
-                                           const std::vector<std::string>& outputs) {
+                                           const std::vector<std::string>& outputs,
+                                           std::map<std::string, OpProfile>* profile) {
   std::vector<Tensor> live(plan.values.size());
   for (size_t i = 0; i < plan.values.size(); ++i) {
     const PlannedValue& v = plan.values[i];
@@ -62,6 +65,7 @@ std::map<std::string, Tensor> execute_plan(ExecutionPlan& plan, const Model& mod
   }
   for (PlanStep& step : plan.steps) {
     const Node& node = model.graph.nodes[step.node];
+    const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     try {
       if (step.dynamic) {
         run_dynamic_step(step, node, live);
@@ -78,6 +82,12 @@ std::map<std::string, Tensor> execute_plan(ExecutionPlan& plan, const Model& mod
       ctx.outputs.reserve(step.outputs.size());
       for (int out : step.outputs) ctx.outputs.push_back(&live[static_cast<size_t>(out)]);
       step.kernel->compute(ctx);
+      if (profile) {
+        OpProfile& p = (*profile)[node.domain.empty() ? node.op_type : node.domain + "." + node.op_type];
+        p.op_type = node.domain.empty() ? node.op_type : node.domain + "." + node.op_type;
+        ++p.calls;
+        p.total_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      }
     } catch (Error& e) {
       e.add_context(node.label() + ": ");
       throw;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <set>
 
 #include "runtime/execution_plan.h"
@@ -91,7 +92,14 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
     if (!known.count(name))
       throw InvalidArgument(fmt::format("'{}' is not an output of the model", name));
   ExecutionPlan& plan = plan_for(feeds);
-  return execute_plan(plan, model_, feeds, wanted);
+  return execute_plan(plan, model_, feeds, wanted, options_.profile ? &profile_ : nullptr);
+}
+
+std::vector<OpProfile> Session::profile() const {
+  std::vector<OpProfile> out;
+  for (const auto& [op, p] : profile_) out.push_back(p);
+  std::sort(out.begin(), out.end(), [](const OpProfile& a, const OpProfile& b) { return a.total_ms > b.total_ms; });
+  return out;
 }
 
 }  // namespace kiln

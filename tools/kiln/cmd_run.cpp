@@ -26,6 +26,7 @@ struct RunOptions {
   std::string output_dir;
   int threads = 0;
   int repeat = 0;
+  bool profile = false;
 };
 
 // ONNX names may hold '/', ':' and other characters a file name cannot (PyTorch writes
@@ -91,6 +92,7 @@ void run(const RunOptions& o) {
   std::map<std::string, Tensor> feeds = read_feeds(o.inputs);
   SessionOptions options;
   options.num_threads = o.threads;
+  options.profile = o.profile;
   Session session(std::move(model), options);
 
   // The first run also serves as the warm-up for --repeat (plans, oneDNN primitives, page faults).
@@ -117,6 +119,15 @@ void run(const RunOptions& o) {
   }
   std::cout.flush();
   if (o.repeat > 0) print_timing(session, feeds, o.repeat);
+  if (o.profile) {
+    const auto ops = session.profile();
+    double total = 0;
+    for (const OpProfile& p : ops) total += p.total_ms;
+    std::cout << fmt::format("profile over {} runs (kernel time {:.3f} ms per run):\n", 1 + o.repeat, total / (1 + o.repeat));
+    for (const OpProfile& p : ops)
+      std::cout << fmt::format("  {:<28} {:>6} calls {:>10.3f} ms/run {:>6.1f}%\n", p.op_type, p.calls,
+                               p.total_ms / (1 + o.repeat), total > 0 ? 100 * p.total_ms / total : 0.0);
+  }
 }
 
 Action setup(CLI::App& app) {
@@ -129,6 +140,7 @@ Action setup(CLI::App& app) {
                  "Write each output to DIR/<output name>.npy (names made safe for the file system)");
   app.add_option("-t,--threads", o->threads, "Threads for kernels; 0 means all cores")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--profile", o->profile, "Print the kernel time per op type");
   app.add_option("-r,--repeat", o->repeat,
                  "After one warm-up run, time N runs and print 'time_ms mean=X min=Y runs=N'")
       ->check(CLI::NonNegativeNumber);
