@@ -138,6 +138,21 @@ TEST(Session, OutputsDoNotAliasTheArena) {
   EXPECT_EQ(second["y"].data<float>()[0], 13.f);
 }
 
+TEST(Session, ProfileCountsKernelCallsPerOpType) {
+  SessionOptions o;
+  o.profile = true;
+  Session s(chain_model(), o);
+  for (int i = 0; i < 2; ++i) s.run({{"x", Tensor::zeros(DType::Float32, {1, 4})}});
+  const auto prof = s.profile();
+  ASSERT_EQ(prof.size(), 1u);  // Flat is an alias: no kernel call to time
+  EXPECT_EQ(prof[0].op_type, "test.kiln.AddOne");
+  EXPECT_EQ(prof[0].calls, 6);
+  EXPECT_GE(prof[0].total_ms, 0.0);
+  Session quiet(chain_model());
+  quiet.run({{"x", Tensor::zeros(DType::Float32, {1, 4})}});
+  EXPECT_TRUE(quiet.profile().empty());
+}
+
 TEST(Session, PlansOncePerInputSignature) {
   Session s(chain_model());
   s.run({{"x", Tensor::zeros(DType::Float32, {1, 4})}});
