@@ -90,10 +90,16 @@ Tensor as_bfloat16_if(const Tensor& t, bool want_bfloat16) {
   return Tensor::view_of(t.storage(), t.byte_offset(), DType::BFloat16, t.shape());
 }
 
-// Cases whose data is wrong in ONNX 1.12's generator (checked by hand); each entry says how.
+// Cases Kiln does not compare, each with its reason: data that is wrong in ONNX 1.12's generator
+// (checked by hand), outputs drawn from numpy's random generator, and deliberate differences.
 const std::map<std::string, std::string>& known_bad_cases() {
   static const std::map<std::string, std::string> cases = [] {
     const std::string like = "ONNX 1.12's test data feeds 'like' with shape [1] but the model declares [3, 4]";
+    const std::string bn = "deliberate difference: Kiln updates running_var with the unbiased batch variance, as "
+                           "PyTorch (and cuDNN) do, where ONNX's reference uses the population variance "
+                           "(Y and running_mean match; see src/kernels/cpu/norm.cpp)";
+    const std::string dropout = "the expected mask comes from numpy's random generator, which Kiln does not "
+                                "reproduce (Kiln's masks come from its own seeded generator)";
     return std::map<std::string, std::string>{{"test_castlike_FLOAT_to_BFLOAT16", like},
                                               {"test_castlike_FLOAT_to_BFLOAT16_expanded", like},
                                               {"test_castlike_BFLOAT16_to_FLOAT", like},
@@ -101,7 +107,13 @@ const std::map<std::string, std::string>& known_bad_cases() {
                                               {"test_cast_FLOAT_to_BFLOAT16",
                                                "ONNX 1.12's expected data truncates float to bfloat16; Kiln rounds to "
                                                "nearest even, as onnx.helper.float32_to_bfloat16 and ONNX Runtime do "
-                                               "(onnx/onnx#3876)"}};
+                                               "(onnx/onnx#3876)"},
+                                              {"test_batchnorm_example_training_mode", bn},
+                                              {"test_batchnorm_epsilon_training_mode", bn},
+                                              {"test_training_dropout", dropout},
+                                              {"test_training_dropout_default", dropout},
+                                              {"test_training_dropout_default_mask", dropout},
+                                              {"test_training_dropout_mask", dropout}};
   }();
   return cases;
 }

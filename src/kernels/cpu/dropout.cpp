@@ -1,33 +1,70 @@
-// Dropout for inference: the output is the input and the optional mask is all true (all kept).
-// Training mode draws a random mask from seeded generators, which arrives with training; until
-// then training_mode=true is refused unless ratio is 0, where the spec's result is the identity.
+// Dropout. Inference (the default, and every opset before 12): the output is the input and the
+// optional mask is all true. Training (opset 12+, training_mode=true, ratio > 0): each element is
+// kept with probability 1 - ratio, Y = X * mask / (1 - ratio), and the mask output says which were
+// kept. Masks come from a per-kernel std::mt19937_64 seeded once, when the Session creates the
+// kernel, from the node's `seed` attribute if it has one, else from derive_seed(random_seed(),
+// node name) (kiln/random.h): the same seed gives the same sequence of masks, and successive runs
+// draw successive masks. ratio = 0 is the identity in both modes, as the spec says.
+//
+// ai.kiln.DropoutGrad(dY, mask, ratio, training_mode) -> dX reuses the forward's mask, so the
+// gradient sees exactly the elements the forward kept (see autodiff/dropout.cpp).
 #include <fmt/format.h>
 
 #include <cstring>
 
+#include "kiln/autodiff.h"
 #include "kiln/kernel.h"
+#include "kiln/random.h"
 
 namespace kiln {
 namespace {
 
+void check_ratio(double ratio) {
+  if (!(ratio >= 0.0 && ratio < 1.0)) throw InvalidModel(fmt::format("ratio must be in [0, 1), got {}", ratio));
+}
+
+// Opset 12 on: ratio (default 0.5) and training_mode (default false) are optional inputs. Returns
+// the ratio to drop with: 0 means the identity (inference, or a zero ratio).
+double drop_ratio(const Tensor* ratio, const Tensor* training_mode) {
+  const double r = ratio ? ratio->contiguous().item_as_double(0) : 0.5;
+  check_ratio(r);
+  const bool training = training_mode && training_mode->contiguous().item_as_double(0) != 0.0;
+  return training ? r : 0.0;
+}
+
+// ratio and training_mode are inputs r and r + 1 (Dropout: 1 and 2; DropoutGrad: 2 and 3).
+void check_mode_inputs(const InferContext& ctx, size_t r) {
+  if (ctx.has_input(r) && (!is_floating(ctx.dtype(r)) || numel(ctx.shape(r)) != 1))
+    throw TypeError(fmt::format("ratio must be a floating-point scalar, got {}{}", dtype_name(ctx.dtype(r)),
+                                to_string(ctx.shape(r))));
+  if (ctx.has_input(r + 1) && (ctx.dtype(r + 1) != DType::Bool || numel(ctx.shape(r + 1)) != 1))
+    throw TypeError(fmt::format("training_mode must be a bool scalar, got {}{}", dtype_name(ctx.dtype(r + 1)),
+                                to_string(ctx.shape(r + 1))));
+  if (ctx.has_value(r)) check_ratio(ctx.input(r).value.contiguous().item_as_double(0));
+}
+
+template <class F>
+void visit_float(DType dt, const char* what, F&& f) {
+  visit_dtype(dt, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>)
+      f(tag);
+    else
+      throw TypeError(fmt::format("{} in training mode needs a float input, got {}", what, dtype_name(dt)));
+  });
+}
+
 class DropoutKernel : public Kernel {
  public:
-  using Kernel::Kernel;
+  explicit DropoutKernel(const Node& n)
+      : Kernel(n),
+        rng_(n.has_attr("seed") ? derive_seed(static_cast<uint64_t>(n.attr_int("seed")), "Dropout.seed")
+                                : derive_seed(random_seed(), n.name)) {}
+
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& in = ctx.input(0);
-    if (ctx.opset >= 12) {
-      if (ctx.has_input(1) && (!is_floating(ctx.dtype(1)) || numel(ctx.shape(1)) != 1))
-        throw TypeError(fmt::format("ratio must be a floating-point scalar, got {}{}", dtype_name(ctx.dtype(1)),
-                                    to_string(ctx.shape(1))));
-      if (ctx.has_input(2) && (ctx.dtype(2) != DType::Bool || numel(ctx.shape(2)) != 1))
-        throw TypeError(fmt::format("training_mode must be a bool scalar, got {}{}", dtype_name(ctx.dtype(2)),
-                                    to_string(ctx.shape(2))));
-      // Checked now when the inputs are constants; again in compute(), on the fed values.
-      if ((!ctx.has_input(1) || ctx.has_value(1)) && (!ctx.has_input(2) || ctx.has_value(2)))
-        check_mode(ctx.has_input(1) ? &ctx.input(1).value : nullptr, ctx.has_input(2) ? &ctx.input(2).value : nullptr);
-    } else {
-      check_ratio(node_.attr_float("ratio", 0.5f));
-    }
+    if (ctx.opset >= 12) check_mode_inputs(ctx, 1);
+    else check_ratio(node_.attr_float("ratio", 0.5f));
     std::vector<TensorMeta> out{{in.dtype, in.shape, in.dynamic, Tensor()}};
     // Before opset 10 the mask had the input's type; from 10 it is bool.
     if (node_.outputs.size() > 1)
@@ -36,40 +73,90 @@ class DropoutKernel : public Kernel {
   }
 
   void compute(ComputeContext& ctx) override {
-    if (ctx.has_input(1) || ctx.has_input(2))
-      check_mode(ctx.has_input(1) ? &ctx.input(1) : nullptr, ctx.has_input(2) ? &ctx.input(2) : nullptr);
+    const double ratio = drop_ratio(ctx.has_input(1) ? &ctx.input(1) : nullptr, ctx.has_input(2) ? &ctx.input(2) : nullptr);
     const Tensor& in = ctx.input(0);
     Tensor& out = ctx.output(0);
-    if (out.raw_data() != in.raw_data() && in.nbytes() > 0) std::memcpy(out.raw_data(), in.raw_data(), in.nbytes());
-    if (ctx.outputs.size() > 1 && ctx.outputs[1] && ctx.outputs[1]->defined()) {
-      Tensor& mask = ctx.output(1);
-      visit_dtype(mask.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        T* p = mask.data<T>();
-        const T one = from_double<T>(1.0);
-        for (int64_t i = 0; i < mask.numel(); ++i) p[i] = one;
-      });
+    Tensor* mask = ctx.outputs.size() > 1 && ctx.outputs[1] && ctx.outputs[1]->defined() ? ctx.outputs[1] : nullptr;
+    if (ratio == 0.0) {
+      if (out.raw_data() != in.raw_data() && in.nbytes() > 0) std::memcpy(out.raw_data(), in.raw_data(), in.nbytes());
+      if (mask) fill_true(*mask);
+      return;
     }
+    // The draws are serial so that the masks do not depend on the thread count.
+    const double keep_scale = 1.0 / (1.0 - ratio);
+    std::vector<bool> own_mask;
+    visit_float(in.dtype(), "Dropout", [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = in.data<T>();
+      T* y = out.data<T>();
+      bool* m = mask ? mask->data<bool>() : nullptr;
+      for (int64_t i = 0; i < in.numel(); ++i) {
+        const bool keep = uniform01(rng_) >= ratio;
+        y[i] = keep ? from_double<T>(to_double(x[i]) * keep_scale) : from_double<T>(0.0);
+        if (m) m[i] = keep;
+      }
+    });
   }
 
   std::optional<size_t> inplace_input() const override { return 0; }
+  // Training-mode results are random draws: never computed at plan time.
+  bool foldable() const override { return node_.inputs.size() < 3 || node_.inputs[2].empty(); }
 
  private:
-  static void check_ratio(double ratio) {
-    if (!(ratio >= 0.0 && ratio < 1.0)) throw InvalidModel(fmt::format("ratio must be in [0, 1), got {}", ratio));
+  static void fill_true(Tensor& mask) {
+    visit_dtype(mask.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      T* p = mask.data<T>();
+      const T one = from_double<T>(1.0);
+      for (int64_t i = 0; i < mask.numel(); ++i) p[i] = one;
+    });
   }
-  // Opset 12 on: ratio (default 0.5) and training_mode (default false) are optional inputs.
-  static void check_mode(const Tensor* ratio, const Tensor* training_mode) {
-    const double r = ratio ? ratio->contiguous().item_as_double(0) : 0.5;
-    check_ratio(r);
-    if (training_mode && training_mode->contiguous().item_as_double(0) != 0.0 && r != 0.0)
-      throw Unsupported(
-          fmt::format("Dropout in training mode arrives with training (training_mode=true, ratio={})", r));
+
+  std::mt19937_64 rng_;
+};
+
+// dX = dY * mask / (1 - ratio) in training mode, dY otherwise (the forward was the identity).
+class DropoutGradKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const TensorMeta& dy = ctx.input(0);
+    if (ctx.dtype(1) != DType::Bool || ctx.shape(1) != dy.shape)
+      throw ShapeError(fmt::format("DropoutGrad: mask {}{} must be bool with the shape of dY {}{}", dtype_name(ctx.dtype(1)),
+                                   to_string(ctx.shape(1)), dtype_name(dy.dtype), to_string(dy.shape)));
+    check_mode_inputs(ctx, 2);
+    return {{dy.dtype, dy.shape, dy.dynamic, Tensor()}};
   }
+  void compute(ComputeContext& ctx) override {
+    const double ratio = drop_ratio(ctx.has_input(2) ? &ctx.input(2) : nullptr, ctx.has_input(3) ? &ctx.input(3) : nullptr);
+    const Tensor& dy = ctx.input(0);
+    Tensor& dx = ctx.output(0);
+    if (ratio == 0.0) {
+      if (dx.raw_data() != dy.raw_data() && dy.nbytes() > 0) std::memcpy(dx.raw_data(), dy.raw_data(), dy.nbytes());
+      return;
+    }
+    const double scale = 1.0 / (1.0 - ratio);
+    const bool* m = ctx.input(1).data<bool>();
+    visit_float(dy.dtype(), "DropoutGrad", [&](auto tag) {
+      using T = decltype(tag);
+      const T* g = dy.data<T>();
+      T* out = dx.data<T>();
+      for (int64_t i = 0; i < dy.numel(); ++i) out[i] = m[i] ? from_double<T>(to_double(g[i]) * scale) : from_double<T>(0.0);
+    });
+  }
+  std::optional<size_t> inplace_input() const override { return 0; }
 };
 
 const KernelRegistrar reg_dropout({"", "Dropout", 7, kMaxOpset, {}},
                                   [](const Node& n) { return std::make_unique<DropoutKernel>(n); });
+const KernelRegistrar reg_grad({kKilnDomain, "DropoutGrad", 1, kMaxOpset, {DType::Float32, DType::Float64, DType::Float16}},
+                               [](const Node& n) { return std::make_unique<DropoutGradKernel>(n); });
+const OpDocRegistrar doc({kKilnDomain, "DropoutGrad", "Gradient of Dropout through the mask the forward drew.",
+                          {"dY: gradient of Dropout's output", "mask: bool, Dropout's mask output (true = kept)",
+                           "ratio (optional): Dropout's ratio input, default 0.5",
+                           "training_mode (optional): Dropout's training_mode input, default false"},
+                          {"dX: gradient of Dropout's input, with dY's shape and dtype"},
+                          "dX = training_mode && ratio > 0 ? dY * mask / (1 - ratio) : dY"});
 
 }  // namespace
 }  // namespace kiln

@@ -1,7 +1,20 @@
-// BatchNormalization in inference mode (running statistics): Y = scale * (X - mean) /
-// sqrt(var + epsilon) + B per channel, on oneDNN's batch_normalization_forward with global stats for
-// float32 and a plain loop for float64 and float16. Opsets 14 and 15 let the statistics (and from
-// 15 also scale and B) have their own float dtype; those are converted to X's once per run.
+// BatchNormalization. Inference mode (running statistics): Y = scale * (X - mean) / sqrt(var +
+// epsilon) + B per channel, on oneDNN's batch_normalization_forward with global stats for float32
+// and a plain loop for float64 and float16. Opsets 14 and 15 let the statistics (and from 15 also
+// scale and B) have their own float dtype; those are converted to X's once per run.
+//
+// Training mode (opset 14+, training_mode=1; outputs Y, running_mean, running_var): Y is normalised
+// by the batch statistics of each channel (over N and the spatial dims; biased variance, as both
+// ONNX and PyTorch normalise), and
+//   running_mean = input_mean * momentum + batch_mean * (1 - momentum)
+//   running_var  = input_var  * momentum + batch_var_unbiased * (1 - momentum)
+// ONNX's momentum is the weight of the OLD value (default 0.9); PyTorch's momentum is the weight of
+// the NEW one (default 0.1), and its exporter writes 1 - momentum. running_var follows PyTorch, not
+// ONNX's text: PyTorch updates it with the UNBIASED batch variance (sum / (M - 1), M = N * spatial)
+// while ONNX's spec and reference use the population variance (sum / M). Kiln trains models that
+// PyTorch exported, whose running statistics must evolve as PyTorch's do; ONNX's two
+// *_training_mode conformance cases therefore differ in running_var by the factor M / (M - 1).
+//
 // InstanceNormalization: the same formula with each (sample, channel)'s own mean and variance.
 #include <fmt/format.h>
 
@@ -16,16 +29,18 @@ namespace {
 
 std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
 
+bool training_mode(const Node& node) { return node.attr_int("training_mode", 0) != 0; }
+
 // Validates X and its per-channel parameters for the node's opset; returns X as [N, C, rest].
 Shape batch_norm_shape(const Node& node, const InferContext& ctx) {
-  if (node.attr_int("training_mode", 0) != 0)
-    throw Unsupported("BatchNormalization: training_mode=1 (normalising by batch statistics and updating the "
-                      "running ones) is not supported yet; export the model in inference (eval) mode");
+  const bool training = training_mode(node);
+  if (training && ctx.opset < 14)
+    throw InvalidModel(fmt::format("BatchNormalization: training_mode exists from opset 14 (model opset {})", ctx.opset));
   for (size_t i = 1; i < node.outputs.size(); ++i)
-    if (!node.outputs[i].empty())
-      throw Unsupported(fmt::format("BatchNormalization: output {} ('{}') exists only in training mode, which is "
-                                    "not supported yet; export the model in inference (eval) mode",
-                                    i, node.outputs[i]));
+    if (!node.outputs[i].empty() && (!training || i > 2))
+      throw Unsupported(fmt::format("BatchNormalization: output {} ('{}') exists only in training mode ({}); "
+                                    "set training_mode=1 (opset 14+) or export in inference (eval) mode",
+                                    i, node.outputs[i], ctx.opset < 14 ? "the opset < 14 five-output form is not supported" : "training_mode=0 here"));
   if (node.attr_int("spatial", 1) != 1)
     throw Unsupported("BatchNormalization: spatial=0 (per-activation statistics) is not supported");
   const TensorMeta& x = ctx.input(0);
@@ -50,6 +65,68 @@ Shape batch_norm_shape(const Node& node, const InferContext& ctx) {
   return {x.shape[0], x.shape[1], rest};
 }
 
+// Y, plus running_mean and running_var (typed like input_mean and input_var) when the node has them.
+std::vector<TensorMeta> batch_norm_outputs(const Node& node, const InferContext& ctx) {
+  const TensorMeta& x = ctx.input(0);
+  std::vector<TensorMeta> out{TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
+  for (size_t i = 1; i < node.outputs.size() && i < 3; ++i)
+    out.push_back(TensorMeta{ctx.dtype(i + 2), ctx.shape(i + 2), false, Tensor()});
+  return out;
+}
+
+// Training mode on [N, C, rest]: batch statistics per channel in double, Y normalised by them, the
+// running statistics updated as the header says (unbiased variance, PyTorch's convention).
+void batch_norm_training(const Node& node, ComputeContext& ctx, const Shape& data) {
+  const int64_t n = data[0], c = data[1], rest = data[2], m = n * rest;
+  if (m <= 1)
+    throw ShapeError(fmt::format("BatchNormalization: training mode needs more than one value per channel to "
+                                 "compute batch statistics, X is {}", ctx.input(0).describe()));
+  const double eps = node.attr_float("epsilon", 1e-5f), momentum = node.attr_float("momentum", 0.9f);
+  std::vector<double> mean(size_t(c), 0.0), var(size_t(c), 0.0);
+  Tensor& y = ctx.output(0);
+  visit_dtype(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>) {
+      const T* px = ctx.input(0).data<T>();
+      T* py = y.data<T>();
+      parallel_for(c, 1, [&](int64_t s, int64_t e) {
+        for (int64_t ch = s; ch < e; ++ch) {
+          double sum = 0, sq = 0;
+          for (int64_t b = 0; b < n; ++b)
+            for (int64_t i = (b * c + ch) * rest, end = i + rest; i < end; ++i) sum += to_double(px[i]);
+          const double mu = sum / double(m);
+          for (int64_t b = 0; b < n; ++b)
+            for (int64_t i = (b * c + ch) * rest, end = i + rest; i < end; ++i) sq += (to_double(px[i]) - mu) * (to_double(px[i]) - mu);
+          mean[size_t(ch)] = mu;
+          var[size_t(ch)] = sq / double(m);
+          const double a = ctx.input(1).item_as_double(ch) / std::sqrt(var[size_t(ch)] + eps);
+          const double shift = ctx.input(2).item_as_double(ch) - mu * a;
+          for (int64_t b = 0; b < n; ++b)
+            for (int64_t i = (b * c + ch) * rest, end = i + rest; i < end; ++i) py[i] = from_double<T>(to_double(px[i]) * a + shift);
+        }
+      });
+    } else {
+      throw Unsupported(fmt::format("BatchNormalization: {} input", dtype_name(y.dtype())));
+    }
+  });
+  auto update = [&](size_t out, size_t in, const std::vector<double>& batch, double correction) {
+    if (out >= ctx.outputs.size() || !ctx.outputs[out] || !ctx.outputs[out]->defined()) return;
+    Tensor& r = ctx.output(out);
+    visit_dtype(r.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>) {
+        for (int64_t ch = 0; ch < c; ++ch)
+          r.data<T>()[ch] = from_double<T>(ctx.input(in).item_as_double(ch) * momentum +
+                                           batch[size_t(ch)] * correction * (1.0 - momentum));
+      } else {
+        throw TypeError(fmt::format("BatchNormalization: running statistic {} must be a float", r.describe()));
+      }
+    });
+  };
+  update(1, 3, mean, 1.0);
+  update(2, 4, var, double(m) / double(m - 1));
+}
+
 // A parameter in dtype T: the tensor itself when it already is, else a converted copy.
 template <class T>
 Tensor as_dtype(const Tensor& t) {
@@ -66,13 +143,14 @@ class BatchNormF32 final : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     data_ = batch_norm_shape(node_, ctx);
     built_ = false;
-    const TensorMeta& x = ctx.input(0);
-    return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
+    return batch_norm_outputs(node_, ctx);
   }
 
   void prepare(const InferContext&, const std::vector<TensorMeta>&) override { build(); }
 
   void compute(ComputeContext& ctx) override {
+    // Training mode runs the plain loop: it is not on the inference hot path.
+    if (training_mode(node_)) return batch_norm_training(node_, ctx, data_);
     if (!built_) build();
     Tensor& y = ctx.output(0);
     if (y.numel() == 0) return;
@@ -90,7 +168,7 @@ class BatchNormF32 final : public Kernel {
  private:
   void build() {
     built_ = true;
-    if (numel(data_) == 0) return;
+    if (numel(data_) == 0 || training_mode(node_)) return;
     const float epsilon = node_.attr_float("epsilon", 1e-5f);
     // Separate scale and shift flags (oneDNN >= 2.3) read ONNX's scale and B in place, where
     // use_scale_shift would need them packed into one [2, C] buffer first.
@@ -116,10 +194,10 @@ class BatchNormPlain final : public Kernel {
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     data_ = batch_norm_shape(node_, ctx);
-    const TensorMeta& x = ctx.input(0);
-    return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
+    return batch_norm_outputs(node_, ctx);
   }
   void compute(ComputeContext& ctx) override {
+    if (training_mode(node_)) return batch_norm_training(node_, ctx, data_);
     const double eps = node_.attr_float("epsilon", 1e-5f);
     const int64_t c = data_[1], rest = data_[2];
     std::vector<double> a(static_cast<size_t>(c)), b(static_cast<size_t>(c));

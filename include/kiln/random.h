@@ -1,0 +1,32 @@
+// Seeds of Kiln's random draws (Dropout masks; initialisers and data shuffling are meant to use the
+// same helpers), so that the same seed gives the same run.
+//
+//   kiln::set_random_seed(42);        // before creating the Session whose kernels draw
+//   kiln::Session s(model);           // each Dropout node seeds its own generator now:
+//                                     //   from its `seed` attribute if it has one, else from
+//                                     //   derive_seed(random_seed(), node name)
+//
+// Each consumer owns a generator seeded once (a kernel: when the Session creates it) and draws
+// successive values from it, so successive runs of a Session give different masks while two
+// Sessions created under the same seed give the same sequence.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string_view>
+
+namespace kiln {
+
+// The process-wide base seed (default 0). Thread-safe.
+void set_random_seed(uint64_t seed);
+uint64_t random_seed();
+
+// A seed for one consumer (a node, a data loader) from a base seed and the consumer's name:
+// distinct names give independent streams, the same pair always the same seed (splitmix64 mixing).
+uint64_t derive_seed(uint64_t base, std::string_view stream);
+
+// A double uniform in [0, 1) from 53 bits of one draw: the same on every platform and standard
+// library (std::uniform_real_distribution is not specified bit for bit).
+inline double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+}  // namespace kiln
