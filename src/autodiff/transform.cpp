@@ -40,9 +40,29 @@ void split_grad(GradContext& g) {
   g.set_GI(0, g.emit("Concat", parts, {{"axis", Attribute::of_int(g.node.attr_int("axis", 0))}}));
 }
 
+// Slice: dY written into zeros at the sliced positions (ai.kiln.SliceGrad, any steps).
+void slice_grad(GradContext& g) {
+  std::vector<std::string> in{g.GO(0), g.emit("Shape", {g.I(0)})};
+  if (g.opset() >= 10) {
+    for (size_t k = 1; k < 5; ++k) in.push_back(g.has_input(k) ? g.I(k) : "");
+  } else {  // starts, ends and axes were attributes
+    for (const char* name : {"starts", "ends", "axes"}) {
+      if (!g.node.has_attr(name)) {
+        in.push_back("");
+        continue;
+      }
+      const std::vector<int64_t> v = g.node.attr_ints(name);
+      in.push_back(g.constant(Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v)));
+    }
+  }
+  while (in.back().empty()) in.pop_back();
+  g.set_GI(0, g.emit(kKilnDomain, "SliceGrad", in));
+}
+
 const GradientRegistrar r_transpose({"", "Transpose"}, transpose_grad);
 const GradientRegistrar r_concat({"", "Concat"}, concat_grad);
 const GradientRegistrar r_split({"", "Split"}, split_grad);
+const GradientRegistrar r_slice({"", "Slice"}, slice_grad);
 
 }  // namespace
 }  // namespace kiln

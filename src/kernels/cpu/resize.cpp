@@ -3,7 +3,8 @@
 // transformation modes. Each output coordinate of each dimension maps to a few input taps and
 // weights, computed once per dimension and checked against ONNX's reference implementation:
 //   - nearest moves bytes, so it serves every dtype;
-//   - linear and cubic are separable: one pass per resized dimension, in double, for float types.
+//   - linear and cubic are separable: one pass per resized dimension, in double, for float types;
+//   - ai.kiln.ResizeGrad, the gradient, runs the transposed passes.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstring>
 
 #include "core/parallel.h"
+#include "kiln/autodiff.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
@@ -143,29 +145,31 @@ AxisMap map_axis(int64_t in, int64_t out, double scale, double length, const Att
   return m;
 }
 
-class ResizeKernel : public Kernel {
+// What the forward and its gradient share: the attributes and, from the input shape and the
+// roi/scales/sizes inputs (at `first`, first + 1, first + 2), the output shape and per-axis scales.
+class ResizeBase : public Kernel {
  public:
   using Kernel::Kernel;
 
-  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+ protected:
+  Shape geometry(const InferContext& ctx, const Shape& in, DType dtype, size_t first) {
     read_attrs(ctx.opset);
-    const Shape& in = ctx.shape(0);
     const size_t rank = in.size();
-    const bool has_scales = ctx.has_input(2) && numel(ctx.shape(2)) > 0;
-    const bool has_sizes = ctx.has_input(3) && numel(ctx.shape(3)) > 0;
+    const bool has_scales = ctx.has_input(first + 1) && numel(ctx.shape(first + 1)) > 0;
+    const bool has_sizes = ctx.has_input(first + 2) && numel(ctx.shape(first + 2)) > 0;
     if (has_scales == has_sizes)
       throw InvalidModel(fmt::format("exactly one of scales and sizes must be given (non-empty); got {}",
                                      has_scales ? "both" : "neither"));
-    if (attrs_.mode != Mode::Nearest && !is_floating(ctx.dtype(0)))
+    if (attrs_.mode != Mode::Nearest && !is_floating(dtype))
       throw Unsupported(
           fmt::format("{} interpolation of {} input {} is not supported (float types only; nearest "
                       "serves every dtype)",
-                      node_.attr_string("mode", "nearest"), dtype_name(ctx.dtype(0)), to_string(in)));
+                      node_.attr_string("mode", "nearest"), dtype_name(dtype), to_string(in)));
     Shape out(rank);
     scales_.assign(rank, 1.0);
     lengths_.assign(rank, 0.0);
     if (has_scales) {
-      const Tensor& s = ctx.value(2);
+      const Tensor& s = ctx.value(first + 1);
       if (!is_floating(s.dtype()) || s.numel() != static_cast<int64_t>(rank))
         throw ShapeError(fmt::format("scales {} must be float with one entry per dimension of input {}", s.describe(),
                                      to_string(in)));
@@ -178,7 +182,7 @@ class ResizeKernel : public Kernel {
         out[d] = static_cast<int64_t>(std::floor(lengths_[d]));
       }
     } else {
-      const Tensor& s = ctx.value(3);
+      const Tensor& s = ctx.value(first + 2);
       if (s.dtype() != DType::Int64 || s.numel() != static_cast<int64_t>(rank))
         throw ShapeError(fmt::format("sizes {} must be int64 with one entry per dimension of input {}", s.describe(),
                                      to_string(in)));
@@ -193,7 +197,7 @@ class ResizeKernel : public Kernel {
       }
     }
     if (attrs_.coord == Coord::TfCropAndResize) {
-      if (!ctx.has_input(1) || numel(ctx.shape(1)) != static_cast<int64_t>(2 * rank))
+      if (!ctx.has_input(first) || numel(ctx.shape(first)) != static_cast<int64_t>(2 * rank))
         throw ShapeError(
             fmt::format("tf_crop_and_resize needs roi with 2 * {} entries for input {}", rank, to_string(in)));
     }
@@ -201,18 +205,14 @@ class ResizeKernel : public Kernel {
       if (in[d] == 0 && out[d] > 0)
         throw ShapeError(
             fmt::format("cannot resize the empty dimension {} of input {} to {}", d, to_string(in), out[d]));
-    return {{ctx.dtype(0), out, ctx.input(0).dynamic, Tensor()}};
+    return out;
   }
 
-  void compute(ComputeContext& ctx) override {
-    const Tensor& x = ctx.input(0);
-    Tensor& y = ctx.output(0);
-    if (y.numel() == 0) return;
-    const Shape& is = x.shape();
-    const Shape& os = y.shape();
+  // The per-axis maps from input shape `is` to output shape `os`; roi is read from `roi_input`.
+  std::vector<AxisMap> axis_maps(const ComputeContext& ctx, size_t roi_input, const Shape& is, const Shape& os) const {
     std::vector<double> roi;
     if (attrs_.coord == Coord::TfCropAndResize) {
-      const Tensor r = ctx.input(1).contiguous();
+      const Tensor r = ctx.input(roi_input).contiguous();
       for (int64_t i = 0; i < r.numel(); ++i) roi.push_back(r.item_as_double(i));
     }
     std::vector<AxisMap> maps;
@@ -220,13 +220,9 @@ class ResizeKernel : public Kernel {
       const double start = roi.empty() ? 0.0 : roi[d], end = roi.empty() ? 1.0 : roi[d + is.size()];
       maps.push_back(map_axis(is[d], os[d], scales_[d], lengths_[d], attrs_, start, end));
     }
-    if (attrs_.mode == Mode::Nearest)
-      nearest(x, y, maps);
-    else
-      interpolate(x, y, maps);
+    return maps;
   }
 
- private:
   static std::string to_string_doubles(const Tensor& t) {
     std::vector<double> v;
     for (int64_t i = 0; i < t.numel(); ++i) v.push_back(t.item_as_double(i));
@@ -259,6 +255,33 @@ class ResizeKernel : public Kernel {
     attrs_.extrapolation = node_.attr_float("extrapolation_value", 0.0f);
   }
 
+  Attrs attrs_;
+  std::vector<double> scales_, lengths_;
+};
+
+class ResizeKernel : public ResizeBase {
+ public:
+  using ResizeBase::ResizeBase;
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const Shape out = geometry(ctx, ctx.shape(0), ctx.dtype(0), 1);
+    return {{ctx.dtype(0), out, ctx.input(0).dynamic, Tensor()}};
+  }
+
+  void compute(ComputeContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    if (y.numel() == 0) return;
+    const Shape& is = x.shape();
+    const Shape& os = y.shape();
+    const std::vector<AxisMap> maps = axis_maps(ctx, 1, is, os);
+    if (attrs_.mode == Mode::Nearest)
+      nearest(x, y, maps);
+    else
+      interpolate(x, y, maps);
+  }
+
+ private:
   // Nearest: a byte gather; rows over all dims but the last, then a column gather.
   void nearest(const Tensor& x, Tensor& y, const std::vector<AxisMap>& maps) const {
     const size_t esize = dtype_size(x.dtype());
@@ -347,10 +370,94 @@ class ResizeKernel : public Kernel {
       }
     });
   }
-
-  Attrs attrs_;
-  std::vector<double> scales_, lengths_;
 };
+
+// ai.kiln.ResizeGrad(dY, shape, roi, scales, sizes): the transpose of Resize's linear map. Resize
+// is separable (one pass per axis with fixed taps and weights), so its gradient is one transposed
+// pass per axis: each output coordinate's gradient goes back to its taps, times their weights.
+// This serves every mode (nearest, linear, cubic) and coordinate transformation; positions outside
+// a tf_crop_and_resize crop take the extrapolation value, so their gradient is dropped.
+class ResizeGradKernel : public ResizeBase {
+ public:
+  using ResizeBase::ResizeBase;
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const Tensor& shape_value = ctx.value(1);
+    if (shape_value.dtype() != DType::Int64 || shape_value.rank() != 1)
+      throw TypeError(fmt::format("shape must be a 1-D int64 tensor, got {}", shape_value.describe()));
+    const Shape in = shape_value.to_int64_vector();
+    const Shape out = geometry(ctx, in, ctx.dtype(0), 2);
+    if (ctx.shape(0) != out)
+      throw ShapeError(fmt::format("dY {} must have Resize's output shape {} (of input {})", to_string(ctx.shape(0)),
+                                   to_string(out), to_string(in)));
+    return {{ctx.dtype(0), in, ctx.input(0).dynamic, Tensor()}};
+  }
+
+  void compute(ComputeContext& ctx) override {
+    const Tensor& dy = ctx.input(0);
+    Tensor& dx = ctx.output(0);
+    if (!is_floating(dy.dtype())) throw TypeError(fmt::format("ResizeGrad needs a float dY, got {}", dy.describe()));
+    if (dx.numel() == 0) return;
+    const Shape& xs = dx.shape();
+    const Shape& ys = dy.shape();
+    const std::vector<AxisMap> maps = axis_maps(ctx, 2, xs, ys);
+    std::vector<double> buf(static_cast<size_t>(dy.numel()));
+    visit_dtype(dy.dtype(), [&](auto tag) {
+      const auto* p = static_cast<const decltype(tag)*>(dy.raw_data());
+      for (size_t i = 0; i < buf.size(); ++i) buf[i] = to_double(p[i]);
+    });
+    if (attrs_.coord == Coord::TfCropAndResize) {
+      Shape pos(ys.size(), 0);
+      for (size_t i = 0; i < buf.size(); ++i) {
+        for (size_t d = 0; d < ys.size(); ++d)
+          if (maps[d].outside[pos[d]]) buf[i] = 0;
+        for (size_t d = ys.size(); d-- > 0;) {
+          if (++pos[d] < ys[d]) break;
+          pos[d] = 0;
+        }
+      }
+    }
+    Shape cur = ys;
+    for (size_t d = cur.size(); d-- > 0;) {
+      const AxisMap& m = maps[d];
+      if (m.identity) continue;
+      const int64_t outer = numel(Shape(cur.begin(), cur.begin() + static_cast<int64_t>(d)));
+      const int64_t inner = numel(Shape(cur.begin() + static_cast<int64_t>(d) + 1, cur.end()));
+      std::vector<double> next(static_cast<size_t>(outer * m.in * inner), 0.0);
+      // Threads own outer slices: taps of different output coordinates may coincide.
+      parallel_for(outer, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, m.out * inner)), [&](int64_t b, int64_t e) {
+        for (int64_t o = b; o < e; ++o)
+          for (int64_t c = 0; c < m.out; ++c) {
+            const double* src = &buf[static_cast<size_t>((o * m.out + c) * inner)];
+            for (int64_t t = 0; t < m.n; ++t) {
+              const double w = m.weights[c * m.n + t];
+              if (w == 0) continue;
+              double* dst = &next[static_cast<size_t>((o * m.in + m.taps[c * m.n + t]) * inner)];
+              for (int64_t i = 0; i < inner; ++i) dst[i] += w * src[i];
+            }
+          }
+      });
+      buf.swap(next);
+      cur[d] = m.in;
+    }
+    visit_dtype(dx.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      T* p = static_cast<T*>(dx.raw_data());
+      for (size_t i = 0; i < buf.size(); ++i) p[i] = from_double<T>(buf[i]);
+    });
+  }
+};
+
+const KernelRegistrar reg_resize_grad({kKilnDomain, "ResizeGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
+                                      [](const Node& n) { return std::make_unique<ResizeGradKernel>(n); });
+const OpDocRegistrar doc_resize_grad(
+    {kKilnDomain, "ResizeGrad", "The gradient of Resize with respect to its input X, for every mode Resize supports.",
+     {"dY: the gradient of Resize's output", "shape: int64 [r], the shape of X",
+      "roi, scales, sizes: Resize's inputs (omitted or empty as in Resize)"},
+     {"dX: the gradient of X, of the given shape"},
+     "attributes as Resize's. Resize is Y = (A_0 x A_1 x ... x A_{r-1}) X with one interpolation matrix A_d per "
+     "axis (taps and weights of the mode and coordinate transformation); dX = (A_0^T x ... x A_{r-1}^T) dY, "
+     "with dY zeroed first where tf_crop_and_resize extrapolates"});
 
 const KernelRegistrar reg_resize({"", "Resize", 11, kMaxOpset, {}},
                                  [](const Node& n) { return std::make_unique<ResizeKernel>(n); });

@@ -1,0 +1,50 @@
+// Gradient rules of ScatterElements, its deprecated alias Scatter, and ScatterND
+// (kernels/cpu/scatter.cpp). With reduction "none" the output is data with some positions
+// overwritten by updates, so data's gradient is dY with those positions zeroed (a scatter of zeros)
+// and updates' gradient is dY gathered at them. With "add" data's gradient is dY unchanged.
+// Repeated indices under "none" are undefined in ONNX (the kernel lets the last write win); the
+// rule then gives every repeated update the gradient of the surviving one. mul/max/min reductions
+// have no rule yet.
+#include <fmt/format.h>
+
+#include "autodiff/registry.h"
+
+namespace kiln {
+namespace {
+
+std::string zeros_like(GradContext& g, const std::string& value) {
+  const DType t = g.dtype(value).value_or(DType::Float32);
+  return g.emit("ConstantOfShape", {g.emit("Shape", {value})}, {{"value", Attribute::of_tensor(Tensor::zeros(t, {1}))}});
+}
+
+// scatter: the forward op that writes zeros into dY; gather: the op reading dY at the indices.
+void scatter_grad(GradContext& g, const std::string& scatter, const std::string& gather) {
+  const std::string reduction = g.node.attr_string("reduction", "none");
+  if (reduction != "none" && reduction != "add")
+    throw Unsupported(fmt::format("gradient of {} with reduction '{}' is not implemented (none, add)",
+                                  g.node.op_type, reduction));
+  std::map<std::string, Attribute> axis;
+  if (g.node.has_attr("axis")) axis["axis"] = Attribute::of_int(g.node.attr_int("axis"));
+  if (g.needs(0)) {
+    if (reduction == "add")
+      g.set_GI(0, g.GO(0));
+    else
+      g.set_GI(0, g.emit(scatter, {g.GO(0), g.I(1), zeros_like(g, g.I(2))}, axis));
+  }
+  if (g.needs(2)) {
+    if (g.opset() < 11)
+      throw Unsupported(fmt::format("gradient of {}'s updates at opset {} needs GatherElements (opset 11)",
+                                    g.node.op_type, g.opset()));
+    g.set_GI(2, g.emit(gather, {g.GO(0), g.I(1)}, axis));
+  }
+}
+
+void scatter_elements_grad(GradContext& g) { scatter_grad(g, g.node.op_type, "GatherElements"); }
+void scatter_nd_grad(GradContext& g) { scatter_grad(g, "ScatterND", "GatherND"); }
+
+const GradientRegistrar r_scatter_elements({"", "ScatterElements"}, scatter_elements_grad);
+const GradientRegistrar r_scatter({"", "Scatter"}, scatter_elements_grad);
+const GradientRegistrar r_scatter_nd({"", "ScatterND"}, scatter_nd_grad);
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,210 @@
+// Gradients of the loss ops (loss.cpp), as ONNX defines the losses:
+//   ai.kiln.SoftmaxCrossEntropyLossGrad(dY, X, labels[, weights]) -> (dScores[, dWeights])
+//   ai.kiln.NegativeLogLikelihoodLossGrad(dY, input, target[, weight]) -> (dInput[, dWeight])
+//
+// With the (N, C, D) view, element i = (n, d) has target t_i, weight w_i (w[t_i], 1 without
+// weights, 0 where t_i == ignore_index) and loss l_i = -w_i * logp[n, t_i, d]. The reduction gives
+// each element a coefficient a_i = dL/dl_i:  none: dY_i;  sum: dY;  mean: dY / W with W = sum_i w_i.
+// Then
+//   NLL:  dInput[n, c, d]  = -a_i * w_i * [c == t_i]
+//   SCE:  dScores[n, c, d] =  a_i * w_i * (softmax[n, c, d] - [c == t_i])
+// and the class weights' gradient, with A_c = sum_{i: t_i = c} -logp_i and K_c = #{i: t_i = c}
+// over counted elements:  none: sum_{i: t_i = c} dY_i * -logp_i;  sum: dY * A_c;
+// mean: dY * (A_c - L * K_c) / W  (L the mean loss: the quotient rule on sum(l) / sum(w)).
+// When nothing counts (W = 0) the forward's mean is NaN; the gradient is 0 there.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "core/parallel.h"
+#include "kiln/autodiff.h"
+#include "kiln/kernel.h"
+
+namespace kiln {
+namespace {
+
+enum class Reduction { None, Sum, Mean };
+
+Reduction parse_reduction(const Node& node) {
+  const std::string r = node.attr_string("reduction", "mean");
+  if (r == "none") return Reduction::None;
+  if (r == "sum") return Reduction::Sum;
+  if (r == "mean") return Reduction::Mean;
+  throw InvalidModel(fmt::format("attribute reduction is '{}'; it must be \"none\", \"sum\" or \"mean\"", r));
+}
+
+class LossGradKernel : public Kernel {
+ public:
+  LossGradKernel(const Node& n, bool softmax) : Kernel(n), softmax_(softmax), reduction_(parse_reduction(n)) {
+    if (n.has_attr("ignore_index")) ignore_ = n.attr_int("ignore_index");
+  }
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const Shape& x = ctx.shape(1);
+    const Shape& t = ctx.shape(2);
+    if (x.size() < 2)
+      throw ShapeError(fmt::format("input {} must be (N, C) or (N, C, d1, ..., dk)", to_string(x)));
+    Shape expected{x[0]};
+    expected.insert(expected.end(), x.begin() + 2, x.end());
+    if (t != expected)
+      throw ShapeError(fmt::format("target {} must have shape {} for input {}", to_string(t), to_string(expected),
+                                   to_string(x)));
+    if (ctx.dtype(2) != DType::Int32 && ctx.dtype(2) != DType::Int64)
+      throw TypeError(fmt::format("target must be int32 or int64, got {}", dtype_name(ctx.dtype(2))));
+    const Shape dy = reduction_ == Reduction::None ? t : Shape{};
+    if (ctx.shape(0) != dy)
+      throw ShapeError(fmt::format("dY {} must have the loss's shape {}", to_string(ctx.shape(0)), to_string(dy)));
+    if (ctx.dtype(1) != ctx.dtype(0))
+      throw TypeError(fmt::format("input is {} but dY is {}", dtype_name(ctx.dtype(1)), dtype_name(ctx.dtype(0))));
+    if (ctx.has_input(3) && ctx.shape(3) != Shape{x[1]})
+      throw ShapeError(fmt::format("weight {} must be [C] = [{}]", to_string(ctx.shape(3)), x[1]));
+    n_ = x[0];
+    c_ = x[1];
+    d_ = numel(Shape(x.begin() + 2, x.end()));
+    std::vector<TensorMeta> out{{ctx.dtype(0), x, false, Tensor()}};
+    if (node_.outputs.size() > 1) {
+      if (!ctx.has_input(3)) throw InvalidModel("the weights' gradient (output 1) needs the weights (input 3)");
+      out.push_back({ctx.dtype(0), {c_}, false, Tensor()});
+    }
+    return out;
+  }
+
+  void compute(ComputeContext& ctx) override {
+    visit_dtype(ctx.input(0).dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) run<T>(ctx);
+      else throw TypeError(fmt::format("{} supports float and double, got {}", node_.op_type, ctx.input(0).describe()));
+    });
+  }
+
+ private:
+  template <class T>
+  void run(ComputeContext& ctx) {
+    const std::vector<int64_t> t = ctx.input(2).to_int64_vector();
+    const T* weight = ctx.has_input(3) ? ctx.input(3).data<T>() : nullptr;
+    const size_t m = t.size();
+    std::vector<double> w(m);
+    for (size_t i = 0; i < m; ++i) {
+      if (ignore_ && t[i] == *ignore_) {
+        w[i] = 0;
+        continue;
+      }
+      if (t[i] < 0 || t[i] >= c_)
+        throw InvalidArgument(fmt::format("target has value {} at element {}, outside the classes [0, {}){}", t[i], i,
+                                          c_, ignore_ ? fmt::format(" (ignore_index is {})", *ignore_) : std::string()));
+      w[i] = weight ? static_cast<double>(weight[t[i]]) : 1.0;
+    }
+    double wsum = 0;
+    for (double v : w) wsum += v;
+    const T* dy = ctx.input(0).data<T>();
+    auto coefficient = [&](size_t i) -> double {
+      if (reduction_ == Reduction::None) return static_cast<double>(dy[i]);
+      if (reduction_ == Reduction::Sum) return static_cast<double>(dy[0]);
+      return wsum == 0 ? 0.0 : static_cast<double>(dy[0]) / wsum;
+    };
+    const T* x = ctx.input(1).data<T>();
+    T* dx = ctx.output(0).data<T>();
+    // -logp of each counted element, for the weights' gradient.
+    std::vector<double> nlogp(m, 0.0);
+    const int64_t cls = c_, dd = d_;
+    const bool from_scores = softmax_ && node_.attr_int("x_is_log_prob", 1) == 0;
+    parallel_for(n_ * dd, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, cls)), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t n = i / dd, d = i % dd;
+        const T* row = x + n * cls * dd + d;
+        T* grow = dx + n * cls * dd + d;
+        const size_t k = static_cast<size_t>(i);
+        const double a = w[k] == 0 ? 0.0 : coefficient(k) * w[k];
+        if (!softmax_) {
+          for (int64_t c = 0; c < cls; ++c) grow[c * dd] = T(0);
+          if (w[k] != 0) {
+            grow[t[k] * dd] = static_cast<T>(-a);
+            nlogp[k] = -static_cast<double>(row[t[k] * dd]);
+          }
+          continue;
+        }
+        // log-probabilities: X itself, or log_softmax(X) computed stably in double.
+        double shift = 0;
+        if (from_scores) {
+          double mx = -std::numeric_limits<double>::infinity();
+          for (int64_t c = 0; c < cls; ++c) mx = std::max(mx, static_cast<double>(row[c * dd]));
+          double s = 0;
+          for (int64_t c = 0; c < cls; ++c) s += std::exp(static_cast<double>(row[c * dd]) - mx);
+          shift = mx + std::log(s);
+        }
+        for (int64_t c = 0; c < cls; ++c) {
+          const double p = std::exp(static_cast<double>(row[c * dd]) - shift);
+          grow[c * dd] = static_cast<T>(a * (p - (w[k] != 0 && c == t[k] ? 1.0 : 0.0)));
+        }
+        if (w[k] != 0) nlogp[k] = -(static_cast<double>(row[t[k] * dd]) - shift);
+      }
+    });
+    if (ctx.outputs.size() > 1 && ctx.outputs[1] && ctx.outputs[1]->defined())
+      weight_grad<T>(t, w, nlogp, wsum, dy, ctx.output(1).data<T>());
+  }
+
+  template <class T>
+  void weight_grad(const std::vector<int64_t>& t, const std::vector<double>& w, const std::vector<double>& nlogp,
+                   double wsum, const T* dy, T* dw) const {
+    std::vector<double> acc(static_cast<size_t>(c_), 0.0), count(static_cast<size_t>(c_), 0.0);
+    double loss = 0;  // sum of l_i
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (ignore_ && t[i] == *ignore_) continue;
+      const size_t c = static_cast<size_t>(t[i]);
+      acc[c] += reduction_ == Reduction::None ? static_cast<double>(dy[i]) * nlogp[i] : nlogp[i];
+      count[c] += 1;
+      loss += w[i] * nlogp[i];
+    }
+    for (size_t c = 0; c < acc.size(); ++c) {
+      double g = acc[c];
+      if (reduction_ == Reduction::Sum) g *= static_cast<double>(dy[0]);
+      if (reduction_ == Reduction::Mean)
+        g = wsum == 0 ? 0.0 : static_cast<double>(dy[0]) * (acc[c] - loss / wsum * count[c]) / wsum;
+      dw[c] = static_cast<T>(g);
+    }
+  }
+
+  bool softmax_;
+  Reduction reduction_;
+  std::optional<int64_t> ignore_;
+  int64_t n_ = 0, c_ = 0, d_ = 1;
+};
+
+const std::vector<DType> kTypes{DType::Float32, DType::Float64};
+const KernelRegistrar reg_sce({kKilnDomain, "SoftmaxCrossEntropyLossGrad", 1, kMaxOpset, kTypes},
+                              [](const Node& n) { return std::make_unique<LossGradKernel>(n, true); });
+const KernelRegistrar reg_nll({kKilnDomain, "NegativeLogLikelihoodLossGrad", 1, kMaxOpset, kTypes},
+                              [](const Node& n) { return std::make_unique<LossGradKernel>(n, false); });
+
+const char* const kLossMath =
+    "element i = (n, d) of the (N, C, D) view has target t_i, weight w_i = weight[t_i] (1 without weights, 0 where "
+    "t_i == ignore_index) and loss l_i = -w_i * logp[n, t_i, d]; a_i = dY_i (none), dY (sum), dY / sum_i w_i (mean). ";
+const OpDocRegistrar doc_sce(
+    {kKilnDomain, "SoftmaxCrossEntropyLossGrad",
+     "The gradient of SoftmaxCrossEntropyLoss with respect to its scores (and weights).",
+     {"dY: the gradient of the loss (shape of labels for reduction none, else a scalar)",
+      "X: the forward's log_prob output (x_is_log_prob = 1, the default) or its scores (x_is_log_prob = 0; "
+      "log_softmax is recomputed)",
+      "labels: int32/int64 (N) or (N, d1, ..., dk)", "weights (optional): [C] class weights"},
+     {"dScores: the scores' gradient, (N, C, d1, ..., dk)",
+      "dWeights (optional): the class weights' gradient, [C]"},
+     std::string(kLossMath) +
+         "attributes reduction and ignore_index as the forward's. dScores[n, c, d] = a_i * w_i * (softmax[n, c, d] - "
+         "[c == t_i]); dWeights[c] = sum over counted i with t_i = c of -logp_i * dY_i (none), dY * A_c (sum), "
+         "dY * (A_c - L * K_c) / W (mean; A_c = sum -logp_i, K_c their count, W = sum w_i, L the loss); "
+         "0 when W = 0"});
+const OpDocRegistrar doc_nll(
+    {kKilnDomain, "NegativeLogLikelihoodLossGrad",
+     "The gradient of NegativeLogLikelihoodLoss with respect to its input (and weight).",
+     {"dY: the gradient of the loss (shape of target for reduction none, else a scalar)",
+      "input: the forward's input (N, C, d1, ..., dk); read only for the weight's gradient",
+      "target: int32/int64 (N) or (N, d1, ..., dk)", "weight (optional): [C] class weights"},
+     {"dInput: the input's gradient", "dWeight (optional): the class weights' gradient, [C]"},
+     std::string(kLossMath) +
+         "logp = input. dInput[n, c, d] = -a_i * w_i * [c == t_i]; dWeight as SoftmaxCrossEntropyLossGrad's "
+         "dWeights"});
+
+}  // namespace
+}  // namespace kiln

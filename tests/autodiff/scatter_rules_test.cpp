@@ -1,0 +1,55 @@
+// Finite-difference checks of the gradients of ScatterElements, Scatter and ScatterND, for data
+// and updates: reduction none (distinct positions; ONNX leaves repeats undefined) and add (with
+// repeated positions), negative indices, non-default axes.
+#include <gtest/gtest.h>
+
+#include "autodiff/index_rule_helpers.h"
+
+namespace kiln::testing::indexing {
+namespace {
+
+TEST(ScatterGradients, ScatterElementsNoneOnAxis1) {
+  const Tensor idx = ints({3, -4, 1, 0, 2, -1}, {2, 3});
+  both("ScatterElements", {random_tensor({2, 4}, 30), idx, random_tensor({2, 3}, 31)}, {0, 2}, {{"axis", i(1)}}, 30);
+  both("ScatterElements", {random_tensor({3, 2}, 32), ints({2, 0}, {1, 2}), random_tensor({1, 2}, 33)}, {0, 2}, {}, 32);
+}
+
+TEST(ScatterGradients, ScatterElementsAddWithRepeats) {
+  const Tensor idx = ints({1, 1, -3, 2, 2, 2}, {2, 3});
+  both("ScatterElements", {random_tensor({2, 3}, 34), idx, random_tensor({2, 3}, 35)}, {0, 2},
+       {{"axis", i(-1)}, {"reduction", s("add")}}, 34);
+}
+
+TEST(ScatterGradients, DeprecatedScatterAtOpset10) {
+  both("Scatter", {random_tensor({3, 3}, 36), ints({1, 0, 2, 0, 2, 1}, {2, 3}), random_tensor({2, 3}, 37)}, {0},
+       {}, 36, 10);
+}
+
+TEST(ScatterGradients, ScatterNDNoneAndAdd) {
+  // Rows 2 and 0 of a [3, 4] tensor replaced by whole slices.
+  both("ScatterND", {random_tensor({3, 4}, 40), ints({2, -3}, {2, 1}), random_tensor({2, 4}, 41)}, {0, 2}, {}, 40);
+  // Single elements, tuples of length 2.
+  both("ScatterND", {random_tensor({3, 4}, 42), ints({0, 1, 2, -1, 1, 3}, {3, 2}), random_tensor({3}, 43)}, {0, 2},
+       {}, 42);
+  // add: the tuple (1, 2) repeats.
+  both("ScatterND", {random_tensor({3, 4}, 44), ints({1, 2, 0, 0, 1, 2}, {3, 2}), random_tensor({3}, 45)}, {0, 2},
+       {{"reduction", s("add")}}, 44);
+}
+
+TEST(ScatterGradients, MulReductionIsRefusedByName) {
+  GradCheck c{node("ScatterElements", {Tensor(), Tensor(), Tensor()}, {{"reduction", s("mul")}}),
+              {random_tensor({2, 3}, 46), ints({0, 1, 1}, {1, 3}), random_tensor({1, 3}, 47)},
+              {0},
+              17,
+              46};
+  c.node.inputs = {"a", "b", "c"};
+  try {
+    check_gradient(c);
+    FAIL() << "expected Unsupported";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("reduction 'mul'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing::indexing
