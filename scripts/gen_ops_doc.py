@@ -70,6 +70,22 @@ def main():
         total = sum(c.values())
         status = f"{c['passed']}/{total}" if total else "no cases"
         lines.append(f"| {entry['op']} | {entry['domain']} | {opsets} | {', '.join(dtypes)} | {status} |")
+    kiln_ops = [e for e in ops if e["domain"] == "ai.kiln"]
+    lines += ["", "## Kiln's own ops (domain ai.kiln)", "",
+              "Gradient and training ops that ONNX lacks. Training graphs that use them import the opset "
+              "`ai.kiln` version 1.", ""]
+    for entry in kiln_ops:
+        doc = entry.get("doc")
+        dtypes = sorted({t for k in entry["kernels"] for t in k["dtypes"]}) or ["any"]
+        lines += [f"### {entry['op']}", ""]
+        if not doc:
+            lines += ["(undocumented)", ""]
+            continue
+        lines += [doc["summary"], "", f"Dtypes: {', '.join(dtypes)}.", "", "Inputs:"]
+        lines += [f"- {item}" for item in doc["inputs"]]
+        lines += ["", "Outputs:"]
+        lines += [f"- {item}" for item in doc["outputs"]]
+        lines += ["", f"Math: {doc['math']}", ""]
     lines += ["", "## Cases that do not pass", "",
               "Each conformance case that Kiln does not pass, with the reason the runner recorded.", "",
               "| case | status | reason |", "| --- | --- | --- |"]

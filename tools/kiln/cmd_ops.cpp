@@ -46,7 +46,11 @@ void list_ops(bool as_json) {
         ranges.push_back({{"since", r.since},
                           {"until", r.until == kMaxOpset ? nlohmann::json(nullptr) : nlohmann::json(r.until)},
                           {"dtypes", r.dtypes}});
-      out.push_back({{"domain", e.domain}, {"op", e.op}, {"kernels", ranges}});
+      nlohmann::json entry = {{"domain", e.domain}, {"op", e.op}, {"kernels", ranges}};
+      for (const OpDoc& d : op_docs())
+        if ((d.domain.empty() ? "ai.onnx" : d.domain) == e.domain && d.op_type == e.op)
+          entry["doc"] = {{"summary", d.summary}, {"inputs", d.inputs}, {"outputs", d.outputs}, {"math", d.math}};
+      out.push_back(entry);
     }
     std::cout << out.dump(1) << "\n";
     return;
