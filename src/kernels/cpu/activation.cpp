@@ -188,7 +188,7 @@ class PReluKernel final : public Kernel {
 
 // max(0, x) + min(0, alpha * (exp(x / alpha) - 1)); expm1 keeps precision near 0.
 struct CeluOp {
-  using Types = TypeList<float>;  // the spec's only type
+  using Types = TypeList<float, double>;  // the spec's only type, and double for gradient checks
   float alpha;
   explicit CeluOp(const Node& n) : alpha(n.attr_float("alpha", 1.0f)) {
     if (alpha == 0.f) throw InvalidModel("attribute alpha is 0; Celu divides by it");

@@ -1,0 +1,10 @@
+// Constant and ConstantOfShape (kernels/cpu/constant.cpp) produce constants: no gradient.
+#include "autodiff/registry.h"
+
+namespace kiln {
+namespace {
+
+const NoGradient none({{"", "Constant"}, {"", "ConstantOfShape"}});
+
+}  // namespace
+}  // namespace kiln
