@@ -1,6 +1,7 @@
 // Kiln: train ONNX models natively. Include this for the whole public API.
 #pragma once
 
+#include "kiln/autodiff.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/graph.h"
