@@ -1,8 +1,9 @@
 // Conv (1-D, 2-D, 3-D; groups, dilations, strides, explicit or automatic padding, optional bias) on
-// oneDNN's convolution_forward, built once per planned shape.
+// oneDNN's convolution_forward, built once per planned shape; float64 (which oneDNN lacks, and
+// which gradient checks run in) on the direct loop of conv_common.h.
 #include <fmt/format.h>
 
-#include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/conv_common.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
@@ -131,6 +132,28 @@ class ConvF32 final : public Kernel {
   dnnl::convolution_forward prim_;
 };
 
+class ConvF64 final : public Kernel {
+ public:
+  using Kernel::Kernel;
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const ConvShape s = conv_shape(node_, ctx);
+    p_ = conv::Problem{s.x, s.w, s.y, s.group, s.win.strides, s.win.dilations, s.win.pad_begin, s.win.pad_end};
+    has_bias_ = s.has_bias;
+    return {TensorMeta{ctx.dtype(0), s.y, ctx.input(0).dynamic, Tensor()}};
+  }
+  void compute(ComputeContext& ctx) override {
+    if (ctx.output(0).numel() == 0) return;
+    conv::forward_direct<double>(p_, ctx.input(0).data<double>(), ctx.input(1).data<double>(),
+                                 has_bias_ ? ctx.input(2).data<double>() : nullptr, ctx.output(0).data<double>());
+  }
+
+ private:
+  conv::Problem p_;
+  bool has_bias_ = false;
+};
+
+const KernelRegistrar conv_f64({"", "Conv", 1, kMaxOpset, {DType::Float64}},
+                               [](const Node& n) { return std::make_unique<ConvF64>(n); });
 const KernelRegistrar conv_f32({"", "Conv", 1, kMaxOpset, {DType::Float32}},
                                [](const Node& n) { return std::make_unique<ConvF32>(n); });
 

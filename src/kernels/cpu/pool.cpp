@@ -1,13 +1,14 @@
 // MaxPool, AveragePool (1-D to 3-D; explicit or automatic padding, ceil_mode, dilations,
 // count_include_pad) on oneDNN's pooling_v2, and GlobalAveragePool / GlobalMaxPool on its
 // reduction primitive. MaxPool's optional Indices output is computed by a plain loop instead, since
-// oneDNN's workspace does not hold ONNX's flat indices.
+// oneDNN's workspace does not hold ONNX's flat indices. float64 (which oneDNN lacks, and which
+// gradient checks run in) runs plain loops.
 #include <fmt/format.h>
 
 #include <limits>
 
 #include "core/parallel.h"
-#include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/pool_common.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
@@ -52,12 +53,15 @@ class PoolKernel : public Kernel {
     return {TensorMeta{x.dtype, y_, x.dynamic, Tensor()}};
   }
 
-  void prepare(const InferContext&, const std::vector<TensorMeta>&) override { build(); }
+  void prepare(const InferContext&, const std::vector<TensorMeta>&) override {
+    if (dtype_ != DType::Float64) build();
+  }
 
   void compute(ComputeContext& ctx) override {
-    if (!built_) build();
     Tensor& y = ctx.output(0);
     if (y.numel() == 0) return;
+    if (dtype_ == DType::Float64) return compute_f64(ctx.input(0), y);
+    if (!built_) build();
     const memory::data_type dt = dnnl_util::data_type_of(dtype_, op_);
     dnnl_util::execute(prim_,
                        {{DNNL_ARG_SRC, dnnl_util::memory_of(dnnl_util::plain_desc(x_, dt), ctx.input(0))},
@@ -69,6 +73,7 @@ class PoolKernel : public Kernel {
  protected:
   virtual dnnl::algorithm algorithm() const = 0;
   virtual void after(Tensor& y) { (void)y; }
+  virtual void compute_f64(const Tensor& x, Tensor& y) = 0;
 
   void build() {
     built_ = true;
@@ -172,7 +177,8 @@ class MaxPoolKernel final : public PoolKernel {
     if (!with_indices_) return PoolKernel::compute(ctx);
     visit_dtype(dtype_, [&](auto tag) {
       using T = decltype(tag);
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>)
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int8_t> ||
+                    std::is_same_v<T, uint8_t>)
         max_pool_with_indices<T>(ctx.input(0), win_, column_major_, ctx.output(0), ctx.output(1));
       else
         throw Unsupported(fmt::format("MaxPool: {} input", dtype_name(dtype_)));
@@ -181,6 +187,10 @@ class MaxPoolKernel final : public PoolKernel {
 
  protected:
   dnnl::algorithm algorithm() const override { return dnnl::algorithm::pooling_max; }
+  void compute_f64(const Tensor& x, Tensor& y) override {
+    Tensor scratch = Tensor::empty(DType::Int64, y.shape());  // Indices nobody asked for
+    max_pool_with_indices<double>(x, win_, false, y, scratch);
+  }
 
  private:
   bool with_indices_ = false;
@@ -201,6 +211,21 @@ class AveragePoolKernel final : public PoolKernel {
   dnnl::algorithm algorithm() const override {
     if (include_pad() && !win_.extended()) return dnnl::algorithm::pooling_avg_include_padding;
     return dnnl::algorithm::pooling_avg_exclude_padding;
+  }
+
+  void compute_f64(const Tensor& x, Tensor& y) override {
+    const pool::WindowTable t = pool::make_table(Shape(x_.begin() + 2, x_.end()), win_);
+    const bool include = include_pad();
+    const double* px = x.data<double>();
+    double* py = y.data<double>();
+    parallel_for(x_[0] * x_[1], 1, [&](int64_t begin, int64_t end) {
+      for (int64_t pl = begin; pl < end; ++pl)
+        for (int64_t o = 0; o < t.out_plane; ++o) {
+          double sum = 0;
+          for (int64_t k = t.start[size_t(o)]; k < t.start[size_t(o) + 1]; ++k) sum += px[pl * t.in_plane + t.taps[size_t(k)]];
+          py[pl * t.out_plane + o] = sum / pool::avg_divisor(t, o, include);
+        }
+    });
   }
 
   void after(Tensor& y) override {
@@ -251,18 +276,23 @@ class GlobalPoolKernel final : public Kernel {
     const TensorMeta& x = ctx.input(0);
     check_pool_input(node_.op_type.c_str(), x, DNNL_MAX_NDIMS - 2);
     x_ = x.shape;
+    dtype_ = x.dtype;
     y_ = x.shape;
     std::fill(y_.begin() + 2, y_.end(), 1);
     built_ = false;
     return {TensorMeta{x.dtype, y_, x.dynamic, Tensor()}};
   }
-  void prepare(const InferContext&, const std::vector<TensorMeta>&) override { build(); }
+  void prepare(const InferContext&, const std::vector<TensorMeta>&) override {
+    if (dtype_ != DType::Float64) build();
+  }
   void compute(ComputeContext& ctx) override {
-    if (!built_) build();
     Tensor& y = ctx.output(0);
     if (y.numel() == 0) return;
     if (numel(x_) == 0)
-      throw ShapeError(fmt::format("{}: input float{} has an empty spatial extent", node_.op_type, to_string(x_)));
+      throw ShapeError(fmt::format("{}: input {}{} has an empty spatial extent", node_.op_type, dtype_name(dtype_),
+                                   to_string(x_)));
+    if (dtype_ == DType::Float64) return compute_f64(ctx.input(0), y);
+    if (!built_) build();
     dnnl_util::execute(prim_,
                        {{DNNL_ARG_SRC, dnnl_util::memory_of(dnnl_util::plain_desc(x_), ctx.input(0))},
                         {DNNL_ARG_DST, dnnl_util::memory_of(dnnl_util::plain_desc(y_), y)}},
@@ -279,22 +309,39 @@ class GlobalPoolKernel final : public Kernel {
     });
   }
 
+  // Mean or max over each (batch, channel) plane.
+  void compute_f64(const Tensor& x, Tensor& y) const {
+    const int64_t planes = y.numel(), plane = x.numel() / planes;
+    const bool mean = alg_ == dnnl::algorithm::reduction_mean;
+    const double* px = x.data<double>();
+    double* py = y.data<double>();
+    parallel_for(planes, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t pl = begin; pl < end; ++pl) {
+        const double* p = px + pl * plane;
+        double acc = mean ? 0.0 : p[0];
+        for (int64_t i = 0; i < plane; ++i) acc = mean ? acc + p[i] : std::max(acc, p[i]);
+        py[pl] = mean ? acc / double(plane) : acc;
+      }
+    });
+  }
+
   dnnl::algorithm alg_;
+  DType dtype_ = DType::Float32;
   Shape x_, y_;
   bool built_ = false;
   dnnl::reduction prim_;
 };
 
-const KernelRegistrar max_pool_f32({"", "MaxPool", 1, kMaxOpset, {DType::Float32}},
+const KernelRegistrar max_pool_f32({"", "MaxPool", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                                    [](const Node& n) { return std::make_unique<MaxPoolKernel>(n); });
 const KernelRegistrar max_pool_i8({"", "MaxPool", 12, kMaxOpset, {DType::Int8, DType::Uint8}},
                                   [](const Node& n) { return std::make_unique<MaxPoolKernel>(n); });
-const KernelRegistrar avg_pool_f32({"", "AveragePool", 1, kMaxOpset, {DType::Float32}},
+const KernelRegistrar avg_pool_f32({"", "AveragePool", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                                    [](const Node& n) { return std::make_unique<AveragePoolKernel>(n); });
-const KernelRegistrar global_avg_f32({"", "GlobalAveragePool", 1, kMaxOpset, {DType::Float32}}, [](const Node& n) {
+const KernelRegistrar global_avg_f32({"", "GlobalAveragePool", 1, kMaxOpset, {DType::Float32, DType::Float64}}, [](const Node& n) {
   return std::make_unique<GlobalPoolKernel>(n, dnnl::algorithm::reduction_mean);
 });
-const KernelRegistrar global_max_f32({"", "GlobalMaxPool", 1, kMaxOpset, {DType::Float32}}, [](const Node& n) {
+const KernelRegistrar global_max_f32({"", "GlobalMaxPool", 1, kMaxOpset, {DType::Float32, DType::Float64}}, [](const Node& n) {
   return std::make_unique<GlobalPoolKernel>(n, dnnl::algorithm::reduction_max);
 });
 

@@ -1,0 +1,175 @@
+// The convolution problem shared by Conv, ConvTranspose and their gradients, stated once in the
+// direction of a Conv: input x [N, C, in...], weight w [M, C/group, k...], output y [N, M, out...],
+// output position o and tap k reading input position o * stride - pad_begin + k * dilation.
+//
+// ConvTranspose is the adjoint of such a Conv (its input plays y, its output plays x), so the three
+// direct loops below (forward, backward data, backward weights) and the oneDNN backward runner
+// serve all four ops. The loops are the float64 path and the fallback for geometries oneDNN
+// refuses (ConvTranspose outputs past the full line: a negative pad_end).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/parallel.h"
+#include "kernels/cpu/dnnl_common.h"
+#include "kiln/tensor.h"
+
+namespace kiln::conv {
+
+struct Problem {
+  Shape x, w, y;  // conv-direction shapes, ONNX layouts
+  int64_t group = 1;
+  std::vector<int64_t> strides, dilations, pad_begin, pad_end;  // pad_end may be negative
+};
+
+// Spatial geometry padded to three dims (size 1, kernel 1) so one loop nest serves 1-D to 3-D.
+struct Geometry {
+  int64_t n = 0, c = 0, m = 0, cg = 0, mg = 0;  // batch, in/out channels, per group
+  std::array<int64_t, 3> in{1, 1, 1}, out{1, 1, 1}, k{1, 1, 1}, s{1, 1, 1}, d{1, 1, 1}, p{0, 0, 0};
+  int64_t in_plane = 1, out_plane = 1, ksz = 1;
+
+  explicit Geometry(const Problem& pr) {
+    const size_t nsp = pr.x.size() - 2, off = 3 - nsp;
+    n = pr.x[0];
+    c = pr.x[1];
+    m = pr.w[0];
+    cg = c / pr.group;
+    mg = m / pr.group;
+    for (size_t i = 0; i < nsp; ++i) {
+      in[off + i] = pr.x[2 + i];
+      out[off + i] = pr.y[2 + i];
+      k[off + i] = pr.w[2 + i];
+      s[off + i] = pr.strides[i];
+      d[off + i] = pr.dilations[i];
+      p[off + i] = pr.pad_begin[i];
+    }
+    in_plane = in[0] * in[1] * in[2];
+    out_plane = out[0] * out[1] * out[2];
+    ksz = k[0] * k[1] * k[2];
+  }
+
+  // Calls f(output offset, input offset, tap offset) within one plane for every tap that lands
+  // inside the input (padding contributes nothing).
+  template <class F>
+  void for_each_tap(F&& f) const {
+    for (int64_t o0 = 0; o0 < out[0]; ++o0)
+      for (int64_t k0 = 0; k0 < k[0]; ++k0) {
+        const int64_t i0 = o0 * s[0] - p[0] + k0 * d[0];
+        if (i0 < 0 || i0 >= in[0]) continue;
+        for (int64_t o1 = 0; o1 < out[1]; ++o1)
+          for (int64_t k1 = 0; k1 < k[1]; ++k1) {
+            const int64_t i1 = o1 * s[1] - p[1] + k1 * d[1];
+            if (i1 < 0 || i1 >= in[1]) continue;
+            for (int64_t o2 = 0; o2 < out[2]; ++o2)
+              for (int64_t k2 = 0; k2 < k[2]; ++k2) {
+                const int64_t i2 = o2 * s[2] - p[2] + k2 * d[2];
+                if (i2 < 0 || i2 >= in[2]) continue;
+                f((o0 * out[1] + o1) * out[2] + o2, (i0 * in[1] + i1) * in[2] + i2, (k0 * k[1] + k1) * k[2] + k2);
+              }
+          }
+      }
+  }
+};
+
+// y = conv(x, w) + b; threads split the (batch, output channel) planes.
+template <class T>
+void forward_direct(const Problem& pr, const T* x, const T* w, const T* b, T* y) {
+  const Geometry g(pr);
+  parallel_for(g.n * g.m, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const int64_t n = plane / g.m, oc = plane % g.m, grp = oc / g.mg;
+      T* yp = y + plane * g.out_plane;
+      std::fill(yp, yp + g.out_plane, b ? b[oc] : T(0));
+      for (int64_t icg = 0; icg < g.cg; ++icg) {
+        const T* xp = x + (n * g.c + grp * g.cg + icg) * g.in_plane;
+        const T* wp = w + (oc * g.cg + icg) * g.ksz;
+        g.for_each_tap([&](int64_t o, int64_t i, int64_t k) { yp[o] += xp[i] * wp[k]; });
+      }
+    }
+  });
+}
+
+// dx = conv^T(dy, w); threads split the (batch, input channel) planes of dx.
+template <class T>
+void backward_data_direct(const Problem& pr, const T* dy, const T* w, T* dx) {
+  const Geometry g(pr);
+  parallel_for(g.n * g.c, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const int64_t n = plane / g.c, ic = plane % g.c, grp = ic / g.cg, icg = ic % g.cg;
+      T* xp = dx + plane * g.in_plane;
+      std::fill(xp, xp + g.in_plane, T(0));
+      for (int64_t ocg = 0; ocg < g.mg; ++ocg) {
+        const int64_t oc = grp * g.mg + ocg;
+        const T* yp = dy + (n * g.m + oc) * g.out_plane;
+        const T* wp = w + (oc * g.cg + icg) * g.ksz;
+        g.for_each_tap([&](int64_t o, int64_t i, int64_t k) { xp[i] += yp[o] * wp[k]; });
+      }
+    }
+  });
+}
+
+// dw[oc, icg, k] = sum over batch and output positions of dy * x; threads split output channels.
+template <class T>
+void backward_weights_direct(const Problem& pr, const T* x, const T* dy, T* dw) {
+  const Geometry g(pr);
+  parallel_for(g.m, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t oc = begin; oc < end; ++oc) {
+      const int64_t grp = oc / g.mg;
+      for (int64_t icg = 0; icg < g.cg; ++icg) {
+        T* wp = dw + (oc * g.cg + icg) * g.ksz;
+        std::fill(wp, wp + g.ksz, T(0));
+        for (int64_t n = 0; n < g.n; ++n) {
+          const T* xp = x + (n * g.c + grp * g.cg + icg) * g.in_plane;
+          const T* yp = dy + (n * g.m + oc) * g.out_plane;
+          g.for_each_tap([&](int64_t o, int64_t i, int64_t k) { wp[k] += yp[o] * xp[i]; });
+        }
+      }
+    }
+  });
+}
+
+// db[c] = sum of t[n, c, ...] over batch and spatial positions (t is [N, C, ...]).
+template <class T>
+void channel_sum(const Shape& shape, const T* t, T* db) {
+  const int64_t n = shape[0], c = shape[1], plane = n * c != 0 ? numel(shape) / (n * c) : 0;
+  parallel_for(c, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t ch = begin; ch < end; ++ch) {
+      double acc = 0;
+      for (int64_t b = 0; b < n; ++b) {
+        const T* p = t + (b * c + ch) * plane;
+        for (int64_t i = 0; i < plane; ++i) acc += static_cast<double>(p[i]);
+      }
+      db[ch] = static_cast<T>(acc);
+    }
+  });
+}
+
+// oneDNN's convolution_forward (training, no bias), convolution_backward_data and
+// convolution_backward_weights for a float32 Problem, each built only when asked, once per planned
+// shape. build() returns false when oneDNN has no implementation for the geometry; the caller then
+// runs the direct loops.
+class DnnlConv {
+ public:
+  bool build(const Problem& pr, bool forward, bool data, bool weights, bool bias);
+  void forward(const Tensor& x, const Tensor& w, Tensor& y);
+  void data(const Tensor& dy, const Tensor& w, Tensor& dx);
+  void weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db);
+
+ private:
+  bool has_bias_ = false;
+  dnnl_util::Operand fw_x_, fw_w_, fw_y_;
+  dnnl_util::Operand bd_dy_, bd_w_, bd_dx_;
+  dnnl_util::Operand bw_x_, bw_dy_, bw_dw_;
+  dnnl::memory::desc bias_;
+  dnnl::convolution_forward forward_prim_;
+  dnnl::convolution_backward_data data_prim_;
+  dnnl::convolution_backward_weights weights_prim_;
+};
+
+// Which of (dX, dW, dB) a gradient node computes: its "output_mask" attribute (PyTorch's
+// convolution_backward convention; default all), and only outputs the node names.
+std::array<bool, 3> output_mask(const Node& node);
+
+}  // namespace kiln::conv

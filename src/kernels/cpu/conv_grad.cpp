@@ -1,0 +1,220 @@
+// ai.kiln.ConvGrad: the gradients of Conv (dX, dW, dB) from the output gradient dY, the input X and
+// the weight W. float32 runs oneDNN's convolution_backward_data / _weights (built once per planned
+// shape); float64 runs the direct loops of conv_common.h. Also the oneDNN backward runner that
+// ConvTransposeGrad shares.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "kernels/cpu/conv_common.h"
+#include "kiln/autodiff.h"
+#include "kiln/kernel.h"
+
+namespace kiln {
+namespace conv {
+
+using dnnl::memory;
+using dnnl_util::to_dims;
+
+std::array<bool, 3> output_mask(const Node& node) {
+  const std::vector<int64_t> mask = node.attr_ints("output_mask", {1, 1, 1});
+  if (mask.size() != 3)
+    throw InvalidModel(fmt::format("attribute 'output_mask' = [{}] must have 3 values (dX, dW, dB)", fmt::join(mask, ", ")));
+  std::array<bool, 3> out{};
+  for (size_t i = 0; i < 3; ++i) out[i] = mask[i] != 0 && i < node.outputs.size() && !node.outputs[i].empty();
+  return out;
+}
+
+bool DnnlConv::build(const Problem& pr, bool forward, bool data, bool weights, bool bias) {
+  has_bias_ = weights && bias;
+  Shape wdims = pr.w;
+  if (pr.group > 1) {  // oneDNN's grouped weights [G, M/G, C/G, k...] are ONNX's [M, C/G, k...] split.
+    wdims[0] = pr.w[0] / pr.group;
+    wdims.insert(wdims.begin(), pr.group);
+  }
+  const memory::desc xp = dnnl_util::plain_desc(pr.x), wp = dnnl_util::plain_desc(wdims), yp = dnnl_util::plain_desc(pr.y);
+  const memory::desc bp = dnnl_util::plain_desc({pr.w[0]});
+  std::vector<int64_t> dil = pr.dilations;
+  for (int64_t& d : dil) d -= 1;  // oneDNN counts the holes between taps
+  // Blocked layouts pay off from 8 channels on (see conv.cpp); below that plain stays.
+  const bool blocked = pr.x[1] >= 8;
+  auto any = [](const Shape& s) { return memory::desc(to_dims(s), memory::data_type::f32, memory::format_tag::any); };
+  const memory::desc xa = blocked ? any(pr.x) : xp, wa = blocked ? any(wdims) : wp, ya = blocked ? any(pr.y) : yp;
+  const auto strides = to_dims(pr.strides), dilations = to_dims(dil), pl = to_dims(pr.pad_begin), pr_ = to_dims(pr.pad_end);
+  try {
+    const dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, xa,
+                                             wa, has_bias_ ? bp : memory::desc(), ya, strides, dilations, pl, pr_);
+    const dnnl::convolution_forward::primitive_desc hint(fd, dnnl_util::engine());
+    if (forward) {
+      const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                              xa, wa, ya, strides, dilations, pl, pr_);
+      const dnnl::convolution_forward::primitive_desc pd(d, dnnl_util::engine());
+      fw_x_ = dnnl_util::operand(xp, pd.src_desc(), false);
+      fw_w_ = dnnl_util::operand(wp, pd.weights_desc(), false);
+      fw_y_ = dnnl_util::operand(yp, pd.dst_desc(), true);
+      forward_prim_ = dnnl::convolution_forward(pd);
+    }
+    if (data) {
+      const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, xa, wa, ya, strides, dilations,
+                                                    pl, pr_);
+      const dnnl::convolution_backward_data::primitive_desc pd(d, dnnl_util::engine(), hint);
+      bd_dy_ = dnnl_util::operand(yp, pd.diff_dst_desc(), false);
+      bd_w_ = dnnl_util::operand(wp, pd.weights_desc(), false);
+      bd_dx_ = dnnl_util::operand(xp, pd.diff_src_desc(), true);
+      data_prim_ = dnnl::convolution_backward_data(pd);
+    }
+    if (weights) {
+      const dnnl::convolution_backward_weights::desc d =
+          has_bias_ ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, xa, wa, bp, ya,
+                                                               strides, dilations, pl, pr_)
+                    : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, xa, wa, ya, strides,
+                                                               dilations, pl, pr_);
+      const dnnl::convolution_backward_weights::primitive_desc pd(d, dnnl_util::engine(), hint);
+      bw_x_ = dnnl_util::operand(xp, pd.src_desc(), false);
+      bw_dy_ = dnnl_util::operand(yp, pd.diff_dst_desc(), false);
+      bw_dw_ = dnnl_util::operand(wp, pd.diff_weights_desc(), true);
+      bias_ = bp;
+      weights_prim_ = dnnl::convolution_backward_weights(pd);
+    }
+  } catch (const dnnl::error&) {
+    return false;  // no oneDNN implementation for this geometry: the direct loops run it
+  }
+  return true;
+}
+
+void DnnlConv::forward(const Tensor& x, const Tensor& w, Tensor& y) {
+  std::unordered_map<int, memory> args;
+  dnnl_util::bind(DNNL_ARG_SRC, fw_x_, x, args);
+  dnnl_util::bind(DNNL_ARG_WEIGHTS, fw_w_, w, args);
+  dnnl_util::bind_output(DNNL_ARG_DST, fw_y_, y, args);
+  dnnl_util::execute(forward_prim_, args, "convolution");
+  dnnl_util::finish_output(fw_y_, y, "the convolution output");
+}
+
+void DnnlConv::data(const Tensor& dy, const Tensor& w, Tensor& dx) {
+  std::unordered_map<int, memory> args;
+  dnnl_util::bind(DNNL_ARG_DIFF_DST, bd_dy_, dy, args);
+  dnnl_util::bind(DNNL_ARG_WEIGHTS, bd_w_, w, args);
+  dnnl_util::bind_output(DNNL_ARG_DIFF_SRC, bd_dx_, dx, args);
+  dnnl_util::execute(data_prim_, args, "convolution backward data");
+  dnnl_util::finish_output(bd_dx_, dx, "the input gradient");
+}
+
+void DnnlConv::weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) {
+  std::unordered_map<int, memory> args;
+  dnnl_util::bind(DNNL_ARG_SRC, bw_x_, x, args);
+  dnnl_util::bind(DNNL_ARG_DIFF_DST, bw_dy_, dy, args);
+  dnnl_util::bind_output(DNNL_ARG_DIFF_WEIGHTS, bw_dw_, dw, args);
+  if (has_bias_ && db) args[DNNL_ARG_DIFF_BIAS] = dnnl_util::memory_of(bias_, *db);
+  dnnl_util::execute(weights_prim_, args, "convolution backward weights");
+  dnnl_util::finish_output(bw_dw_, dw, "the weight gradient");
+}
+
+}  // namespace conv
+
+namespace {
+
+std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
+
+// (dY, X, W) -> (dX, dW, dB) of Y = Conv(X, W, B) with Conv's attributes; auto_pad is resolved
+// here, against X's shape, exactly as the forward kernel does.
+class ConvGradKernel final : public Kernel {
+ public:
+  using Kernel::Kernel;
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const TensorMeta& dy = ctx.input(0);
+    const TensorMeta& x = ctx.input(1);
+    const TensorMeta& w = ctx.input(2);
+    if (dy.dtype != x.dtype || w.dtype != x.dtype)
+      throw TypeError(fmt::format("ConvGrad: dY {}, X {} and W {} must share a dtype", describe(dy), describe(x),
+                                  describe(w)));
+    if (x.shape.size() < 3 || x.shape.size() > 5 || w.shape.size() != x.shape.size())
+      throw ShapeError(fmt::format("ConvGrad: X {} must be [N, C, D1..D3] and W {} [M, C/group, k...] of the same rank",
+                                   describe(x), describe(w)));
+    p_ = conv::Problem{};
+    p_.x = x.shape;
+    p_.w = w.shape;
+    p_.group = node_.attr_int("group", 1);
+    if (p_.group < 1 || x.shape[1] != w.shape[1] * p_.group || w.shape[0] % p_.group != 0)
+      throw ShapeError(fmt::format("ConvGrad: X {} and W {} do not fit group {}", describe(x), describe(w), p_.group));
+    const std::vector<int64_t> kernel(w.shape.begin() + 2, w.shape.end());
+    const dnnl_util::Window win = dnnl_util::make_window(node_, Shape(x.shape.begin() + 2, x.shape.end()), kernel, false);
+    p_.y = {x.shape[0], w.shape[0]};
+    p_.y.insert(p_.y.end(), win.out.begin(), win.out.end());
+    if (dy.shape != p_.y)
+      throw ShapeError(fmt::format("ConvGrad: dY {} must have the shape {} of Conv(X {}, W {})", describe(dy),
+                                   to_string(p_.y), describe(x), describe(w)));
+    p_.strides = win.strides;
+    p_.dilations = win.dilations;
+    p_.pad_begin = win.pad_begin;
+    p_.pad_end = win.pad_end;
+    mask_ = conv::output_mask(node_);
+    dtype_ = x.dtype;
+    built_ = false;
+    // Outputs not asked for are empty, so the planner reserves nothing for them.
+    const auto meta = [&](size_t i, Shape s) { return TensorMeta{x.dtype, mask_[i] ? s : Shape{0}, dy.dynamic, Tensor()}; };
+    return {meta(0, x.shape), meta(1, w.shape), meta(2, {w.shape[0]})};
+  }
+
+  void prepare(const InferContext&, const std::vector<TensorMeta>&) override { build(); }
+
+  void compute(ComputeContext& ctx) override {
+    if (!built_) build();
+    const Tensor& dy = ctx.input(0);
+    const Tensor& x = ctx.input(1);
+    const Tensor& w = ctx.input(2);
+    const bool empty = numel(p_.y) == 0 || numel(p_.x) == 0;
+    if (empty) {  // nothing flows: zero gradients
+      for (size_t i = 0; i < 3; ++i)
+        if (mask_[i]) std::memset(ctx.output(i).raw_data(), 0, ctx.output(i).nbytes());
+      return;
+    }
+    if (use_dnnl_) {
+      if (mask_[0]) dnnl_.data(dy, w, ctx.output(0));
+      if (mask_[1]) dnnl_.weights(x, dy, ctx.output(1), mask_[2] ? &ctx.output(2) : nullptr);
+      if (mask_[2] && !mask_[1]) conv::channel_sum(p_.y, dy.data<float>(), ctx.output(2).data<float>());
+      return;
+    }
+    visit_dtype(dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        if (mask_[0]) conv::backward_data_direct<T>(p_, dy.data<T>(), w.data<T>(), ctx.output(0).data<T>());
+        if (mask_[1]) conv::backward_weights_direct<T>(p_, x.data<T>(), dy.data<T>(), ctx.output(1).data<T>());
+        if (mask_[2]) conv::channel_sum<T>(p_.y, dy.data<T>(), ctx.output(2).data<T>());
+      } else {
+        throw Unsupported(fmt::format("ConvGrad: {} inputs (float32 and float64 are supported)", dtype_name(dtype_)));
+      }
+    });
+  }
+
+ private:
+  void build() {
+    built_ = true;
+    use_dnnl_ = dtype_ == DType::Float32 && numel(p_.y) > 0 && numel(p_.x) > 0 &&
+                dnnl_.build(p_, false, mask_[0], mask_[1], mask_[1] && mask_[2]);
+  }
+
+  conv::Problem p_;
+  std::array<bool, 3> mask_{};
+  DType dtype_ = DType::Float32;
+  bool built_ = false, use_dnnl_ = false;
+  conv::DnnlConv dnnl_;
+};
+
+const KernelRegistrar reg({kKilnDomain, "ConvGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
+                          [](const Node& n) { return std::make_unique<ConvGradKernel>(n); });
+const OpDocRegistrar doc(
+    {kKilnDomain, "ConvGrad",
+     "Gradients of Conv with respect to its input, weight and bias. Attributes: those of the Conv "
+     "(group, strides, dilations, pads, auto_pad, kernel_shape) and output_mask (3 ints, default "
+     "[1, 1, 1]); an output masked off or left unnamed is not computed and has shape [0].",
+     {"dY: gradient of the Conv output Y, [N, M, out...]", "X: the Conv input, [N, C, in...]",
+      "W: the Conv weight, [M, C/group, k...]"},
+     {"dX: gradient of X, X's shape", "dW: gradient of W, W's shape", "dB: gradient of the bias, [M]"},
+     "with Y[n, m, o] = B[m] + sum_{c in group(m), k} X[n, c, o * s - p + k * d] W[m, c, k]: "
+     "dX[n, c, i] = sum_{m, k, o : o*s - p + k*d = i} dY[n, m, o] W[m, c, k]; "
+     "dW[m, c, k] = sum_{n, o} dY[n, m, o] X[n, c, o*s - p + k*d]; dB[m] = sum_{n, o} dY[n, m, o]"});
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,128 @@
+// Finite-difference checks of the pooling gradients (ai.kiln.MaxPoolGrad, ai.kiln.AveragePoolGrad,
+// GlobalAveragePool and GlobalMaxPool as standard ops): strides, asymmetric pads, dilations,
+// ceil_mode, count_include_pad, auto_pad, 1-D to 3-D, float64 (<= 1e-6) and float32 (<= 1e-3).
+// Inputs are continuous random values, so window maxima are never tied.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "autodiff/gradient_checker.h"
+#include "kiln/kernel.h"
+
+namespace kiln::testing {
+namespace {
+
+Attribute ints(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); }
+
+Node pool(const std::string& type, std::map<std::string, Attribute> attrs, size_t outputs = 1) {
+  Node n;
+  n.op_type = type;
+  n.inputs = {"x"};
+  for (size_t i = 0; i < outputs; ++i) n.outputs.push_back(fmt::format("y{}", i));
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+void both(GradCheck c) {
+  check_gradient(c);
+  c.float32 = true;
+  check_gradient(c);
+}
+
+struct Case {
+  Shape x;
+  std::map<std::string, Attribute> attrs;
+};
+
+const std::vector<Case> kWindows = {
+    {{2, 2, 5, 6}, {{"kernel_shape", ints({2, 2})}}},
+    {{1, 2, 6, 7}, {{"kernel_shape", ints({3, 2})}, {"strides", ints({2, 3})}, {"pads", ints({1, 0, 1, 1})}}},
+    {{1, 2, 7, 6}, {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"ceil_mode", Attribute::of_int(1)}}},
+    {{1, 2, 6, 7}, {{"kernel_shape", ints({2, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 0, 1})},
+                    {"ceil_mode", Attribute::of_int(1)}}},
+    {{1, 2, 5, 5}, {{"kernel_shape", ints({3, 3})}, {"auto_pad", Attribute::of_string("SAME_UPPER")}, {"strides", ints({2, 2})}}},
+    {{1, 2, 5, 6}, {{"kernel_shape", ints({2, 2})}, {"auto_pad", Attribute::of_string("SAME_LOWER")}}},
+    {{2, 3, 9}, {{"kernel_shape", ints({3})}, {"strides", ints({2})}, {"pads", ints({1, 2})}}},
+    {{1, 2, 4, 5, 4}, {{"kernel_shape", ints({2, 3, 2})}, {"strides", ints({2, 1, 2})}, {"pads", ints({0, 1, 0, 1, 1, 0})}}},
+};
+
+TEST(PoolGradient, MaxPoolGeometries) {
+  uint64_t seed = 800;
+  for (const Case& c : kWindows) both({pool("MaxPool", c.attrs), {random_tensor(c.x, ++seed)}, {0}, 17, seed});
+  // Dilations, and the Indices output present (it carries no gradient).
+  both({pool("MaxPool", {{"kernel_shape", ints({2, 2})}, {"dilations", ints({2, 2})}, {"pads", ints({1, 0, 0, 1})}}, 2),
+        {random_tensor({1, 2, 6, 6}, 850)}, {0}, 17, 850});
+}
+
+TEST(PoolGradient, AveragePoolGeometriesWithAndWithoutPadCounting) {
+  uint64_t seed = 900;
+  for (int64_t include : {0, 1})
+    for (const Case& c : kWindows) {
+      auto attrs = c.attrs;
+      attrs["count_include_pad"] = Attribute::of_int(include);
+      both({pool("AveragePool", attrs), {random_tensor(c.x, ++seed)}, {0}, 17, seed});
+    }
+  both({pool("AveragePool", {{"kernel_shape", ints({2, 2})}, {"dilations", ints({2, 1})}, {"pads", ints({1, 1, 1, 1})},
+                             {"count_include_pad", Attribute::of_int(1)}}),
+        {random_tensor({1, 2, 6, 5}, 950)}, {0}, 19, 950});
+}
+
+TEST(PoolGradient, GlobalPools) {
+  uint64_t seed = 1000;
+  for (const char* type : {"GlobalAveragePool", "GlobalMaxPool"})
+    for (Shape x : {Shape{2, 3, 4, 5}, Shape{1, 2, 7}, Shape{1, 2, 3, 2, 3}})
+      both({pool(type, {}), {random_tensor(x, ++seed)}, {0}, 17, seed});
+}
+
+Tensor to_f32(const Tensor& t) {
+  Tensor out = Tensor::empty(DType::Float32, t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = float(t.data<double>()[i]);
+  return out;
+}
+
+// The float64 forward loops (which the finite differences run) agree with the oneDNN float32
+// kernels the conformance tests check, so the gradients above are of the right function.
+TEST(PoolGradient, Float64ForwardMatchesFloat32) {
+  uint64_t seed = 1050;
+  std::vector<std::pair<std::string, std::map<std::string, Attribute>>> nodes;
+  for (const Case& c : kWindows) {
+    nodes.push_back({"MaxPool", c.attrs});
+    for (int64_t include : {0, 1}) {
+      auto attrs = c.attrs;
+      attrs["count_include_pad"] = Attribute::of_int(include);
+      nodes.push_back({"AveragePool", attrs});
+    }
+  }
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    const Case& c = kWindows[k / 3];
+    const Tensor x = random_tensor(c.x, ++seed);
+    const Node n = pool(nodes[k].first, nodes[k].second);
+    const Tensor y64 = run_node(n, {x}, 19)[0], y32 = run_node(n, {to_f32(x)}, 19)[0];
+    ASSERT_EQ(y64.shape(), y32.shape()) << nodes[k].first << " case " << k / 3;
+    for (int64_t i = 0; i < y64.numel(); ++i)
+      ASSERT_NEAR(y64.data<double>()[i], y32.data<float>()[i], 1e-6) << nodes[k].first << " case " << k / 3 << " at " << i;
+  }
+  for (const char* type : {"GlobalAveragePool", "GlobalMaxPool"}) {
+    const Tensor x = random_tensor({2, 3, 4, 5}, ++seed);
+    const Tensor y64 = run_node(pool(type, {}), {x})[0], y32 = run_node(pool(type, {}), {to_f32(x)})[0];
+    for (int64_t i = 0; i < y64.numel(); ++i) ASSERT_NEAR(y64.data<double>()[i], y32.data<float>()[i], 1e-6) << type;
+  }
+}
+
+// A hand-computed MaxPoolGrad: each window's gradient lands on its maximum.
+TEST(PoolGradient, MaxPoolGradRoutesToTheArgmax) {
+  Node n;
+  n.domain = "ai.kiln";
+  n.op_type = "MaxPoolGrad";
+  n.inputs = {"dy", "x"};
+  n.outputs = {"dx"};
+  n.attrs["kernel_shape"] = ints({2});
+  n.attrs["strides"] = ints({1});
+  const Tensor x = Tensor::from_vector<double>({1, 1, 4}, {1.0, 3.0, 2.0, 5.0});
+  const Tensor dy = Tensor::from_vector<double>({1, 1, 3}, {10.0, 20.0, 40.0});
+  const Tensor dx = run_node(n, {dy, x}, 17)[0];
+  const std::vector<double> expect{0.0, 30.0, 0.0, 40.0};
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(dx.data<double>()[i], expect[size_t(i)]) << i;
+}
+
+}  // namespace
+}  // namespace kiln::testing
