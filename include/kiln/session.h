@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kiln/graph.h"
+#include "kiln/kernel.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -63,6 +64,9 @@ class Session {
   // Plans for the given feeds without running (used by inspection tools).
   PlanStats plan(const std::map<std::string, Tensor>& feeds);
   const PlanStats& last_plan_stats() const;
+  // Plans for the feeds and returns the dtype and shape of every value known at plan time (values
+  // whose shapes depend on run-time data are absent). Contents are not included.
+  std::map<std::string, TensorMeta> value_metas(const std::map<std::string, Tensor>& feeds);
   // Per-op-type kernel time accumulated since construction (empty unless options.profile).
   std::vector<OpProfile> profile() const;
 

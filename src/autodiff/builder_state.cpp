@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "kiln/onnx_io.h"
+#include "kiln/session.h"
 
 namespace kiln {
 
@@ -32,6 +33,37 @@ GradientBuilderState::GradientBuilderState(const Model& forward) : model(forward
     }
   }
   for (const auto& [name, v] : info_) names_.insert(name);
+  fill_ranks_by_planning();
+}
+
+// ONNX's shape inference loses ranks through some exported patterns (shapes computed from Shape
+// ops); Kiln's planner computes them. Plan the forward graph at example sizes (symbolic dims = 2)
+// and record dtype and rank of every value ONNX left unknown. Dims stay unknown: only the rank and
+// the dtype are facts that do not depend on the example sizes.
+void GradientBuilderState::fill_ranks_by_planning() {
+  bool missing = false;
+  for (const Node& n : model.graph.nodes)
+    for (const auto& out : n.outputs)
+      if (!out.empty() && !dims_of(out)) missing = true;
+  if (!missing) return;
+  std::map<std::string, Tensor> feeds;
+  for (const ValueInfo& v : model.graph.inputs) {
+    if (!v.has_type || !v.has_shape) return;
+    Shape shape;
+    for (const Dim& d : v.dims) shape.push_back(d.value >= 0 ? d.value : 2);
+    feeds[v.name] = Tensor::zeros(v.dtype, shape);
+  }
+  std::map<std::string, TensorMeta> metas;
+  try {
+    Session session(model);
+    metas = session.value_metas(feeds);
+  } catch (const Error&) {
+    return;  // best effort: rules that need a rank say so
+  }
+  for (const auto& [name, m] : metas) {
+    if (dims_of(name)) continue;
+    record(name, m.dtype, std::vector<Dim>(m.shape.size(), Dim{-1, ""}));
+  }
 }
 
 bool GradientBuilderState::is_value(const std::string& name) const {

@@ -39,6 +39,11 @@ class GradientBuilderState {
   void record(const std::string& name, DType dtype, std::optional<std::vector<Dim>> dims);
 
  private:
+  void fill_ranks_by_planning();
+
+ public:
+
+ private:
   std::unordered_map<std::string, ValueInfo> info_;
   std::unordered_map<std::string, std::vector<std::string>> contributions_;
   std::unordered_map<std::string, std::string> summed_;

@@ -75,6 +75,16 @@ ExecutionPlan& Session::plan_for(const std::map<std::string, Tensor>& feeds) {
 
 PlanStats Session::plan(const std::map<std::string, Tensor>& feeds) { return plan_for(feeds).stats; }
 
+std::map<std::string, TensorMeta> Session::value_metas(const std::map<std::string, Tensor>& feeds) {
+  const ExecutionPlan& plan = plan_for(feeds);
+  std::map<std::string, TensorMeta> out;
+  for (const PlannedValue& v : plan.values) {
+    if (v.meta.dynamic) continue;
+    out[v.name] = TensorMeta{v.meta.dtype, v.meta.shape, false, Tensor()};
+  }
+  return out;
+}
+
 const PlanStats& Session::last_plan_stats() const {
   if (last_plan_ == nullptr) throw InvalidArgument("the session has not planned a run yet");
   return last_plan_->stats;
