@@ -13,9 +13,6 @@ two sides' rounds alternating so that a change in the machine's load affects bot
     /usr/bin/python3 bench/train_step.py [--build-dir build] [--models mlp,resnet18,...]
                                          [--batch B] [--seq S] [--runs N] [--rounds 5]
 """
-import argparse
-import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,12 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "python"))
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python"))
 
 import torch_models  # noqa: E402
-from forward import Row, kiln_round_ms  # noqa: E402
+from common import (Row, interleaved_medians, kiln_round_ms, parse_args, print_table, save_feeds,  # noqa: E402
+                    selected_rows)
 from training_models import Case, WithLoss, export_with_loss, zoo_case  # noqa: E402
 
 # The models and sizes of bench/forward.py; a step costs about three forward passes, so N is
@@ -67,15 +63,11 @@ def torch_round_ms(module, xs, runs):
 
 
 def bench_pair(case, kiln_round, runs, rounds):
-    """(PyTorch ms, Kiln ms): medians over `rounds`, the two sides' rounds alternating."""
+    """(PyTorch ms, Kiln ms), see common.interleaved_medians."""
     module = case.module.train(case.train)
     xs = case.tensors()
     torch_round_ms(module, xs, 3)  # warm-up: allocator, oneDNN/MKL primitive caches
-    torch_ms, kiln_ms = [], []
-    for _ in range(rounds):
-        torch_ms.append(torch_round_ms(module, xs, runs))
-        kiln_ms.append(kiln_round())
-    return statistics.median(torch_ms), statistics.median(kiln_ms)
+    return interleaved_medians(lambda: torch_round_ms(module, xs, runs), kiln_round, rounds)
 
 
 def kiln_training_graph(kiln, case, folder, name):
@@ -94,41 +86,16 @@ def kiln_training_graph(kiln, case, folder, name):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--build-dir", default=os.environ.get("KILN_BUILD_DIR", REPO / "build"), type=Path)
-    parser.add_argument("--models", default=",".join(r.name for r in ROWS),
-                        help="comma-separated models to run (default: all)")
-    parser.add_argument("--batch", type=int, help="batch size for every model (default: per model)")
-    parser.add_argument("--seq", type=int, help="sequence length for the token models (default: 128)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--runs", type=int, help="training steps per round (default: per model)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported")
-    args = parser.parse_args()
-
-    kiln = args.build_dir.resolve() / "bin" / "kiln"
-    if not kiln.exists():
-        sys.exit(f"train_step.py: {kiln} does not exist; build the kiln_cli target first")
-    known = {r.name: r for r in ROWS}
-    wanted = [m for m in args.models.split(",") if m]
-    unknown = [m for m in wanted if m not in known]
-    if unknown:
-        sys.exit(f"train_step.py: unknown model(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    torch.set_num_threads(args.threads)
-
+    args = parse_args(__doc__, ROWS, "training steps per round (default: per model)")
+    kiln, selected = selected_rows(args, ROWS, "train_step.py")
     rows = []
     with tempfile.TemporaryDirectory(prefix="kiln-bench-train-") as tmp:
         folder = Path(tmp)
-        for name in wanted:
-            row = known[name]
-            row = Row(name, args.batch or row.batch, (args.seq or row.seq) if row.seq else 0,
-                      args.runs or row.runs)
+        for row in selected:
             case = make_case(row)
-            feed_paths = {}
-            for input_name, value in case.feeds.items():
-                feed_paths[input_name] = folder / f"{name}_{input_name}.npy"
-                np.save(feed_paths[input_name], value)
+            feed_paths = save_feeds(case.feeds, folder, row.name)
             try:
-                train_path = kiln_training_graph(kiln, case, folder, name)
+                train_path = kiln_training_graph(kiln, case, folder, row.name)
                 torch_ms, kiln_ms = bench_pair(
                     case, lambda: kiln_round_ms(kiln, train_path, feed_paths, args.threads, row.runs),
                     row.runs, args.rounds)
@@ -137,14 +104,8 @@ def main():
                 message = str(e).splitlines()[-1] if str(e) else "failed"
                 rows.append((row, bench_pair(case, lambda: 0.0, row.runs, args.rounds)[0], float("nan"),
                              f"failed: {message}"))
-
-    print(f"training step (forward + backward), {args.threads} threads, median of {args.rounds} rounds of N "
-          f"steps (torch {torch.__version__})")
-    print(f"{'model':<9} {'batch':>5} {'seq':>4} {'N':>3} {'PyTorch ms':>11} {'Kiln ms':>9}  ratio (Kiln/PyTorch)")
-    for row, t, k, ratio in rows:
-        seq = str(row.seq) if row.seq else "-"
-        print(f"{row.name:<9} {row.batch:>5} {seq:>4} {row.runs:>3} {t:>11.3f} {k:>9.3f}  {ratio}")
-    return 0 if all(not r[3].startswith("failed") for r in rows) else 1
+    return print_table(f"training step (forward + backward), {args.threads} threads, median of {args.rounds} "
+                       f"rounds of N steps (torch {torch.__version__})", rows)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 // a draw within the checker's step (1e-6) of one has probability ~1e-5, and the seeds are fixed.
 #include <gtest/gtest.h>
 
-#include "autodiff/math_rule_helpers.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing::math {
 namespace {

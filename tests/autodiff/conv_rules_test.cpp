@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "autodiff/gradient_checker.h"
+#include "autodiff/rule_helpers.h"
 #include "kiln/kernel.h"
 
 namespace kiln::testing {
@@ -18,12 +19,6 @@ Node conv(bool bias, std::map<std::string, Attribute> attrs) {
   n.outputs = {"y"};
   n.attrs = std::move(attrs);
   return n;
-}
-
-void both(GradCheck c) {
-  check_gradient(c);
-  c.float32 = true;
-  check_gradient(c);
 }
 
 struct Case {

@@ -2,7 +2,7 @@
 // several axes (int64 and int32 axis inputs, negative axes).
 #include <gtest/gtest.h>
 
-#include "autodiff/math_rule_helpers.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing::math {
 namespace {

@@ -3,7 +3,7 @@
 // summed away, labels only one operand has; and the Unsupported forms.
 #include <gtest/gtest.h>
 
-#include "autodiff/math_rule_helpers.h"
+#include "autodiff/rule_helpers.h"
 #include "kiln/error.h"
 
 namespace kiln::testing::math {

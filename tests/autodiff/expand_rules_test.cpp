@@ -3,7 +3,7 @@
 // reflection), DepthToSpace (DCR and CRD) and SpaceToDepth.
 #include <gtest/gtest.h>
 
-#include "autodiff/index_rule_helpers.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing::indexing {
 namespace {

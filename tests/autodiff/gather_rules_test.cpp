@@ -3,7 +3,7 @@
 // batch_dims; and the scatter-add kernel against a hand-computed value.
 #include <gtest/gtest.h>
 
-#include "autodiff/index_rule_helpers.h"
+#include "autodiff/rule_helpers.h"
 #include "kiln/autodiff.h"
 #include "kiln/kernel.h"
 

@@ -1,7 +1,7 @@
 // Finite-difference checks of Trilu's gradient rule (upper and lower, with k offsets).
 #include <gtest/gtest.h>
 
-#include "autodiff/math_rule_helpers.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing::math {
 namespace {

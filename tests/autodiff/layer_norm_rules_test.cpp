@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "autodiff/gradient_checker.h"
+#include "autodiff/rule_helpers.h"
 #include "kiln/autodiff.h"
 #include "kiln/session.h"
 
@@ -18,12 +19,6 @@ Node layer_norm(size_t n_in, std::vector<std::string> outputs, int64_t axis) {
   n.outputs = std::move(outputs);
   n.attrs = {{"axis", Attribute::of_int(axis)}, {"epsilon", Attribute::of_float(1e-3f)}};
   return n;
-}
-
-void both(GradCheck c) {
-  check_gradient(c);
-  c.float32 = true;
-  check_gradient(c);
 }
 
 TEST(LayerNormRules, AxesAndBroadcastParameters) {

@@ -4,7 +4,7 @@
 // since the checker's loss projects every float output).
 #include <gtest/gtest.h>
 
-#include "autodiff/index_rule_helpers.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing::indexing {
 namespace {

@@ -4,17 +4,12 @@
 #include <gtest/gtest.h>
 
 #include "autodiff/gradient_checker.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing {
 namespace {
 
 Attribute ints(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); }
-
-void both(GradCheck c) {
-  check_gradient(c);
-  c.float32 = true;
-  check_gradient(c);
-}
 
 Node lp(const std::string& type, int64_t p, std::map<std::string, Attribute> attrs) {
   Node n;

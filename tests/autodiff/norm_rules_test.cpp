@@ -3,24 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "autodiff/gradient_checker.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing {
 namespace {
-
-Node op(const std::string& type, size_t n_in, size_t n_out, std::map<std::string, Attribute> attrs = {}) {
-  Node n;
-  n.op_type = type;
-  n.inputs.assign(n_in, "in");
-  n.outputs.assign(n_out, "out");
-  n.attrs = std::move(attrs);
-  return n;
-}
-
-void both(GradCheck c) {
-  check_gradient(c);
-  c.float32 = true;
-  check_gradient(c);
-}
 
 std::vector<Tensor> bn_inputs(const Shape& x, uint64_t seed) {
   const int64_t c = x[1];

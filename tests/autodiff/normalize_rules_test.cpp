@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "autodiff/gradient_checker.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing {
 namespace {
@@ -13,12 +14,6 @@ Node op(const std::string& type, std::map<std::string, Attribute> attrs) {
   n.outputs = {"out"};
   n.attrs = std::move(attrs);
   return n;
-}
-
-void both(GradCheck c) {
-  check_gradient(c);
-  c.float32 = true;
-  check_gradient(c);
 }
 
 TEST(NormalizeRules, MeanVarianceNormalizationAxes) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "autodiff/gradient_checker.h"
+#include "autodiff/rule_helpers.h"
 #include "kiln/kernel.h"
 
 namespace kiln::testing {
@@ -20,12 +21,6 @@ Node pool(const std::string& type, std::map<std::string, Attribute> attrs, size_
   for (size_t i = 0; i < outputs; ++i) n.outputs.push_back(fmt::format("y{}", i));
   n.attrs = std::move(attrs);
   return n;
-}
-
-void both(GradCheck c) {
-  check_gradient(c);
-  c.float32 = true;
-  check_gradient(c);
 }
 
 struct Case {

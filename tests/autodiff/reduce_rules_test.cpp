@@ -3,7 +3,7 @@
 // for ReduceProd and an all-zero slice for ReduceL2.
 #include <gtest/gtest.h>
 
-#include "autodiff/math_rule_helpers.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing::math {
 namespace {

@@ -3,7 +3,7 @@
 // input); cubic; tf_crop_and_resize with extrapolated positions.
 #include <gtest/gtest.h>
 
-#include "autodiff/index_rule_helpers.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing::indexing {
 namespace {

@@ -2,26 +2,10 @@
 #include <gtest/gtest.h>
 
 #include "autodiff/gradient_checker.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing {
 namespace {
-
-Node op(const std::string& type, size_t n_in, size_t n_out = 1, std::map<std::string, Attribute> attrs = {}) {
-  Node n;
-  n.op_type = type;
-  for (size_t i = 0; i < n_in; ++i) n.inputs.push_back("in");
-  for (size_t i = 0; i < n_out; ++i) n.outputs.push_back("out");
-  n.attrs = std::move(attrs);
-  return n;
-}
-
-Tensor ints(std::vector<int64_t> v) { return Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v); }
-
-void both(GradCheck c) {
-  check_gradient(c);
-  c.float32 = true;
-  check_gradient(c);
-}
 
 TEST(GradientRules, BinaryArithmeticWithBroadcastingBothWays) {
   for (const char* type : {"Add", "Sub", "Mul", "Div"}) {

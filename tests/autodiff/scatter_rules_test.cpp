@@ -3,7 +3,7 @@
 // repeated positions), negative indices, non-default axes.
 #include <gtest/gtest.h>
 
-#include "autodiff/index_rule_helpers.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing::indexing {
 namespace {

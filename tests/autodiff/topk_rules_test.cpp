@@ -3,7 +3,7 @@
 // checker's steps).
 #include <gtest/gtest.h>
 
-#include "autodiff/math_rule_helpers.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing::math {
 namespace {

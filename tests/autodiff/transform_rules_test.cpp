@@ -2,7 +2,7 @@
 // steps, negative and out-of-range starts/ends, a subset of axes, and the attribute form (opset 9).
 #include <gtest/gtest.h>
 
-#include "autodiff/index_rule_helpers.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing::indexing {
 namespace {

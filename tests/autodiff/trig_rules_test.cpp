@@ -2,7 +2,7 @@
 // inside its op's domain (asin/acos/atanh on (-1, 1), acosh on (1, inf)) away from the poles.
 #include <gtest/gtest.h>
 
-#include "autodiff/math_rule_helpers.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing::math {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <random>
 
-#include "autodiff/math_rule_helpers.h"
+#include "autodiff/rule_helpers.h"
 
 namespace kiln::testing::math {
 namespace {

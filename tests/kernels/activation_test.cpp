@@ -7,22 +7,13 @@
 #include <limits>
 #include <random>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-Node make_node(const std::string& op, std::vector<std::string> inputs, std::map<std::string, Attribute> attrs = {}) {
-  Node n;
-  n.name = "act";
-  n.op_type = op;
-  n.inputs = std::move(inputs);
-  n.outputs = {"Y"};
-  n.attrs = std::move(attrs);
-  return n;
-}
-
-Tensor run1(const Node& n, const std::vector<Tensor>& in, int64_t opset = 17) { return run_node(n, in, opset).at(0); }
+using namespace test_util;
 
 // Dense values over [lo, hi] plus edge cases, shuffled into a tensor large enough for several threads.
 Tensor sweep(float lo, float hi, int64_t n = 40000) {

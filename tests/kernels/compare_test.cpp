@@ -6,38 +6,13 @@
 #include <limits>
 #include <random>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-Node make_node(const std::string& op, std::vector<std::string> inputs, std::map<std::string, Attribute> attrs = {}) {
-  Node n;
-  n.name = "c";
-  n.op_type = op;
-  n.inputs = std::move(inputs);
-  n.outputs = {"Y"};
-  n.attrs = std::move(attrs);
-  return n;
-}
-
-Tensor run1(const Node& n, const std::vector<Tensor>& in, int64_t opset = 17) { return run_node(n, in, opset).at(0); }
-
-// The linear index into a tensor of shape s that broadcasting pairs with element `linear` of out.
-int64_t source_index(const Shape& s, const Shape& out, int64_t linear) {
-  int64_t offset = 0, stride = 1;
-  for (size_t i = out.size(); i-- > 0;) {
-    const int64_t idx = linear % out[i];
-    linear /= out[i];
-    const size_t back = out.size() - 1 - i;
-    if (back < s.size()) {
-      const size_t d = s.size() - 1 - back;
-      if (s[d] != 1) offset += idx * stride;
-      stride *= s[d];
-    }
-  }
-  return offset;
-}
+using namespace test_util;
 
 // Small integers as floats, so equality is frequent, plus NaN and ±inf.
 Tensor values(const Shape& shape, uint32_t seed) {

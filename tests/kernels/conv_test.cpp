@@ -6,18 +6,13 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-Tensor random_tensor(const Shape& shape, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  Tensor t = Tensor::empty(DType::Float32, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(gen);
-  return t;
-}
+using namespace test_util;
 
 struct ConvCase {
   std::string name;
@@ -114,8 +109,8 @@ TEST(Conv, MatchesReference) {
   uint32_t seed = 10;
   for (const ConvCase& c : cases) {
     SCOPED_TRACE(c.name);
-    Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
-    Tensor b = c.bias ? random_tensor({c.w[0]}, seed++) : Tensor();
+    Tensor x = random_f32(c.x, seed++, -1.f, 1.f), w = random_f32(c.w, seed++, -1.f, 1.f);
+    Tensor b = c.bias ? random_f32({c.w[0]}, seed++, -1.f, 1.f) : Tensor();
     Shape want_shape;
     const std::vector<double> ref = ref_conv(c, x, w, c.bias ? &b : nullptr, want_shape);
     std::vector<Tensor> in = {x, w};
@@ -132,7 +127,7 @@ TEST(Conv, MatchesReference) {
 TEST(Conv, ChannelMismatchNamesBothShapes) {
   ConvCase c{"bad", {1, 3, 8, 8}, {16, 4, 3, 3}, 1};
   try {
-    run_node(conv_node(c), {random_tensor(c.x, 1), random_tensor(c.w, 2), random_tensor({16}, 3)});
+    run_node(conv_node(c), {random_f32(c.x, 1, -1.f, 1.f), random_f32(c.w, 2, -1.f, 1.f), random_f32({16}, 3, -1.f, 1.f)});
     FAIL() << "expected ShapeError";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find(
@@ -142,8 +137,8 @@ TEST(Conv, ChannelMismatchNamesBothShapes) {
     EXPECT_NE(std::string(e.what()).find("node 'conv' (Conv)"), std::string::npos) << e.what();
   }
   ConvCase too_small{"kernel larger than input", {1, 1, 2, 2}, {1, 1, 3, 3}, 1};
-  EXPECT_THROW(run_node(conv_node(too_small), {random_tensor(too_small.x, 1), random_tensor(too_small.w, 2),
-                                               random_tensor({1}, 3)}),
+  EXPECT_THROW(run_node(conv_node(too_small), {random_f32(too_small.x, 1, -1.f, 1.f), random_f32(too_small.w, 2, -1.f, 1.f),
+                                               random_f32({1}, 3, -1.f, 1.f)}),
                ShapeError);
 }
 

@@ -7,23 +7,13 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-Tensor random_tensor(DType dt, const Shape& shape, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(-1.0, 1.0);
-  Tensor t = Tensor::empty(dt, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dt == DType::Float64)
-      t.data<double>()[i] = dist(gen);
-    else
-      t.data<float>()[i] = static_cast<float>(dist(gen));
-  }
-  return t;
-}
+using namespace test_util;
 
 struct Case {
   std::string name;
@@ -118,8 +108,8 @@ TEST(ConvTranspose, MatchesReference) {
     for (const Case& c : cases)
       for (bool bias : {true, false}) {
         SCOPED_TRACE(fmt::format("{} {} bias={}", c.name, dtype_name(dt), bias));
-        Tensor x = random_tensor(dt, c.x, seed++), w = random_tensor(dt, c.w, seed++);
-        Tensor b = random_tensor(dt, {c.w[1] * c.group}, seed++);
+        Tensor x = random_real(dt, c.x, seed++, -1.0, 1.0), w = random_real(dt, c.w, seed++, -1.0, 1.0);
+        Tensor b = random_real(dt, {c.w[1] * c.group}, seed++, -1.0, 1.0);
         std::vector<Tensor> in = {x, w};
         if (bias) in.push_back(b);
         const Tensor y = run_node(node_of(c, bias), in).at(0);
@@ -133,10 +123,10 @@ TEST(ConvTranspose, MatchesReference) {
 }
 
 TEST(ConvTranspose, BadWeightAndAttributesAreNamed) {
-  Tensor x = random_tensor(DType::Float32, {1, 3, 4, 4}, 1);
+  Tensor x = random_real(DType::Float32, {1, 3, 4, 4}, 1, -1.0, 1.0);
   Case c{"bad", {1, 3, 4, 4}, {4, 2, 3, 3}};
   try {
-    run_node(node_of(c, false), {x, random_tensor(DType::Float32, c.w, 2)});
+    run_node(node_of(c, false), {x, random_real(DType::Float32, c.w, 2, -1.0, 1.0)});
     FAIL() << "expected ShapeError";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("input float[1, 3, 4, 4] has 3 channels but weight float[4, 2, 3, 3] expects "
@@ -146,10 +136,10 @@ TEST(ConvTranspose, BadWeightAndAttributesAreNamed) {
     EXPECT_NE(std::string(e.what()).find("node 'deconv' (ConvTranspose)"), std::string::npos) << e.what();
   }
   Case bad_pad{"bad output_padding", {1, 3, 4, 4}, {3, 2, 3, 3}, 1, {}, {}, {}, {1}};
-  EXPECT_THROW(run_node(node_of(bad_pad, false), {x, random_tensor(DType::Float32, bad_pad.w, 2)}), InvalidModel);
+  EXPECT_THROW(run_node(node_of(bad_pad, false), {x, random_real(DType::Float32, bad_pad.w, 2, -1.0, 1.0)}), InvalidModel);
   Case bad_bias{"bad bias", {1, 3, 4, 4}, {3, 2, 3, 3}};
-  EXPECT_THROW(run_node(node_of(bad_bias, true), {x, random_tensor(DType::Float32, bad_bias.w, 2),
-                                                  random_tensor(DType::Float32, {3}, 3)}),
+  EXPECT_THROW(run_node(node_of(bad_bias, true), {x, random_real(DType::Float32, bad_bias.w, 2, -1.0, 1.0),
+                                                  random_real(DType::Float32, {3}, 3, -1.0, 1.0)}),
                ShapeError);
 }
 

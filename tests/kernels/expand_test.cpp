@@ -4,56 +4,17 @@
 
 #include <functional>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-const std::vector<DType> kAllDTypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int64,
-                                       DType::Int32,   DType::Int16,   DType::Int8,    DType::Uint64,   DType::Uint32,
-                                       DType::Uint16,  DType::Uint8,   DType::Bool};
-
-Node make_node(const std::string& op, size_t inputs, std::map<std::string, Attribute> attrs = {}) {
-  Node n;
-  n.name = "n";
-  n.op_type = op;
-  for (size_t i = 0; i < inputs; ++i) n.inputs.push_back("x" + std::to_string(i));
-  n.outputs = {"y"};
-  n.attrs = std::move(attrs);
-  return n;
-}
-
-Tensor filled(DType dtype, const Shape& shape) {
-  Tensor t = Tensor::empty(dtype, shape);
-  visit_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i)
-      p[i] = from_double<T>(static_cast<double>((i * 7 + 3) % 101 % (dtype == DType::Bool ? 2 : 101)));
-  });
-  return t;
-}
-
-Tensor ints(std::vector<int64_t> v) { return Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v); }
-
-std::vector<double> as_doubles(const Tensor& t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.numel(); ++i) v.push_back(t.item_as_double(i));
-  return v;
-}
-
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    FAIL() << "no error; expected one containing: " << fragment;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using namespace test_util;
 
 TEST(Expand, BroadcastsBothWaysForEveryDtype) {
   for (DType dt : kAllDTypes) {
-    const Tensor x = filled(dt, {3, 1});
+    const Tensor x = filled(dt, {3, 1}, 3);
     const Tensor y = run_node(make_node("Expand", 2), {x, ints({2, 1, 6})}, 13)[0];
     ASSERT_EQ(y.shape(), (Shape{2, 3, 6})) << dtype_name(dt);
     for (int64_t b = 0; b < 2; ++b)
@@ -81,7 +42,7 @@ TEST(Expand, RejectsIncompatibleShapes) {
 
 TEST(Tile, RepeatsEveryAxisForEveryDtype) {
   for (DType dt : kAllDTypes) {
-    const Tensor x = filled(dt, {2, 3});
+    const Tensor x = filled(dt, {2, 3}, 3);
     const Tensor y = run_node(make_node("Tile", 2), {x, ints({3, 2})}, 13)[0];
     ASSERT_EQ(y.shape(), (Shape{6, 6}));
     for (int64_t i = 0; i < 6; ++i)
@@ -165,7 +126,7 @@ TEST(Pad, RejectsBadPadsAndModes) {
 // The spec's definition: DCR reads channel (i * b + j) * C' + c, CRD reads c * b * b + i * b + j.
 TEST(DepthToSpace, DcrAndCrdMatchTheSpecFormula) {
   const int64_t n = 2, c = 3, h = 2, w = 3, b = 2, C = c * b * b;
-  const Tensor x = filled(DType::Float32, {n, C, h, w});
+  const Tensor x = filled(DType::Float32, {n, C, h, w}, 3);
   for (const char* m : {"DCR", "CRD"}) {
     const Tensor y =
         run_node(make_node("DepthToSpace", 1, {{"blocksize", Attribute::of_int(b)}, {"mode", mode(m)}}), {x}, 13)[0];
@@ -184,7 +145,7 @@ TEST(DepthToSpace, DcrAndCrdMatchTheSpecFormula) {
 }
 
 TEST(SpaceToDepth, InvertsDepthToSpaceDcr) {
-  const Tensor x = filled(DType::Int16, {1, 2, 4, 6});
+  const Tensor x = filled(DType::Int16, {1, 2, 4, 6}, 3);
   const Tensor d = run_node(make_node("SpaceToDepth", 1, {{"blocksize", Attribute::of_int(2)}}), {x}, 13)[0];
   ASSERT_EQ(d.shape(), (Shape{1, 8, 2, 3}));
   // Spot value: output channel (i * b + j) * C + c at (h, w) is x[c, h * b + i, w * b + j].

@@ -3,14 +3,13 @@
 
 #include <random>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-const std::vector<DType> kAllDTypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int64,
-                                       DType::Int32,   DType::Int16,   DType::Int8,    DType::Uint64,   DType::Uint32,
-                                       DType::Uint16,  DType::Uint8,   DType::Bool};
+using namespace test_util;
 
 Node gather_node(int64_t axis) {
   Node n;
@@ -22,26 +21,9 @@ Node gather_node(int64_t axis) {
   return n;
 }
 
-Tensor filled(DType dtype, const Shape& shape) {
-  Tensor t = Tensor::empty(dtype, shape);
-  visit_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i)
-      p[i] = from_double<T>(static_cast<double>((i * 7 + 1) % 101 % (dtype == DType::Bool ? 2 : 101)));
-  });
-  return t;
-}
-
-std::vector<double> as_doubles(const Tensor& t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.numel(); ++i) v.push_back(t.item_as_double(i));
-  return v;
-}
-
 TEST(Gather, Axis0WithNegativeIndicesForEveryDtype) {
   for (DType dt : kAllDTypes) {
-    const Tensor x = filled(dt, {3, 2});
+    const Tensor x = filled(dt, {3, 2}, 1);
     const Tensor idx = Tensor::from_vector<int64_t>({2, 2}, {0, -1, 2, 1});
     const Tensor y = run_node(gather_node(0), {x, idx}, 13)[0];
     ASSERT_EQ(y.shape(), (Shape{2, 2, 2})) << dtype_name(dt);
@@ -76,16 +58,16 @@ TEST(Gather, ScalarIndexDropsTheAxis) {
 }
 
 TEST(Gather, EmptyIndicesAndEmptyData) {
-  EXPECT_EQ(run_node(gather_node(0), {filled(DType::Float32, {3, 4}), Tensor::empty(DType::Int64, {0})}, 13)[0].shape(),
+  EXPECT_EQ(run_node(gather_node(0), {filled(DType::Float32, {3, 4}, 1), Tensor::empty(DType::Int64, {0})}, 13)[0].shape(),
             (Shape{0, 4}));
   EXPECT_EQ(
-      run_node(gather_node(1), {filled(DType::Float32, {0, 4}), Tensor::from_vector<int64_t>({1}, {3})}, 13)[0].shape(),
+      run_node(gather_node(1), {filled(DType::Float32, {0, 4}, 1), Tensor::from_vector<int64_t>({1}, {3})}, 13)[0].shape(),
       (Shape{0, 1}));
 }
 
 TEST(Gather, LargeRandomGatherMatchesAnIndexWalk) {
   std::mt19937 rng(7);
-  const Tensor x = filled(DType::Float32, {6, 50, 40});
+  const Tensor x = filled(DType::Float32, {6, 50, 40}, 1);
   std::vector<int64_t> iv(700);
   for (int64_t& v : iv) v = static_cast<int64_t>(rng() % 100) - 50;
   const Tensor idx = Tensor::from_vector<int64_t>({35, 20}, iv);
@@ -100,7 +82,7 @@ TEST(Gather, LargeRandomGatherMatchesAnIndexWalk) {
 }
 
 TEST(Gather, OutOfRangeIndexNamesIndexAxisAndDim) {
-  const Tensor x = filled(DType::Float32, {3, 2});
+  const Tensor x = filled(DType::Float32, {3, 2}, 1);
   try {
     run_node(gather_node(0), {x, Tensor::from_vector<int64_t>({2, 2}, {0, 1, 3, 0})}, 13);
     FAIL() << "no error";

@@ -5,36 +5,14 @@
 
 #include <functional>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 #include "kiln/session.h"
 
 namespace kiln {
 namespace {
 
-Node make_node(const std::string& op, size_t inputs, std::map<std::string, Attribute> attrs = {}) {
-  Node n;
-  n.name = "n";
-  n.op_type = op;
-  for (size_t i = 0; i < inputs; ++i) n.inputs.push_back("x" + std::to_string(i));
-  n.outputs = {"y"};
-  n.attrs = std::move(attrs);
-  return n;
-}
-
-std::vector<double> as_doubles(const Tensor& t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.numel(); ++i) v.push_back(t.item_as_double(i));
-  return v;
-}
-
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    FAIL() << "no error; expected one containing: " << fragment;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using namespace test_util;
 
 template <class T>
 Tensor range(T s, T l, T d) {

@@ -6,21 +6,13 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-Tensor random_tensor(DType dt, const Shape& shape, uint32_t seed, double lo = -2, double hi = 2) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  Tensor t = Tensor::empty(dt, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dt == DType::Float64) t.data<double>()[i] = dist(gen);
-    else t.data<float>()[i] = static_cast<float>(dist(gen));
-  }
-  return t;
-}
+using namespace test_util;
 
 Node ln_node(std::optional<int64_t> axis, bool bias, size_t outputs, float eps = 1e-5f) {
   Node n;
@@ -51,8 +43,8 @@ TEST(LayerNormalization, MatchesFormula) {
   for (DType dt : {DType::Float32, DType::Float64})
     for (const Case& c : cases) {
       SCOPED_TRACE(fmt::format("{} {} axis {}", dtype_name(dt), to_string(c.x), c.axis ? *c.axis : -1));
-      Tensor x = random_tensor(dt, c.x, seed++), s = random_tensor(dt, c.scale, seed++),
-             b = random_tensor(dt, c.scale, seed++);
+      Tensor x = random_real(dt, c.x, seed++, -2.0, 2.0), s = random_real(dt, c.scale, seed++, -2.0, 2.0),
+             b = random_real(dt, c.scale, seed++, -2.0, 2.0);
       std::vector<Tensor> in = {x, s};
       if (c.bias) in.push_back(b);
       const float eps = 1e-3f;
@@ -87,16 +79,16 @@ TEST(LayerNormalization, MatchesFormula) {
 }
 
 TEST(LayerNormalization, OnlyYRequested) {
-  Tensor x = random_tensor(DType::Float32, {3, 7}, 5), s = random_tensor(DType::Float32, {7}, 6);
+  Tensor x = random_real(DType::Float32, {3, 7}, 5, -2.0, 2.0), s = random_real(DType::Float32, {7}, 6, -2.0, 2.0);
   const Tensor y1 = run_node(ln_node(-1, false, 1), {x, s}).at(0);
   const Tensor y3 = run_node(ln_node(-1, false, 3), {x, s}).at(0);
   for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(y1.item_as_double(i), y3.item_as_double(i)) << i;
 }
 
 TEST(LayerNormalization, BadScaleAndAxisAreNamed) {
-  Tensor x = random_tensor(DType::Float32, {2, 3, 5}, 1);
+  Tensor x = random_real(DType::Float32, {2, 3, 5}, 1, -2.0, 2.0);
   try {
-    run_node(ln_node(1, false, 1), {x, random_tensor(DType::Float32, {4, 5}, 2)});
+    run_node(ln_node(1, false, 1), {x, random_real(DType::Float32, {4, 5}, 2, -2.0, 2.0)});
     FAIL() << "expected ShapeError";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("Scale float[4, 5] does not broadcast to the normalised shape [3, 5] (X "
@@ -105,8 +97,8 @@ TEST(LayerNormalization, BadScaleAndAxisAreNamed) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("node 'ln' (LayerNormalization)"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(run_node(ln_node(3, false, 1), {x, random_tensor(DType::Float32, {5}, 2)}), ShapeError);
-  EXPECT_THROW(run_node(ln_node(-1, false, 1), {x, random_tensor(DType::Float64, {5}, 2)}), TypeError);
+  EXPECT_THROW(run_node(ln_node(3, false, 1), {x, random_real(DType::Float32, {5}, 2, -2.0, 2.0)}), ShapeError);
+  EXPECT_THROW(run_node(ln_node(-1, false, 1), {x, random_real(DType::Float64, {5}, 2, -2.0, 2.0)}), TypeError);
 }
 
 }  // namespace

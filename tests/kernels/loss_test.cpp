@@ -6,10 +6,13 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
+
+using namespace test_util;
 
 Node loss_node(const std::string& op, bool weights, const std::string& reduction, std::optional<int64_t> ignore,
                bool log_prob = false) {
@@ -23,14 +26,6 @@ Node loss_node(const std::string& op, bool weights, const std::string& reduction
   n.attrs["reduction"] = Attribute::of_string(reduction);
   if (ignore) n.attrs["ignore_index"] = Attribute::of_int(*ignore);
   return n;
-}
-
-Tensor random_f32(const Shape& shape, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> d(-3.f, 3.f);
-  Tensor t = Tensor::empty(DType::Float32, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(gen);
-  return t;
 }
 
 // Targets in [0, C), with every third one set to `ignore` when given.
@@ -88,11 +83,11 @@ TEST(Loss, BothOpsAllReductionsWeightsAndIgnoreIndex) {
         for (bool weighted : {false, true})
           for (std::optional<int64_t> ignore : {std::optional<int64_t>(), std::optional<int64_t>(2), std::optional<int64_t>(-1)}) {
             const bool sce = op == "SoftmaxCrossEntropyLoss";
-            const Tensor x = random_f32(xs, 1);
+            const Tensor x = random_f32(xs, 1, -3.f, 3.f);
             Shape ts{xs[0]};
             ts.insert(ts.end(), xs.begin() + 2, xs.end());
             const Tensor t = targets(ts, xs[1], ignore, 2);
-            Tensor w = random_f32({xs[1]}, 3);
+            Tensor w = random_f32({xs[1]}, 3, -3.f, 3.f);
             for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = std::fabs(w.data<float>()[i]) + 0.1f;
             std::vector<Tensor> in = {x, t};
             if (weighted) in.push_back(w);

@@ -6,21 +6,13 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-Tensor random_tensor(DType dt, const Shape& shape, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(-2, 2);
-  Tensor t = Tensor::empty(dt, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dt == DType::Float64) t.data<double>()[i] = dist(gen);
-    else t.data<float>()[i] = static_cast<float>(dist(gen));
-  }
-  return t;
-}
+using namespace test_util;
 
 Node pool_node(const std::string& op, std::map<std::string, Attribute> attrs) {
   Node n;
@@ -81,7 +73,7 @@ TEST(LpPool, MatchesReference) {
   for (DType dt : {DType::Float32, DType::Float64})
     for (const Case& c : cases) {
       SCOPED_TRACE(fmt::format("{} {}", c.name, dtype_name(dt)));
-      Tensor x = random_tensor(dt, {2, 3, 6, 6}, 4);
+      Tensor x = random_real(dt, {2, 3, 6, 6}, 4, -2.0, 2.0);
       const Tensor y = run_node(pool_node("LpPool", c.attrs), {x}, c.opset).at(0);
       ASSERT_EQ(y.shape(), c.y);
       const std::vector<double> ref = ref_lp_pool_2d(x, c.y, c.k, c.s, c.d, c.pb, c.p);
@@ -95,7 +87,7 @@ TEST(GlobalLpPool, MatchesReferenceAnyRank) {
   for (const Shape& shape : {Shape{2, 3, 5}, Shape{2, 3, 4, 5}, Shape{1, 2, 2, 3, 2}})
     for (int64_t p : {1, 2, 3}) {
       SCOPED_TRACE(fmt::format("{} p={}", to_string(shape), p));
-      Tensor x = random_tensor(DType::Float32, shape, 2);
+      Tensor x = random_real(DType::Float32, shape, 2, -2.0, 2.0);
       const Tensor y = run_node(pool_node("GlobalLpPool", {{"p", Attribute::of_int(p)}}), {x}).at(0);
       Shape want = shape;
       std::fill(want.begin() + 2, want.end(), 1);
@@ -111,7 +103,7 @@ TEST(GlobalLpPool, MatchesReferenceAnyRank) {
 
 TEST(LpPool, BadKernelIsNamed) {
   try {
-    run_node(pool_node("LpPool", {{"kernel_shape", Attribute::of_ints({2})}}), {random_tensor(DType::Float32, {1, 2, 4, 4}, 1)});
+    run_node(pool_node("LpPool", {{"kernel_shape", Attribute::of_ints({2})}}), {random_real(DType::Float32, {1, 2, 4, 4}, 1, -2.0, 2.0)});
     FAIL() << "expected ShapeError";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("kernel_shape [2] has 1 dims but input float[1, 2, 4, 4] has 2 spatial dims"),
@@ -119,8 +111,8 @@ TEST(LpPool, BadKernelIsNamed) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("node 'lp' (LpPool)"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(run_node(pool_node("LpPool", {}), {random_tensor(DType::Float32, {1, 2, 4, 4}, 1)}), InvalidModel);
-  EXPECT_THROW(run_node(pool_node("GlobalLpPool", {}), {random_tensor(DType::Float32, {1, 2}, 1)}), ShapeError);
+  EXPECT_THROW(run_node(pool_node("LpPool", {}), {random_real(DType::Float32, {1, 2, 4, 4}, 1, -2.0, 2.0)}), InvalidModel);
+  EXPECT_THROW(run_node(pool_node("GlobalLpPool", {}), {random_real(DType::Float32, {1, 2}, 1, -2.0, 2.0)}), ShapeError);
 }
 
 }  // namespace

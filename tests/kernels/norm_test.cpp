@@ -6,18 +6,13 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-Tensor random_tensor(const Shape& shape, uint32_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Tensor t = Tensor::empty(DType::Float32, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(gen);
-  return t;
-}
+using namespace test_util;
 
 Node bn_node(std::map<std::string, Attribute> attrs = {}, std::vector<std::string> outputs = {"y"}) {
   Node n;
@@ -34,9 +29,9 @@ TEST(BatchNormalization, MatchesFormulaForEveryRank) {
   for (const Shape& s : {Shape{4, 3}, Shape{2, 3, 7}, Shape{2, 5, 4, 6}, Shape{1, 4, 2, 3, 5}}) {
     SCOPED_TRACE(to_string(s));
     const int64_t c = s[1];
-    Tensor x = random_tensor(s, seed++, -3.f, 3.f), scale = random_tensor({c}, seed++),
-           b = random_tensor({c}, seed++), mean = random_tensor({c}, seed++),
-           var = random_tensor({c}, seed++, 0.1f, 2.f);
+    Tensor x = random_f32(s, seed++, -3.f, 3.f), scale = random_f32({c}, seed++, -1.f, 1.f),
+           b = random_f32({c}, seed++, -1.f, 1.f), mean = random_f32({c}, seed++, -1.f, 1.f),
+           var = random_f32({c}, seed++, 0.1f, 2.f);
     const float eps = 1e-3f;
     Tensor y = run_node(bn_node({{"epsilon", Attribute::of_float(eps)}}), {x, scale, b, mean, var}, 15).at(0);
     ASSERT_EQ(y.shape(), s);
@@ -54,7 +49,7 @@ TEST(BatchNormalization, MatchesFormulaForEveryRank) {
 }
 
 TEST(BatchNormalization, TrainingOutputsAndBadShapesAreNamed) {
-  Tensor x = random_tensor({2, 3, 4}, 1), p = random_tensor({3}, 2);
+  Tensor x = random_f32({2, 3, 4}, 1, -1.f, 1.f), p = random_f32({3}, 2, -1.f, 1.f);
   // Training mode itself is tested in batch_norm_training_test.cpp; here its outputs without it.
   try {
     run_node(bn_node({}, {"y", "running_mean", "running_var"}), {x, p, p, p, p}, 15);
@@ -63,7 +58,7 @@ TEST(BatchNormalization, TrainingOutputsAndBadShapesAreNamed) {
     EXPECT_NE(std::string(e.what()).find("exists only in training mode"), std::string::npos) << e.what();
   }
   try {
-    run_node(bn_node(), {x, p, random_tensor({4}, 3), p, p}, 15);
+    run_node(bn_node(), {x, p, random_f32({4}, 3, -1.f, 1.f), p, p}, 15);
     FAIL() << "expected ShapeError";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("B float[4] must be [3], one value per channel of X float[2, 3, 4]"),
@@ -85,8 +80,8 @@ Tensor convert(const Tensor& t, DType dt) {
 
 TEST(BatchNormalization, Float64AndMixedParameterDtypes) {
   const Shape s{2, 3, 4, 5};
-  Tensor x = random_tensor(s, 1, -3.f, 3.f), scale = random_tensor({3}, 2), b = random_tensor({3}, 3),
-         mean = random_tensor({3}, 4), var = random_tensor({3}, 5, 0.1f, 2.f);
+  Tensor x = random_f32(s, 1, -3.f, 3.f), scale = random_f32({3}, 2, -1.f, 1.f), b = random_f32({3}, 3, -1.f, 1.f),
+         mean = random_f32({3}, 4, -1.f, 1.f), var = random_f32({3}, 5, 0.1f, 2.f);
   struct Case {
     DType x, params, stats;
     int64_t opset;
@@ -137,8 +132,8 @@ TEST(InstanceNormalization, MatchesFormula) {
   for (DType dt : {DType::Float32, DType::Float64})
     for (const Shape& s : {Shape{2, 3, 7}, Shape{2, 4, 3, 5}, Shape{1, 2, 2, 3, 4}}) {
       SCOPED_TRACE(fmt::format("{} {}", dtype_name(dt), to_string(s)));
-      Tensor x = convert(random_tensor(s, 7, -3.f, 3.f), dt), scale = convert(random_tensor({s[1]}, 8), dt),
-             b = convert(random_tensor({s[1]}, 9), dt);
+      Tensor x = convert(random_f32(s, 7, -3.f, 3.f), dt), scale = convert(random_f32({s[1]}, 8, -1.f, 1.f), dt),
+             b = convert(random_f32({s[1]}, 9, -1.f, 1.f), dt);
       const Tensor y = run_node(in_node(), {x, scale, b}).at(0);
       const int64_t plane = x.numel() / (s[0] * s[1]);
       double err = 0;
@@ -155,7 +150,7 @@ TEST(InstanceNormalization, MatchesFormula) {
       EXPECT_LE(err, dt == DType::Float32 ? 1e-5 : 1e-12);
     }
   try {
-    run_node(in_node(), {random_tensor({2, 3, 4}, 1), random_tensor({4}, 2), random_tensor({3}, 3)});
+    run_node(in_node(), {random_f32({2, 3, 4}, 1, -1.f, 1.f), random_f32({4}, 2, -1.f, 1.f), random_f32({3}, 3, -1.f, 1.f)});
     FAIL() << "expected ShapeError";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("scale float[4] must be float[3], one value per channel of input float[2, 3, 4]"),

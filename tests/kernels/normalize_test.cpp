@@ -6,21 +6,13 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-Tensor random_tensor(DType dt, const Shape& shape, uint32_t seed, double lo = -2, double hi = 2) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  Tensor t = Tensor::empty(dt, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dt == DType::Float64) t.data<double>()[i] = dist(gen);
-    else t.data<float>()[i] = static_cast<float>(dist(gen));
-  }
-  return t;
-}
+using namespace test_util;
 
 Node node(const std::string& op, std::map<std::string, Attribute> attrs) {
   Node n;
@@ -43,7 +35,7 @@ TEST(MeanVarianceNormalization, MatchesFormulaOverAxes) {
   for (DType dt : {DType::Float32, DType::Float64})
     for (const std::vector<int64_t>& axes : {std::vector<int64_t>{}, {0, 2, 3}, {1}, {-1, 0}, {0, 1, 2, 3}}) {
       SCOPED_TRACE(fmt::format("{} axes [{}]", dtype_name(dt), fmt::join(axes, ", ")));
-      Tensor x = random_tensor(dt, shape, 3);
+      Tensor x = random_real(dt, shape, 3, -2.0, 2.0);
       std::map<std::string, Attribute> attrs;
       if (!axes.empty()) attrs["axes"] = Attribute::of_ints(axes);
       const Tensor y = run_node(node("MeanVarianceNormalization", attrs), {x}).at(0);
@@ -73,7 +65,7 @@ TEST(MeanVarianceNormalization, MatchesFormulaOverAxes) {
       EXPECT_LE(max_err(y, ref), dt == DType::Float32 ? 1e-5 : 1e-12);  // |ref| <= ~4
     }
   try {
-    run_node(node("MeanVarianceNormalization", {{"axes", Attribute::of_ints({0, 4})}}), {random_tensor(DType::Float32, shape, 1)});
+    run_node(node("MeanVarianceNormalization", {{"axes", Attribute::of_ints({0, 4})}}), {random_real(DType::Float32, shape, 1, -2.0, 2.0)});
     FAIL() << "expected ShapeError";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("axes [0, 4] must be distinct and in range for input float[3, 4, 2, 5]"),
@@ -88,7 +80,7 @@ TEST(LpNormalization, L1AndL2AlongAxis) {
     for (int64_t p : {1, 2})
       for (int64_t axis : {0, 1, -1}) {
         SCOPED_TRACE(fmt::format("{} p={} axis={}", dtype_name(dt), p, axis));
-        Tensor x = random_tensor(dt, shape, 9);
+        Tensor x = random_real(dt, shape, 9, -2.0, 2.0);
         // A zero line normalises to zeros instead of NaN.
         for (int64_t j = 0; j < 5; ++j) {
           if (dt == DType::Float64) x.data<double>()[20 + j] = 0;  // x[1, 0, :]
@@ -113,7 +105,7 @@ TEST(LpNormalization, L1AndL2AlongAxis) {
           }
         EXPECT_LE(max_err(y, ref), dt == DType::Float32 ? 1e-6 : 1e-14);  // |ref| <= 1
       }
-  EXPECT_THROW(run_node(node("LpNormalization", {{"p", Attribute::of_int(3)}}), {random_tensor(DType::Float32, shape, 1)}),
+  EXPECT_THROW(run_node(node("LpNormalization", {{"p", Attribute::of_int(3)}}), {random_real(DType::Float32, shape, 1, -2.0, 2.0)}),
                InvalidModel);
 }
 
@@ -122,7 +114,7 @@ TEST(LRN, MatchesOnnxFormulaForOddAndEvenSizes) {
     for (int64_t size : {1, 2, 3, 4, 5})
       for (const Shape& shape : {Shape{2, 7, 3, 4}, Shape{2, 6}, Shape{1, 5, 3, 2, 2}}) {
         SCOPED_TRACE(fmt::format("{} size {} {}", dtype_name(dt), size, to_string(shape)));
-        Tensor x = random_tensor(dt, shape, uint32_t(size));
+        Tensor x = random_real(dt, shape, uint32_t(size), -2.0, 2.0);
         const double alpha = 0.3, beta = 0.6, bias = 1.5;
         const Tensor y = run_node(node("LRN", {{"size", Attribute::of_int(size)},
                                                {"alpha", Attribute::of_float(float(alpha))},
@@ -145,10 +137,10 @@ TEST(LRN, MatchesOnnxFormulaForOddAndEvenSizes) {
         // The attributes are float32 in the model, so the reference uses their float values.
         EXPECT_LE(max_err(y, ref), dt == DType::Float32 ? 2e-6 : 1e-12);  // |ref| <= 2
       }
-  EXPECT_THROW(run_node(node("LRN", {{"size", Attribute::of_int(0)}}), {random_tensor(DType::Float32, {1, 3, 2, 2}, 1)}),
+  EXPECT_THROW(run_node(node("LRN", {{"size", Attribute::of_int(0)}}), {random_real(DType::Float32, {1, 3, 2, 2}, 1, -2.0, 2.0)}),
                InvalidModel);
   try {
-    run_node(node("LRN", {{"size", Attribute::of_int(3)}}), {random_tensor(DType::Float32, {4}, 1)});
+    run_node(node("LRN", {{"size", Attribute::of_int(3)}}), {random_real(DType::Float32, {4}, 1, -2.0, 2.0)});
     FAIL() << "expected ShapeError";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("LRN: input float[4] must be [N, C, ...]"), std::string::npos) << e.what();

@@ -7,18 +7,13 @@
 #include <limits>
 #include <random>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-Tensor random_tensor(const Shape& shape, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  Tensor t = Tensor::empty(DType::Float32, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(gen);
-  return t;
-}
+using namespace test_util;
 
 enum class Mode { Max, AvgExclude, AvgInclude };
 
@@ -144,7 +139,7 @@ TEST(MaxPool, MatchesReference) {
   uint32_t seed = 1;
   for (const PoolCase& c : cases()) {
     SCOPED_TRACE(c.name);
-    Tensor x = random_tensor(c.x, seed++);
+    Tensor x = random_f32(c.x, seed++, -1.f, 1.f);
     expect_close(run_node(pool_node("MaxPool", c), {x}).at(0), ref_pool(c, x, Mode::Max), 0.0);
   }
 }
@@ -153,7 +148,7 @@ TEST(MaxPool, IndicesMatchReferenceArgmax) {
   uint32_t seed = 50;
   for (const PoolCase& c : cases()) {
     SCOPED_TRACE(c.name);
-    Tensor x = random_tensor(c.x, seed++);
+    Tensor x = random_f32(c.x, seed++, -1.f, 1.f);
     const RefOut ref = ref_pool(c, x, Mode::Max);
     const std::vector<Tensor> out = run_node(pool_node("MaxPool", c, -1, true), {x});
     ASSERT_EQ(out.size(), 2u);
@@ -180,7 +175,7 @@ TEST(AveragePool, MatchesReferenceWithAndWithoutPadCounting) {
     if (!c.dilations.empty()) continue;  // AveragePool has dilations only from opset 19
     for (int include = 0; include < 2; ++include) {
       SCOPED_TRACE(c.name + (include ? " count_include_pad=1" : " count_include_pad=0"));
-      Tensor x = random_tensor(c.x, seed++);
+      Tensor x = random_f32(c.x, seed++, -1.f, 1.f);
       expect_close(run_node(pool_node("AveragePool", c, include), {x}).at(0),
                    ref_pool(c, x, include ? Mode::AvgInclude : Mode::AvgExclude), 1e-6);
     }
@@ -191,7 +186,7 @@ TEST(GlobalPool, MatchesReference) {
   uint32_t seed = 200;
   for (const Shape& s : {Shape{2, 3, 5, 7}, Shape{2, 3, 9}, Shape{1, 2, 3, 4, 5}}) {
     SCOPED_TRACE(to_string(s));
-    Tensor x = random_tensor(s, seed++);
+    Tensor x = random_f32(s, seed++, -1.f, 1.f);
     PoolCase whole{"global", s, Shape(s.begin() + 2, s.end())};
     Node avg = pool_node("GlobalAveragePool", {}), max = pool_node("GlobalMaxPool", {});
     expect_close(run_node(avg, {x}).at(0), ref_pool(whole, x, Mode::AvgExclude), 1e-6);
@@ -202,7 +197,7 @@ TEST(GlobalPool, MatchesReference) {
 TEST(Pool, BadKernelShapeIsNamed) {
   PoolCase c{"bad", {1, 3, 8, 8}, {3}};
   try {
-    run_node(pool_node("MaxPool", c), {random_tensor(c.x, 1)});
+    run_node(pool_node("MaxPool", c), {random_f32(c.x, 1, -1.f, 1.f)});
     FAIL() << "expected ShapeError";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("kernel_shape [3] has 1 dims but input float[1, 3, 8, 8] has 2 spatial dims"),
@@ -211,8 +206,8 @@ TEST(Pool, BadKernelShapeIsNamed) {
     EXPECT_NE(std::string(e.what()).find("node 'pool' (MaxPool)"), std::string::npos) << e.what();
   }
   PoolCase none{"no kernel", {1, 3, 8, 8}};
-  EXPECT_THROW(run_node(pool_node("AveragePool", none), {random_tensor(none.x, 1)}), InvalidModel);
-  EXPECT_THROW(run_node(pool_node("GlobalMaxPool", {}), {random_tensor({3, 4}, 1)}), ShapeError);
+  EXPECT_THROW(run_node(pool_node("AveragePool", none), {random_f32(none.x, 1, -1.f, 1.f)}), InvalidModel);
+  EXPECT_THROW(run_node(pool_node("GlobalMaxPool", {}), {random_f32({3, 4}, 1, -1.f, 1.f)}), ShapeError);
 }
 
 }  // namespace

@@ -4,54 +4,17 @@
 
 #include <functional>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-const std::vector<DType> kAllDTypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int64,
-                                       DType::Int32,   DType::Int16,   DType::Int8,    DType::Uint64,   DType::Uint32,
-                                       DType::Uint16,  DType::Uint8,   DType::Bool};
-
-Node make_node(const std::string& op, size_t inputs, std::map<std::string, Attribute> attrs = {}) {
-  Node n;
-  n.name = "n";
-  n.op_type = op;
-  for (size_t i = 0; i < inputs; ++i) n.inputs.push_back("x" + std::to_string(i));
-  n.outputs = {"y"};
-  n.attrs = std::move(attrs);
-  return n;
-}
-
-Tensor filled(DType dtype, const Shape& shape, int offset = 0) {
-  Tensor t = Tensor::empty(dtype, shape);
-  visit_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i)
-      p[i] = from_double<T>(static_cast<double>((i * 7 + offset) % 101 % (dtype == DType::Bool ? 2 : 101)));
-  });
-  return t;
-}
-
-std::vector<double> as_doubles(const Tensor& t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.numel(); ++i) v.push_back(t.item_as_double(i));
-  return v;
-}
+using namespace test_util;
 
 void expect_near_all(const Tensor& y, const std::vector<double>& want, double tol = 1e-6) {
   ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(y.item_as_double(static_cast<int64_t>(i)), want[i], tol) << i;
-}
-
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    FAIL() << "no error; expected one containing: " << fragment;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
 }
 
 Attribute axis(int64_t a) { return Attribute::of_int(a); }

@@ -4,24 +4,13 @@
 
 #include <cstring>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-const std::vector<DType> kAllDTypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int64,
-                                       DType::Int32,   DType::Int16,   DType::Int8,    DType::Uint64,   DType::Uint32,
-                                       DType::Uint16,  DType::Uint8,   DType::Bool};
-
-Node make_node(const std::string& op, size_t inputs, std::map<std::string, Attribute> attrs = {}) {
-  Node n;
-  n.name = "n";
-  n.op_type = op;
-  for (size_t i = 0; i < inputs; ++i) n.inputs.push_back("x" + std::to_string(i));
-  n.outputs = {"y"};
-  n.attrs = std::move(attrs);
-  return n;
-}
+using namespace test_util;
 
 // A tensor of `dtype` holding 1, 2, 3, ... (bool: alternating), so every element is distinct
 // where the dtype allows it.
@@ -34,23 +23,6 @@ Tensor counting(DType dtype, const Shape& shape) {
       p[i] = from_double<T>(static_cast<double>((i + 1) % (dtype == DType::Bool ? 2 : 100)));
   });
   return t;
-}
-
-Tensor ints(const std::vector<int64_t>& v) { return Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v); }
-
-void expect_bytes_equal(const Tensor& got, const Tensor& want) {
-  ASSERT_EQ(got.dtype(), want.dtype());
-  ASSERT_EQ(got.shape(), want.shape());
-  EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0) << got.describe();
-}
-
-std::string error_of(const Node& n, const std::vector<Tensor>& inputs, int64_t opset) {
-  try {
-    run_node(n, inputs, opset);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 bool aliases(const std::string& op, int64_t opset = 17) {

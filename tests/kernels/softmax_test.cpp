@@ -6,18 +6,13 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-Tensor random_tensor(const Shape& shape, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-4.f, 4.f);
-  Tensor t = Tensor::empty(DType::Float32, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(gen);
-  return t;
-}
+using namespace test_util;
 
 Node softmax_node(const std::string& op, std::optional<int64_t> axis) {
   Node n;
@@ -56,7 +51,7 @@ void expect_close(const Tensor& y, const std::vector<double>& ref, double tol) {
 
 TEST(Softmax, Opset13NormalisesOneAxis) {
   const Shape s{3, 4, 5};
-  Tensor x = random_tensor(s, 1);
+  Tensor x = random_f32(s, 1, -4.f, 4.f);
   for (bool log : {false, true})
     for (int64_t axis : {0, 1, 2, -1, -3}) {
       SCOPED_TRACE(fmt::format("log={} axis={}", log, axis));
@@ -74,7 +69,7 @@ TEST(Softmax, Opset13NormalisesOneAxis) {
 
 TEST(Softmax, Opset11FlattensAtAxis) {
   const Shape s{2, 3, 4};
-  Tensor x = random_tensor(s, 2);
+  Tensor x = random_f32(s, 2, -4.f, 4.f);
   for (bool log : {false, true}) {
     const std::string op = log ? "LogSoftmax" : "Softmax";
     // Default axis 1: rows of 3*4 elements.
@@ -92,7 +87,7 @@ TEST(Softmax, LargeInputsStayFinite) {
 
 TEST(Softmax, AxisOutOfRangeIsNamed) {
   try {
-    run_node(softmax_node("Softmax", 3), {random_tensor({2, 3, 4}, 1)}, 13);
+    run_node(softmax_node("Softmax", 3), {random_f32({2, 3, 4}, 1, -4.f, 4.f)}, 13);
     FAIL() << "expected ShapeError";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("axis 3 is out of range for input float[2, 3, 4] (rank 3)"),
@@ -116,7 +111,7 @@ std::vector<double> ref_hardmax(const Tensor& x, int64_t outer, int64_t n, int64
 }
 
 TEST(Hardmax, OneHotOfFirstMaximumPerAxisAndFlattened) {
-  Tensor x = random_tensor({3, 4, 5}, 7);
+  Tensor x = random_f32({3, 4, 5}, 7, -4.f, 4.f);
   // Ties: the first maximum wins (numpy's argmax, ONNX's reference).
   for (int64_t j = 0; j < 5; ++j) x.data<float>()[4 * 5 + j] = x.data<float>()[2 * 5 + j] = 9.f;
   struct Case {
@@ -141,7 +136,7 @@ TEST(Hardmax, OneHotOfFirstMaximumPerAxisAndFlattened) {
 
 TEST(Hardmax, AxisOutOfRangeIsNamed) {
   try {
-    run_node(softmax_node("Hardmax", 3), {random_tensor({2, 3, 4}, 1)});
+    run_node(softmax_node("Hardmax", 3), {random_f32({2, 3, 4}, 1, -4.f, 4.f)});
     FAIL() << "expected ShapeError";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("axis 3 is out of range for input float[2, 3, 4] (rank 3)"),

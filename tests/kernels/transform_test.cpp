@@ -8,38 +8,14 @@
 #include <numeric>
 #include <random>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-const std::vector<DType> kAllDTypes = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int64,
-                                       DType::Int32,   DType::Int16,   DType::Int8,    DType::Uint64,   DType::Uint32,
-                                       DType::Uint16,  DType::Uint8,   DType::Bool};
+using namespace test_util;
 
-Node make_node(const std::string& op, size_t inputs, std::map<std::string, Attribute> attrs = {}, size_t outputs = 1) {
-  Node n;
-  n.name = "n";
-  n.op_type = op;
-  for (size_t i = 0; i < inputs; ++i) n.inputs.push_back("x" + std::to_string(i));
-  for (size_t i = 0; i < outputs; ++i) n.outputs.push_back("y" + std::to_string(i));
-  n.attrs = std::move(attrs);
-  return n;
-}
-
-// Elements (i * 7 + offset) % 101 (bool: odd or not): distinct enough to catch misplaced bytes.
-Tensor filled(DType dtype, const Shape& shape, int offset = 0) {
-  Tensor t = Tensor::empty(dtype, shape);
-  visit_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i)
-      p[i] = from_double<T>(static_cast<double>((i * 7 + offset) % 101 % (dtype == DType::Bool ? 2 : 101)));
-  });
-  return t;
-}
-
-Tensor ints(const std::vector<int64_t>& v) { return Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v); }
 std::vector<int64_t> values(const Tensor& t) {
   return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel());
 }
@@ -47,21 +23,6 @@ Tensor arange(int64_t n) {
   std::vector<int64_t> v(static_cast<size_t>(n));
   std::iota(v.begin(), v.end(), 0);
   return ints(v);
-}
-
-void expect_bytes_equal(const Tensor& got, const Tensor& want) {
-  ASSERT_EQ(got.dtype(), want.dtype());
-  ASSERT_EQ(got.shape(), want.shape());
-  EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0) << got.describe();
-}
-
-std::string error_of(const Node& n, const std::vector<Tensor>& inputs, int64_t opset) {
-  try {
-    run_node(n, inputs, opset);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {

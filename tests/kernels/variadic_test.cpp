@@ -6,10 +6,13 @@
 #include <limits>
 #include <random>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
+
+using namespace test_util;
 
 Tensor run_op(const std::string& op, const std::vector<Tensor>& in, int64_t opset = 13) {
   Node n;
@@ -18,29 +21,6 @@ Tensor run_op(const std::string& op, const std::vector<Tensor>& in, int64_t opse
   for (size_t i = 0; i < in.size(); ++i) n.inputs.push_back("x" + std::to_string(i));
   n.outputs = {"Y"};
   return run_node(n, in, opset).at(0);
-}
-
-int64_t source_index(const Shape& s, const Shape& out, int64_t linear) {
-  int64_t offset = 0, stride = 1;
-  for (size_t i = out.size(); i-- > 0;) {
-    const int64_t idx = linear % out[i];
-    linear /= out[i];
-    const size_t back = out.size() - 1 - i;
-    if (back < s.size()) {
-      const size_t d = s.size() - 1 - back;
-      if (s[d] != 1) offset += idx * stride;
-      stride *= s[d];
-    }
-  }
-  return offset;
-}
-
-Tensor random_f32(const Shape& shape, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> d(-5.f, 5.f);
-  Tensor t = Tensor::empty(DType::Float32, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(gen);
-  return t;
 }
 
 double fold(const std::string& op, const std::vector<double>& v) {
@@ -67,7 +47,7 @@ TEST(Variadic, OneToFourInputsUnderBroadcasting) {
       std::vector<Tensor> in;
       Shape out;
       for (size_t i = 0; i < shapes.size(); ++i) {
-        in.push_back(random_f32(shapes[i], static_cast<uint32_t>(i + 1)));
+        in.push_back(random_f32(shapes[i], static_cast<uint32_t>(i + 1), -5.f, 5.f));
         out = i == 0 ? shapes[0] : broadcast_shapes(out, shapes[i]);
       }
       const Tensor y = run_op(op, in);

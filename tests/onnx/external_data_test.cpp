@@ -7,29 +7,20 @@
 #include <fstream>
 
 #include "kiln/onnx_io.h"
+#include "onnx/onnx_test_util.h"
 
 namespace kiln {
 namespace {
 
+using namespace onnx_test;
+
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::path(::testing::TempDir()) /
-           ("kiln_onnx_ext_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path / "model");
-  }
-  ~TempDir() { fs::remove_all(path); }
+// A scratch folder with the model's own folder "model" inside, so that paths can escape it.
+struct ModelDir : TempDir {
+  ModelDir() : TempDir("ext") { fs::create_directories(model_dir()); }
   fs::path model_dir() const { return path / "model"; }
 };
-
-void write_file(const fs::path& p, const std::string& bytes) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << bytes;
-}
 
 // 16 bytes of junk, then float[2, 3] = {0.5, 1.5, ..., 5.5}, then 8 bytes of junk.
 std::string weights_file() {
@@ -103,34 +94,34 @@ void expect_weights(const Model& m) {
 }
 
 TEST(OnnxExternalData, LoadsFromOffsetAndLength) {
-  TempDir dir;
+  ModelDir dir;
   write_file(dir.model_dir() / "weights.bin", weights_file());
   expect_weights(load_model(write_model(dir.model_dir(), "weights.bin")));
 }
 
 TEST(OnnxExternalData, LoadsFromSubfolderAndWithoutLength) {
-  TempDir dir;
+  ModelDir dir;
   // Without a length the tensor runs to the end of the file.
   write_file(dir.model_dir() / "data" / "w.bin", weights_file().substr(0, 40));
   expect_weights(load_model(write_model(dir.model_dir(), "data/w.bin", "16", "")));
 }
 
 TEST(OnnxExternalData, SymlinkInsideTheFolderIsAllowed) {
-  TempDir dir;
+  ModelDir dir;
   write_file(dir.model_dir() / "data" / "w.bin", weights_file());
   fs::create_symlink("data/w.bin", dir.model_dir() / "link.bin");
   expect_weights(load_model(write_model(dir.model_dir(), "link.bin")));
 }
 
 TEST(OnnxExternalData, MissingFile) {
-  TempDir dir;
+  ModelDir dir;
   const std::string path = write_model(dir.model_dir(), "nope.bin");
   expect_error<IOError>([&] { load_model(path); },
                         {"external data file 'nope.bin' for tensor 'w' not found in '" + dir.model_dir().string() + "'"});
 }
 
 TEST(OnnxExternalData, DotDotIsRefused) {
-  TempDir dir;
+  ModelDir dir;
   write_file(dir.path / "x.bin", weights_file());  // exists, so only the path rule can refuse it
   const std::string path = write_model(dir.model_dir(), "../x.bin");
   expect_error<InvalidModel>([&] { load_model(path); }, {path, "tensor 'w'", "'../x.bin'", "outside the model's folder"});
@@ -139,7 +130,7 @@ TEST(OnnxExternalData, DotDotIsRefused) {
 }
 
 TEST(OnnxExternalData, AbsolutePathIsRefused) {
-  TempDir dir;
+  ModelDir dir;
   const fs::path target = dir.model_dir() / "weights.bin";  // even one inside the folder
   write_file(target, weights_file());
   const std::string path = write_model(dir.model_dir(), target.string());
@@ -148,7 +139,7 @@ TEST(OnnxExternalData, AbsolutePathIsRefused) {
 }
 
 TEST(OnnxExternalData, SymlinkEscapingTheFolderIsRefused) {
-  TempDir dir;
+  ModelDir dir;
   write_file(dir.path / "secret" / "w.bin", weights_file());
   fs::create_symlink(dir.path / "secret" / "w.bin", dir.model_dir() / "link.bin");
   fs::create_directory_symlink(dir.path / "secret", dir.model_dir() / "linkdir");
@@ -159,7 +150,7 @@ TEST(OnnxExternalData, SymlinkEscapingTheFolderIsRefused) {
 }
 
 TEST(OnnxExternalData, RangeBeyondTheEndOfTheFile) {
-  TempDir dir;
+  ModelDir dir;
   write_file(dir.model_dir() / "weights.bin", weights_file());  // 48 bytes
   const std::string far = write_model(dir.model_dir(), "weights.bin", "100", "24");
   expect_error<InvalidModel>([&] { load_model(far); }, {"tensor 'w'", "offset 100", "beyond the end", "48 bytes"});
@@ -172,7 +163,7 @@ TEST(OnnxExternalData, RangeBeyondTheEndOfTheFile) {
 }
 
 TEST(OnnxExternalData, FromBytesWithoutBaseFolderIsRefused) {
-  TempDir dir;
+  ModelDir dir;
   write_file(dir.model_dir() / "weights.bin", weights_file());
   std::ifstream in(write_model(dir.model_dir(), "weights.bin"), std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -182,7 +173,7 @@ TEST(OnnxExternalData, FromBytesWithoutBaseFolderIsRefused) {
 }
 
 TEST(OnnxExternalData, SkippedWhenAskedNotToLoad) {
-  TempDir dir;
+  ModelDir dir;
   write_file(dir.model_dir() / "weights.bin", weights_file());
   LoadOptions o;
   o.load_external_data = false;

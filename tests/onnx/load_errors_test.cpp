@@ -9,28 +9,14 @@
 
 #include "core/atomic_file.h"
 #include "kiln/onnx_io.h"
+#include "onnx/onnx_test_util.h"
 
 namespace kiln {
 namespace {
 
-namespace fs = std::filesystem;
+using namespace onnx_test;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::path(::testing::TempDir()) /
-           ("kiln_onnx_err_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name, const std::string& bytes) const {
-    const fs::path p = path / name;
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p.string();
-  }
-};
+namespace fs = std::filesystem;
 
 // Runs `f`, expecting exception type E whose message contains every string in `parts`.
 template <class E, class F>
@@ -73,24 +59,24 @@ onnx::ModelProto small_model() {
 }
 
 TEST(OnnxLoadErrors, MissingFileIsIOErrorNamingIt) {
-  TempDir dir;
+  TempDir dir("err");
   const std::string path = (dir.path / "absent.onnx").string();
   expect_error<IOError>([&] { load_model(path); }, {"cannot open model '" + path + "'", "No such file"});
 }
 
 TEST(OnnxLoadErrors, FolderIsIOError) {
-  TempDir dir;
+  TempDir dir("err");
   expect_error<IOError>([&] { load_model(dir.path.string()); }, {dir.path.string(), "Is a directory"});
 }
 
 TEST(OnnxLoadErrors, EmptyFile) {
-  TempDir dir;
+  TempDir dir("err");
   const std::string path = dir.file("empty.onnx", "");
   expect_error<InvalidModel>([&] { load_model(path); }, {"'" + path + "' is not a valid ONNX model", "empty"});
 }
 
 TEST(OnnxLoadErrors, TruncatedFile) {
-  TempDir dir;
+  TempDir dir("err");
   const std::string bytes = small_model().SerializeAsString();
   ASSERT_NO_THROW(load_model(dir.file("whole.onnx", bytes)));  // the uncut model is fine
   const std::string path = dir.file("half.onnx", bytes.substr(0, bytes.size() / 2));
@@ -99,7 +85,7 @@ TEST(OnnxLoadErrors, TruncatedFile) {
 }
 
 TEST(OnnxLoadErrors, RandomBytes) {
-  TempDir dir;
+  TempDir dir("err");
   for (unsigned seed : {1u, 2u, 3u, 42u}) {
     std::mt19937 rng(seed);
     std::string bytes(4096, '\0');
@@ -174,7 +160,7 @@ TEST(OnnxLoadErrors, StringAndComplexTensorsAreUnsupported) {
 }
 
 TEST(OnnxSaveErrors, MissingFolderIsIOErrorAndLeavesNoTempFile) {
-  TempDir dir;
+  TempDir dir("err");
   Model m;
   m.opsets[""] = 17;
   const std::string path = (dir.path / "no" / "such" / "model.onnx").string();
@@ -184,7 +170,7 @@ TEST(OnnxSaveErrors, MissingFolderIsIOErrorAndLeavesNoTempFile) {
 }
 
 TEST(OnnxSaveErrors, TargetThatIsAFolderLeavesNoTempFile) {
-  TempDir dir;
+  TempDir dir("err");
   fs::create_directory(dir.path / "taken");
   Model m;
   m.opsets[""] = 17;
@@ -196,7 +182,7 @@ TEST(OnnxSaveErrors, TargetThatIsAFolderLeavesNoTempFile) {
 }
 
 TEST(AtomicFile, UncommittedWriteLeavesTargetUntouched) {
-  TempDir dir;
+  TempDir dir("err");
   const std::string path = dir.file("data.bin", "old");
   std::string temp;
   {

@@ -9,10 +9,13 @@
 #include <fstream>
 
 #include "kiln/onnx_io.h"
+#include "onnx/onnx_test_util.h"
 #include "onnx/tensor_proto.h"
 
 namespace kiln {
 namespace {
+
+using namespace onnx_test;
 
 namespace fs = std::filesystem;
 
@@ -35,18 +38,6 @@ void expect_values(const Tensor& t, DType d, const std::string& what) {
   const auto want = values_for(d);
   for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(t.item_as_double(i), want[static_cast<size_t>(i)]) << what << " [" << i << "]";
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::path(::testing::TempDir()) /
-           ("kiln_onnx_ref_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 bool python_has_onnx() {
   static const bool ok = std::system("/usr/bin/python3 -c 'import onnx, numpy' >/dev/null 2>&1") == 0;
@@ -80,7 +71,7 @@ def values(name):
 
 TEST(OnnxReference, LoadsTensorsWrittenByPythonOnnx) {
   if (!python_has_onnx()) GTEST_SKIP() << "/usr/bin/python3 with onnx and numpy is not available";
-  TempDir dir;
+  TempDir dir("ref");
   const std::string script = std::string(kPythonPrelude) + R"PY(
 inits = []
 for name, t in TYPES.items():
@@ -113,7 +104,7 @@ open(os.path.join(d, "input_0.pb"), "wb").write(x.SerializeToString())
 
 TEST(OnnxReference, PythonOnnxReadsWhatKilnWrites) {
   if (!python_has_onnx()) GTEST_SKIP() << "/usr/bin/python3 with onnx and numpy is not available";
-  TempDir dir;
+  TempDir dir("ref");
   Model m;
   m.opsets[""] = 17;
   m.graph.name = "g";

@@ -8,28 +8,14 @@
 #include <random>
 
 #include "kiln/onnx_io.h"
+#include "onnx/onnx_test_util.h"
 
 namespace kiln {
 namespace {
 
+using namespace onnx_test;
+
 namespace fs = std::filesystem;
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::path(::testing::TempDir()) /
-           ("kiln_onnx_rt_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-std::string read_bytes(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 // A tensor of each dtype, filled with values that exercise the bits (negatives, fractions, NaN-free).
 Tensor sample(DType dtype, Shape shape, int seed) {
@@ -237,7 +223,7 @@ void expect_graph_eq(const Graph& a, const Graph& b) {
 }
 
 TEST(OnnxRoundTrip, SaveCheckLoadKeepsEverything) {
-  TempDir dir;
+  TempDir dir("rt");
   const Model original = build_model();
   const std::string path = (dir.path / "model.onnx").string();
   save_model(original, path);
@@ -277,7 +263,7 @@ TEST(OnnxRoundTrip, ShapeInferenceFillsValueInfo) {
 
 // Protobuf's default 64 MiB parse limit must not apply to model files.
 TEST(OnnxRoundTrip, LoadsModelsLargerThan64MiB) {
-  TempDir dir;
+  TempDir dir("rt");
   Model m;
   m.opsets[""] = 17;
   m.graph.name = "big";
@@ -301,7 +287,7 @@ TEST(OnnxRoundTrip, LoadsModelsLargerThan64MiB) {
 }
 
 TEST(OnnxRoundTrip, OverwritesAtomicallyWithoutTempFiles) {
-  TempDir dir;
+  TempDir dir("rt");
   const std::string path = (dir.path / "model.onnx").string();
   {
     std::ofstream(path) << "old contents";
@@ -317,7 +303,7 @@ TEST(OnnxRoundTrip, OverwritesAtomicallyWithoutTempFiles) {
 }
 
 TEST(OnnxRoundTrip, TensorProtoFilesRoundTripEveryDtype) {
-  TempDir dir;
+  TempDir dir("rt");
   int seed = 100;
   for (DType d : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int64, DType::Int32,
                   DType::Int16, DType::Int8, DType::Uint64, DType::Uint32, DType::Uint16, DType::Uint8, DType::Bool}) {

@@ -17,29 +17,22 @@ namespace {
 using AllTypes = TypeList<float, double, Half, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
                           uint32_t, uint64_t, bool>;
 
-// ONNX TensorProto.DataType -> Kiln dtype; the names of the ONNX types Kiln lacks, for the message.
+// The ONNX TensorProto.DataType element types Kiln lacks, by name, for the message.
 struct OnnxType {
   int64_t code;
   const char* name;
-  std::optional<DType> dtype;
 };
-constexpr OnnxType kOnnxTypes[] = {
-    {1, "float", DType::Float32},   {2, "uint8", DType::Uint8},        {3, "int8", DType::Int8},
-    {4, "uint16", DType::Uint16},   {5, "int16", DType::Int16},        {6, "int32", DType::Int32},
-    {7, "int64", DType::Int64},     {8, "string", std::nullopt},       {9, "bool", DType::Bool},
-    {10, "float16", DType::Float16}, {11, "double", DType::Float64},   {12, "uint32", DType::Uint32},
-    {13, "uint64", DType::Uint64},  {14, "complex64", std::nullopt},   {15, "complex128", std::nullopt},
-    {16, "bfloat16", DType::BFloat16}, {17, "float8e4m3fn", std::nullopt}, {18, "float8e4m3fnuz", std::nullopt},
-    {19, "float8e5m2", std::nullopt}, {20, "float8e5m2fnuz", std::nullopt}, {21, "uint4", std::nullopt},
-    {22, "int4", std::nullopt},
+constexpr OnnxType kMissingOnnxTypes[] = {
+    {8, "string"},        {14, "complex64"},       {15, "complex128"}, {17, "float8e4m3fn"},
+    {18, "float8e4m3fnuz"}, {19, "float8e5m2"},    {20, "float8e5m2fnuz"}, {21, "uint4"},
+    {22, "int4"},
 };
 
 DType dtype_from_to_attr(int64_t to) {
-  for (const OnnxType& t : kOnnxTypes) {
-    if (t.code != to) continue;
-    if (!t.dtype) throw Unsupported(fmt::format("Cast to {} (to={}) is not supported: Kiln has no {} tensors", t.name, to, t.name));
-    return *t.dtype;
-  }
+  if (const auto d = dtype_from_onnx(to)) return *d;
+  for (const OnnxType& t : kMissingOnnxTypes)
+    if (t.code == to)
+      throw Unsupported(fmt::format("Cast to {} (to={}) is not supported: Kiln has no {} tensors", t.name, to, t.name));
   throw InvalidModel(fmt::format("attribute 'to' = {} is not an ONNX tensor element type", to));
 }
 

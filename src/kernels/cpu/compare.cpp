@@ -30,9 +30,7 @@ class PredicateKernel final : public Kernel {
   using Kernel::Kernel;
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    if (ctx.dtype(0) != ctx.dtype(1))
-      throw TypeError(fmt::format("inputs {} ({}) and {} ({}) must have the same dtype", input_label(node_, 0),
-                                  dtype_name(ctx.dtype(0)), input_label(node_, 1), dtype_name(ctx.dtype(1))));
+    check_same_dtype(node_, ctx);
     const Shape out = broadcast_inputs(ctx, 2);
     inplace_.reset();
     if (ctx.dtype(0) == DType::Bool) {  // the output can reuse a bool input of its shape

@@ -72,9 +72,7 @@ class BinaryKernel final : public Kernel {
   using Kernel::Kernel;
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    if (ctx.dtype(0) != ctx.dtype(1))
-      throw TypeError(fmt::format("inputs {} ({}) and {} ({}) must have the same dtype", input_label(node_, 0),
-                                  dtype_name(ctx.dtype(0)), input_label(node_, 1), dtype_name(ctx.dtype(1))));
+    check_same_dtype(node_, ctx);
     const Shape out = broadcast_inputs(ctx, 2);
     inplace_.reset();
     if (ctx.shape(0) == out) inplace_ = 0;
@@ -218,9 +216,7 @@ class ModKernel final : public Kernel {
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     if (fmod_ != 0 && fmod_ != 1) throw InvalidModel(fmt::format("attribute fmod is {}; it must be 0 or 1", fmod_));
-    if (ctx.dtype(0) != ctx.dtype(1))
-      throw TypeError(fmt::format("inputs {} ({}) and {} ({}) must have the same dtype", input_label(node_, 0),
-                                  dtype_name(ctx.dtype(0)), input_label(node_, 1), dtype_name(ctx.dtype(1))));
+    check_same_dtype(node_, ctx);
     if (is_floating(ctx.dtype(0)) && fmod_ == 0)
       throw InvalidModel(fmt::format("fmod=0 (integer remainder) given for {} inputs {} and {}; floating-point Mod "
                                      "needs fmod=1", dtype_name(ctx.dtype(0)), input_label(node_, 0),
@@ -268,9 +264,7 @@ class BitShiftKernel final : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     if (direction_ != "LEFT" && direction_ != "RIGHT")
       throw InvalidModel(fmt::format("attribute direction is '{}'; it must be \"LEFT\" or \"RIGHT\"", direction_));
-    if (ctx.dtype(0) != ctx.dtype(1))
-      throw TypeError(fmt::format("inputs {} ({}) and {} ({}) must have the same dtype", input_label(node_, 0),
-                                  dtype_name(ctx.dtype(0)), input_label(node_, 1), dtype_name(ctx.dtype(1))));
+    check_same_dtype(node_, ctx);
     const Shape out = broadcast_inputs(ctx, 2);
     inplace_.reset();
     if (ctx.shape(0) == out) inplace_ = 0;

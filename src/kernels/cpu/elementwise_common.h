@@ -223,6 +223,13 @@ inline std::string input_label(const Node& node, size_t i) {
                                                            : fmt::format("#{}", i);
 }
 
+// TypeError unless inputs 0 and 1 of the node share a dtype, naming both.
+inline void check_same_dtype(const Node& node, const InferContext& ctx) {
+  if (ctx.dtype(0) != ctx.dtype(1))
+    throw TypeError(fmt::format("inputs {} ({}) and {} ({}) must have the same dtype", input_label(node, 0),
+                                dtype_name(ctx.dtype(0)), input_label(node, 1), dtype_name(ctx.dtype(1))));
+}
+
 // The output shape of an op broadcasting inputs [0, n); ShapeError naming the inputs that clash.
 Shape broadcast_inputs(const InferContext& ctx, size_t n);
 

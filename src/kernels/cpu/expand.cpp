@@ -9,19 +9,13 @@
 #include <type_traits>
 
 #include "core/parallel.h"
+#include "kernels/cpu/int_values.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kiln/autodiff.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
-
-// The values of an int64 shape-like input (new_shape, repeats, pads, axes).
-std::vector<int64_t> int64_values(const Tensor& t, const char* what) {
-  if (t.dtype() != DType::Int64 || t.rank() != 1)
-    throw TypeError(fmt::format("{} must be a 1-D int64 tensor, got {}", what, t.describe()));
-  return t.to_int64_vector();
-}
 
 bool any_dynamic(const InferContext& ctx) {
   for (size_t i = 0; i < ctx.num_inputs(); ++i)

@@ -8,18 +8,12 @@
 #include <type_traits>
 
 #include "core/parallel.h"
+#include "kernels/cpu/int_values.h"
 #include "kiln/autodiff.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
-
-// The values of an int32/int64 input, exactly (INT64_MAX sentinels included).
-std::vector<int64_t> int_values(const Tensor& t, const char* what) {
-  if (t.dtype() != DType::Int64 && t.dtype() != DType::Int32)
-    throw TypeError(fmt::format("{} must be int64 or int32, got {}", what, t.describe()));
-  return t.to_int64_vector();
-}
 
 // "[1, 0]": the position of flat element `i` in `shape`, for error messages.
 std::string position(int64_t i, const Shape& shape) {
@@ -96,10 +90,7 @@ class GatherGradKernel : public Kernel {
  public:
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    const Tensor& shape_value = ctx.value(1);
-    if (shape_value.dtype() != DType::Int64 || shape_value.rank() != 1)
-      throw TypeError(fmt::format("shape must be a 1-D int64 tensor, got {}", shape_value.describe()));
-    const Shape data = shape_value.to_int64_vector();
+    const Shape data = int64_values(ctx.value(1), "shape");
     if (data.empty()) throw ShapeError("the data shape has rank 0; Gather needs rank >= 1");
     axis_ = normalize_axis(node_.attr_int("axis", 0), static_cast<int64_t>(data.size()));
     Shape expected(data.begin(), data.begin() + axis_);

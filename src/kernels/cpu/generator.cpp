@@ -128,40 +128,6 @@ class TriluKernel : public Kernel {
 
 // ---------------------------------------------------------------------------------------------
 // EyeLike: zeros of the input's 2-D shape with ones on diagonal k, in the `dtype` attribute's type.
-std::optional<DType> dtype_from_onnx_code(int64_t code) {
-  // TensorProto.DataType numbers (onnx.proto); kernels know nothing of protobuf.
-  switch (code) {
-    case 1:
-      return DType::Float32;
-    case 2:
-      return DType::Uint8;
-    case 3:
-      return DType::Int8;
-    case 4:
-      return DType::Uint16;
-    case 5:
-      return DType::Int16;
-    case 6:
-      return DType::Int32;
-    case 7:
-      return DType::Int64;
-    case 9:
-      return DType::Bool;
-    case 10:
-      return DType::Float16;
-    case 11:
-      return DType::Float64;
-    case 12:
-      return DType::Uint32;
-    case 13:
-      return DType::Uint64;
-    case 16:
-      return DType::BFloat16;
-    default:
-      return std::nullopt;
-  }
-}
-
 class EyeLikeKernel : public Kernel {
  public:
   using Kernel::Kernel;
@@ -171,7 +137,7 @@ class EyeLikeKernel : public Kernel {
     DType dt = ctx.dtype(0);
     if (node_.has_attr("dtype")) {
       const int64_t code = node_.attr_int("dtype");
-      const auto mapped = dtype_from_onnx_code(code);
+      const auto mapped = dtype_from_onnx(code);
       if (!mapped) throw Unsupported(fmt::format("dtype {} is not an ONNX element type Kiln supports", code));
       dt = *mapped;
     }

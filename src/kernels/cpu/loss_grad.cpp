@@ -19,21 +19,15 @@
 #include <type_traits>
 
 #include "core/parallel.h"
+#include "kernels/cpu/loss_reduction.h"
 #include "kiln/autodiff.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-enum class Reduction { None, Sum, Mean };
-
-Reduction parse_reduction(const Node& node) {
-  const std::string r = node.attr_string("reduction", "mean");
-  if (r == "none") return Reduction::None;
-  if (r == "sum") return Reduction::Sum;
-  if (r == "mean") return Reduction::Mean;
-  throw InvalidModel(fmt::format("attribute reduction is '{}'; it must be \"none\", \"sum\" or \"mean\"", r));
-}
+using loss::Reduction;
+using loss::parse_reduction;
 
 class LossGradKernel : public Kernel {
  public:

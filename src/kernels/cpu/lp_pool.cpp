@@ -7,6 +7,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/pool_common.h"
+#include "kernels/cpu/visit_float.h"
 #include "kiln/autodiff.h"
 #include "kiln/kernel.h"
 
@@ -81,17 +82,6 @@ void check_input(const char* op, const TensorMeta& x, size_t max_spatial) {
   if (x.shape.size() - 2 > max_spatial)
     throw Unsupported(fmt::format("{}: input {} has {} spatial dims; Kiln supports 1 to {}", op, describe(x),
                                   x.shape.size() - 2, max_spatial));
-}
-
-template <class F>
-void visit_float(DType dt, const char* op, F&& f) {
-  visit_dtype(dt, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>)
-      f(tag);
-    else
-      throw Unsupported(fmt::format("{}: {} input", op, dtype_name(dt)));
-  });
 }
 
 class LpPoolKernel final : public Kernel {

@@ -14,6 +14,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/visit_float.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
@@ -22,17 +23,6 @@ namespace {
 std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
 
 // Runs f.template operator()<T>() for the float dtypes these ops accept.
-template <class F>
-void visit_float(DType dt, const std::string& op, F&& f) {
-  visit_dtype(dt, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>)
-      f(tag);
-    else
-      throw Unsupported(fmt::format("{}: {} input", op, dtype_name(dt)));
-  });
-}
-
 // ---------------------------------------------------------------------------------------------
 // MeanVarianceNormalization
 

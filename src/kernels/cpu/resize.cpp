@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "core/parallel.h"
+#include "kernels/cpu/int_values.h"
 #include "kiln/autodiff.h"
 #include "kiln/kernel.h"
 
@@ -382,10 +383,7 @@ class ResizeGradKernel : public ResizeBase {
   using ResizeBase::ResizeBase;
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    const Tensor& shape_value = ctx.value(1);
-    if (shape_value.dtype() != DType::Int64 || shape_value.rank() != 1)
-      throw TypeError(fmt::format("shape must be a 1-D int64 tensor, got {}", shape_value.describe()));
-    const Shape in = shape_value.to_int64_vector();
+    const Shape in = int64_values(ctx.value(1), "shape");
     const Shape out = geometry(ctx, in, ctx.dtype(0), 2);
     if (ctx.shape(0) != out)
       throw ShapeError(fmt::format("dY {} must have Resize's output shape {} (of input {})", to_string(ctx.shape(0)),

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "core/parallel.h"
+#include "kernels/cpu/int_values.h"
 #include "kiln/autodiff.h"
 #include "kiln/kernel.h"
 
@@ -355,10 +356,7 @@ class GatherGradBase : public Kernel {
  public:
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    const Tensor& shape_value = ctx.value(1);
-    if (shape_value.dtype() != DType::Int64 || shape_value.rank() != 1)
-      throw TypeError(fmt::format("shape must be a 1-D int64 tensor, got {}", shape_value.describe()));
-    const Shape data = shape_value.to_int64_vector();
+    const Shape data = int64_values(ctx.value(1), "shape");
     const Shape expected = gathered_shape(ctx, data);
     if (ctx.shape(0) != expected)
       throw ShapeError(fmt::format("dY {} must have the gather's output shape {} (data {}, indices {})",

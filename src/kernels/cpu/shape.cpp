@@ -7,17 +7,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/int_values.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
-
-// The values of an int32/int64 input, exactly (INT64_MAX sentinels included).
-std::vector<int64_t> int_values(const Tensor& t, const char* what) {
-  if (t.dtype() != DType::Int64 && t.dtype() != DType::Int32)
-    throw TypeError(fmt::format("{} must be int64 or int32, got {}", what, t.describe()));
-  return t.to_int64_vector();
-}
 
 // The output of an aliasing op: same bytes as the input, new shape. When the input's contents are
 // known at plan time, so are the output's (a view, no copy), which lets shape arithmetic fold.

@@ -8,19 +8,13 @@
 #include <numeric>
 
 #include "core/parallel.h"
+#include "kernels/cpu/int_values.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kiln/autodiff.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
-
-// The values of an int32/int64 input (starts, ends, axes, steps, split), exactly.
-std::vector<int64_t> int_values(const Tensor& t, const char* what) {
-  if (t.dtype() != DType::Int64 && t.dtype() != DType::Int32)
-    throw TypeError(fmt::format("{} must be int64 or int32, got {}", what, t.describe()));
-  return t.to_int64_vector();
-}
 
 // Work per thread chunk: below this many bytes a copy stays on one thread.
 constexpr int64_t kGrainBytes = 64 * 1024;

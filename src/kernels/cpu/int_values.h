@@ -1,0 +1,30 @@
+// Reading the values of integer inputs (indices, starts/ends/axes/steps, shapes), with a TypeError
+// naming the input when its dtype (or rank) is not one ONNX allows.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "kiln/error.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+// The values of an int32/int64 input, exactly (INT64_MAX sentinels included); `what` names the
+// input in the TypeError for any other dtype.
+inline std::vector<int64_t> int_values(const Tensor& t, const char* what) {
+  if (t.dtype() != DType::Int64 && t.dtype() != DType::Int32)
+    throw TypeError(fmt::format("{} must be int64 or int32, got {}", what, t.describe()));
+  return t.to_int64_vector();
+}
+
+// The values of an int64 shape-like input (a shape, new_shape, repeats, pads, axes), which must be
+// 1-D int64; `what` names it in the TypeError otherwise.
+inline std::vector<int64_t> int64_values(const Tensor& t, const char* what) {
+  if (t.dtype() != DType::Int64 || t.rank() != 1)
+    throw TypeError(fmt::format("{} must be a 1-D int64 tensor, got {}", what, t.describe()));
+  return t.to_int64_vector();
+}
+
+}  // namespace kiln
