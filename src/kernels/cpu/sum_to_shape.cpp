@@ -22,8 +22,18 @@ class SumToShapeOf : public Kernel {
     for (size_t i = 0; i < like.size(); ++i)
       if (like[i] != 1 && like[i] != g[lead + i])
         throw ShapeError(fmt::format("gradient {} does not broadcast from target {}", to_string(g), to_string(like)));
+    // The builder inserts this op whenever it cannot prove the shapes equal; when they are, the
+    // output is the input's buffer and nothing runs.
+    same_ = numel(g) == numel(like);
+    // Only leading dims reduced (a bias of [B, S, D] -> [D]): rows of the target's size are summed.
+    size_t first_kept = lead;
+    while (first_kept < g.size() && like[first_kept - lead] == 1) ++first_kept;
+    leading_ = true;
+    for (size_t i = first_kept; i < g.size(); ++i) leading_ = leading_ && like[i - lead] == g[i];
     return {{ctx.dtype(0), like}};
   }
+
+  bool output_aliases_input() const override { return same_; }
 
   void compute(ComputeContext& ctx) override {
     visit_dtype(ctx.input(0).dtype(), [&](auto tag) {
@@ -38,6 +48,11 @@ class SumToShapeOf : public Kernel {
   void run(ComputeContext& ctx) {
     const Tensor& g = ctx.input(0);
     Tensor& y = ctx.output(0);
+    if (same_) {
+      if (y.raw_data() != g.raw_data()) y.copy_from(g.reshape(y.shape()));
+      return;
+    }
+    if (leading_) return sum_rows<T>(g, y);
     const Shape& gs = g.shape();
     const size_t rank = gs.size();
     const size_t lead = rank - y.shape().size();
@@ -64,6 +79,26 @@ class SumToShapeOf : public Kernel {
     }
     for (int64_t k = 0; k < ny; ++k) dst[k] = static_cast<T>(acc[static_cast<size_t>(k)]);
   }
+
+  // y[j] = sum over rows r of g[r * n + j], columns split across threads (each sums its own).
+  template <class T>
+  static void sum_rows(const Tensor& g, Tensor& y) {
+    const int64_t n = y.numel();
+    const int64_t rows = n == 0 ? 0 : g.numel() / n;
+    const T* src = g.data<T>();
+    T* dst = y.data<T>();
+    parallel_for(n, 256, [&](int64_t b, int64_t e) {
+      std::vector<double> acc(static_cast<size_t>(e - b), 0.0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* row = src + r * n;
+        for (int64_t j = b; j < e; ++j) acc[static_cast<size_t>(j - b)] += static_cast<double>(row[j]);
+      }
+      for (int64_t j = b; j < e; ++j) dst[j] = static_cast<T>(acc[static_cast<size_t>(j - b)]);
+    });
+  }
+
+  bool same_ = false;
+  bool leading_ = false;
 };
 
 const KernelRegistrar reg({kKilnDomain, "SumToShapeOf", 1, kMaxOpset, {DType::Float32, DType::Float64}},
