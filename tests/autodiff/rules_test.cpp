@@ -84,6 +84,14 @@ TEST(GradientRules, Reductions) {
   both({op("ReduceMean", 1), {random_tensor({2, 3}, 94)}, {0}, 17, 94});
 }
 
+// Cast between float types hands the gradient back in the input's dtype. The checker's loss is in
+// the output's dtype, so the cast targets double (the float64 check).
+TEST(GradientRules, CastAndCastLikeBetweenFloatTypes) {
+  check_gradient({op("Cast", 1, 1, {{"to", Attribute::of_int(dtype_to_onnx(DType::Float64))}}),
+                  {random_tensor({3, 4}, 110)}, {0}, 17, 110});
+  check_gradient({op("CastLike", 2), {random_tensor({3, 4}, 111), random_tensor({1}, 112)}, {0}, 17, 111});
+}
+
 TEST(GradientRules, SoftmaxAndLogSoftmax) {
   for (int64_t axis : {-1, 1, 0}) {
     both({op("Softmax", 1, 1, {{"axis", Attribute::of_int(axis)}}), {random_tensor({2, 3, 4}, 100, -2, 2)}, {0}, 17, 100});
