@@ -10,6 +10,11 @@ std::string zero_like(GradContext& g, const std::string& v) { return g.scalar_li
 
 // y = max(x, 0): dx = g where y > 0 (PyTorch's convention: 0 at x == 0).
 void relu_grad(GradContext& g) {
+  const auto t = g.dtype(g.O(0));
+  if (t == DType::Float32 || t == DType::Float64) {  // one fused pass
+    g.set_GI(0, g.emit(kKilnDomain, "ReluGrad", {g.GO(0), g.O(0)}));
+    return;
+  }
   const std::string pos = g.emit("Greater", {g.O(0), zero_like(g, g.O(0))});
   g.set_GI(0, g.emit("Where", {pos, g.GO(0), zero_like(g, g.O(0))}));
 }
