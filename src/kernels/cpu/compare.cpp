@@ -32,11 +32,7 @@ class PredicateKernel final : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     check_same_dtype(node_, ctx);
     const Shape out = broadcast_inputs(ctx, 2);
-    inplace_.reset();
-    if (ctx.dtype(0) == DType::Bool) {  // the output can reuse a bool input of its shape
-      if (ctx.shape(0) == out) inplace_ = 0;
-      else if (ctx.shape(1) == out) inplace_ = 1;
-    }
+    inplace_ = same_as_output(ctx, 2, DType::Bool, out);  // the output can reuse a bool input of its shape
     return {TensorMeta{DType::Bool, out, false, Tensor()}};
   }
 

@@ -74,9 +74,7 @@ class BinaryKernel final : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     check_same_dtype(node_, ctx);
     const Shape out = broadcast_inputs(ctx, 2);
-    inplace_.reset();
-    if (ctx.shape(0) == out) inplace_ = 0;
-    else if (ctx.shape(1) == out) inplace_ = 1;
+    inplace_ = same_as_output(ctx, 2, ctx.dtype(0), out);
     return {TensorMeta{ctx.dtype(0), out, false, Tensor()}};
   }
 
@@ -140,9 +138,7 @@ class PowKernel final : public Kernel {
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const Shape out = broadcast_inputs(ctx, 2);
-    inplace_.reset();
-    if (ctx.shape(0) == out) inplace_ = 0;
-    else if (ctx.shape(1) == out && ctx.dtype(1) == ctx.dtype(0)) inplace_ = 1;
+    inplace_ = same_as_output(ctx, 2, ctx.dtype(0), out);
     return {TensorMeta{ctx.dtype(0), out, false, Tensor()}};
   }
 
@@ -222,9 +218,7 @@ class ModKernel final : public Kernel {
                                      "needs fmod=1", dtype_name(ctx.dtype(0)), input_label(node_, 0),
                                      input_label(node_, 1)));
     const Shape out = broadcast_inputs(ctx, 2);
-    inplace_.reset();
-    if (ctx.shape(0) == out) inplace_ = 0;
-    else if (ctx.shape(1) == out) inplace_ = 1;
+    inplace_ = same_as_output(ctx, 2, ctx.dtype(0), out);
     return {TensorMeta{ctx.dtype(0), out, false, Tensor()}};
   }
 
@@ -266,9 +260,7 @@ class BitShiftKernel final : public Kernel {
       throw InvalidModel(fmt::format("attribute direction is '{}'; it must be \"LEFT\" or \"RIGHT\"", direction_));
     check_same_dtype(node_, ctx);
     const Shape out = broadcast_inputs(ctx, 2);
-    inplace_.reset();
-    if (ctx.shape(0) == out) inplace_ = 0;
-    else if (ctx.shape(1) == out) inplace_ = 1;
+    inplace_ = same_as_output(ctx, 2, ctx.dtype(0), out);
     return {TensorMeta{ctx.dtype(0), out, false, Tensor()}};
   }
 

@@ -233,4 +233,12 @@ inline void check_same_dtype(const Node& node, const InferContext& ctx) {
 // The output shape of an op broadcasting inputs [0, n); ShapeError naming the inputs that clash.
 Shape broadcast_inputs(const InferContext& ctx, size_t n);
 
+// The first of inputs [0, n) whose dtype and shape equal the output's, which the output may then
+// overwrite in place (Kernel::inplace_input); nullopt if none.
+inline std::optional<size_t> same_as_output(const InferContext& ctx, size_t n, DType out_dtype, const Shape& out) {
+  for (size_t i = 0; i < n; ++i)
+    if (ctx.has_input(i) && ctx.dtype(i) == out_dtype && ctx.shape(i) == out) return i;
+  return std::nullopt;
+}
+
 }  // namespace kiln
