@@ -34,5 +34,9 @@ class Unsupported : public Error { using Error::Error; };
 class IOError : public Error { using Error::Error; };
 // A caller passed a bad argument (unknown input name, missing input, bad option).
 class InvalidArgument : public Error { using Error::Error; };
+// A name looked up in a mapping is not there (a parameter or property of a checkpoint).
+class KeyError : public InvalidArgument { using InvalidArgument::InvalidArgument; };
+// A checkpoint or data file is truncated, corrupted, or of another model.
+class CorruptFile : public IOError { using IOError::IOError; };
 
 }  // namespace kiln
