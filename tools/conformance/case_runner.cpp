@@ -113,7 +113,11 @@ const std::map<std::string, std::string>& known_bad_cases() {
                                               {"test_training_dropout", dropout},
                                               {"test_training_dropout_default", dropout},
                                               {"test_training_dropout_default_mask", dropout},
-                                              {"test_training_dropout_mask", dropout}};
+                                              {"test_training_dropout_mask", dropout},
+                                              {"test_adam_multiple",
+                                               "ONNX 1.12's generator computes the expected outputs with epsilon = "
+                                               "1e-2 but the Adam node omits the attribute, so the schema default "
+                                               "applies (onnx/onnx#7749); with epsilon = 1e-2 added the case passes"}};
   }();
   return cases;
 }

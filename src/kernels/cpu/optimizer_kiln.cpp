@@ -1,0 +1,232 @@
+// ai.kiln.AdamWStep and ai.kiln.SGDStep: one update of one parameter with the arithmetic of
+// PyTorch 1.13's torch.optim.AdamW / torch.optim.SGD (single-tensor path, foreach=False, CPU), so
+// that a model trained by Kiln follows PyTorch's trajectory bit for bit (tests/python/
+// test_optimizer_ops.py sees no difference over 10 steps).
+//
+// How torch computes, and so do these loops: hyperparameters are Python floats (doubles); scalar
+// factors such as 1 - lr*wd or lr / (1 - beta1**t) are computed in double and rounded once to the
+// parameter's dtype; every tensor op rounds its result; add(..., alpha=) and addcmul run as fused
+// multiply-adds in torch's AVX2 kernels (measured on Debian's 1.13), which std::fma reproduces.
+//
+// The training Optimizer runs these kernels in place (X_new is X's tensor, M_new is M's...), the
+// planner with separate buffers: each loop reads all of element i before it writes element i.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "kernels/cpu/optimizer_common.h"
+#include "kiln/autodiff.h"
+#include "kiln/kernel.h"
+
+namespace kiln {
+namespace {
+
+using optim::check_same_tensors;
+using optim::decimal_attr;
+using optim::learning_rate;
+using optim::parallel_fma_loop;
+using optim::step_number;
+
+class AdamWStep final : public Kernel {
+ public:
+  explicit AdamWStep(const Node& n)
+      : Kernel(n),
+        beta1_(decimal_attr(n, "beta1", 0.9f)),
+        beta2_(decimal_attr(n, "beta2", 0.999f)),
+        eps_(decimal_attr(n, "epsilon", 1e-8f)),
+        weight_decay_(decimal_attr(n, "weight_decay", 0.01f)),
+        maximize_(n.attr_int("maximize", 0) != 0) {
+    // torch.optim.AdamW's own checks.
+    if (!(beta1_ >= 0 && beta1_ < 1) || !(beta2_ >= 0 && beta2_ < 1))
+      throw InvalidArgument(fmt::format("AdamWStep: beta1 = {} and beta2 = {} must lie in [0, 1)", beta1_, beta2_));
+    if (!(eps_ >= 0)) throw InvalidArgument(fmt::format("AdamWStep: epsilon = {} must be >= 0", eps_));
+    if (!(weight_decay_ >= 0))
+      throw InvalidArgument(fmt::format("AdamWStep: weight_decay = {} must be >= 0", weight_decay_));
+  }
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    if (ctx.num_inputs() != 6)
+      throw InvalidModel(
+          fmt::format("AdamWStep takes 6 inputs (learning_rate, step, X, G, M, V), got {}", ctx.num_inputs()));
+    optim::check_scalars(ctx, "AdamWStep");
+    check_same_tensors(ctx, "AdamWStep", {{2, "X"}, {3, "G"}, {4, "M"}, {5, "V"}});
+    const TensorMeta x{ctx.dtype(2), ctx.shape(2), false, Tensor()};
+    return {x, x, x};
+  }
+
+  void compute(ComputeContext& ctx) override {
+    if (ctx.input(2).dtype() == DType::Float32) return run<float>(ctx);
+    run<double>(ctx);
+  }
+
+  std::optional<size_t> inplace_input() const override { return 2; }
+
+ private:
+  template <class T>
+  void run(ComputeContext& ctx) const {
+    const double lr = learning_rate(ctx, "AdamWStep");
+    const auto t = static_cast<double>(step_number(ctx, "AdamWStep"));
+    const double bias_correction1 = 1 - std::pow(beta1_, t);
+    const double bias_correction2 = 1 - std::pow(beta2_, t);
+    const T decay = static_cast<T>(1 - lr * weight_decay_);
+    const T b1 = static_cast<T>(beta1_), one_minus_b1 = static_cast<T>(1 - beta1_);
+    const T b2 = static_cast<T>(beta2_), one_minus_b2 = static_cast<T>(1 - beta2_);
+    const T bc2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+    const T eps = static_cast<T>(eps_);
+    const T neg_step_size = static_cast<T>(-(lr / bias_correction1));
+    const bool maximize = maximize_;
+
+    const T* x = ctx.input(2).data<T>();
+    const T* g = ctx.input(3).data<T>();
+    const T* m = ctx.input(4).data<T>();
+    const T* v = ctx.input(5).data<T>();
+    T* x_out = ctx.output(0).data<T>();
+    T* m_out = ctx.output(1).data<T>();
+    T* v_out = ctx.output(2).data<T>();
+    parallel_fma_loop(
+        ctx.input(2).numel(), [&](int64_t begin, int64_t end) __attribute__((always_inline)) {
+          for (int64_t i = begin; i < end; ++i) {
+            const T gi = maximize ? -g[i] : g[i];
+            const T xi = x[i] * decay;                                // param.mul_(1 - lr * wd)
+            const T mi = std::fma(gi, one_minus_b1, m[i] * b1);       // exp_avg.mul_(b1).add_(g, alpha=1-b1)
+            const T vi = std::fma(one_minus_b2 * gi, gi, v[i] * b2);  // exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2)
+            const T denom = std::sqrt(vi) / bc2_sqrt + eps;           // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+            x_out[i] = xi + (neg_step_size * mi) / denom;             // param.addcdiv_(exp_avg, denom, -step_size)
+            m_out[i] = mi;
+            v_out[i] = vi;
+          }
+        });
+  }
+
+  double beta1_, beta2_, eps_, weight_decay_;
+  bool maximize_;
+};
+
+class SGDStep final : public Kernel {
+ public:
+  explicit SGDStep(const Node& n)
+      : Kernel(n),
+        momentum_(decimal_attr(n, "momentum", 0.f)),
+        dampening_(decimal_attr(n, "dampening", 0.f)),
+        weight_decay_(decimal_attr(n, "weight_decay", 0.f)),
+        nesterov_(n.attr_int("nesterov", 0) != 0),
+        maximize_(n.attr_int("maximize", 0) != 0) {
+    // torch.optim.SGD's own checks.
+    if (!(momentum_ >= 0)) throw InvalidArgument(fmt::format("SGDStep: momentum = {} must be >= 0", momentum_));
+    if (!(weight_decay_ >= 0))
+      throw InvalidArgument(fmt::format("SGDStep: weight_decay = {} must be >= 0", weight_decay_));
+    if (nesterov_ && (momentum_ <= 0 || dampening_ != 0))
+      throw InvalidArgument(
+          fmt::format("SGDStep: nesterov needs momentum > 0 and dampening == 0 (got momentum = {}, dampening = {})",
+                      momentum_, dampening_));
+  }
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    if (ctx.num_inputs() < 4 || ctx.num_inputs() > 5)
+      throw InvalidModel(fmt::format(
+          "SGDStep takes 4 or 5 inputs (learning_rate, step, X, G[, momentum_buffer]), got {}", ctx.num_inputs()));
+    optim::check_scalars(ctx, "SGDStep");
+    const bool has_buffer = ctx.has_input(4);
+    if (has_buffer != (momentum_ != 0))
+      throw InvalidArgument(
+          fmt::format("SGDStep: momentum_buffer must be given exactly when momentum != 0 "
+                      "(momentum = {}, momentum_buffer {})",
+                      momentum_, has_buffer ? "given" : "omitted"));
+    if (has_buffer)
+      check_same_tensors(ctx, "SGDStep", {{2, "X"}, {3, "G"}, {4, "momentum_buffer"}});
+    else
+      check_same_tensors(ctx, "SGDStep", {{2, "X"}, {3, "G"}});
+    const size_t outputs = has_buffer ? 2 : 1;
+    if (node_.outputs.size() > outputs)
+      throw InvalidModel(
+          fmt::format("SGDStep has {} output(s) without momentum, the node lists {}", outputs, node_.outputs.size()));
+    const TensorMeta x{ctx.dtype(2), ctx.shape(2), false, Tensor()};
+    return std::vector<TensorMeta>(outputs, x);
+  }
+
+  void compute(ComputeContext& ctx) override {
+    if (ctx.input(2).dtype() == DType::Float32) return run<float>(ctx);
+    run<double>(ctx);
+  }
+
+  std::optional<size_t> inplace_input() const override { return 2; }
+
+ private:
+  template <class T>
+  void run(ComputeContext& ctx) const {
+    const double lr = learning_rate(ctx, "SGDStep");
+    const bool first = step_number(ctx, "SGDStep") == 1;  // torch: no momentum buffer yet
+    const T neg_lr = static_cast<T>(-lr);
+    const T wd = static_cast<T>(weight_decay_);
+    const T mom = static_cast<T>(momentum_);
+    const T one_minus_damp = static_cast<T>(1 - dampening_);
+    const bool use_wd = weight_decay_ != 0, use_momentum = momentum_ != 0;
+    const bool nesterov = nesterov_, maximize = maximize_;
+
+    const T* x = ctx.input(2).data<T>();
+    const T* g = ctx.input(3).data<T>();
+    const T* buf = use_momentum ? ctx.input(4).data<T>() : nullptr;
+    T* x_out = ctx.output(0).data<T>();
+    T* buf_out = use_momentum ? ctx.output(1).data<T>() : nullptr;
+    parallel_fma_loop(
+        ctx.input(2).numel(), [&](int64_t begin, int64_t end) __attribute__((always_inline)) {
+          for (int64_t i = begin; i < end; ++i) {
+            const T xi = x[i];
+            T d = maximize ? -g[i] : g[i];
+            if (use_wd) d = std::fma(xi, wd, d);  // d_p.add(param, alpha=wd)
+            if (use_momentum) {
+              // buf = clone(d_p) at the first step, else buf.mul_(momentum).add_(d_p, alpha=1-dampening)
+              const T b = first ? d : std::fma(d, one_minus_damp, buf[i] * mom);
+              d = nesterov ? std::fma(b, mom, d) : b;  // d_p.add(buf, alpha=momentum) or buf
+              buf_out[i] = b;
+            }
+            x_out[i] = std::fma(d, neg_lr, xi);  // param.add_(d_p, alpha=-lr)
+          }
+        });
+  }
+
+  double momentum_, dampening_, weight_decay_;
+  bool nesterov_, maximize_;
+};
+
+const std::vector<DType> kFloatTypes = {DType::Float32, DType::Float64};
+
+const KernelRegistrar adamw_reg({kKilnDomain, "AdamWStep", 1, kMaxOpset, kFloatTypes, 2},
+                                [](const Node& n) { return std::make_unique<AdamWStep>(n); });
+const KernelRegistrar sgd_reg({kKilnDomain, "SGDStep", 1, kMaxOpset, kFloatTypes, 2},
+                              [](const Node& n) { return std::make_unique<SGDStep>(n); });
+
+const OpDocRegistrar adamw_doc(
+    {kKilnDomain,
+     "AdamWStep",
+     "One torch.optim.AdamW update (PyTorch 1.13, single-tensor) of one parameter and its moments. "
+     "Attributes: beta1 (0.9), beta2 (0.999), epsilon (1e-8), weight_decay (0.01), maximize (0). Float "
+     "attributes and a float32 learning rate are read as the shortest decimal that rounds to them (0.9f "
+     "as 0.9), as torch holds them in Python floats. Outputs may be the inputs' own tensors (in place).",
+     {"learning_rate: float scalar", "step: int64 scalar t >= 1, counting this update",
+      "X: the parameter (float32 or float64)", "G: its gradient, X's shape", "M: the first moment (exp_avg)",
+      "V: the second moment (exp_avg_sq)"},
+     {"X_new: the updated parameter", "M_new: the updated first moment", "V_new: the updated second moment"},
+     "g = -G if maximize else G;  X' = X * (1 - lr*weight_decay);  M_new = M*beta1 + (1-beta1)*g;  "
+     "V_new = V*beta2 + (1-beta2)*g*g;  denom = sqrt(V_new) / sqrt(1 - beta2^t) + epsilon;  "
+     "X_new = X' - (lr / (1 - beta1^t)) * M_new / denom.  Scalar factors in double, rounded once to X's "
+     "dtype; element ops in X's dtype, the M and V updates as fused multiply-adds (as torch's AVX2 kernels)"});
+
+const OpDocRegistrar sgd_doc(
+    {kKilnDomain,
+     "SGDStep",
+     "One torch.optim.SGD update (PyTorch 1.13, single-tensor) of one parameter and its momentum buffer. "
+     "Attributes: momentum (0), dampening (0), weight_decay (0), nesterov (0; needs momentum > 0 and "
+     "dampening == 0), maximize (0). Float attributes and a float32 learning rate are read as the shortest "
+     "decimal that rounds to them. Outputs may be the inputs' own tensors (in place).",
+     {"learning_rate: float scalar", "step: int64 scalar t >= 1, counting this update",
+      "X: the parameter (float32 or float64)", "G: its gradient, X's shape",
+      "momentum_buffer: optional, given exactly when momentum != 0; ignored at t = 1"},
+     {"X_new: the updated parameter", "momentum_buffer_new: the updated buffer, present iff momentum_buffer is"},
+     "d = -G if maximize else G;  if weight_decay != 0: d = d + weight_decay*X;  if momentum != 0: "
+     "buf = d if t == 1 else momentum*buf + (1-dampening)*d;  d = d + momentum*buf if nesterov else buf;  "
+     "X_new = X - lr*d.  Each '+ s*y' with a scalar s is one fused multiply-add in X's dtype (torch's add with "
+     "alpha)"});
+
+}  // namespace
+}  // namespace kiln
