@@ -13,19 +13,33 @@ packages=(
   python3-onnx python3-torch python3-torchvision python3-sklearn
   dataset-fashion-mnist
 )
+# Node.js with npm (runs ONNX Runtime as a peer in the tests): Debian's packages unless a node
+# with npm is already installed (some Node.js distributions bundle npm and conflict with them).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-echo "setup: installing ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+# ONNX Runtime (CPU, inference only) from npm: the tests check that exported inference models give
+# the same outputs there. ONNXRUNTIME_NODE_INSTALL=skip keeps its installer from fetching GPU
+# binaries; the CPU build ships inside the package. Installed into the repository's node_modules.
+ort_version=1.30.0
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+installed="$(node -p "try{require('$repo/node_modules/onnxruntime-node/package.json').version}catch(e){''}" 2>/dev/null || true)"
+if [ "$installed" != "$ort_version" ]; then
+  echo "setup: installing onnxruntime-node@$ort_version"
+  (cd "$repo" && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-save --no-audit --no-fund "onnxruntime-node@$ort_version")
+fi

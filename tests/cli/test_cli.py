@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 import torch_models  # noqa: E402
-from kiln_cli import kiln_path, run_kiln  # noqa: E402
+from kiln_cli import assert_cli_error as assert_error, kiln_path, run_kiln  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -21,14 +21,6 @@ def kiln_built():
     assert kiln_path().exists(), f"{kiln_path()} does not exist: build kiln_cli or set KILN_BUILD_DIR"
 
 
-def assert_error(proc, *needles):
-    """Exit 1, one line on stderr starting with 'kiln: error:', containing every needle."""
-    assert proc.returncode == 1, f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("kiln: error: "), lines[0]
-    for needle in needles:
-        assert str(needle) in lines[0], f"{needle!r} not in {lines[0]!r}"
 
 
 def save_model(graph, path, opsets=(("", 17),)):

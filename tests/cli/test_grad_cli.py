@@ -10,7 +10,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 import torch_models  # noqa: E402
-from kiln_cli import run_kiln  # noqa: E402
+from kiln_cli import assert_cli_error as assert_error, run_kiln  # noqa: E402
 
 
 class MseLoss(torch.nn.Module):
@@ -31,12 +31,6 @@ def mlp_with_loss(tmp_path):
     return path
 
 
-def assert_error(proc, *needles):
-    assert proc.returncode == 1, proc.stderr
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kiln: error: "), proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 def test_grad_writes_a_checker_valid_training_graph(tmp_path):

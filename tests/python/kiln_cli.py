@@ -23,3 +23,12 @@ def run_kiln(*args, timeout=300):
     if not exe.exists():
         raise FileNotFoundError(f"{exe} does not exist: build the kiln_cli target or set KILN_BUILD_DIR")
     return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def assert_cli_error(proc, *needles):
+    """A failed `kiln` run: exit status 1 and one line `kiln: error: ...` containing every needle."""
+    assert proc.returncode == 1, f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kiln: error: "), proc.stderr
+    for needle in needles:
+        assert str(needle) in lines[0], f"{needle!r} not in {lines[0]!r}"

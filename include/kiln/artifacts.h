@@ -1,0 +1,91 @@
+// Training artifacts from one forward ONNX model, as ONNX Runtime's generate_artifacts makes them:
+//
+//   {prefix}training_model.onnx   forward + loss + gradients (parameters are graph inputs)
+//   {prefix}eval_model.onnx       forward + loss, BatchNormalization and Dropout in inference mode
+//   {prefix}optimizer_model.onnx  one ai.kiln.AdamWStep / SGDStep per trainable parameter
+//   {prefix}checkpoint            the parameters (safetensors; see include/kiln/checkpoint.h)
+//
+//   kiln::training::ArtifactOptions o;
+//   o.loss = kiln::training::LossType::CrossEntropyLoss;
+//   o.optimizer = kiln::training::OptimType::AdamW;
+//   kiln::training::generate_artifacts(kiln::load_model("net.onnx"), o, "artifacts");
+//
+// Parameters: by default every float initializer through which a gradient reaches the loss is
+// trainable (a constant mask that only feeds a comparison is not); `requires_grad` lists them
+// instead; `frozen_params` are kept as non-trainable parameters. BatchNormalization running
+// statistics updated by a training-mode node are non-trainable parameters that each training call
+// updates (the training model outputs "<name>.updated").
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/checkpoint.h"
+#include "kiln/graph.h"
+
+namespace kiln::training {
+
+enum class LossType { None, MSELoss, CrossEntropyLoss, BCEWithLogitsLoss, L1Loss };
+enum class OptimType { AdamW, SGD };
+
+// Parses "CrossEntropyLoss", "MSELoss", "BCEWithLogitsLoss", "L1Loss", "none" / "AdamW", "SGD";
+// InvalidArgument listing the accepted names otherwise.
+LossType loss_type_from_string(const std::string& name);
+OptimType optim_type_from_string(const std::string& name);
+std::string to_string(LossType loss);
+std::string to_string(OptimType optim);
+
+// torch.optim.AdamW's hyperparameters and defaults (the learning rate is an input of each step).
+struct AdamWOptions {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  float weight_decay = 0.01f;
+  bool maximize = false;
+};
+
+// torch.optim.SGD's.
+struct SGDOptions {
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+  bool maximize = false;
+};
+
+struct ArtifactOptions {
+  std::vector<std::string> requires_grad;  // empty: the default set (see above)
+  std::vector<std::string> frozen_params;
+  LossType loss = LossType::None;
+  std::vector<std::string> loss_input_names;         // model outputs the loss takes; empty: the first
+  std::vector<std::string> additional_output_names;  // model outputs the training/eval models also return
+  std::optional<OptimType> optimizer;                // none: no optimizer model
+  AdamWOptions adamw;
+  SGDOptions sgd;
+  float learning_rate = 1e-3f;  // the optimizer's initial learning rate (kept in the optimizer model)
+  bool nominal_checkpoint = false;
+  std::string prefix;
+};
+
+struct Artifacts {
+  Model training_model;
+  Model eval_model;
+  std::optional<Model> optimizer_model;
+  CheckpointState checkpoint;
+};
+
+Artifacts build_artifacts(const Model& forward, const ArtifactOptions& options);
+
+// Builds the artifacts and writes them into `artifact_directory` (created if needed), each file
+// atomically. Returns the paths written.
+std::vector<std::string> generate_artifacts(const Model& forward, const ArtifactOptions& options,
+                                            const std::string& artifact_directory);
+
+// File names inside an artifact directory.
+std::string training_model_file(const std::string& prefix = "");
+std::string eval_model_file(const std::string& prefix = "");
+std::string optimizer_model_file(const std::string& prefix = "");
+std::string checkpoint_file(const std::string& prefix = "");
+
+}  // namespace kiln::training

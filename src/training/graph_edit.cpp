@@ -1,0 +1,156 @@
+#include "training/graph_edit.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "kiln/error.h"
+
+namespace kiln::training {
+
+GraphEditor::GraphEditor(Model& model) : model_(model) {
+  const Graph& g = model.graph;
+  for (const auto& v : g.inputs) names_.insert(v.name);
+  for (const auto& v : g.overridable_initializers) names_.insert(v.name);
+  for (const auto& v : g.outputs) names_.insert(v.name);
+  for (const auto& [name, t] : g.initializers) names_.insert(name);
+  for (const Node& n : g.nodes) {
+    if (!n.name.empty()) names_.insert(n.name);
+    for (const auto& o : n.outputs) names_.insert(o);
+    for (const auto& i : n.inputs) names_.insert(i);
+  }
+}
+
+std::string GraphEditor::fresh(const std::string& base) {
+  std::string name = base;
+  for (int i = 1; names_.count(name); ++i) name = fmt::format("{}_{}", base, i);
+  names_.insert(name);
+  return name;
+}
+
+std::string GraphEditor::op(const std::string& op_type, std::vector<std::string> inputs,
+                            std::map<std::string, Attribute> attrs, const std::string& base,
+                            const std::string& domain) {
+  Node n;
+  n.op_type = op_type;
+  n.domain = domain;
+  const std::string out = fresh(base.empty() ? op_type : base);
+  n.name = fresh(out + "/" + op_type);
+  n.inputs = std::move(inputs);
+  n.outputs = {out};
+  n.attrs = std::move(attrs);
+  model_.graph.nodes.push_back(std::move(n));
+  return out;
+}
+
+std::string GraphEditor::constant(const std::string& base, Tensor value) {
+  const std::string name = fresh(base);
+  model_.graph.initializers[name] = std::move(value);
+  return name;
+}
+
+const ValueInfo* find_declared(const Graph& g, const std::string& name) {
+  for (const auto* list : {&g.inputs, &g.outputs, &g.value_info, &g.overridable_initializers})
+    for (const auto& v : *list)
+      if (v.name == name) return &v;
+  return nullptr;
+}
+
+ValueInfo value_info_of_tensor(const std::string& name, const Tensor& t) {
+  ValueInfo v;
+  v.name = name;
+  v.dtype = t.dtype();
+  v.has_type = v.has_shape = true;
+  for (int64_t d : t.shape()) v.dims.push_back(Dim{d, ""});
+  return v;
+}
+
+void initializers_to_inputs(Graph& g, const std::vector<std::string>& names) {
+  for (const auto& name : names) {
+    auto it = g.initializers.find(name);
+    if (it == g.initializers.end())
+      throw InvalidArgument(fmt::format("'{}' is not an initializer of the model", name));
+    g.inputs.push_back(value_info_of_tensor(name, it->second));
+    g.initializers.erase(it);
+    g.overridable_initializers.erase(
+        std::remove_if(g.overridable_initializers.begin(), g.overridable_initializers.end(),
+                       [&](const ValueInfo& v) { return v.name == name; }),
+        g.overridable_initializers.end());
+  }
+}
+
+void prune(Graph& g, const std::set<std::string>& keep_inputs) {
+  std::set<std::string> needed;
+  for (const auto& o : g.outputs) needed.insert(o.name);
+  const std::vector<size_t> order = g.topological_order();
+  std::vector<bool> keep(g.nodes.size(), false);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const Node& n = g.nodes[*it];
+    bool used = false;
+    for (const auto& o : n.outputs) used = used || (!o.empty() && needed.count(o));
+    if (!used) continue;
+    keep[*it] = true;
+    for (const auto& i : n.inputs)
+      if (!i.empty()) needed.insert(i);
+    // Values read inside subgraphs (If/Loop bodies) from the outer scope.
+    for (const auto& [key, a] : n.attrs)
+      if (a.kind == Attribute::Kind::Graph && a.g)
+        for (const Node& sub : a.g->nodes)
+          for (const auto& i : sub.inputs) needed.insert(i);
+  }
+  std::vector<Node> nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (keep[i]) nodes.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(nodes);
+  for (auto it = g.initializers.begin(); it != g.initializers.end();)
+    it = needed.count(it->first) ? std::next(it) : g.initializers.erase(it);
+  auto unused = [&](const ValueInfo& v) { return !needed.count(v.name) && !keep_inputs.count(v.name); };
+  g.inputs.erase(std::remove_if(g.inputs.begin(), g.inputs.end(), unused), g.inputs.end());
+  g.overridable_initializers.erase(
+      std::remove_if(g.overridable_initializers.begin(), g.overridable_initializers.end(), unused),
+      g.overridable_initializers.end());
+  std::set<std::string> produced;
+  for (const Node& n : g.nodes)
+    for (const auto& o : n.outputs) produced.insert(o);
+  g.value_info.erase(std::remove_if(g.value_info.begin(), g.value_info.end(),
+                                    [&](const ValueInfo& v) { return !produced.count(v.name); }),
+                     g.value_info.end());
+}
+
+void to_inference_mode(Graph& g) {
+  std::set<std::string> removed;
+  for (Node& n : g.nodes) {
+    if (!n.domain.empty()) continue;
+    if (n.op_type == "BatchNormalization" && n.attr_int("training_mode", 0) != 0) {
+      n.attrs["training_mode"] = Attribute::of_int(0);
+      for (size_t i = 1; i < n.outputs.size(); ++i)
+        if (!n.outputs[i].empty()) removed.insert(n.outputs[i]);
+      n.outputs.resize(1);
+    } else if (n.op_type == "Dropout") {
+      if (n.inputs.size() > 2) n.inputs.resize(2);  // training_mode omitted: false
+      // The mask output of an inference Dropout is all true; keep it (ONNX defines it).
+    }
+  }
+  if (removed.empty()) return;
+  for (const Node& n : g.nodes)
+    for (const auto& i : n.inputs)
+      if (removed.count(i))
+        throw InvalidModel(fmt::format("{} reads '{}', a running statistic of a training-mode BatchNormalization; "
+                                       "it has no inference-mode equivalent",
+                                       n.label(), i));
+  for (const auto& o : g.outputs)
+    if (removed.count(o.name))
+      throw InvalidModel(fmt::format("graph output '{}' is a running statistic of a training-mode "
+                                     "BatchNormalization; it has no inference-mode equivalent", o.name));
+  g.value_info.erase(std::remove_if(g.value_info.begin(), g.value_info.end(),
+                                    [&](const ValueInfo& v) { return removed.count(v.name) != 0; }),
+                     g.value_info.end());
+}
+
+const Node* first_non_standard_node(const Graph& g) {
+  for (const Node& n : g.nodes)
+    if (!n.domain.empty() && n.domain != "ai.onnx") return &n;
+  return nullptr;
+}
+
+}  // namespace kiln::training

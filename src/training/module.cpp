@@ -1,0 +1,310 @@
+// Module: runs the training model (forward, loss, gradients) or the eval model over the parameters
+// of a CheckpointState. Parameters are graph inputs fed from the state without copies; gradient
+// outputs are added to the parameters' accumulated gradients (or replace them after
+// lazy_reset_grad), and updated BatchNormalization statistics are written back to the state.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "kiln/error.h"
+#include "kiln/onnx_io.h"
+#include "kiln/training.h"
+#include "training/graph_edit.h"
+#include "training/tensor_math.h"
+
+namespace kiln::training {
+
+namespace {
+
+// What Module needs to know about one of its models.
+struct BoundModel {
+  std::string path;
+  std::string role;  // "training model", "eval model"
+  std::unique_ptr<Session> session;
+  std::vector<std::string> user_inputs, user_outputs, params;
+  std::vector<std::pair<std::string, std::string>> grads;    // parameter -> gradient output
+  std::vector<std::pair<std::string, std::string>> updates;  // parameter -> updated-value output
+  std::vector<std::string> fetch;                            // every output a run asks for
+
+  std::string where() const { return fmt::format("{} '{}'", role, path); }
+};
+
+std::vector<std::string> declared_parameters(const Model& m, const CheckpointState& state, const std::string& where) {
+  std::set<std::string> inputs;
+  for (const auto& v : m.graph.inputs) inputs.insert(v.name);
+  std::vector<std::string> params;
+  auto it = m.metadata.find("kiln.parameters");
+  if (it != m.metadata.end()) {
+    nlohmann::json list;
+    try {
+      list = nlohmann::json::parse(it->second);
+    } catch (const std::exception& e) {
+      throw InvalidModel(fmt::format("{}: metadata 'kiln.parameters' is not JSON: {}", where, e.what()));
+    }
+    if (!list.is_array()) throw InvalidModel(fmt::format("{}: metadata 'kiln.parameters' is not a list", where));
+    for (const auto& name : list) {
+      if (!name.is_string()) throw InvalidModel(fmt::format("{}: metadata 'kiln.parameters' is not a list of names", where));
+      const std::string n = name.get<std::string>();
+      if (!inputs.count(n))
+        throw InvalidModel(fmt::format("{}: parameter '{}' listed in its metadata is not a graph input", where, n));
+      if (!state.parameters().count(n))
+        throw KeyError(fmt::format("{} takes parameter '{}', which the checkpoint does not have (is the checkpoint "
+                                   "of another model?)", where, n));
+      params.push_back(n);
+    }
+    return params;
+  }
+  for (const auto& v : m.graph.inputs)  // a model not made by Kiln: parameters are inputs the state has
+    if (state.parameters().count(v.name)) params.push_back(v.name);
+  return params;
+}
+
+void check_parameter(const ValueInfo& v, const Parameter& p, const std::string& where) {
+  bool same = v.has_type && v.dtype == p.dtype() && v.dims.size() == p.shape().size();
+  for (size_t i = 0; same && i < v.dims.size(); ++i)
+    same = v.dims[i].value < 0 || v.dims[i].value == p.shape()[i];
+  if (same) return;
+  const std::string held = fmt::format("{}{}", dtype_name(p.dtype()), kiln::to_string(p.shape()));
+  const std::string msg = fmt::format("parameter '{}': the checkpoint holds {} but the {} takes {} (is the checkpoint "
+                                      "of another model?)", p.name(), held, where, v.describe());
+  if (v.has_type && v.dtype != p.dtype()) throw TypeError(msg);
+  throw ShapeError(msg);
+}
+
+BoundModel bind_model(const std::string& path, const std::string& role, CheckpointState& state, bool training,
+                const SessionOptions& options) {
+  BoundModel b;
+  b.path = path;
+  b.role = role;
+  Model m = load_model(path);
+  const std::string where = b.where();
+  b.params = declared_parameters(m, state, where);
+  const std::set<std::string> params(b.params.begin(), b.params.end());
+  for (const auto& v : m.graph.inputs) {
+    if (params.count(v.name)) check_parameter(v, state.parameter(v.name), where);
+    else b.user_inputs.push_back(v.name);
+  }
+  std::set<std::string> outputs;
+  for (const auto& v : m.graph.outputs) outputs.insert(v.name);
+  std::set<std::string> special;
+  if (training) {
+    size_t trainable = 0;
+    for (const auto& p : b.params) {
+      if (!state.parameter(p).requires_grad()) continue;
+      ++trainable;
+      const std::string g = p + "_grad";
+      if (!outputs.count(g))
+        throw InvalidModel(fmt::format("{} has no gradient output '{}' for trainable parameter '{}'{}", where, g, p,
+                                       trainable == 1 ? " (is it a training model? generate one with kiln artifacts)"
+                                                      : ""));
+      b.grads.emplace_back(p, g);
+      special.insert(g);
+    }
+    if (b.grads.empty())
+      throw InvalidModel(fmt::format("{} computes no gradients: none of its parameters is trainable", where));
+    for (const auto& p : b.params)
+      if (outputs.count(p + ".updated")) {
+        b.updates.emplace_back(p, p + ".updated");
+        special.insert(p + ".updated");
+      }
+  }
+  for (const auto& v : m.graph.outputs)
+    if (!special.count(v.name)) b.user_outputs.push_back(v.name);
+  b.fetch = b.user_outputs;
+  for (const auto& [p, g] : b.grads) b.fetch.push_back(g);
+  for (const auto& [p, u] : b.updates) b.fetch.push_back(u);
+  b.session = std::make_unique<Session>(std::move(m), options);
+  return b;
+}
+
+}  // namespace
+
+struct Module::Graphs {
+  BoundModel train;
+  std::optional<BoundModel> eval;
+};
+
+Module::Module(const std::string& train_model_path, CheckpointState& state,
+               const std::optional<std::string>& eval_model_path, const std::string& device, SessionOptions options)
+    : state_(state), options_(options), graphs_(std::make_unique<Graphs>()) {
+  if (device != "cpu")
+    throw Unsupported(fmt::format("device '{}': Kiln trains on 'cpu' only for now", device));
+  graphs_->train = bind_model(train_model_path, "training model", state, true, options);
+  if (eval_model_path) graphs_->eval = bind_model(*eval_model_path, "eval model", state, false, options);
+  for (const auto& p : graphs_->train.params)
+    if (state.parameter(p).requires_grad()) param_names_.push_back(p);
+  for (const auto& p : graphs_->train.params)
+    if (!state.parameter(p).requires_grad()) param_names_.push_back(p);
+}
+
+Module::~Module() = default;
+
+std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs) {
+  if (training_) return run(*graphs_->train.session, graphs_->train.user_inputs, graphs_->train.user_outputs, inputs, true);
+  if (!graphs_->eval) throw InvalidArgument("the Module is in eval mode but was built without an eval model");
+  return run(*graphs_->eval->session, graphs_->eval->user_inputs, graphs_->eval->user_outputs, inputs, false);
+}
+
+std::vector<Tensor> Module::run(Session& session, const std::vector<std::string>& input_names,
+                                const std::vector<std::string>& output_names, const std::vector<Tensor>& inputs,
+                                bool training) {
+  const BoundModel& b = training ? graphs_->train : *graphs_->eval;
+  if (inputs.size() != input_names.size()) {
+    std::string names;
+    for (const auto& n : input_names) names += (names.empty() ? "" : ", ") + n;
+    throw InvalidArgument(fmt::format("the {} takes {} inputs ({}), but {} were given", b.where(), input_names.size(),
+                                      names, inputs.size()));
+  }
+  std::map<std::string, Tensor> feeds;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) throw InvalidArgument(fmt::format("input '{}' is an empty tensor", input_names[i]));
+    feeds[input_names[i]] = inputs[i];
+  }
+  for (const auto& p : b.params) {
+    const Parameter& param = state_.parameter(p);
+    if (!param.has_data())
+      throw InvalidArgument(fmt::format("parameter '{}' has no data: the checkpoint is nominal; copy the parameters "
+                                        "in with copy_buffer_to_parameters before running the {}", p, b.role));
+    feeds[p] = param.data();
+  }
+  std::map<std::string, Tensor> out;
+  try {
+    out = session.run(feeds, b.fetch);
+  } catch (Error& e) {
+    e.add_context(fmt::format("{}: ", b.where()));
+    throw;
+  }
+  if (training) {
+    for (const auto& [p, g] : b.grads) {
+      Tensor& grad = state_.parameter(p).grad();
+      Tensor& value = out.at(g);
+      if (reset_grad_ || !grad.defined()) grad = std::move(value);
+      else add_into(grad, value);
+    }
+    reset_grad_ = false;
+    for (const auto& [p, u] : b.updates) state_.parameter(p).data().copy_from(out.at(u));
+  }
+  std::vector<Tensor> result;
+  for (const auto& name : output_names) result.push_back(std::move(out.at(name)));
+  return result;
+}
+
+int64_t Module::get_parameters_size(bool trainable_only) const {
+  int64_t n = 0;
+  for (const auto& p : param_names_) {
+    const Parameter& param = state_.parameter(p);
+    if (!trainable_only || param.requires_grad()) n += numel(param.shape());
+  }
+  return n;
+}
+
+Tensor Module::get_contiguous_parameters(bool trainable_only) const {
+  Tensor flat = Tensor::empty(DType::Float32, {get_parameters_size(trainable_only)});
+  int64_t offset = 0;
+  for (const auto& p : param_names_) {
+    const Parameter& param = state_.parameter(p);
+    if (trainable_only && !param.requires_grad()) continue;
+    if (param.dtype() != DType::Float32)
+      throw TypeError(fmt::format("get_contiguous_parameters: parameter '{}' is {}; only float32 parameters can be "
+                                  "flattened into one buffer", p, dtype_name(param.dtype())));
+    const Tensor& data = param.data();
+    Tensor::wrap(flat.data<float>() + offset, DType::Float32, param.shape()).copy_from(data);
+    offset += data.numel();
+  }
+  return flat;
+}
+
+void Module::copy_buffer_to_parameters(const Tensor& buffer, bool trainable_only) {
+  const int64_t size = get_parameters_size(trainable_only);
+  if (buffer.dtype() != DType::Float32)
+    throw TypeError(fmt::format("copy_buffer_to_parameters: the buffer is {}; expected float32", buffer.describe()));
+  if (buffer.numel() != size)
+    throw ShapeError(fmt::format("copy_buffer_to_parameters: the buffer has {} elements but the {} parameters have {}",
+                                 buffer.numel(), trainable_only ? "trainable" : "", size));
+  const Tensor flat = buffer.contiguous();
+  int64_t offset = 0;
+  for (const auto& p : param_names_) {
+    Parameter& param = state_.parameter(p);
+    if (trainable_only && !param.requires_grad()) continue;
+    if (param.dtype() != DType::Float32)
+      throw TypeError(fmt::format("copy_buffer_to_parameters: parameter '{}' is {}; only float32 parameters can be "
+                                  "filled from one buffer", p, dtype_name(param.dtype())));
+    const float* src = flat.data<float>() + offset;
+    param.set_data(Tensor::wrap(const_cast<float*>(src), DType::Float32, param.shape()));
+    offset += numel(param.shape());
+  }
+}
+
+std::vector<std::string> Module::input_names(bool training) const {
+  if (training) return graphs_->train.user_inputs;
+  if (!graphs_->eval) throw InvalidArgument("input_names(training=false): the Module has no eval model");
+  return graphs_->eval->user_inputs;
+}
+
+std::vector<std::string> Module::output_names(bool training) const {
+  if (training) return graphs_->train.user_outputs;
+  if (!graphs_->eval) throw InvalidArgument("output_names(training=false): the Module has no eval model");
+  return graphs_->eval->user_outputs;
+}
+
+void Module::export_model_for_inferencing(const std::string& path,
+                                          const std::vector<std::string>& graph_output_names) const {
+  if (!graphs_->eval)
+    throw InvalidArgument("export_model_for_inferencing needs the eval model: construct the Module with eval_model_path");
+  if (graph_output_names.empty()) throw InvalidArgument("export_model_for_inferencing: no output names given");
+  const BoundModel& e = *graphs_->eval;
+  Model m = e.session->model();
+  Graph& g = m.graph;
+  std::set<std::string> values;
+  for (const auto& v : g.inputs) values.insert(v.name);
+  for (const auto& [n, t] : g.initializers) values.insert(n);
+  for (const Node& n : g.nodes) values.insert(n.outputs.begin(), n.outputs.end());
+  std::vector<ValueInfo> outputs;
+  for (const auto& name : graph_output_names) {
+    if (!values.count(name))
+      throw InvalidArgument(fmt::format("export_model_for_inferencing: '{}' is not a value of the eval model '{}'",
+                                        name, e.path));
+    ValueInfo v;
+    v.name = name;
+    if (const ValueInfo* d = find_declared(g, name)) v = *d;
+    outputs.push_back(v);
+  }
+  g.outputs = outputs;
+  // Parameters become initializers holding their current values.
+  const std::set<std::string> params(e.params.begin(), e.params.end());
+  std::vector<ValueInfo> inputs;
+  for (const auto& v : g.inputs) {
+    if (!params.count(v.name)) {
+      inputs.push_back(v);
+      continue;
+    }
+    const Parameter& p = state_.parameter(v.name);
+    if (!p.has_data())
+      throw InvalidArgument(fmt::format("export_model_for_inferencing: parameter '{}' has no data (nominal checkpoint)",
+                                        v.name));
+    g.initializers[v.name] = p.data().clone();
+  }
+  g.inputs = inputs;
+  to_inference_mode(g);
+  prune(g);
+  if (const Node* n = first_non_standard_node(g))
+    throw Unsupported(fmt::format("export_model_for_inferencing: {} of domain '{}' is not a standard ONNX op",
+                                  n->label(), n->domain));
+  for (auto it = m.metadata.begin(); it != m.metadata.end();)
+    it = it->first.rfind("kiln.", 0) == 0 ? m.metadata.erase(it) : std::next(it);
+  m.opsets.erase("ai.kiln");
+  g.name = "inference";
+  infer_shapes(m);
+  for (ValueInfo& v : g.outputs) {
+    if (v.has_type) continue;
+    for (const auto& vi : g.value_info)
+      if (vi.name == v.name) v = vi;
+    if (!v.has_type)
+      throw Unsupported(fmt::format("export_model_for_inferencing: the type of output '{}' cannot be inferred", v.name));
+  }
+  save_model(m, path);
+}
+
+}  // namespace kiln::training

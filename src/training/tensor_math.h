@@ -1,0 +1,11 @@
+// Small in-place tensor arithmetic the training loop needs outside any graph.
+#pragma once
+
+#include "kiln/tensor.h"
+
+namespace kiln::training {
+
+// dst += src (same dtype and shape; float32 or float64). Accumulates gradients across calls.
+void add_into(Tensor& dst, const Tensor& src);
+
+}  // namespace kiln::training
