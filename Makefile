@@ -34,6 +34,7 @@ conformance: build
 bench: build
 	-/usr/bin/python3 bench/forward.py --build-dir $(BUILD)
 	/usr/bin/python3 bench/train_step.py --build-dir $(BUILD)
+	/usr/bin/python3 bench/train_full_step.py --build-dir $(BUILD)
 
 clean:
 	rm -rf build build-debug build-asan
