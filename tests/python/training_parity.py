@@ -106,10 +106,13 @@ def perturb_batchnorm_stats(module, seed=12):
 def export_forward(module, feeds, path, output_names=("output",), train=False):
     """Exports `module(*feeds)` with opset 17 and do_constant_folding=False (initializers keep their
     state_dict names). `train`: BatchNormalization with training_mode=1 and Dropout in training
-    mode (TrainingMode.TRAINING); otherwise the module is exported in eval mode, which for the
+    mode (TrainingMode.TRAINING); otherwise the module is exported in eval mode (frozen BatchNorm), which for the
     dropout-free models here is the training math. Autograd stays on during the export, which keeps
     nn.TransformerEncoderLayer off its inference fast path (torch 1.13 cannot export it)."""
-    mode = torch.onnx.TrainingMode.TRAINING if train else torch.onnx.TrainingMode.EVAL
+    # Not TrainingMode.EVAL: the exporter would fold BatchNorm into the preceding Conv, and the
+    # BatchNorm parameters would be no initializers of their own. PRESERVE with the module in eval
+    # mode keeps BatchNormalization (training_mode=0) with its parameters.
+    mode = torch.onnx.TrainingMode.TRAINING if train else torch.onnx.TrainingMode.PRESERVE
     module.train(train)
     args = tuple(torch.from_numpy(v) for v in feeds.values())
     with torch.enable_grad(), warnings.catch_warnings():
