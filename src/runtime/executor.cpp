@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "core/scratch.h"
 #include "runtime/execution_plan.h"
 
 namespace kiln {
@@ -40,6 +41,7 @@ void run_dynamic_step(PlanStep& step, const Node& node, std::vector<Tensor>& liv
     live[static_cast<size_t>(step.outputs[0])] = cctx.inputs[0]->reshape(metas[0].shape);
     return;
   }
+  ScratchScope scope;
   step.kernel->compute(cctx);
 }
 
@@ -81,7 +83,10 @@ std::map<std::string, Tensor> execute_plan(ExecutionPlan& plan, const Model& mod
       for (int in : step.inputs) ctx.inputs.push_back(in < 0 ? nullptr : &live[static_cast<size_t>(in)]);
       ctx.outputs.reserve(step.outputs.size());
       for (int out : step.outputs) ctx.outputs.push_back(&live[static_cast<size_t>(out)]);
-      step.kernel->compute(ctx);
+      {
+        ScratchScope scope;
+        step.kernel->compute(ctx);
+      }
       if (profile) {
         OpProfile& p = (*profile)[node.domain.empty() ? node.op_type : node.domain + "." + node.op_type];
         p.op_type = node.domain.empty() ? node.op_type : node.domain + "." + node.op_type;

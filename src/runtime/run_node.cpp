@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include "core/scratch.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
@@ -31,6 +32,7 @@ std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs
     ComputeContext cctx{node, {}, {}};
     for (const Tensor& t : packed) cctx.inputs.push_back(t.defined() ? &t : nullptr);
     for (Tensor& t : outs) cctx.outputs.push_back(&t);
+    ScratchScope scratch;
     kernel->compute(cctx);
     return outs;
   } catch (Error& e) {

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include "core/scratch.h"
+
 namespace kiln::dnnl_util {
 
 dnnl::engine& engine() {
@@ -67,7 +69,6 @@ Operand operand(const dnnl::memory::desc& plain, const dnnl::memory::desc& inner
   Operand o{plain, inner, {}, {}, {}};
   if (!o.reordered()) return o;
   dnnl::engine& eng = engine();
-  o.buffer = dnnl::memory(inner, eng);
   if (is_output)
     o.to_plain = dnnl::reorder(dnnl::reorder::primitive_desc(eng, inner, eng, plain));
   else
@@ -80,12 +81,18 @@ void bind(int arg, const Operand& o, const Tensor& t, std::unordered_map<int, dn
     args[arg] = memory_of(o.plain, t);
     return;
   }
+  o.buffer = dnnl::memory(o.inner, engine(), scratch_take(o.inner.get_size()));
   execute(o.to_inner, {{DNNL_ARG_FROM, memory_of(o.plain, t)}, {DNNL_ARG_TO, o.buffer}}, "reorder of an input");
   args[arg] = o.buffer;
 }
 
 void bind_output(int arg, const Operand& o, Tensor& t, std::unordered_map<int, dnnl::memory>& args) {
-  args[arg] = o.reordered() ? o.buffer : memory_of(o.plain, t);
+  if (!o.reordered()) {
+    args[arg] = memory_of(o.plain, t);
+    return;
+  }
+  o.buffer = dnnl::memory(o.inner, engine(), scratch_take(o.inner.get_size()));
+  args[arg] = o.buffer;
 }
 
 void finish_output(const Operand& o, Tensor& t, const std::string& what) {

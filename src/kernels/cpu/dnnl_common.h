@@ -63,10 +63,12 @@ dnnl::memory::dims to_dims(const std::vector<int64_t>& v);
 
 // An operand of a primitive that picked its own (blocked) layout: the plain layout Kiln's tensors
 // have, the layout the primitive wants, and the reorder between them with its buffer.
+// The inner-layout buffer lives in per-call scratch memory (core/scratch.h), taken when the
+// operand is bound, so that a plan's kernels share one buffer instead of holding one each.
 struct Operand {
   dnnl::memory::desc plain, inner;
   dnnl::reorder to_inner, to_plain;
-  dnnl::memory buffer;  // the inner-layout buffer (owned by oneDNN) when a reorder is needed
+  mutable dnnl::memory buffer;  // the inner-layout buffer of the current call, when reordered
   bool reordered() const { return plain != inner; }
 };
 Operand operand(const dnnl::memory::desc& plain, const dnnl::memory::desc& inner, bool is_output);
