@@ -104,6 +104,9 @@ struct Optimizer::Impl {
         if (t.defined() && (t.dtype() != p.dtype() || t.shape() != p.shape()))
           throw ShapeError(fmt::format("optimizer state '{}' of parameter '{}' is {} but the parameter is {}{}", name,
                                        b.param, t.describe(), dtype_name(p.dtype()), kiln::to_string(p.shape())));
+        // Zeros now, so that the state can be saved before the first step (as torch's would be
+        // empty); a nominal parameter gets its slots at the first step, when it has data.
+        if (!t.defined() && p.has_data()) slot(name, b.param) = Tensor::zeros(p.dtype(), p.shape());
       }
   }
 

@@ -12,7 +12,6 @@ The package is imported from the repository's python/ folder as `kiln.training.o
 implicit namespace package until python/kiln/__init__.py exists).
 """
 import json
-import sys
 
 import numpy as np
 import onnx
@@ -21,9 +20,10 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from kiln_cli import REPO, run_kiln
+from kiln_cli import run_kiln
+from kiln_package import import_kiln
 
-sys.path.insert(0, str(REPO / "python"))
+import_kiln()  # the package as built (build/python), as every test of the package imports it
 from kiln.training import onnxblock  # noqa: E402
 
 RTOL = 1e-6

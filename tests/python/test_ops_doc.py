@@ -2,7 +2,6 @@
 kernel without `make conformance` (which regenerates the page) fails here."""
 import json
 import re
-from pathlib import Path
 
 from kiln_cli import REPO, run_kiln
 

@@ -1,0 +1,68 @@
+// kiln._kiln.Session: runs a model from Python (the ONNX backend and inference users).
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "bindings.h"
+#include "kiln/error.h"
+#include "kiln/onnx_io.h"
+#include "kiln/session.h"
+#include "numpy_tensor.h"
+
+namespace kiln::python {
+
+namespace {
+
+Model load_any(const py::object& model) {
+  if (py::isinstance<py::bytes>(model)) {
+    const std::string bytes = model.cast<std::string>();
+    py::gil_scoped_release release;
+    return load_model_from_bytes(bytes);
+  }
+  const std::string path = py::str(py::module_::import("os").attr("fspath")(model));
+  py::gil_scoped_release release;
+  return load_model(path);
+}
+
+std::vector<std::string> names(const std::vector<ValueInfo>& vs) {
+  std::vector<std::string> n;
+  for (const auto& v : vs) n.push_back(v.name);
+  return n;
+}
+
+}  // namespace
+
+void register_session(py::module_& m) {
+  py::class_<Session, std::shared_ptr<Session>>(m, "Session")
+      .def(py::init([](const py::object& model, int num_threads) {
+             SessionOptions o;
+             o.num_threads = num_threads;
+             return std::make_shared<Session>(load_any(model), o);
+           }),
+           py::arg("model"), py::arg("num_threads") = 0)
+      .def_property_readonly("input_names", [](const Session& s) { return names(s.inputs()); })
+      .def_property_readonly("output_names", [](const Session& s) { return names(s.outputs()); })
+      .def(
+          "run",
+          [](Session& s, const py::dict& feeds, const std::optional<std::vector<std::string>>& outputs) {
+            std::map<std::string, Tensor> in;
+            std::vector<py::object> keep(feeds.size());
+            size_t i = 0;
+            for (const auto& [k, v] : feeds) {
+              const std::string name = py::str(k);
+              in[name] = borrow_array(v, "input '" + name + "'", keep[i++]);
+            }
+            const std::vector<std::string> wanted = outputs ? *outputs : names(s.outputs());
+            std::map<std::string, Tensor> out;
+            {
+              py::gil_scoped_release release;
+              out = s.run(in, wanted);
+            }
+            py::dict result;  // in the order asked for (graph output order by default)
+            for (const auto& name : wanted) result[py::str(name)] = to_array(out.at(name));
+            return result;
+          },
+          py::arg("feeds"), py::arg("output_names") = py::none());
+}
+
+}  // namespace kiln::python
