@@ -64,6 +64,7 @@ struct ComputeContext {
   const Node& node;
   std::vector<const Tensor*> inputs;  // nullptr for omitted optional inputs
   std::vector<Tensor*> outputs;       // planned buffers (undefined for omitted outputs)
+  uint64_t run_index = 0;             // which run of its Session this is: random draws key on it
 
   const Tensor& input(size_t i) const;
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }

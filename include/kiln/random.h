@@ -6,9 +6,9 @@
 //                                     //   from its `seed` attribute if it has one, else from
 //                                     //   derive_seed(random_seed(), node name)
 //
-// Each consumer owns a generator seeded once (a kernel: when the Session creates it) and draws
-// successive values from it, so successive runs of a Session give different masks while two
-// Sessions created under the same seed give the same sequence.
+// A kernel's draws in a run come from derive_seed(its seed, the Session's run index): successive
+// runs of a Session give different masks, two Sessions created under the same seed give the same
+// sequence, and Session::set_run_count replays a sequence from any point (exact resume).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,9 @@ uint64_t random_seed();
 // A seed for one consumer (a node, a data loader) from a base seed and the consumer's name:
 // distinct names give independent streams, the same pair always the same seed (splitmix64 mixing).
 uint64_t derive_seed(uint64_t base, std::string_view stream);
+// The seed of draw `index` of a stream (a kernel's run `index`): counter-based, so a run can be
+// replayed from its index alone (exact resume needs no generator state).
+uint64_t derive_seed(uint64_t base, uint64_t index);
 
 // A double uniform in [0, 1) from 53 bits of one draw: the same on every platform and standard
 // library (std::uniform_real_distribution is not specified bit for bit).

@@ -69,6 +69,10 @@ class Session {
   std::map<std::string, TensorMeta> value_metas(const std::map<std::string, Tensor>& feeds);
   // Per-op-type kernel time accumulated since construction (empty unless options.profile).
   std::vector<OpProfile> profile() const;
+  // Runs so far. Random kernels (Dropout) key their draws on the run index, so setting the count
+  // back (a resumed training run) replays the same masks.
+  uint64_t run_count() const { return runs_; }
+  void set_run_count(uint64_t runs) { runs_ = runs; }
 
  private:
   ExecutionPlan& plan_for(const std::map<std::string, Tensor>& feeds);
@@ -78,6 +82,7 @@ class Session {
   std::map<std::string, std::unique_ptr<ExecutionPlan>> plans_;
   ExecutionPlan* last_plan_ = nullptr;
   std::map<std::string, OpProfile> profile_;
+  uint64_t runs_ = 0;
 };
 
 }  // namespace kiln

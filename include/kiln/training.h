@@ -74,6 +74,11 @@ class Module {
   std::vector<std::string> input_names(bool training = true) const;
   std::vector<std::string> output_names(bool training = true) const;
 
+  // Training calls so far. Dropout masks are keyed on it, so a resumed run that sets it back
+  // (with its parameters and optimizer state) draws the masks the interrupted run would have.
+  uint64_t training_run_count() const;
+  void set_training_run_count(uint64_t runs);
+
   // Names of the parameters the training model takes, trainable ones first, in model order.
   const std::vector<std::string>& parameter_names() const { return param_names_; }
   CheckpointState& state() { return state_; }

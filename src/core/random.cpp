@@ -26,4 +26,6 @@ uint64_t derive_seed(uint64_t base, std::string_view stream) {
   return h;
 }
 
+uint64_t derive_seed(uint64_t base, uint64_t index) { return mix(mix(base) ^ mix(index + 0x5851f42d4c957f2dULL)); }
+
 }  // namespace kiln

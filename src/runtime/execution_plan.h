@@ -61,6 +61,7 @@ std::unique_ptr<ExecutionPlan> build_plan(const Model& model, const std::vector<
 std::map<std::string, Tensor> execute_plan(ExecutionPlan& plan, const Model& model,
                                            const std::map<std::string, Tensor>& feeds,
                                            const std::vector<std::string>& outputs,
-                                           std::map<std::string, OpProfile>* profile = nullptr);
+                                           std::map<std::string, OpProfile>* profile = nullptr,
+                                           uint64_t run_index = 0);
 
 }  // namespace kiln

@@ -11,7 +11,7 @@ namespace kiln {
 
 namespace {
 
-void run_dynamic_step(PlanStep& step, const Node& node, std::vector<Tensor>& live) {
+void run_dynamic_step(PlanStep& step, const Node& node, std::vector<Tensor>& live, uint64_t run_index) {
   InferContext ictx{node, step.opset, {}};
   for (int in : step.inputs) {
     if (in < 0) {
@@ -24,7 +24,7 @@ void run_dynamic_step(PlanStep& step, const Node& node, std::vector<Tensor>& liv
   }
   std::vector<TensorMeta> metas = step.kernel->infer(ictx);
   step.kernel->prepare(ictx, metas);
-  ComputeContext cctx{node, {}, {}};
+  ComputeContext cctx{node, {}, {}, run_index};
   for (int in : step.inputs) cctx.inputs.push_back(in < 0 ? nullptr : &live[static_cast<size_t>(in)]);
   std::vector<Tensor> scratch(metas.size());
   for (size_t i = 0; i < metas.size(); ++i) {
@@ -50,7 +50,7 @@ void run_dynamic_step(PlanStep& step, const Node& node, std::vector<Tensor>& liv
 std::map<std::string, Tensor> execute_plan(ExecutionPlan& plan, const Model& model,
                                            const std::map<std::string, Tensor>& feeds,
                                            const std::vector<std::string>& outputs,
-                                           std::map<std::string, OpProfile>* profile) {
+                                           std::map<std::string, OpProfile>* profile, uint64_t run_index) {
   std::vector<Tensor> live(plan.values.size());
   for (size_t i = 0; i < plan.values.size(); ++i) {
     const PlannedValue& v = plan.values[i];
@@ -70,7 +70,7 @@ std::map<std::string, Tensor> execute_plan(ExecutionPlan& plan, const Model& mod
     const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     try {
       if (step.dynamic) {
-        run_dynamic_step(step, node, live);
+        run_dynamic_step(step, node, live, run_index);
         continue;
       }
       if (step.alias_only) {
@@ -78,7 +78,7 @@ std::map<std::string, Tensor> execute_plan(ExecutionPlan& plan, const Model& mod
         live[out] = live[static_cast<size_t>(step.inputs[0])].reshape(plan.values[out].meta.shape);
         continue;
       }
-      ComputeContext ctx{node, {}, {}};
+      ComputeContext ctx{node, {}, {}, run_index};
       ctx.inputs.reserve(step.inputs.size());
       for (int in : step.inputs) ctx.inputs.push_back(in < 0 ? nullptr : &live[static_cast<size_t>(in)]);
       ctx.outputs.reserve(step.outputs.size());

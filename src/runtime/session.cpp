@@ -102,7 +102,7 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
     if (!known.count(name))
       throw InvalidArgument(fmt::format("'{}' is not an output of the model", name));
   ExecutionPlan& plan = plan_for(feeds);
-  return execute_plan(plan, model_, feeds, wanted, options_.profile ? &profile_ : nullptr);
+  return execute_plan(plan, model_, feeds, wanted, options_.profile ? &profile_ : nullptr, runs_++);
 }
 
 std::vector<OpProfile> Session::profile() const {

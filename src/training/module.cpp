@@ -191,6 +191,9 @@ std::vector<Tensor> Module::run(Session& session, const std::vector<std::string>
   return result;
 }
 
+uint64_t Module::training_run_count() const { return graphs_->train.session->run_count(); }
+void Module::set_training_run_count(uint64_t runs) { graphs_->train.session->set_run_count(runs); }
+
 int64_t Module::get_parameters_size(bool trainable_only) const {
   int64_t n = 0;
   for (const auto& p : param_names_) {

@@ -93,19 +93,22 @@ TEST(Dropout, SameSeedSameMaskDifferentSeedDifferentMask) {
   set_random_seed(0);
 }
 
-TEST(Dropout, SuccessiveRunsOfOneKernelDrawNewMasks) {
+// A run's mask depends on the run index alone: runs 0, 1 differ, and run 0 again replays run 0's
+// mask (what an exactly resumed training run needs).
+TEST(Dropout, EachRunIndexDrawsItsOwnMaskAndReplaysIt) {
   Node n = dropout(3, 2);
   auto kernel = KernelRegistry::global().resolve("", "Dropout", 13, DType::Float64).create(n);
   const Tensor x = ramp(128);
   const Tensor ratio = Tensor::scalar<double>(0.5), train = Tensor::scalar<bool>(true);
   std::vector<std::vector<bool>> masks;
-  for (int run = 0; run < 2; ++run) {
+  for (uint64_t run : {0, 1, 0}) {
     Tensor y = Tensor::empty(DType::Float64, x.shape()), m = Tensor::empty(DType::Bool, x.shape());
-    ComputeContext ctx{n, {&x, &ratio, &train}, {&y, &m}};
+    ComputeContext ctx{n, {&x, &ratio, &train}, {&y, &m}, run};
     kernel->compute(ctx);
     masks.emplace_back(m.data<bool>(), m.data<bool>() + m.numel());
   }
   EXPECT_NE(masks[0], masks[1]);
+  EXPECT_EQ(masks[0], masks[2]);
   EXPECT_FALSE(kernel->foldable());
 }
 

@@ -1,10 +1,11 @@
 // Dropout. Inference (the default, and every opset before 12): the output is the input and the
 // optional mask is all true. Training (opset 12+, training_mode=true, ratio > 0): each element is
 // kept with probability 1 - ratio, Y = X * mask / (1 - ratio), and the mask output says which were
-// kept. Masks come from a per-kernel std::mt19937_64 seeded once, when the Session creates the
-// kernel, from the node's `seed` attribute if it has one, else from derive_seed(random_seed(),
-// node name) (kiln/random.h): the same seed gives the same sequence of masks, and successive runs
-// draw successive masks. ratio = 0 is the identity in both modes, as the spec says.
+// kept. The kernel's seed comes from the node's `seed` attribute if it has one, else from
+// derive_seed(random_seed(), node name) (kiln/random.h); a run's mask is drawn from
+// derive_seed(seed, the Session's run index): the same seed gives the same sequence of masks,
+// successive runs draw different masks, and a resumed run (Session::set_run_count) draws the masks
+// the interrupted one would have. ratio = 0 is the identity in both modes, as the spec says.
 //
 // ai.kiln.DropoutGrad(dY, mask, ratio, training_mode) -> dX reuses the forward's mask, so the
 // gradient sees exactly the elements the forward kept (see autodiff/dropout.cpp).
@@ -58,8 +59,8 @@ class DropoutKernel : public Kernel {
  public:
   explicit DropoutKernel(const Node& n)
       : Kernel(n),
-        rng_(n.has_attr("seed") ? derive_seed(static_cast<uint64_t>(n.attr_int("seed")), "Dropout.seed")
-                                : derive_seed(random_seed(), n.name)) {}
+        seed_(n.has_attr("seed") ? derive_seed(static_cast<uint64_t>(n.attr_int("seed")), "Dropout.seed")
+                                 : derive_seed(random_seed(), n.name)) {}
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& in = ctx.input(0);
@@ -84,14 +85,14 @@ class DropoutKernel : public Kernel {
     }
     // The draws are serial so that the masks do not depend on the thread count.
     const double keep_scale = 1.0 / (1.0 - ratio);
-    std::vector<bool> own_mask;
+    std::mt19937_64 rng(derive_seed(seed_, ctx.run_index));
     visit_float(in.dtype(), "Dropout", [&](auto tag) {
       using T = decltype(tag);
       const T* x = in.data<T>();
       T* y = out.data<T>();
       bool* m = mask ? mask->data<bool>() : nullptr;
       for (int64_t i = 0; i < in.numel(); ++i) {
-        const bool keep = uniform01(rng_) >= ratio;
+        const bool keep = uniform01(rng) >= ratio;
         y[i] = keep ? from_double<T>(to_double(x[i]) * keep_scale) : from_double<T>(0.0);
         if (m) m[i] = keep;
       }
@@ -112,7 +113,7 @@ class DropoutKernel : public Kernel {
     });
   }
 
-  std::mt19937_64 rng_;
+  uint64_t seed_;  // the node's; a run's draws come from derive_seed(seed_, run index)
 };
 
 // dX = dY * mask / (1 - ratio) in training mode, dY otherwise (the forward was the identity).
