@@ -1,0 +1,221 @@
+// TrainingArguments: the Hugging Face Trainer's configuration, with its names, types, defaults and
+// validation rules (transformers/training_args.py), so that a config written for HF carries over.
+//
+//   using namespace kiln::trainer;
+//   auto args = TrainingArguments::parse_args({"--output_dir", "run", "--learning_rate", "3e-4",
+//                                              "--eval_strategy", "steps", "--eval_steps", "0.1"});
+//   args.per_device_train_batch_size = 32;       // fields are plain data; after editing them,
+//   args.validate();                             // validate() applies HF's rules again
+//   int64_t warmup = args.get_warmup_steps(total_steps);
+//   int64_t eval_every = args.eval_steps_for(total_steps);   // ratios (< 1) resolved: ceil(total * r)
+//   args.save(args.output_dir + "/training_args.json");      // HF's training_args.json (JSON, not pickle)
+//   auto again = TrainingArguments::from_json_file(args.output_dir + "/training_args.json");
+//
+// Versions. Defaults are transformers' current ones (v5 development line); where they changed, the
+// field's comment says from what. Fields HF has since removed or deprecated (overwrite_output_dir,
+// include_tokens_per_second, evaluation_strategy, warmup_ratio, logging_dir, adamw_hf) keep their
+// last HF meaning, so v4 configs load. Fields HF has that Kiln does not (fp16, deepspeed, push_to_hub,
+// ...) are not here: a JSON file naming them is rejected unless allow_extra_keys is set.
+//
+// Every error is an InvalidArgument (a file that cannot be read: IOError) whose message is HF's text
+// where HF has a rule, naming the option and the offending value.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::trainer {
+
+// HF's trainer_utils enums; the enumerator names are HF's string values.
+enum class IntervalStrategy { no, steps, epoch };
+enum class SaveStrategy { no, steps, epoch, best };
+enum class SchedulerType {
+  linear,
+  cosine,
+  cosine_with_restarts,
+  polynomial,
+  constant,
+  constant_with_warmup,
+  inverse_sqrt,
+  reduce_lr_on_plateau
+};
+// The optimizers Kiln implements, by HF's OptimizerNames values. adamw_torch_fused (HF's default
+// from torch 2.8) is accepted so that recent HF configs load; Kiln runs it as adamw_torch (its AdamW
+// is one fused kernel anyway). adamw_hf is HF's own AdamW (removed in v5): AdamW with bias correction.
+enum class OptimizerName { adamw_torch, adamw_torch_fused, adamw_hf, sgd };
+
+// HF's string value of an enumerator ("steps", "cosine_with_restarts", "adamw_torch", ...).
+std::string_view to_string(IntervalStrategy value);
+std::string_view to_string(SaveStrategy value);
+std::string_view to_string(SchedulerType value);
+std::string_view to_string(OptimizerName value);
+// The enumerator named `text`, else InvalidArgument with HF's ExplicitEnum message
+// ("foo is not a valid IntervalStrategy, please select one of ['no', 'steps', 'epoch']") prefixed by
+// `option`. Defined for the four enums above.
+template <class Enum>
+Enum enum_from_string(std::string_view text, std::string_view option);
+
+struct TrainingArguments {
+  // ---- Output --------------------------------------------------------------------------------
+  std::string output_dir = "trainer_output";  // HF: None, meaning "trainer_output" (older: required)
+  bool overwrite_output_dir = false;          // removed in HF v5
+
+  // ---- What to run (for scripts; the Trainer does not read them) ---------------------------
+  bool do_train = false;
+  bool do_eval = false;  // validate() sets it when eval_strategy is not "no"
+  bool do_predict = false;
+  std::optional<std::string> resume_from_checkpoint;
+
+  // ---- Evaluation ----------------------------------------------------------------------------
+  // Also accepted as evaluation_strategy (HF's name before v4.46) on input; written as eval_strategy.
+  IntervalStrategy eval_strategy = IntervalStrategy::no;
+  // Steps between evaluations: an integer, or a ratio of the total steps when < 1. validate() sets
+  // it to logging_steps when eval_strategy is "steps" and it is unset or 0.
+  std::optional<double> eval_steps;
+  double eval_delay = 0;  // epochs or steps (as eval_strategy says) before the first evaluation
+  bool prediction_loss_only = false;
+  int64_t per_device_eval_batch_size = 8;
+  std::optional<int64_t> eval_accumulation_steps;
+
+  // ---- Training length and batches -----------------------------------------------------------
+  int64_t per_device_train_batch_size = 8;
+  int64_t gradient_accumulation_steps = 1;
+  double num_train_epochs = 3.0;  // fractional: the last epoch runs that fraction of its steps
+  int64_t max_steps = -1;         // > 0 overrides num_train_epochs
+
+  // ---- Optimizer -----------------------------------------------------------------------------
+  // HF v5: "adamw_torch", or "adamw_torch_fused" when torch >= 2.8 is installed; Kiln has no
+  // torch, so the rule gives "adamw_torch" (also v4's default).
+  OptimizerName optim = OptimizerName::adamw_torch;
+  double learning_rate = 5e-5;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+  double max_grad_norm = 1.0;  // 0 disables clipping
+  double label_smoothing_factor = 0.0;
+
+  // ---- Learning-rate schedule ----------------------------------------------------------------
+  SchedulerType lr_scheduler_type = SchedulerType::linear;
+  // Extra arguments of the scheduler (see kiln/lr_schedulers.h). HF: None (v4: {}); Kiln keeps an
+  // empty object for "none", so lookups need no null check. On the command line: a JSON string.
+  nlohmann::json lr_scheduler_kwargs = nlohmann::json::object();
+  // An integer number of warmup steps, or a ratio of the total steps when in (0, 1) (HF v5; in v4
+  // an int). See get_warmup_steps.
+  double warmup_steps = 0;
+  // Ratio of the total steps used for warmup when warmup_steps is 0. HF v5: None, deprecated in
+  // favour of a fractional warmup_steps; v4: 0.0, with warmup_steps > 0 overriding it (Kiln's rule).
+  std::optional<double> warmup_ratio;
+
+  // ---- Logging -------------------------------------------------------------------------------
+  // debug, info, warning, error, critical or passive (keep the library's level: warning).
+  std::string log_level = "passive";
+  // TensorBoard folder. HF v5: None (deprecated; TENSORBOARD_LOGGING_DIR instead). Kiln keeps v4's
+  // rule: validate() sets it to <output_dir>/runs/<Mon DD_HH-MM-SS>_<hostname> when unset, as
+  // PyTorch's SummaryWriter does (default_logging_dir()).
+  std::optional<std::string> logging_dir;
+  IntervalStrategy logging_strategy = IntervalStrategy::steps;
+  bool logging_first_step = false;
+  double logging_steps = 500;  // an integer, or a ratio of the total steps when < 1
+  bool logging_nan_inf_filter = true;
+  // Where to report: integration names, "all" (every one Kiln has; the Trainer expands it) or
+  // "none". HF v5 default "none" (v4: "all"); validate() turns ["none"] into [].
+  std::vector<std::string> report_to;
+  std::optional<std::string> run_name;  // HF v5: None (v4 set it to output_dir)
+  // HF's rule: true when the effective log level is above warning (log_level error or critical;
+  // "passive" counts as warning). validate() fills it when unset.
+  std::optional<bool> disable_tqdm;
+  bool include_tokens_per_second = false;  // removed in HF v5
+  // "all", "non_padding" or "no"; true/false are accepted as "all"/"no" (HF v5; v4: a bool).
+  std::string include_num_input_tokens_seen = "no";
+  bool skip_memory_metrics = true;
+
+  // ---- Checkpoints ---------------------------------------------------------------------------
+  SaveStrategy save_strategy = SaveStrategy::steps;
+  double save_steps = 500;  // an integer, or a ratio of the total steps when < 1
+  std::optional<int64_t> save_total_limit;
+  bool save_only_model = false;
+  bool load_best_model_at_end = false;
+  // validate(): "loss" when unset and load_best_model_at_end or reduce_lr_on_plateau is on.
+  std::optional<std::string> metric_for_best_model;
+  // validate(): when unset and a metric is named, true unless the metric's name ends with "loss".
+  std::optional<bool> greater_is_better;
+  bool ignore_data_skip = false;
+
+  // ---- Data and reproducibility --------------------------------------------------------------
+  int64_t seed = 42;
+  std::optional<int64_t> data_seed;  // the samplers' seed; unset: seed
+  bool full_determinism = false;
+  bool dataloader_drop_last = false;
+  int64_t dataloader_num_workers = 0;
+  std::optional<std::vector<std::string>> label_names;
+  bool use_cpu = false;  // Kiln always runs on the CPU; accepted for compatibility
+
+  // ==== Kiln's own (not in Hugging Face) =====================================================
+  // Training stops after this many consecutive optimizer steps with a non-finite loss, naming the
+  // step; the last checkpoint written stays the last good one. 5 tolerates a rare overflow and
+  // stops a diverged run quickly. 0 never stops (HF's behaviour).
+  int64_t nan_inf_patience = 5;
+
+  // ---- Rules and derived values --------------------------------------------------------------
+  // HF's __post_init__: fills the derived defaults (do_eval, eval_steps, metric_for_best_model,
+  // greater_is_better, disable_tqdm, logging_dir, report_to) and checks the combinations, raising
+  // InvalidArgument with HF's message. Idempotent. The parsers call it.
+  void validate();
+
+  // Warmup steps for a run of num_training_steps: warmup_steps when >= 1, ceil(total * warmup_steps)
+  // when it is a ratio in (0, 1), else ceil(total * warmup_ratio) (0 when unset).
+  int64_t get_warmup_steps(int64_t num_training_steps) const;
+  // Batch sizes (one device: HF's per_device_* * max(1, n_gpu) with n_gpu 0).
+  int64_t train_batch_size() const { return per_device_train_batch_size; }
+  int64_t eval_batch_size() const { return per_device_eval_batch_size; }
+  // HF Trainer's rule for logging/eval/save steps: a value < 1 is a ratio, ceil(max_steps * value);
+  // else the value itself. Unset (nullopt): 500, TrainerState's default that HF then keeps.
+  static int64_t resolved_steps(std::optional<double> value, int64_t max_steps);
+  int64_t logging_steps_for(int64_t max_steps) const { return resolved_steps(logging_steps, max_steps); }
+  int64_t eval_steps_for(int64_t max_steps) const { return resolved_steps(eval_steps, max_steps); }
+  int64_t save_steps_for(int64_t max_steps) const { return resolved_steps(save_steps, max_steps); }
+  // The sampler seed: data_seed, else seed.
+  int64_t sampler_seed() const { return data_seed.value_or(seed); }
+
+  // ---- Parsing and serialisation -------------------------------------------------------------
+  // HfArgumentParser over argv (without the program name): `--name value`, `--name=value`, dashes
+  // for underscores (`--learning-rate`); booleans as `--flag` (true) or `--flag VALUE` with VALUE in
+  // yes/no, true/false, t/f, y/n, 1/0 (any case); `--no_flag` for booleans whose default is true;
+  // lists as several values (`--report_to tensorboard mlflow`); lr_scheduler_kwargs as a JSON
+  // object. Repeated options: the last wins. Unknown options (with the values that follow them) and
+  // stray values go to `remaining` when given, else InvalidArgument naming them and suggesting the
+  // closest known option. Bad values: InvalidArgument naming option and value. Ends with validate().
+  static TrainingArguments parse_args(const std::vector<std::string>& argv,
+                                      std::vector<std::string>* remaining = nullptr);
+  // From a JSON object with HF's keys (HfArgumentParser.parse_dict): missing keys keep their
+  // defaults, null means unset for optional fields (and the default elsewhere). Unknown keys are an
+  // InvalidArgument ("Some keys are not used by the HfArgumentParser: [...]") unless
+  // allow_extra_keys. Ends with validate().
+  static TrainingArguments from_json(const nlohmann::json& json, bool allow_extra_keys = false);
+  // Reads and parses a JSON file (HfArgumentParser.parse_json_file); errors name the file.
+  static TrainingArguments from_json_file(const std::string& path, bool allow_extra_keys = false);
+  // Every field under HF's name; unset optionals as null, enums as their strings. Integral
+  // step counts (logging/eval/save/warmup steps, eval_delay) are written as integers, as HF does.
+  // from_json(to_json()) gives back an equal TrainingArguments.
+  nlohmann::json to_json() const;
+  // to_json() indented by 2, as HF's to_json_string.
+  std::string to_json_string() const;
+  // Writes to_json_string() to `path` atomically (the file is old or complete, never torn).
+  void save(const std::string& path) const;
+
+  // Every option name parse_args knows (HF's field names plus evaluation_strategy), sorted.
+  static std::vector<std::string> option_names();
+
+  bool operator==(const TrainingArguments&) const = default;
+};
+
+// <output_dir>/runs/<%b%d_%H-%M-%S>_<hostname>: HF v4's (and PyTorch's SummaryWriter's) default
+// logging_dir, from the local time now.
+std::string default_logging_dir(const std::string& output_dir);
+
+}  // namespace kiln::trainer
