@@ -20,7 +20,7 @@ build: configure
 	cmake --build --preset $(PRESET) -j $(JOBS)
 
 demo: build
-	./$(BUILD)/bin/kiln demo
+	./$(BUILD)/bin/kiln train
 
 test: build
 	ctest --preset $(PRESET) -j $(JOBS)

@@ -64,6 +64,9 @@ struct ArtifactOptions {
   AdamWOptions adamw;
   SGDOptions sgd;
   float learning_rate = 1e-3f;  // the optimizer's initial learning rate (kept in the optimizer model)
+  // Trainable parameters updated without weight decay (the Hugging Face Trainer exempts biases and
+  // LayerNorm weights: see no_weight_decay_parameters).
+  std::vector<std::string> no_weight_decay;
   bool nominal_checkpoint = false;
   std::string prefix;
 };
@@ -81,6 +84,10 @@ Artifacts build_artifacts(const Model& forward, const ArtifactOptions& options);
 // atomically. Returns the paths written.
 std::vector<std::string> generate_artifacts(const Model& forward, const ArtifactOptions& options,
                                             const std::string& artifact_directory);
+
+// The Hugging Face Trainer's rule for which parameters get no weight decay: names containing
+// "bias", and the scale and bias of LayerNormalization nodes.
+std::vector<std::string> no_weight_decay_parameters(const Model& forward);
 
 // File names inside an artifact directory.
 std::string training_model_file(const std::string& prefix = "");

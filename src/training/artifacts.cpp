@@ -294,6 +294,17 @@ std::vector<std::string> generate_artifacts(const Model& forward, const Artifact
   return written;
 }
 
+std::vector<std::string> no_weight_decay_parameters(const Model& forward) {
+  std::set<std::string> names;
+  for (const auto& [name, t] : forward.graph.initializers)
+    if (name.find("bias") != std::string::npos) names.insert(name);
+  for (const Node& n : forward.graph.nodes)
+    if (n.domain.empty() && n.op_type == "LayerNormalization")
+      for (size_t i = 1; i < n.inputs.size() && i < 3; ++i)
+        if (forward.graph.initializers.count(n.inputs[i])) names.insert(n.inputs[i]);
+  return {names.begin(), names.end()};
+}
+
 std::string training_model_file(const std::string& prefix) { return prefix + "training_model.onnx"; }
 std::string eval_model_file(const std::string& prefix) { return prefix + "eval_model.onnx"; }
 std::string optimizer_model_file(const std::string& prefix) { return prefix + "optimizer_model.onnx"; }

@@ -80,6 +80,7 @@ Model build_optimizer_model(OptimType type, const std::vector<OptimizerParameter
     throw InvalidArgument(fmt::format("invalid learning rate {}", options.learning_rate));
   const UpdateOp& op = *update_op_for_type(to_string(type));
   const auto attrs = attributes(type, options);
+  const std::set<std::string> no_decay(options.no_weight_decay.begin(), options.no_weight_decay.end());
   std::vector<std::string> slots = op.slots;
   if (type == OptimType::SGD && options.sgd.momentum == 0) slots.clear();
 
@@ -106,6 +107,7 @@ Model build_optimizer_model(OptimType type, const std::vector<OptimizerParameter
     n.domain = kKilnDomain;
     n.name = p.name + "/" + op.op_type;
     n.attrs = attrs;
+    if (no_decay.count(p.name)) n.attrs["weight_decay"] = Attribute::of_float(0.f);
     n.inputs = {"learning_rate", "step", claim(p.name), claim(p.name + "_grad")};
     n.outputs = {claim(p.name + ".new")};
     for (const auto& s : slots) {

@@ -1,0 +1,214 @@
+// Data for training: datasets of named tensors, samplers, a random-access data loader, and readers
+// for IDX (MNIST / Fashion-MNIST), .npy/.npz and CSV files. Names follow PyTorch and the Hugging
+// Face Trainer (Dataset, RandomSampler, DataLoader, default collator, drop_last, seed / data_seed).
+//
+//   using namespace kiln::data;
+//   auto train = load_idx("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+//                         {.normalize = kFashionMnistNormalization});   // "input" [N,1,28,28], "labels" [N]
+//   auto sampler = std::make_shared<RandomSampler>(data_sampler_seed(args.seed, args.data_seed));
+//   DataLoader loader(train, 64, sampler, /*drop_last=*/false);
+//   for (int64_t epoch = 0; epoch < epochs; ++epoch)
+//     for (size_t b = 0; b < loader.num_batches(); ++b) {
+//       Example batch = loader.batch(epoch, b);     // {"input": [64,1,28,28], "labels": [64]}
+//       ...
+//     }
+//
+// Exact resume: a batch is a pure function of (sampler seed, epoch, batch index), so a resumed run
+// asks for loader.batch(epoch, first_unseen) directly; the batches it skips are never loaded.
+//
+// Every reader throws IOError for a file it cannot open and CorruptFile (naming the file and the
+// byte offset, or the line for CSV) for a truncated or malformed one.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln::data {
+
+// One item, or one batch: tensors by column name ("input", "labels", ...).
+using Example = std::map<std::string, Tensor>;
+
+// A map-style dataset: a length and an item by index. Implementations must be safe to call from
+// several threads at once (get is const).
+class Dataset {
+ public:
+  virtual ~Dataset();
+  virtual size_t size() const = 0;
+  virtual Example get(size_t index) const = 0;
+  // The column names of an item; the default asks item 0 (none for an empty dataset).
+  virtual std::vector<std::string> columns() const;
+};
+
+// Columns of tensors that share their first dimension; item i holds row i of each column as a
+// view (no copy) into the column's buffer.
+class TensorDataset : public Dataset {
+ public:
+  // Throws InvalidArgument for no columns or an undefined tensor, ShapeError naming two columns
+  // whose first dimensions differ (or a scalar column). Non-contiguous columns are packed once.
+  explicit TensorDataset(std::map<std::string, Tensor> columns);
+  size_t size() const override { return size_; }
+  Example get(size_t index) const override;  // InvalidArgument for index >= size()
+  std::vector<std::string> columns() const override;
+  const Tensor& column(const std::string& name) const;  // the whole column; KeyError if absent
+
+ private:
+  std::map<std::string, Tensor> columns_;
+  size_t size_ = 0;
+};
+
+// The items of `dataset` at `indices`, in that order (torch.utils.data.Subset).
+class Subset : public Dataset {
+ public:
+  Subset(std::shared_ptr<const Dataset> dataset, std::vector<size_t> indices);  // InvalidArgument if out of range
+  size_t size() const override { return indices_.size(); }
+  Example get(size_t index) const override;
+  std::vector<std::string> columns() const override { return dataset_->columns(); }
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  std::vector<size_t> indices_;
+};
+
+// Datasets one after another (torch.utils.data.ConcatDataset); all must have the same columns.
+class ConcatDataset : public Dataset {
+ public:
+  explicit ConcatDataset(std::vector<std::shared_ptr<const Dataset>> datasets);
+  size_t size() const override { return offsets_.empty() ? 0 : offsets_.back(); }
+  Example get(size_t index) const override;
+  std::vector<std::string> columns() const override;
+
+ private:
+  std::vector<std::shared_ptr<const Dataset>> datasets_;
+  std::vector<size_t> offsets_;  // offsets_[i]: items in datasets_[0..i]
+};
+
+// The order in which an epoch visits the items of a dataset of n items. Must be a pure function of
+// (n, epoch) so that any epoch can be recomputed on resume without replaying earlier ones.
+class Sampler {
+ public:
+  virtual ~Sampler();
+  virtual std::vector<size_t> order(size_t n, int64_t epoch) const = 0;
+};
+
+// 0, 1, ..., n-1 in every epoch (evaluation, prediction).
+class SequentialSampler : public Sampler {
+ public:
+  std::vector<size_t> order(size_t n, int64_t epoch) const override;
+};
+
+// A uniform random permutation per epoch, from a generator seeded with derive_seed(seed, epoch):
+// the same seed and epoch give the same permutation on every platform and thread count, different
+// epochs give independent permutations. (Accelerate's SeedableRandomSampler reseeds with
+// seed + epoch in the same spirit; the permutations themselves differ from PyTorch's.)
+class RandomSampler : public Sampler {
+ public:
+  explicit RandomSampler(uint64_t seed) : seed_(seed) {}
+  std::vector<size_t> order(size_t n, int64_t epoch) const override;  // InvalidArgument for epoch < 0
+  uint64_t seed() const { return seed_; }
+
+ private:
+  uint64_t seed_;
+};
+
+// The Hugging Face rule for the training sampler's seed: `data_seed` when set, else `seed`.
+inline uint64_t data_sampler_seed(int64_t seed, std::optional<int64_t> data_seed) {
+  return static_cast<uint64_t>(data_seed.value_or(seed));
+}
+
+// Turns a batch's items into one Example.
+using Collator = std::function<Example(const std::vector<Example>&)>;
+
+// Stacks each column along a new first dimension: items of shape S give a batch of [B, ...S].
+// Throws InvalidArgument for no items, ShapeError when an item lacks a column the first has (or has
+// an extra one) or a column's shape differs, TypeError when its dtype differs, each naming the
+// column and the two items.
+Example default_collate(const std::vector<Example>& items);
+
+// Batches of a dataset in the order of a sampler, by random access: batch(epoch, index) loads
+// exactly the items of that batch. Safe to call from several threads.
+class DataLoader {
+ public:
+  // A null sampler means SequentialSampler. InvalidArgument for a null dataset or batch_size 0.
+  DataLoader(std::shared_ptr<const Dataset> dataset, size_t batch_size,
+             std::shared_ptr<const Sampler> sampler = nullptr, bool drop_last = false,
+             Collator collate = default_collate);
+
+  // Batches per epoch: floor(n / batch_size) with drop_last, else ceil(n / batch_size).
+  size_t num_batches() const;
+  // The items of the dataset (the Hugging Face Trainer's num_examples(dataloader)).
+  size_t num_examples() const { return dataset_->size(); }
+  size_t batch_size() const { return batch_size_; }
+  bool drop_last() const { return drop_last_; }
+  const std::shared_ptr<const Dataset>& dataset() const { return dataset_; }
+
+  // The dataset indices of batch `index` of epoch `epoch` (the last may be short without drop_last).
+  // InvalidArgument for index >= num_batches() or epoch < 0.
+  std::vector<size_t> batch_indices(int64_t epoch, size_t index) const;
+  Example batch(int64_t epoch, size_t index) const;
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  size_t batch_size_;
+  std::shared_ptr<const Sampler> sampler_;
+  bool drop_last_;
+  Collator collate_;
+  // The last epoch's order, so that a pass over an epoch draws its permutation once.
+  struct OrderCache;
+  std::shared_ptr<OrderCache> cache_;
+};
+
+// ---- Readers --------------------------------------------------------------------------------
+
+// x -> (x - mean) / std after scaling pixels to [0, 1].
+struct Normalization {
+  float mean = 0.0f;
+  float std = 1.0f;
+};
+// The training-set pixel statistics torchvision examples use.
+inline constexpr Normalization kMnistNormalization{0.1307f, 0.3081f};
+inline constexpr Normalization kFashionMnistNormalization{0.2860f, 0.3530f};
+
+struct IdxOptions {
+  std::optional<Normalization> normalize;  // none: pixels in [0, 1]
+  std::string image_column = "input";
+  std::string label_column = "labels";
+};
+
+// MNIST-style IDX files, gzipped or not (detected by magic): uint8 images [N, H, W] become float32
+// [N, 1, H, W] = pixel / 255 (then normalised), integer labels [N] become int64. CorruptFile for a
+// malformed or truncated file, or image and label counts that differ.
+std::shared_ptr<TensorDataset> load_idx(const std::string& images, const std::string& labels,
+                                        const IdxOptions& options = {});
+
+// The arrays of a .npz archive (np.savez or np.savez_compressed) as columns. `columns` maps array
+// names in the archive to column names; empty means every array under its own name. KeyError for
+// an array the archive lacks; the arrays must share their first dimension (TensorDataset's rule).
+std::shared_ptr<TensorDataset> load_npz(const std::string& path,
+                                        const std::map<std::string, std::string>& columns = {});
+// One .npy file per column: {"input": "x.npy", "labels": "y.npy"}.
+std::shared_ptr<TensorDataset> load_npy(const std::map<std::string, std::string>& paths_by_column);
+
+struct CsvOptions {
+  // The label column: a header name, or (also without a header) a 0-based index, negative from the
+  // end ("-1": the last). Empty: no labels, every column is a feature.
+  std::string label_column = "label";
+  bool header = true;
+  char delimiter = ',';
+  std::string input_column = "input";
+  std::string labels_column = "labels";
+};
+
+// A numeric CSV file (RFC 4180 quoting, LF or CRLF line ends): the non-label columns become float32
+// features [N, F] in `input_column`, the label column becomes `labels_column`, int64 when every
+// label is integral, float32 otherwise. CorruptFile naming the file and line for a ragged row, a
+// non-numeric or empty field, an unterminated quote, or no data rows.
+std::shared_ptr<TensorDataset> load_csv(const std::string& path, const CsvOptions& options = {});
+
+}  // namespace kiln::data

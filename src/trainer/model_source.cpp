@@ -1,0 +1,87 @@
+// ModelSource: the Trainer's model, turned into training artifacts with the optimizer that
+// TrainingArguments asks for (HF's optim names and hyperparameters; no weight decay on biases and
+// LayerNorm weights, as the HF Trainer).
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "kiln/error.h"
+#include "kiln/onnx_io.h"
+#include "models/builtin.h"
+#include "trainer/trainer_impl.h"
+
+namespace kiln::trainer {
+
+ModelSource ModelSource::onnx(std::string path, training::LossType loss) {
+  ModelSource s;
+  s.kind = Kind::Onnx;
+  s.path_or_name = std::move(path);
+  s.loss = loss;
+  return s;
+}
+
+ModelSource ModelSource::artifacts(std::string dir) {
+  ModelSource s;
+  s.kind = Kind::Artifacts;
+  s.path_or_name = std::move(dir);
+  return s;
+}
+
+ModelSource ModelSource::builtin(std::string name) {
+  ModelSource s;
+  s.kind = Kind::Builtin;
+  s.path_or_name = std::move(name);
+  return s;
+}
+
+std::vector<std::string> ModelSource::builtin_names() { return builtin_model_names(); }
+
+namespace {
+
+training::ArtifactOptions optimizer_options(const TrainingArguments& args, const Model& forward) {
+  training::ArtifactOptions o;
+  o.learning_rate = static_cast<float>(args.learning_rate);
+  const std::string optim(to_string(args.optim));
+  if (optim == "adamw_torch" || optim == "adamw_torch_fused") {
+    o.optimizer = training::OptimType::AdamW;
+    o.adamw.beta1 = static_cast<float>(args.adam_beta1);
+    o.adamw.beta2 = static_cast<float>(args.adam_beta2);
+    o.adamw.epsilon = static_cast<float>(args.adam_epsilon);
+    o.adamw.weight_decay = static_cast<float>(args.weight_decay);
+  } else if (optim == "sgd") {
+    o.optimizer = training::OptimType::SGD;
+    o.sgd.weight_decay = static_cast<float>(args.weight_decay);
+  } else {
+    throw Unsupported(fmt::format("optim '{}': Kiln's Trainer runs adamw_torch and sgd", optim));
+  }
+  o.no_weight_decay = training::no_weight_decay_parameters(forward);
+  return o;
+}
+
+}  // namespace
+
+std::string prepare_artifacts(const ModelSource& source, const TrainingArguments& args, std::string* logits_output) {
+  namespace fs = std::filesystem;
+  if (source.kind == ModelSource::Kind::Artifacts) {
+    *logits_output = source.logits_output;
+    return source.path_or_name;
+  }
+  Model forward = source.kind == ModelSource::Kind::Builtin
+                      ? make_builtin_model(source.path_or_name, static_cast<uint64_t>(args.seed))
+                      : load_model(source.path_or_name);
+  if (forward.graph.outputs.empty()) throw InvalidModel("the model has no outputs");
+  const std::string logits = source.logits_output.empty() ? forward.graph.outputs.front().name : source.logits_output;
+  training::ArtifactOptions o = optimizer_options(args, forward);
+  o.loss = source.kind == ModelSource::Kind::Builtin ? training::LossType::CrossEntropyLoss : source.loss;
+  o.frozen_params = source.frozen_params;
+  if (o.loss != training::LossType::None) {
+    o.loss_input_names = {logits};
+    o.additional_output_names = {logits};
+    *logits_output = logits;
+  }
+  const std::string dir = (fs::path(args.output_dir) / "artifacts").string();
+  training::generate_artifacts(forward, o, dir);
+  return dir;
+}
+
+}  // namespace kiln::trainer

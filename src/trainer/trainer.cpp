@@ -1,0 +1,283 @@
+// Trainer::train: Hugging Face's training loop (transformers' Trainer._inner_training_loop) over
+// Kiln's Module and Optimizer: epochs of seeded batches, gradient accumulation, clipping by global
+// norm, the learning-rate schedule, and logging / evaluation / checkpoints by strategy.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+
+#include "kiln/error.h"
+#include "kiln/random.h"
+#include "trainer/checkpoint_folder.h"
+#include "trainer/trainer_impl.h"
+
+namespace kiln::trainer {
+
+namespace fs = std::filesystem;
+
+Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<const data::Dataset> train_dataset,
+                 std::shared_ptr<const data::Dataset> eval_dataset, ComputeMetrics compute_metrics,
+                 PreprocessLogits preprocess_logits_for_metrics)
+    : impl_(std::make_unique<Impl>()), args_(std::move(args)) {
+  args_.validate();
+  Impl& m = *impl_;
+  m.source = std::move(model);
+  m.train_dataset = std::move(train_dataset);
+  m.eval_dataset = std::move(eval_dataset);
+  m.compute_metrics = std::move(compute_metrics);
+  m.preprocess_logits = std::move(preprocess_logits_for_metrics);
+  set_random_seed(static_cast<uint64_t>(args_.seed));  // Dropout seeds, before the sessions exist
+  m.artifacts_dir = prepare_artifacts(m.source, args_, &m.logits_output);
+  const fs::path dir(m.artifacts_dir);
+  m.state = std::make_unique<training::CheckpointState>(
+      training::CheckpointState::load_checkpoint((dir / training::checkpoint_file()).string()));
+  m.module = std::make_unique<training::Module>((dir / training::training_model_file()).string(), *m.state,
+                                                (dir / training::eval_model_file()).string());
+  m.optimizer = std::make_unique<training::Optimizer>((dir / training::optimizer_model_file()).string(), *m.module);
+  m.optimizer->set_learning_rate(static_cast<float>(args_.learning_rate));
+  if (m.logits_output.empty()) {
+    const auto outs = m.module->output_names(false);
+    if (outs.size() > 1) m.logits_output = outs[1];
+  }
+}
+
+Trainer::~Trainer() = default;
+
+training::Module& Trainer::module() { return *impl_->module; }
+training::CheckpointState& Trainer::checkpoint_state() { return *impl_->state; }
+void Trainer::set_scheduler_factory(SchedulerFactory factory) { impl_->scheduler_factory = std::move(factory); }
+void Trainer::set_step_listener(StepListener listener) { impl_->step_listener = std::move(listener); }
+void Trainer::load_model_weights(const std::string& checkpoint_folder) { load_weights(*impl_, checkpoint_folder); }
+
+int64_t Trainer::num_examples(const data::DataLoader& loader) const { return static_cast<int64_t>(loader.num_examples()); }
+
+double Trainer::floating_point_ops(const data::Example& batch) const {
+  double tokens = 0;
+  auto it = batch.find("input_ids");
+  if (it != batch.end()) tokens = static_cast<double>(it->second.numel());
+  else if (!batch.empty()) tokens = static_cast<double>(batch.begin()->second.dim(0));
+  return 6.0 * static_cast<double>(impl_->module->get_parameters_size(false)) * tokens;
+}
+
+namespace {
+
+std::vector<Tensor> inputs_of(const training::Module& module, const data::Example& batch, bool training) {
+  std::vector<Tensor> inputs;
+  for (const auto& name : module.input_names(training)) {
+    auto it = batch.find(name);
+    if (it == batch.end()) {
+      std::string have;
+      for (const auto& [k, v] : batch) have += (have.empty() ? "" : ", ") + k;
+      throw InvalidArgument(fmt::format("the model takes input '{}', which the batch does not have (columns: {})",
+                                        name, have));
+    }
+    inputs.push_back(it->second);
+  }
+  return inputs;
+}
+
+// Scales every accumulated gradient (the mean over accumulated micro-batches) and returns them.
+std::vector<Tensor*> trainable_grads(training::Module& module, training::CheckpointState& state) {
+  std::vector<Tensor*> grads;
+  for (const auto& name : module.parameter_names()) {
+    training::Parameter& p = state.parameter(name);
+    if (p.requires_grad() && p.grad().defined()) grads.push_back(&p.grad());
+  }
+  return grads;
+}
+
+void scale(const std::vector<Tensor*>& grads, double factor) {
+  for (Tensor* g : grads) {
+    if (g->dtype() == DType::Float32) {
+      float* p = g->data<float>();
+      for (int64_t i = 0; i < g->numel(); ++i) p[i] = static_cast<float>(p[i] * factor);
+    } else if (g->dtype() == DType::Float64) {
+      double* p = g->data<double>();
+      for (int64_t i = 0; i < g->numel(); ++i) p[i] *= factor;
+    }
+  }
+}
+
+
+}  // namespace
+
+TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
+  Impl& m = *impl_;
+  if (!m.train_dataset) throw InvalidArgument("Trainer.train() needs a train_dataset");
+  const auto start_time = std::chrono::steady_clock::now();
+  const uint64_t data_seed = static_cast<uint64_t>(args_.sampler_seed());
+  data::DataLoader loader(m.train_dataset, static_cast<size_t>(args_.per_device_train_batch_size),
+                          std::make_shared<data::RandomSampler>(data_seed), args_.dataloader_drop_last);
+  const int64_t len_dataloader = static_cast<int64_t>(loader.num_batches());
+  if (len_dataloader == 0) throw InvalidArgument("the train dataset gives no batch (empty, or smaller than a batch with dataloader_drop_last)");
+  const int64_t accum = args_.gradient_accumulation_steps;
+  const int64_t updates_per_epoch = std::max<int64_t>(len_dataloader / accum, 1);
+  int64_t max_steps, num_epochs;
+  if (args_.max_steps > 0) {
+    max_steps = args_.max_steps;
+    num_epochs = max_steps / updates_per_epoch + (max_steps % updates_per_epoch > 0 ? 1 : 0);
+  } else {
+    max_steps = static_cast<int64_t>(std::ceil(args_.num_train_epochs * static_cast<double>(updates_per_epoch)));
+    num_epochs = static_cast<int64_t>(std::ceil(args_.num_train_epochs));
+  }
+  state_ = TrainerState();
+  state_.max_steps = max_steps;
+  state_.num_train_epochs = num_epochs;
+  state_.train_batch_size = args_.per_device_train_batch_size;
+  state_.logging_steps = args_.logging_steps_for(max_steps);
+  state_.eval_steps = args_.eval_steps ? args_.eval_steps_for(max_steps) : state_.logging_steps;
+  state_.save_steps = args_.save_steps_for(max_steps);
+
+  const int64_t warmup = args_.get_warmup_steps(max_steps);
+  m.scheduler = m.scheduler_factory ? m.scheduler_factory(args_.learning_rate, warmup, max_steps)
+                                    : make_lr_scheduler(std::string(to_string(args_.lr_scheduler_type)),
+                                                        args_.learning_rate, warmup, max_steps,
+                                                        args_.lr_scheduler_kwargs);
+  m.tr_loss = m.total_loss = 0;
+  m.globalstep_last_logged = 0;
+  m.nan_inf_run = 0;
+  m.module->set_training_run_count(0);
+
+  std::string resume = resume_from_checkpoint;
+  if (resume == "true") {
+    auto last = last_checkpoint(args_.output_dir);
+    if (!last) throw InvalidArgument(fmt::format("resume_from_checkpoint=true, but '{}' holds no complete checkpoint",
+                                                 args_.output_dir));
+    resume = *last;
+  }
+  if (!resume.empty()) load_checkpoint_files(m, state_, resume);
+
+  const int64_t epochs_trained = state_.global_step / updates_per_epoch;
+  const int64_t skip = args_.ignore_data_skip ? 0 : (state_.global_step % updates_per_epoch) * accum;
+  const bool plateau = m.scheduler->steps_on_metric();
+  bool stop = state_.global_step >= max_steps;
+  double last_grad_norm = std::nan("");
+
+  auto log = [&](bool force_epoch_end) {
+    (void)force_epoch_end;
+    nlohmann::json entry;
+    const int64_t steps = state_.global_step - m.globalstep_last_logged;
+    entry["loss"] = steps > 0 ? m.tr_loss / static_cast<double>(steps) : 0.0;
+    if (!std::isnan(last_grad_norm)) entry["grad_norm"] = last_grad_norm;
+    entry["learning_rate"] = m.scheduler->current_lr();
+    entry["epoch"] = state_.epoch;
+    entry["step"] = state_.global_step;
+    m.tr_loss = 0;
+    m.globalstep_last_logged = state_.global_step;
+    state_.log_history.push_back(entry);
+  };
+  auto save = [&]() {
+    const std::string folder = write_checkpoint_folder(args_.output_dir, state_.global_step, [&](const std::string& f) {
+      save_checkpoint_files(m, args_, state_, f);
+    });
+    if (args_.save_total_limit) rotate_checkpoints(args_.output_dir, *args_.save_total_limit, state_.best_model_checkpoint);
+    (void)folder;
+  };
+  auto evaluate_now = [&]() {
+    const Metrics metrics = evaluate();
+    if (plateau) {
+      const std::string key = "eval_" + args_.metric_for_best_model.value_or("loss");
+      auto it = metrics.find(key);
+      if (it == metrics.end()) it = metrics.find(args_.metric_for_best_model.value_or("eval_loss"));
+      if (it != metrics.end()) m.scheduler->step(it->second);
+    }
+    if (args_.metric_for_best_model) {
+      std::string key = *args_.metric_for_best_model;
+      if (key.rfind("eval_", 0) != 0) key = "eval_" + key;
+      auto it = metrics.find(key);
+      if (it == metrics.end()) throw InvalidArgument(fmt::format("metric_for_best_model '{}' is not among the eval metrics", key));
+      const bool greater = args_.greater_is_better.value_or(false);
+      if (!state_.best_metric || (greater ? it->second > *state_.best_metric : it->second < *state_.best_metric)) {
+        state_.best_metric = it->second;
+        state_.best_model_checkpoint =
+            (fs::path(args_.output_dir) / fmt::format("{}{}", kCheckpointPrefix, state_.global_step)).string();
+      }
+    }
+  };
+
+  for (int64_t epoch = epochs_trained; epoch < num_epochs && !stop; ++epoch) {
+    const int64_t first = epoch == epochs_trained ? skip : 0;
+    int64_t in_group = 0;
+    bool group_finite = true;
+    for (int64_t step = first; step < len_dataloader && !stop; ++step) {
+      const data::Example batch = loader.batch(epoch, static_cast<size_t>(step));
+      m.module->train();
+      const std::vector<Tensor> out = (*m.module)(inputs_of(*m.module, batch, true));
+      const double loss = out.at(0).item_as_double();
+      const bool finite = std::isfinite(loss);
+      group_finite = group_finite && finite;
+      if (args_.logging_nan_inf_filter && !finite)
+        m.tr_loss += m.tr_loss / static_cast<double>(1 + state_.global_step - m.globalstep_last_logged);
+      else
+        m.tr_loss += loss / static_cast<double>(accum);
+      if (finite) m.total_loss += loss / static_cast<double>(accum);
+      if (args_.include_num_input_tokens_seen != "no" && args_.include_num_input_tokens_seen != "false") {
+        auto ids = batch.find("input_ids");
+        state_.num_input_tokens_seen += ids != batch.end() ? ids->second.numel() : batch.begin()->second.dim(0);
+      }
+      state_.total_flos += floating_point_ops(batch);
+      ++in_group;
+      const bool boundary = (step + 1) % accum == 0 || step + 1 == len_dataloader;
+      if (!boundary) continue;
+
+      // One optimizer update from the accumulated gradients.
+      const std::vector<Tensor*> grads = trainable_grads(*m.module, *m.state);
+      scale(grads, 1.0 / static_cast<double>(accum));
+      if (group_finite) {
+        m.nan_inf_run = 0;
+        if (args_.max_grad_norm > 0) last_grad_norm = clip_grad_norm(grads, args_.max_grad_norm);
+        m.optimizer->set_learning_rate(static_cast<float>(m.scheduler->current_lr()));
+        m.optimizer->step();
+      } else if (++m.nan_inf_run >= args_.nan_inf_patience && args_.nan_inf_patience > 0) {
+        throw InvalidArgument(fmt::format("training stopped at step {}: the loss was not finite for {} consecutive "
+                                          "optimizer steps (nan_inf_patience); the last checkpoint is the last good "
+                                          "state", state_.global_step + 1, m.nan_inf_run));
+      }
+      if (!plateau) m.scheduler->step();
+      m.module->lazy_reset_grad();
+      in_group = 0;
+      group_finite = true;
+      ++state_.global_step;
+      state_.epoch = static_cast<double>(epoch) + static_cast<double>(step + 1) / static_cast<double>(len_dataloader);
+
+      const int64_t g = state_.global_step;
+      const bool log_now = (g == 1 && args_.logging_first_step) ||
+                           (args_.logging_strategy == IntervalStrategy::steps && state_.logging_steps > 0 &&
+                            g % state_.logging_steps == 0);
+      const bool eval_now = args_.eval_strategy == IntervalStrategy::steps && state_.eval_steps > 0 &&
+                            g % state_.eval_steps == 0 && args_.eval_delay <= static_cast<double>(g);
+      const bool save_now = args_.save_strategy == SaveStrategy::steps && state_.save_steps > 0 &&
+                            g % state_.save_steps == 0;
+      if (g >= max_steps) stop = true;
+      if (m.step_listener) m.step_listener(state_, loss);
+      if (log_now) log(false);
+      if (eval_now) evaluate_now();
+      if (save_now) save();
+    }
+    // Epoch end.
+    if (args_.logging_strategy == IntervalStrategy::epoch && state_.global_step > m.globalstep_last_logged) log(true);
+    if (args_.eval_strategy == IntervalStrategy::epoch && args_.eval_delay <= static_cast<double>(epoch + 1)) evaluate_now();
+    if (args_.save_strategy == SaveStrategy::epoch) save();
+  }
+
+  const double runtime = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
+  TrainOutput result;
+  result.global_step = state_.global_step;
+  result.training_loss = state_.global_step > 0 ? m.total_loss / static_cast<double>(state_.global_step) : 0.0;
+  const double samples = static_cast<double>(loader.num_examples()) * args_.num_train_epochs;
+  result.metrics = {{"train_runtime", runtime},
+                    {"train_samples_per_second", runtime > 0 ? samples / runtime : 0.0},
+                    {"train_steps_per_second", runtime > 0 ? static_cast<double>(max_steps) / runtime : 0.0},
+                    {"total_flos", state_.total_flos},
+                    {"train_loss", result.training_loss},
+                    {"epoch", state_.epoch}};
+  nlohmann::json summary;
+  for (const auto& [k, v] : result.metrics) summary[k] = v;
+  summary["step"] = state_.global_step;
+  state_.log_history.push_back(summary);
+  return result;
+}
+
+}  // namespace kiln::trainer

@@ -1,0 +1,104 @@
+"""`kiln train`: the main job with its defaults (LeNet on Fashion-MNIST, accuracy >= 0.85), a user's
+ONNX model whose log_history matches a PyTorch loop with the same model, data and hyperparameters,
+`kiln evaluate` / `kiln predict`, and clear errors."""
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+from kiln_cli import assert_cli_error, run_kiln  # noqa: E402
+from training_parity import read_safetensors  # noqa: E402
+
+
+def test_kiln_train_defaults_train_lenet_on_fashion_mnist(tmp_path):
+    proc = run_kiln("train", "--output_dir", tmp_path / "out", timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    accuracy = float(re.search(r"^accuracy ([0-9.]+) on 10000 examples", proc.stdout, re.M).group(1))
+    assert accuracy >= 0.85, proc.stdout
+    out = tmp_path / "out"
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 7500 and state["max_steps"] == 7500 and state["epoch"] == 1
+    assert (out / "checkpoint-7500" / "model.safetensors").exists() and (out / "model.onnx").exists()
+    assert abs(json.loads((out / "eval_results.json").read_text())["eval_accuracy"] - accuracy) < 1e-4
+    # The bar is plain lines when stderr is not a terminal.
+    assert "step 7500/7500 (100%)" in proc.stderr
+
+    ev = run_kiln("evaluate", "--model", "lenet", "--output_dir", tmp_path / "ev", "--resume_from_checkpoint",
+                  out / "checkpoint-7500", timeout=300)
+    assert ev.returncode == 0, ev.stderr
+    evaluated = float(re.search(r"eval_accuracy\s+= ([0-9.]+)", ev.stdout).group(1))
+    assert abs(evaluated - accuracy) < 1e-4, ev.stdout
+    pr = run_kiln("predict", "--model", "lenet", "--output_dir", tmp_path / "pr", "--resume_from_checkpoint",
+                  out / "checkpoint-7500", "--predictions-dir", tmp_path, timeout=300)
+    assert pr.returncode == 0, pr.stderr
+    assert np.load(tmp_path / "predictions.npy").shape == (10000, 10)
+
+
+class MLP(torch.nn.Module):
+    """The built-in `mlp`: Flatten -> Linear(784, 128) -> ReLU -> Linear(128, 10)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(784, 128)
+        self.fc2 = torch.nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+def test_log_history_matches_a_pytorch_loop(tmp_path):
+    """Full-batch training (the batch is the dataset, so the sampler's order does not matter): the
+    built-in mlp with HF's defaults (AdamW, weight decay 0, linear decay, max_grad_norm 1) against
+    the same loop in PyTorch from the same initial weights."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 1, 28, 28)).astype(np.float32)
+    y = rng.integers(0, 10, size=64).astype(np.int64)
+    np.savez(tmp_path / "data.npz", input=x, labels=y)
+    steps = 15
+    proc = run_kiln("train", "--model", "mlp", "--train-data", tmp_path / "data.npz", "--eval-data",
+                    tmp_path / "data.npz", "--output_dir", tmp_path / "out", "--per_device_train_batch_size", "64",
+                    "--num_train_epochs", str(steps), "--logging_steps", "1", "--learning_rate", "1e-3",
+                    "--save_strategy", "no", "--disable_tqdm", "true", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    history = json.loads((tmp_path / "out" / "trainer_state.json").read_text())["log_history"]
+    kiln_losses = [e["loss"] for e in history if "loss" in e]
+    kiln_lrs = [e["learning_rate"] for e in history if "loss" in e]
+    assert len(kiln_losses) == steps
+
+    initial, _ = read_safetensors(tmp_path / "out" / "artifacts" / "checkpoint")
+    model = MLP()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.from_numpy(initial[name]))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, (steps - s) / steps))
+    torch_losses, torch_lrs = [], []
+    for _ in range(steps):
+        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        torch_losses.append(loss.item())
+        torch_lrs.append(sched.get_last_lr()[0])
+    np.testing.assert_allclose(kiln_losses, torch_losses, rtol=1e-3)
+    np.testing.assert_allclose(kiln_lrs, torch_lrs, rtol=1e-9)
+    final = read_safetensors(tmp_path / "out" / "model.safetensors")[0]
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(final[name], p.detach().numpy(), atol=1e-4, err_msg=name)
+
+
+def test_kiln_train_errors(tmp_path):
+    assert_cli_error(run_kiln("train", "--learning_rat", "0.1", "--output_dir", tmp_path), "--learning_rate")
+    assert_cli_error(run_kiln("train", "--model", "resnet9", "--output_dir", tmp_path), "unknown built-in model")
+    (tmp_path / "bad.csv").write_text("a,b,label\n1,2,0\n3,x,1\n")
+    assert_cli_error(run_kiln("train", "--model", "mlp", "--train-data", tmp_path / "bad.csv", "--output_dir",
+                              tmp_path / "o"), "bad.csv")
+    assert_cli_error(run_kiln("train", "--output_dir", tmp_path / "o2", "--resume_from_checkpoint", "true"),
+                     "no complete checkpoint")

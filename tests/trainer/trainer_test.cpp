@@ -1,0 +1,264 @@
+// The Trainer: accumulation equivalence, exact resume after SIGKILL at random moments, checkpoint
+// folders (complete or absent, rotation keeping the best), and the non-finite-loss stop.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "kiln/error.h"
+#include "kiln/onnx_io.h"
+#include "kiln/safetensors.h"
+#include "kiln/trainer.h"
+#include "models/graph_builder.h"
+#include "trainer/checkpoint_folder.h"
+
+namespace kiln::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("kiln_trainer_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// x[N, 6] -> Linear(6, 16) -> ReLU -> Dropout(0.25, training) -> Linear(16, 3): dropout makes
+// exact resume depend on replaying the masks.
+fs::path write_model(const fs::path& dir, bool dropout) {
+  GraphBuilder b("net", 5);
+  std::string x = b.input("input", DType::Float32, {-1, 6});
+  x = b.op("Relu", {b.linear(x, 6, 16, "fc1")});
+  if (dropout)
+    x = b.op("Dropout", {x, b.initializer("p", Tensor::scalar<float>(0.25f)), b.initializer("train", Tensor::scalar<bool>(true))});
+  x = b.linear(x, 16, 3, "fc2");
+  b.output(x, "logits", DType::Float32, {-1, 3});
+  Model m = b.build();
+  for (Node& n : m.graph.nodes)
+    if (n.op_type == "Dropout") n.outputs.push_back("dropout_mask");  // as torch exports it
+  const fs::path path = dir / "net.onnx";
+  save_model(m, path.string());
+  return path;
+}
+
+std::shared_ptr<data::TensorDataset> dataset(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  Tensor x = Tensor::empty(DType::Float32, {n, 6});
+  Tensor y = Tensor::empty(DType::Int64, {n});
+  for (int64_t i = 0; i < n; ++i) {
+    float s = 0;
+    for (int k = 0; k < 6; ++k) s += (x.data<float>()[i * 6 + k] = normal(rng)) * static_cast<float>(k - 2);
+    y.data<int64_t>()[i] = s > 1 ? 2 : (s < -1 ? 0 : 1);
+  }
+  return std::make_shared<data::TensorDataset>(std::map<std::string, Tensor>{{"input", x}, {"labels", y}});
+}
+
+TrainingArguments base_args(const fs::path& out) {
+  TrainingArguments a = TrainingArguments::parse_args({"--output_dir", out.string(), "--learning_rate", "0.01",
+                                                       "--logging_steps", "1", "--save_strategy", "no",
+                                                       "--report_to", "none"});
+  return a;
+}
+
+std::vector<float> weights(Trainer& t) {
+  std::vector<float> all;
+  for (const auto& name : t.module().parameter_names()) {
+    const Tensor& d = t.checkpoint_state().parameter(name).data();
+    all.insert(all.end(), d.data<float>(), d.data<float>() + d.numel());
+  }
+  return all;
+}
+
+std::vector<double> logged_losses(const TrainerState& s) {
+  std::vector<double> l;
+  for (const auto& e : s.log_history)
+    if (e.contains("loss")) l.push_back(e["loss"].get<double>());
+  return l;
+}
+
+TEST(Trainer, AccumulationOf4x8EqualsOneBatchOf32) {
+  const fs::path dir = fresh("accum");
+  const fs::path model = write_model(dir, false);
+  auto data = dataset(64, 1);
+  std::vector<std::vector<float>> results;
+  for (auto [batch, accum] : {std::pair{32, 1}, std::pair{8, 4}}) {
+    TrainingArguments a = base_args(dir / fmt::format("out{}", batch));
+    a.per_device_train_batch_size = batch;
+    a.gradient_accumulation_steps = accum;
+    a.num_train_epochs = 3;
+    a.max_grad_norm = 0;
+    Trainer t(ModelSource::onnx(model.string(), training::LossType::CrossEntropyLoss), a, data);
+    t.train();
+    EXPECT_EQ(t.state().global_step, 6);
+    results.push_back(weights(t));
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (size_t i = 0; i < results[0].size(); ++i) EXPECT_NEAR(results[0][i], results[1][i], 1e-5) << i;
+}
+
+// `kiln train` runs with a checkpoint after every update; the test kills it at random moments
+// and starts it again with --resume_from_checkpoint true until the run completes. The logged
+// losses and the final weights must equal an uninterrupted run's bit for bit. (Separate processes:
+// a forked child of this multi-threaded test could not use OpenMP.)
+void write_csv(const fs::path& path, const data::TensorDataset& d) {
+  std::ofstream f(path);
+  f << "f0,f1,f2,f3,f4,f5,label\n";
+  const Tensor& x = d.column("input");
+  const Tensor& y = d.column("labels");
+  f.precision(9);
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    for (int k = 0; k < 6; ++k) f << x.data<float>()[i * 6 + k] << ",";
+    f << y.data<int64_t>()[i] << "\n";
+  }
+}
+
+pid_t start_kiln_train(const fs::path& model, const fs::path& csv, const fs::path& out, bool resume) {
+  std::vector<std::string> argv = {KILN_BINARY_DIR "/bin/kiln", "train", "--model", model.string(),
+                                   "--train-data", csv.string(), "--eval-data", csv.string(),
+                                   "--output_dir", out.string(), "--learning_rate", "0.01", "--logging_steps", "1",
+                                   "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
+                                   "--num_train_epochs", "3", "--save_steps", "1", "--lr_scheduler_type", "cosine",
+                                   "--warmup_steps", "2", "--report_to", "none", "--disable_tqdm", "true",
+                                   "--dataloader_drop_last", "false"};
+  if (resume) argv.insert(argv.end(), {"--resume_from_checkpoint", "true"});
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::pair<std::vector<double>, std::vector<float>> finished_run(const fs::path& out) {
+  std::ifstream f(out / kTrainerStateFile);
+  const TrainerState s = TrainerState::from_json(nlohmann::json::parse(f));
+  const SafetensorsFile w = read_safetensors((out / "model.safetensors").string());
+  std::vector<float> all;
+  for (const auto& [name, t] : w.tensors) all.insert(all.end(), t.data<float>(), t.data<float>() + t.numel());
+  return {logged_losses(s), all};
+}
+
+TEST(Trainer, ResumeAfterSigkillIsExact) {
+  const fs::path dir = fresh("resume");
+  const fs::path model = write_model(dir, true);
+  write_csv(dir / "data.csv", *dataset(40, 2));  // batch 4, accumulation 2: 5 updates per epoch, 3 epochs
+  auto wait = [](pid_t pid) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return status;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const int straight = wait(start_kiln_train(model, dir / "data.csv", dir / "straight", false));
+  ASSERT_TRUE(WIFEXITED(straight) && WEXITSTATUS(straight) == 0);
+  const double run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const auto [want_losses, want_weights] = finished_run(dir / "straight");
+  ASSERT_EQ(want_losses.size(), 15u);
+
+  // Kills land anywhere in a run's time: while it sets up, mid-accumulation, mid-epoch, at epoch
+  // boundaries and while it saves.
+  const fs::path out = dir / "killed";
+  std::mt19937_64 rng(1234);
+  int kills = 0, progressed = 0;
+  bool done = false;
+  for (int round = 0; round < 100 && !(done && kills >= 20); ++round) {
+    if (done) {  // finished early: start over, so that every round kills a live run
+      fs::remove_all(out);
+      done = false;
+    }
+    const auto before = last_checkpoint(out.string());
+    const pid_t pid = start_kiln_train(model, dir / "data.csv", out, before.has_value());
+    ::usleep(static_cast<useconds_t>(1000.0 * run_ms * static_cast<double>(rng() % 1000) / 1000.0));
+    ::kill(pid, SIGKILL);
+    const int status = wait(pid);
+    const auto after = last_checkpoint(out.string());
+    if (after && after != before) ++progressed;
+    if (WIFSIGNALED(status)) ++kills;
+    else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) done = true;
+    else FAIL() << "kiln train failed with status " << status;
+  }
+  EXPECT_GE(kills, 20);
+  EXPECT_GE(progressed, 5) << "the kills came too early for the run to move between them";
+  if (!done) {
+    const auto before = last_checkpoint(out.string());
+    const int status = wait(start_kiln_train(model, dir / "data.csv", out, before.has_value()));
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  const auto [losses, weights_after] = finished_run(out);
+  EXPECT_EQ(losses, want_losses);
+  EXPECT_EQ(weights_after, want_weights);
+}
+
+TEST(Trainer, AutoResumeIgnoresIncompleteAndTemporaryFolders) {
+  const fs::path dir = fresh("incomplete");
+  fs::create_directories(dir / "checkpoint-3");
+  std::ofstream(dir / "checkpoint-3" / kTrainerStateFile) << "{}";
+  fs::create_directories(dir / "checkpoint-9");  // no trainer_state.json: incomplete
+  fs::create_directories(dir / ".checkpoint-12.tmp-abc123");
+  ASSERT_TRUE(last_checkpoint(dir.string()).has_value());
+  EXPECT_EQ(fs::path(*last_checkpoint(dir.string())).filename(), "checkpoint-3");
+}
+
+TEST(Trainer, RotationKeepsTheBestCheckpoint) {
+  const fs::path dir = fresh("rotate");
+  for (int s : {1, 2, 3, 4, 5}) {
+    fs::create_directories(dir / fmt::format("checkpoint-{}", s));
+    std::ofstream(dir / fmt::format("checkpoint-{}", s) / kTrainerStateFile) << "{}";
+  }
+  rotate_checkpoints(dir.string(), 2, (dir / "checkpoint-2").string());
+  std::vector<std::string> left;
+  for (const auto& p : sorted_checkpoints(dir.string())) left.push_back(fs::path(p).filename().string());
+  EXPECT_EQ(left, (std::vector<std::string>{"checkpoint-2", "checkpoint-5"}));
+}
+
+TEST(Trainer, NonFiniteLossStopsAfterPatienceAndKeepsTheLastGoodCheckpoint) {
+  const fs::path dir = fresh("nan");
+  const fs::path model = write_model(dir, false);
+  auto make_args = [&](double epochs) {
+    TrainingArguments a = base_args(dir / "out");
+    a.per_device_train_batch_size = 8;
+    a.save_strategy = SaveStrategy::steps;
+    a.save_steps = 1;
+    a.nan_inf_patience = 2;
+    a.num_train_epochs = epochs;
+    return a;
+  };
+  {  // one good epoch: 4 updates, a checkpoint after each
+    Trainer t(ModelSource::onnx(model.string(), training::LossType::CrossEntropyLoss), make_args(1), dataset(32, 3));
+    t.train();
+  }
+  // The same run continued on data whose inputs are all NaN: the loss is not finite from step 5.
+  auto bad = dataset(32, 3);
+  Tensor xs = bad->column("input");
+  for (int64_t i = 0; i < xs.numel(); ++i) xs.data<float>()[i] = std::nanf("");
+  Trainer t(ModelSource::onnx(model.string(), training::LossType::CrossEntropyLoss), make_args(2), bad);
+  try {
+    t.train("true");
+    FAIL() << "training on NaN data did not stop";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("training stopped at step 6"), std::string::npos) << e.what();
+  }
+  const auto last = last_checkpoint((dir / "out").string());
+  ASSERT_TRUE(last.has_value());
+  const SafetensorsFile w = read_safetensors((fs::path(*last) / "model.safetensors").string());
+  for (const auto& [name, tensor] : w.tensors)
+    for (int64_t i = 0; i < tensor.numel(); ++i) ASSERT_TRUE(std::isfinite(tensor.data<float>()[i])) << name;
+}
+
+}  // namespace
+}  // namespace kiln::trainer

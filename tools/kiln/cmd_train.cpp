@@ -1,0 +1,96 @@
+// `kiln train [--model M] [--loss L] [--train-data D] [--eval-data D] [TrainingArguments flags]`:
+// the main job. With no arguments it trains the built-in LeNet on Fashion-MNIST for one epoch,
+// evaluates it on the test set and prints the accuracy; checkpoints and logs go to ./kiln_output.
+// `kiln evaluate` and `kiln predict` run a trained model (an output folder's checkpoint).
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "commands.h"
+#include "kiln/npy.h"
+#include "trainer_cli.h"
+
+namespace kiln::cli {
+namespace {
+
+struct TrainOptions {
+  std::string model = "lenet", loss = "CrossEntropyLoss", train_data = "fashion-mnist:train",
+              eval_data = "fashion-mnist:test", label_column = "label";
+};
+
+void add_common(CLI::App& app, TrainOptions& o) {
+  app.add_option("--model", o.model, "A built-in model (mlp, lenet), a forward .onnx file or an artifacts folder")
+      ->capture_default_str();
+  app.add_option("--loss", o.loss, "With a .onnx model: CrossEntropyLoss, MSELoss, BCEWithLogitsLoss, L1Loss, none")
+      ->capture_default_str();
+  app.add_option("--eval-data", o.eval_data, "fashion-mnist:test, IMAGES,LABELS (IDX), FILE.npz or FILE.csv")
+      ->capture_default_str();
+  app.add_option("--label-column", o.label_column, "The label column of CSV data")->capture_default_str();
+  app.allow_extras();  // TrainingArguments flags (--learning_rate 3e-4 ...)
+}
+
+void run_train(CLI::App& app, const TrainOptions& o) {
+  trainer::TrainingArguments args = cli_training_arguments(app.remaining());
+  auto train = load_dataset(o.train_data, o.label_column);
+  auto eval = load_dataset(o.eval_data, o.label_column);
+  trainer::Trainer t(model_source(o.model, o.loss), args, train, eval, accuracy_metric);
+  t.set_step_listener(progress_bar(args.disable_tqdm.value_or(false)));
+  const trainer::TrainOutput out = t.train(args.resume_from_checkpoint.value_or(""));
+  t.log_metrics("train", out.metrics);
+  t.save_metrics("train", out.metrics);
+  const trainer::Metrics metrics = t.evaluate();
+  t.log_metrics("eval", metrics);
+  t.save_metrics("eval", metrics);
+  t.save_model();
+  t.save_state();
+  if (auto it = metrics.find("eval_accuracy"); it != metrics.end())
+    fmt::print("accuracy {:.4f} on {} examples; model and checkpoints in {}\n", it->second,
+               eval->size(), args.output_dir);
+}
+
+Action setup_train(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  add_common(app, *o);
+  app.add_option("--train-data", o->train_data, "fashion-mnist:train, IMAGES,LABELS (IDX), FILE.npz or FILE.csv")
+      ->capture_default_str();
+  return [o, &app] { run_train(app, *o); };
+}
+
+void run_evaluate(CLI::App& app, const TrainOptions& o, bool predict, const std::string& out_dir) {
+  trainer::TrainingArguments args = cli_training_arguments(app.remaining());
+  auto data = load_dataset(o.eval_data, o.label_column);
+  trainer::Trainer t(model_source(o.model, o.loss), args, nullptr, data, accuracy_metric);
+  if (args.resume_from_checkpoint) t.load_model_weights(*args.resume_from_checkpoint);
+  if (!predict) {
+    t.log_metrics("eval", t.evaluate());
+    return;
+  }
+  const trainer::PredictionOutput p = t.predict(data);
+  t.log_metrics("test", p.metrics);
+  if (!out_dir.empty() && p.predictions.defined()) {
+    save_npy(p.predictions, out_dir + "/predictions.npy");
+    fmt::print("wrote {}/predictions.npy\n", out_dir);
+  }
+}
+
+Action setup_evaluate(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  add_common(app, *o);
+  return [o, &app] { run_evaluate(app, *o, false, ""); };
+}
+
+Action setup_predict(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  auto out = std::make_shared<std::string>(".");
+  add_common(app, *o);
+  app.add_option("--predictions-dir", *out, "Where to write predictions.npy")->capture_default_str();
+  return [o, out, &app] { run_evaluate(app, *o, true, *out); };
+}
+
+const CommandRegistrar reg_train({"train", "Train a model with the Trainer (default: LeNet on Fashion-MNIST)", setup_train});
+const CommandRegistrar reg_evaluate({"evaluate", "Evaluate a model (with --resume_from_checkpoint DIR: a checkpoint)",
+                                     setup_evaluate});
+const CommandRegistrar reg_predict({"predict", "Predict with a model and write predictions.npy", setup_predict});
+
+}  // namespace
+}  // namespace kiln::cli

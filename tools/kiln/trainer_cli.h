@@ -1,0 +1,32 @@
+// Shared by `kiln train`, `kiln evaluate` and `kiln predict`: datasets named on the command line,
+// TrainingArguments from the remaining flags, the accuracy metric and a progress bar.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/data.h"
+#include "kiln/trainer.h"
+
+namespace kiln::cli {
+
+// "fashion-mnist:train" / "fashion-mnist:test" (Debian's dataset-fashion-mnist), "IMAGES,LABELS"
+// (IDX files, gzipped or not), "FILE.npz" (arrays named after the model's inputs and "labels"),
+// or "FILE.csv" (numeric features, the label in column `label_column`).
+std::shared_ptr<const data::Dataset> load_dataset(const std::string& spec, const std::string& label_column);
+
+// TrainingArguments from HF-style flags, with Kiln's defaults for the command line where they
+// differ from HF's (output_dir ./kiln_output, learning_rate 1e-3, num_train_epochs 1).
+trainer::TrainingArguments cli_training_arguments(const std::vector<std::string>& flags);
+
+// The model: a built-in name, a .onnx file (with `loss`), or an artifacts folder.
+trainer::ModelSource model_source(const std::string& model, const std::string& loss);
+
+// accuracy = mean(argmax(predictions, -1) == labels).
+trainer::Metrics accuracy_metric(const trainer::EvalPrediction& p);
+
+// A one-line progress bar on stderr when it is a terminal, plain log lines otherwise.
+trainer::Trainer::StepListener progress_bar(bool disabled);
+
+}  // namespace kiln::cli
