@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "kiln/error.h"
@@ -22,6 +23,8 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
                  PreprocessLogits preprocess_logits_for_metrics)
     : impl_(std::make_unique<Impl>()), args_(std::move(args)) {
   args_.validate();
+  if (args_.label_smoothing_factor != 0)
+    throw Unsupported("label_smoothing_factor: Kiln's Trainer does not smooth labels yet; leave it at 0");
   Impl& m = *impl_;
   m.source = std::move(model);
   m.train_dataset = std::move(train_dataset);
@@ -50,6 +53,30 @@ training::CheckpointState& Trainer::checkpoint_state() { return *impl_->state; }
 void Trainer::set_scheduler_factory(SchedulerFactory factory) { impl_->scheduler_factory = std::move(factory); }
 void Trainer::set_step_listener(StepListener listener) { impl_->step_listener = std::move(listener); }
 void Trainer::load_model_weights(const std::string& checkpoint_folder) { load_weights(*impl_, checkpoint_folder); }
+
+namespace {
+
+// Resident memory in bytes (VmRSS) and its peak (VmHWM) from /proc/self/status, as HF's
+// TrainerMemoryTracker measures the CPU side; `reset_peak` starts a new peak (clear_refs 5).
+struct MemoryUsage {
+  int64_t rss = 0, peak = 0;
+};
+
+MemoryUsage memory_usage(bool reset_peak = false) {
+  if (reset_peak) std::ofstream("/proc/self/clear_refs") << "5";
+  MemoryUsage u;
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (status >> key) {
+    if (key == "VmRSS:" && status >> kb >> unit) u.rss = kb * 1024;
+    else if (key == "VmHWM:" && status >> kb >> unit) u.peak = kb * 1024;
+  }
+  return u;
+}
+
+}  // namespace
 
 int64_t Trainer::num_examples(const data::DataLoader& loader) const { return static_cast<int64_t>(loader.num_examples()); }
 
@@ -107,6 +134,7 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   Impl& m = *impl_;
   if (!m.train_dataset) throw InvalidArgument("Trainer.train() needs a train_dataset");
   const auto start_time = std::chrono::steady_clock::now();
+  const MemoryUsage memory_at_start = args_.skip_memory_metrics ? MemoryUsage{} : memory_usage(true);
   const uint64_t data_seed = static_cast<uint64_t>(args_.sampler_seed());
   data::DataLoader loader(m.train_dataset, static_cast<size_t>(args_.per_device_train_batch_size),
                           std::make_shared<data::RandomSampler>(data_seed), args_.dataloader_drop_last);
@@ -262,6 +290,9 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
     if (args_.save_strategy == SaveStrategy::epoch) save();
   }
 
+  if (args_.load_best_model_at_end && state_.best_model_checkpoint && fs::exists(*state_.best_model_checkpoint))
+    load_weights(m, *state_.best_model_checkpoint);
+
   const double runtime = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
   TrainOutput result;
   result.global_step = state_.global_step;
@@ -273,6 +304,14 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
                     {"total_flos", state_.total_flos},
                     {"train_loss", result.training_loss},
                     {"epoch", state_.epoch}};
+  if (args_.include_tokens_per_second)
+    result.metrics["train_tokens_per_second"] =
+        runtime > 0 ? static_cast<double>(state_.num_input_tokens_seen) / runtime : 0.0;
+  if (!args_.skip_memory_metrics) {
+    const MemoryUsage end = memory_usage();
+    result.metrics["train_mem_cpu_alloc_delta"] = static_cast<double>(end.rss - memory_at_start.rss);
+    result.metrics["train_mem_cpu_peaked_delta"] = static_cast<double>(std::max<int64_t>(0, end.peak - end.rss));
+  }
   nlohmann::json summary;
   for (const auto& [k, v] : result.metrics) summary[k] = v;
   summary["step"] = state_.global_step;
