@@ -204,6 +204,32 @@ TEST(Trainer, ResumeAfterSigkillIsExact) {
   EXPECT_EQ(weights_after, want_weights);
 }
 
+// Resuming from each checkpoint of a run — mid-epoch, at the epoch boundaries (steps 5 and 10),
+// at the last step — gives the uninterrupted run's losses and weights bit for bit.
+TEST(Trainer, ResumeFromEveryCheckpointIsExact) {
+  const fs::path dir = fresh("resume_each");
+  const fs::path model = write_model(dir, true);
+  write_csv(dir / "data.csv", *dataset(40, 2));
+  auto wait = [](pid_t pid) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  };
+  ASSERT_TRUE(wait(start_kiln_train(model, dir / "data.csv", dir / "straight", false)));
+  const auto want = finished_run(dir / "straight");
+  const auto checkpoints = sorted_checkpoints((dir / "straight").string());
+  ASSERT_EQ(checkpoints.size(), 15u);
+  for (const auto& ckpt : checkpoints) {
+    const fs::path out = dir / ("from_" + fs::path(ckpt).filename().string());
+    fs::create_directories(out);
+    fs::copy(ckpt, out / fs::path(ckpt).filename(), fs::copy_options::recursive);
+    ASSERT_TRUE(wait(start_kiln_train(model, dir / "data.csv", out, true))) << ckpt;
+    const auto got = finished_run(out);
+    EXPECT_EQ(got.first, want.first) << "losses after resuming from " << ckpt;
+    EXPECT_EQ(got.second, want.second) << "weights after resuming from " << ckpt;
+  }
+}
+
 TEST(Trainer, AutoResumeIgnoresIncompleteAndTemporaryFolders) {
   const fs::path dir = fresh("incomplete");
   fs::create_directories(dir / "checkpoint-3");
