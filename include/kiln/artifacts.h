@@ -64,6 +64,9 @@ struct ArtifactOptions {
   AdamWOptions adamw;
   SGDOptions sgd;
   float learning_rate = 1e-3f;  // the optimizer's initial learning rate (kept in the optimizer model)
+  // CrossEntropyLoss with label smoothing (torch's label_smoothing, HF's label_smoothing_factor):
+  // (1 - e) * NLL + e * mean over classes of -log p, averaged over the rows not ignored.
+  float label_smoothing = 0.0f;
   // Trainable parameters updated without weight decay (the Hugging Face Trainer exempts biases and
   // LayerNorm weights: see no_weight_decay_parameters).
   std::vector<std::string> no_weight_decay;

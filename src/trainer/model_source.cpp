@@ -74,6 +74,10 @@ std::string prepare_artifacts(const ModelSource& source, const TrainingArguments
   training::ArtifactOptions o = optimizer_options(args, forward);
   o.loss = source.kind == ModelSource::Kind::Builtin ? training::LossType::CrossEntropyLoss : source.loss;
   o.frozen_params = source.frozen_params;
+  o.label_smoothing = static_cast<float>(args.label_smoothing_factor);
+  if (o.label_smoothing != 0 && o.loss != training::LossType::CrossEntropyLoss)
+    throw InvalidArgument(fmt::format("label_smoothing_factor {} needs the CrossEntropyLoss; the model's loss is {}",
+                                      args.label_smoothing_factor, training::to_string(o.loss)));
   if (o.loss != training::LossType::None) {
     o.loss_input_names = {logits};
     o.additional_output_names = {logits};

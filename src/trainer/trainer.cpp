@@ -23,8 +23,6 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
                  PreprocessLogits preprocess_logits_for_metrics)
     : impl_(std::make_unique<Impl>()), args_(std::move(args)) {
   args_.validate();
-  if (args_.label_smoothing_factor != 0)
-    throw Unsupported("label_smoothing_factor: Kiln's Trainer does not smooth labels yet; leave it at 0");
   Impl& m = *impl_;
   m.source = std::move(model);
   m.train_dataset = std::move(train_dataset);

@@ -180,7 +180,7 @@ Artifacts build_artifacts(const Model& forward, const ArtifactOptions& options) 
                                           "scalar; choose a loss such as CrossEntropyLoss", loss, v->describe()));
     }
   } else {
-    loss = add_loss(options.loss, base, edit, loss_inputs);
+    loss = add_loss(options.loss, base, edit, loss_inputs, options.label_smoothing);
   }
   infer_shapes(base);  // types for the loss and for additional outputs that are intermediate values
 

@@ -15,6 +15,7 @@ inline const std::string kLabelsInput = "labels";
 
 // Adds the loss for `outputs` (model outputs) and returns the loss value's name. Throws
 // InvalidArgument when the loss does not fit the outputs (count, dtype, rank).
-std::string add_loss(LossType loss, Model& model, GraphEditor& edit, const std::vector<std::string>& outputs);
+std::string add_loss(LossType loss, Model& model, GraphEditor& edit, const std::vector<std::string>& outputs,
+                     float label_smoothing = 0.0f);
 
 }  // namespace kiln::training

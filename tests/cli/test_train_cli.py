@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
@@ -51,7 +52,8 @@ class MLP(torch.nn.Module):
         return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
-def test_log_history_matches_a_pytorch_loop(tmp_path):
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_log_history_matches_a_pytorch_loop(tmp_path, smoothing):
     """Full-batch training (the batch is the dataset, so the sampler's order does not matter): the
     built-in mlp with HF's defaults (AdamW, weight decay 0, linear decay, max_grad_norm 1) against
     the same loop in PyTorch from the same initial weights."""
@@ -63,7 +65,8 @@ def test_log_history_matches_a_pytorch_loop(tmp_path):
     proc = run_kiln("train", "--model", "mlp", "--train-data", tmp_path / "data.npz", "--eval-data",
                     tmp_path / "data.npz", "--output_dir", tmp_path / "out", "--per_device_train_batch_size", "64",
                     "--num_train_epochs", str(steps), "--logging_steps", "1", "--learning_rate", "1e-3",
-                    "--save_strategy", "no", "--disable_tqdm", "true", timeout=300)
+                    "--save_strategy", "no", "--disable_tqdm", "true", "--label_smoothing_factor", str(smoothing),
+                    timeout=300)
     assert proc.returncode == 0, proc.stderr
     history = json.loads((tmp_path / "out" / "trainer_state.json").read_text())["log_history"]
     kiln_losses = [e["loss"] for e in history if "loss" in e]
@@ -79,7 +82,8 @@ def test_log_history_matches_a_pytorch_loop(tmp_path):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, (steps - s) / steps))
     torch_losses, torch_lrs = [], []
     for _ in range(steps):
-        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
+        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y),
+                                                 label_smoothing=smoothing)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

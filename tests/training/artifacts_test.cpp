@@ -118,9 +118,10 @@ TEST(Artifacts, FilesAreValidOnnxAndNothingIsWrittenOnError) {
 }
 
 // Each loss block against its definition, computed here on the eval model's inputs.
-double run_loss(LossType loss, const Tensor& labels, const Tensor& x) {
+double run_loss(LossType loss, const Tensor& labels, const Tensor& x, float label_smoothing = 0.0f) {
   ArtifactOptions o;
   o.loss = loss;
+  o.label_smoothing = label_smoothing;
   o.requires_grad = {"fc2.weight"};
   const Artifacts a = build_artifacts(make_bn_mlp(), o);
   Model eval = a.eval_model;
@@ -173,6 +174,22 @@ TEST(Artifacts, LossBlocksComputeTorchsDefinitions) {
     ++counted;
   }
   EXPECT_NEAR(run_loss(LossType::CrossEntropyLoss, labels, x), ce / counted, 1e-6);
+
+  // Label smoothing 0.1 (torch's label_smoothing): 0.9 * NLL + 0.1 * mean over kept rows of
+  // -sum_c log p_c / C.
+  double nll = 0, smooth = 0;
+  for (int r = 0; r < 5; ++r) {
+    const int64_t c = labels.data<int64_t>()[r];
+    if (c == -100) continue;
+    double m = -1e30, s = 0;
+    for (int k = 0; k < 3; ++k) m = std::max<double>(m, z[r * 3 + k]);
+    for (int k = 0; k < 3; ++k) s += std::exp(z[r * 3 + k] - m);
+    nll += -(z[r * 3 + c] - m - std::log(s));
+    for (int k = 0; k < 3; ++k) smooth += -(z[r * 3 + k] - m - std::log(s)) / 3;
+  }
+  EXPECT_NEAR(run_loss(LossType::CrossEntropyLoss, labels, x, 0.1f), 0.9 * nll / counted + 0.1 * smooth / counted,
+              1e-6);
+  EXPECT_THROW(run_loss(LossType::MSELoss, y, x, 0.1f), InvalidArgument);
 }
 
 }  // namespace
