@@ -22,6 +22,7 @@
 
 #include "kiln/artifacts.h"
 #include "kiln/data.h"
+#include "kiln/lr_schedulers.h"
 #include "kiln/training.h"
 #include "kiln/training_args.h"
 
@@ -38,6 +39,12 @@ struct ModelSource {
   training::LossType loss = training::LossType::CrossEntropyLoss;  // for Onnx
   std::vector<std::string> frozen_params;                         // for Onnx / Builtin
   std::string logits_output;  // the output that predictions come from (default: the model's first)
+  // HF's `optimizers` argument, the optimizer half: an optimizer (type and hyperparameters) used
+  // instead of the one TrainingArguments.optim describes. The schedule half is
+  // Trainer::set_scheduler_factory.
+  std::optional<training::OptimType> optimizer;
+  training::AdamWOptions adamw;
+  training::SGDOptions sgd;
 
   static ModelSource onnx(std::string path, training::LossType loss);
   static ModelSource artifacts(std::string dir);
@@ -128,7 +135,7 @@ class Trainer {
   // Overrides of the optimizer's learning-rate schedule (HF's `optimizers` argument): a scheduler
   // built from the optimizer's base learning rate, the warm-up steps and the total steps.
   using SchedulerFactory =
-      std::function<std::unique_ptr<class LRScheduler>(double base_lr, int64_t warmup, int64_t total)>;
+      std::function<std::unique_ptr<LRScheduler>(double base_lr, int64_t warmup, int64_t total)>;
   void set_scheduler_factory(SchedulerFactory factory);
 
   // Called after every optimizer update with the state and the step's loss (progress display;

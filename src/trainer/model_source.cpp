@@ -58,6 +58,14 @@ training::ArtifactOptions optimizer_options(const TrainingArguments& args, const
   return o;
 }
 
+// HF's `optimizers` override: the source's own optimizer replaces TrainingArguments.optim.
+void apply_override(const ModelSource& source, training::ArtifactOptions& o) {
+  if (!source.optimizer) return;
+  o.optimizer = source.optimizer;
+  o.adamw = source.adamw;
+  o.sgd = source.sgd;
+}
+
 }  // namespace
 
 std::string prepare_artifacts(const ModelSource& source, const TrainingArguments& args, std::string* logits_output) {
@@ -72,6 +80,7 @@ std::string prepare_artifacts(const ModelSource& source, const TrainingArguments
   if (forward.graph.outputs.empty()) throw InvalidModel("the model has no outputs");
   const std::string logits = source.logits_output.empty() ? forward.graph.outputs.front().name : source.logits_output;
   training::ArtifactOptions o = optimizer_options(args, forward);
+  apply_override(source, o);
   o.loss = source.kind == ModelSource::Kind::Builtin ? training::LossType::CrossEntropyLoss : source.loss;
   o.frozen_params = source.frozen_params;
   o.label_smoothing = static_cast<float>(args.label_smoothing_factor);

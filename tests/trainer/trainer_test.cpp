@@ -230,6 +230,37 @@ TEST(Trainer, ResumeFromEveryCheckpointIsExact) {
   }
 }
 
+// HF's `optimizers` override: the source's optimizer replaces TrainingArguments.optim, and a
+// scheduler factory replaces lr_scheduler_type.
+TEST(Trainer, OptimizerAndSchedulerOverrides) {
+  const fs::path dir = fresh("override");
+  ModelSource source = ModelSource::onnx(write_model(dir, false).string(), training::LossType::CrossEntropyLoss);
+  source.optimizer = training::OptimType::SGD;
+  source.sgd.momentum = 0.9f;
+  TrainingArguments a = base_args(dir / "out");
+  a.per_device_train_batch_size = 8;
+  a.max_steps = 4;
+  Trainer t(source, a, dataset(32, 4));
+  int made = 0;
+  t.set_scheduler_factory([&](double base_lr, int64_t warmup, int64_t total) {
+    ++made;
+    EXPECT_EQ(total, 4);
+    (void)warmup;
+    return make_lr_scheduler("constant", base_lr / 2, 0, total);
+  });
+  t.train();
+  EXPECT_EQ(made, 1);
+  const training::OptimizerState& o = t.checkpoint_state().optimizer_state();
+  EXPECT_EQ(o.type, "SGD");
+  EXPECT_EQ(o.step, 4);
+  EXPECT_TRUE(o.slots.count("momentum_buffer"));
+  for (const auto& e : t.state().log_history) {
+    if (e.contains("learning_rate")) {
+      EXPECT_DOUBLE_EQ(e["learning_rate"].get<double>(), 0.005);
+    }
+  }
+}
+
 TEST(Trainer, AutoResumeIgnoresIncompleteAndTemporaryFolders) {
   const fs::path dir = fresh("incomplete");
   fs::create_directories(dir / "checkpoint-3");
