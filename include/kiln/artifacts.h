@@ -43,6 +43,9 @@ struct AdamWOptions {
   float epsilon = 1e-8f;
   float weight_decay = 0.01f;
   bool maximize = false;
+  // transformers.AdamW (the Hugging Face Trainer's optim "adamw_hf") instead of torch.optim.AdamW:
+  // eps added before the bias correction, weight decay applied after the update.
+  bool hf_variant = false;
 };
 
 // torch.optim.SGD's.

@@ -42,17 +42,18 @@ training::ArtifactOptions optimizer_options(const TrainingArguments& args, const
   training::ArtifactOptions o;
   o.learning_rate = static_cast<float>(args.learning_rate);
   const std::string optim(to_string(args.optim));
-  if (optim == "adamw_torch" || optim == "adamw_torch_fused") {
+  if (optim == "adamw_torch" || optim == "adamw_torch_fused" || optim == "adamw_hf") {
     o.optimizer = training::OptimType::AdamW;
     o.adamw.beta1 = static_cast<float>(args.adam_beta1);
     o.adamw.beta2 = static_cast<float>(args.adam_beta2);
     o.adamw.epsilon = static_cast<float>(args.adam_epsilon);
     o.adamw.weight_decay = static_cast<float>(args.weight_decay);
+    o.adamw.hf_variant = optim == "adamw_hf";
   } else if (optim == "sgd") {
     o.optimizer = training::OptimType::SGD;
     o.sgd.weight_decay = static_cast<float>(args.weight_decay);
   } else {
-    throw Unsupported(fmt::format("optim '{}': Kiln's Trainer runs adamw_torch and sgd", optim));
+    throw Unsupported(fmt::format("optim '{}': Kiln's Trainer runs adamw_torch, adamw_hf and sgd", optim));
   }
   o.no_weight_decay = training::no_weight_decay_parameters(forward);
   return o;

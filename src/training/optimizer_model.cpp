@@ -27,7 +27,8 @@ std::map<std::string, Attribute> attributes(OptimType type, const ArtifactOption
             {"beta2", Attribute::of_float(a.beta2)},
             {"epsilon", Attribute::of_float(a.epsilon)},
             {"weight_decay", Attribute::of_float(a.weight_decay)},
-            {"maximize", Attribute::of_int(a.maximize ? 1 : 0)}};
+            {"maximize", Attribute::of_int(a.maximize ? 1 : 0)},
+            {"variant", Attribute::of_string(a.hf_variant ? "hf" : "torch")}};
   }
   const SGDOptions& s = o.sgd;
   if (s.nesterov && (s.momentum <= 0 || s.dampening != 0))

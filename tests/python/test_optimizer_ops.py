@@ -8,6 +8,8 @@ optimizer state) after every step. The kernels reproduce torch 1.13's CPU arithm
 observed difference is 0; the tolerance leaves room for a torch build whose kernels fuse
 multiply-adds differently.
 """
+import math
+
 import numpy as np
 import onnx
 import pytest
@@ -143,3 +145,37 @@ def test_sgd_step_matches_torch(kiln, tmp_path, name, dtype, shape, lr, attrs, k
         assert_close(outs["X_new"], p.detach().numpy(), f"{name} step {t} X")
         if with_buffer:
             assert_close(outs["momentum_buffer_new"], opt.state[p]["momentum_buffer"].numpy(), f"{name} step {t} buf")
+
+
+def hf_adamw(x, grads, lr, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0):
+    """transformers.AdamW.step (optimization.py, correct_bias=True) re-typed with torch tensor ops,
+    one parameter: the reference for AdamWStep's variant "hf"."""
+    p = torch.from_numpy(x.copy())
+    exp_avg, exp_avg_sq = torch.zeros_like(p), torch.zeros_like(p)
+    history = []
+    for step, g in enumerate(grads, start=1):
+        grad = torch.from_numpy(g.copy())
+        exp_avg.mul_(beta1).add_(grad, alpha=(1.0 - beta1))
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+        denom = exp_avg_sq.sqrt().add_(eps)
+        step_size = lr * math.sqrt(1.0 - beta2 ** step) / (1.0 - beta1 ** step)
+        p.addcdiv_(exp_avg, denom, value=-step_size)
+        if weight_decay > 0.0:
+            p.add_(p, alpha=(-lr * weight_decay))
+        history.append((p.numpy().copy(), exp_avg.numpy().copy(), exp_avg_sq.numpy().copy()))
+    return history
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_adamw_step_hf_variant_matches_transformers_adamw(kiln, tmp_path, weight_decay):
+    shape = (31, 17)
+    x, grads = random_problem(np.float32, shape, seed=7)
+    attrs = dict(epsilon=1e-6, weight_decay=weight_decay, variant="hf")
+    model = optimizer_model("AdamWStep", np.float32, shape, attrs)
+    zeros = np.zeros(shape, dtype=np.float32)
+    history = run_steps(kiln, tmp_path, model, {"X": x, "M": zeros, "V": zeros}, grads, 1e-3,
+                        carry={"X_new": "X", "M_new": "M", "V_new": "V"})
+    for t, (px, m, v) in enumerate(hf_adamw(x, grads, 1e-3, eps=1e-6, weight_decay=weight_decay), start=1):
+        assert_close(history[t - 1]["X_new"], px, f"hf step {t} X")
+        assert_close(history[t - 1]["M_new"], m, f"hf step {t} M")
+        assert_close(history[t - 1]["V_new"], v, f"hf step {t} V")

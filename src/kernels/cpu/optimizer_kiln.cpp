@@ -35,7 +35,12 @@ class AdamWStep final : public Kernel {
         beta2_(decimal_attr(n, "beta2", 0.999f)),
         eps_(decimal_attr(n, "epsilon", 1e-8f)),
         weight_decay_(decimal_attr(n, "weight_decay", 0.01f)),
-        maximize_(n.attr_int("maximize", 0) != 0) {
+        maximize_(n.attr_int("maximize", 0) != 0),
+        hf_(n.attr_string("variant", "torch") == "hf") {
+    const std::string variant = n.attr_string("variant", "torch");
+    if (variant != "torch" && variant != "hf")
+      throw InvalidArgument(fmt::format("AdamWStep: variant '{}' is not one of 'torch', 'hf'", variant));
+    if (hf_ && maximize_) throw InvalidArgument("AdamWStep: the 'hf' variant has no maximize");
     // torch.optim.AdamW's own checks.
     if (!(beta1_ >= 0 && beta1_ < 1) || !(beta2_ >= 0 && beta2_ < 1))
       throw InvalidArgument(fmt::format("AdamWStep: beta1 = {} and beta2 = {} must lie in [0, 1)", beta1_, beta2_));
@@ -62,8 +67,46 @@ class AdamWStep final : public Kernel {
   std::optional<size_t> inplace_input() const override { return 2; }
 
  private:
+  // transformers.AdamW (HF's own, optim="adamw_hf"): eps added to sqrt(v) before the bias
+  // correction, which goes into the step size; weight decay applied after the update.
+  template <class T>
+  void run_hf(ComputeContext& ctx) const {
+    const double lr = learning_rate(ctx, "AdamWStep");
+    const auto t = static_cast<double>(step_number(ctx, "AdamWStep"));
+    const double bias_correction1 = 1 - std::pow(beta1_, t);
+    const double bias_correction2 = 1 - std::pow(beta2_, t);
+    const T b1 = static_cast<T>(beta1_), one_minus_b1 = static_cast<T>(1 - beta1_);
+    const T b2 = static_cast<T>(beta2_), one_minus_b2 = static_cast<T>(1 - beta2_);
+    const T eps = static_cast<T>(eps_);
+    const T neg_step_size = static_cast<T>(-(lr * std::sqrt(bias_correction2) / bias_correction1));
+    const T neg_decay = static_cast<T>(-lr * weight_decay_);
+    const bool decay = weight_decay_ > 0;
+    const T* x = ctx.input(2).data<T>();
+    const T* g = ctx.input(3).data<T>();
+    const T* m = ctx.input(4).data<T>();
+    const T* v = ctx.input(5).data<T>();
+    T* x_out = ctx.output(0).data<T>();
+    T* m_out = ctx.output(1).data<T>();
+    T* v_out = ctx.output(2).data<T>();
+    parallel_fma_loop(
+        ctx.input(2).numel(), [&](int64_t begin, int64_t end) __attribute__((always_inline)) {
+          for (int64_t i = begin; i < end; ++i) {
+            const T gi = g[i];
+            const T mi = std::fma(gi, one_minus_b1, m[i] * b1);       // exp_avg.mul_(b1).add_(g, alpha=1-b1)
+            const T vi = std::fma(one_minus_b2 * gi, gi, v[i] * b2);  // exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2)
+            const T denom = std::sqrt(vi) + eps;                      // exp_avg_sq.sqrt().add_(eps)
+            T xi = x[i] + (neg_step_size * mi) / denom;               // p.addcdiv_(exp_avg, denom, -step_size)
+            if (decay) xi = std::fma(neg_decay, xi, xi);              // p.add_(p, alpha=-lr * wd)
+            x_out[i] = xi;
+            m_out[i] = mi;
+            v_out[i] = vi;
+          }
+        });
+  }
+
   template <class T>
   void run(ComputeContext& ctx) const {
+    if (hf_) return run_hf<T>(ctx);
     const double lr = learning_rate(ctx, "AdamWStep");
     const auto t = static_cast<double>(step_number(ctx, "AdamWStep"));
     const double bias_correction1 = 1 - std::pow(beta1_, t);
@@ -100,6 +143,7 @@ class AdamWStep final : public Kernel {
 
   double beta1_, beta2_, eps_, weight_decay_;
   bool maximize_;
+  bool hf_;  // variant "hf": transformers.AdamW
 };
 
 class SGDStep final : public Kernel {
@@ -202,7 +246,9 @@ const OpDocRegistrar adamw_doc(
      "One torch.optim.AdamW update (PyTorch 1.13, single-tensor) of one parameter and its moments. "
      "Attributes: beta1 (0.9), beta2 (0.999), epsilon (1e-8), weight_decay (0.01), maximize (0). Float "
      "attributes and a float32 learning rate are read as the shortest decimal that rounds to them (0.9f "
-     "as 0.9), as torch holds them in Python floats. Outputs may be the inputs' own tensors (in place).",
+     "as 0.9), as torch holds them in Python floats. Outputs may be the inputs' own tensors (in place). "
+     "variant 'hf' (default 'torch') is transformers.AdamW instead: denom = sqrt(V_new) + epsilon, "
+     "X_new = X - lr*sqrt(1 - beta2^t)/(1 - beta1^t) * M_new / denom, then X_new += -lr*weight_decay * X_new.",
      {"learning_rate: float scalar", "step: int64 scalar t >= 1, counting this update",
       "X: the parameter (float32 or float64)", "G: its gradient, X's shape", "M: the first moment (exp_avg)",
       "V: the second moment (exp_avg_sq)"},
