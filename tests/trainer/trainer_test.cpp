@@ -261,6 +261,59 @@ TEST(Trainer, OptimizerAndSchedulerOverrides) {
   }
 }
 
+// Evaluation during training, the best checkpoint kept through rotation and loaded at the end,
+// named eval sets, predict, and the metric hooks.
+TEST(Trainer, EvaluationBestModelAndMetricHooks) {
+  const fs::path dir = fresh("eval");
+  const ModelSource source = ModelSource::onnx(write_model(dir, false).string(), training::LossType::CrossEntropyLoss);
+  TrainingArguments a = TrainingArguments::parse_args(
+      {"--output_dir", (dir / "out").string(), "--learning_rate", "0.05", "--per_device_train_batch_size", "8",
+       "--num_train_epochs", "4", "--eval_strategy", "steps", "--eval_steps", "2", "--save_steps", "2",
+       "--save_total_limit", "1", "--load_best_model_at_end", "true", "--metric_for_best_model", "accuracy",
+       "--logging_steps", "2", "--report_to", "none"});
+  auto train = dataset(32, 5), eval = dataset(24, 6);
+  int preprocessed = 0;
+  auto accuracy = [](const EvalPrediction& p) {
+    const Tensor& y = p.label_ids;
+    int64_t right = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) right += p.predictions.data<int64_t>()[i] == y.data<int64_t>()[i] ? 1 : 0;
+    return Metrics{{"accuracy", static_cast<double>(right) / static_cast<double>(y.numel())}};
+  };
+  auto argmax = [&](const Tensor& logits, const Tensor& labels) {
+    ++preprocessed;
+    EXPECT_EQ(labels.dim(0), logits.dim(0));
+    Tensor out = Tensor::empty(DType::Int64, {logits.dim(0)});
+    for (int64_t i = 0; i < logits.dim(0); ++i) {
+      int64_t best = 0;
+      for (int64_t k = 1; k < logits.dim(1); ++k)
+        if (logits.data<float>()[i * 3 + k] > logits.data<float>()[i * 3 + best]) best = k;
+      out.data<int64_t>()[i] = best;
+    }
+    return out;
+  };
+  Trainer t(source, a, train, eval, accuracy, argmax);
+  t.train();
+  EXPECT_GT(preprocessed, 0);
+  ASSERT_TRUE(t.state().best_metric.has_value());
+  ASSERT_TRUE(t.state().best_model_checkpoint.has_value());
+  // save_total_limit 1 keeps the best checkpoint (and the last one, as HF does).
+  const auto left = sorted_checkpoints((dir / "out").string());
+  EXPECT_LE(left.size(), 2u);
+  bool best_kept = false;
+  for (const auto& c : left) best_kept = best_kept || fs::path(c).filename() == fs::path(*t.state().best_model_checkpoint).filename();
+  EXPECT_TRUE(best_kept);
+  // The best weights are loaded at the end: evaluating gives the best accuracy.
+  const Metrics now = t.evaluate();
+  EXPECT_DOUBLE_EQ(now.at("eval_accuracy"), *t.state().best_metric);
+  const Metrics named = t.evaluate(std::map<std::string, std::shared_ptr<const data::Dataset>>{{"a", eval}, {"b", train}});
+  EXPECT_TRUE(named.count("eval_a_accuracy") && named.count("eval_b_accuracy") && named.count("eval_a_loss"));
+  EXPECT_DOUBLE_EQ(named.at("eval_a_accuracy"), now.at("eval_accuracy"));
+  const PredictionOutput p = t.predict(eval);
+  EXPECT_EQ(p.predictions.dim(0), 24);
+  EXPECT_EQ(p.label_ids.dim(0), 24);
+  EXPECT_DOUBLE_EQ(p.metrics.at("test_accuracy"), now.at("eval_accuracy"));
+}
+
 TEST(Trainer, AutoResumeIgnoresIncompleteAndTemporaryFolders) {
   const fs::path dir = fresh("incomplete");
   fs::create_directories(dir / "checkpoint-3");
@@ -309,6 +362,11 @@ TEST(Trainer, NonFiniteLossStopsAfterPatienceAndKeepsTheLastGoodCheckpoint) {
     FAIL() << "training on NaN data did not stop";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("training stopped at step 6"), std::string::npos) << e.what();
+  }
+  for (const auto& e : t.state().log_history) {  // logging_nan_inf_filter: no non-finite loss logged
+    if (e.contains("loss")) {
+      EXPECT_TRUE(std::isfinite(e["loss"].get<double>())) << e.dump();
+    }
   }
   const auto last = last_checkpoint((dir / "out").string());
   ASSERT_TRUE(last.has_value());
