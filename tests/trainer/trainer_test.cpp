@@ -314,6 +314,26 @@ TEST(Trainer, EvaluationBestModelAndMetricHooks) {
   EXPECT_DOUBLE_EQ(p.metrics.at("test_accuracy"), now.at("eval_accuracy"));
 }
 
+TEST(Trainer, MetricsOfATrainingRun) {
+  const fs::path dir = fresh("metrics");
+  TrainingArguments a = base_args(dir / "out");
+  a.per_device_train_batch_size = 8;
+  a.max_steps = 3;
+  a.skip_memory_metrics = false;
+  Trainer t(ModelSource::onnx(write_model(dir, false).string(), training::LossType::CrossEntropyLoss), a,
+            dataset(32, 7));
+  const TrainOutput out = t.train();
+  for (const char* key : {"train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos",
+                          "train_loss", "epoch", "train_mem_cpu_alloc_delta", "train_mem_cpu_peaked_delta"})
+    EXPECT_TRUE(out.metrics.count(key)) << key;
+  // HF's estimate: 6 * parameters * examples (no input_ids), summed over the 3 batches of 8.
+  const double params = static_cast<double>(t.module().get_parameters_size(false));
+  EXPECT_DOUBLE_EQ(out.metrics.at("total_flos"), 6 * params * 24);
+  EXPECT_EQ(out.global_step, 3);
+  data::DataLoader loader(dataset(32, 7), 8);
+  EXPECT_EQ(t.num_examples(loader), 32);
+}
+
 TEST(Trainer, AutoResumeIgnoresIncompleteAndTemporaryFolders) {
   const fs::path dir = fresh("incomplete");
   fs::create_directories(dir / "checkpoint-3");
