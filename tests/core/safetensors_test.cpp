@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "error_test_util.h"
 #include <unistd.h>
 
 #include <cstring>
@@ -30,21 +32,8 @@ class Safetensors : public ::testing::Test {
   fs::path dir_;
 };
 
-template <class E>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using kiln::testing::error_of;
+using kiln::testing::has;
 
 std::string le64(uint64_t v) {
   std::string s(8, '\0');

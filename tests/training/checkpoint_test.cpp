@@ -1,6 +1,8 @@
 #include "kiln/checkpoint.h"
 
 #include <gtest/gtest.h>
+
+#include "error_test_util.h"
 #include <unistd.h>
 
 #include <cmath>
@@ -31,21 +33,8 @@ class Checkpoint : public ::testing::Test {
   fs::path dir_;
 };
 
-template <class E>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using kiln::testing::error_of;
+using kiln::testing::has;
 
 std::string bytes_of(const Tensor& t) {
   const Tensor c = t.contiguous();
