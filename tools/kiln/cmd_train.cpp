@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "kiln/metrics.h"
 #include "kiln/npy.h"
 #include "trainer_cli.h"
 
@@ -33,7 +34,8 @@ void run_train(CLI::App& app, const TrainOptions& o) {
   trainer::TrainingArguments args = cli_training_arguments(app.remaining());
   auto train = load_dataset(o.train_data, o.label_column);
   auto eval = load_dataset(o.eval_data, o.label_column);
-  trainer::Trainer t(model_source(o.model, o.loss), args, train, eval, accuracy_metric);
+  trainer::Trainer t(model_source(o.model, o.loss), args, train, eval,
+                     trainer::classification_metrics({"accuracy"}));
   t.set_step_listener(progress_bar(args.disable_tqdm.value_or(false)));
   const trainer::TrainOutput out = t.train(args.resume_from_checkpoint.value_or(""));
   t.log_metrics("train", out.metrics);
@@ -59,7 +61,8 @@ Action setup_train(CLI::App& app) {
 void run_evaluate(CLI::App& app, const TrainOptions& o, bool predict, const std::string& out_dir) {
   trainer::TrainingArguments args = cli_training_arguments(app.remaining());
   auto data = load_dataset(o.eval_data, o.label_column);
-  trainer::Trainer t(model_source(o.model, o.loss), args, nullptr, data, accuracy_metric);
+  trainer::Trainer t(model_source(o.model, o.loss), args, nullptr, data,
+                     trainer::classification_metrics({"accuracy"}));
   if (args.resume_from_checkpoint) t.load_model_weights(*args.resume_from_checkpoint);
   if (!predict) {
     t.log_metrics("eval", t.evaluate());

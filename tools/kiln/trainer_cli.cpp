@@ -60,23 +60,6 @@ trainer::ModelSource model_source(const std::string& model, const std::string& l
   return trainer::ModelSource::builtin(model);
 }
 
-trainer::Metrics accuracy_metric(const trainer::EvalPrediction& p) {
-  const Tensor logits = p.predictions.contiguous();
-  const Tensor labels = p.label_ids.contiguous();
-  if (logits.rank() != 2 || labels.rank() != 1 || labels.dim(0) != logits.dim(0))
-    throw ShapeError(fmt::format("accuracy needs logits [N, C] and labels [N], got {} and {}", logits.describe(),
-                                 labels.describe()));
-  const int64_t n = logits.dim(0), c = logits.dim(1);
-  int64_t correct = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t best = 0;
-    for (int64_t k = 1; k < c; ++k)
-      if (logits.item_as_double(i * c + k) > logits.item_as_double(i * c + best)) best = k;
-    correct += best == static_cast<int64_t>(labels.item_as_double(i)) ? 1 : 0;
-  }
-  return {{"accuracy", n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : 0.0}};
-}
-
 trainer::Trainer::StepListener progress_bar(bool disabled) {
   if (disabled) return nullptr;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
