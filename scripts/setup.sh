@@ -11,6 +11,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev
   python3-dev pybind11-dev python3-numpy python3-pytest
   python3-onnx python3-torch python3-torchvision python3-sklearn
+  python3-protobuf python3-crc32c
   dataset-fashion-mnist
 )
 # Node.js with npm (runs ONNX Runtime as a peer in the tests): Debian's packages unless a node
