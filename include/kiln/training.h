@@ -88,9 +88,7 @@ class Module {
 
  private:
   struct Graphs;
-  std::vector<Tensor> run(Session& session, const std::vector<std::string>& input_names,
-                          const std::vector<std::string>& output_names, const std::vector<Tensor>& inputs,
-                          bool training);
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, bool training);
 
   CheckpointState& state_;
   SessionOptions options_;

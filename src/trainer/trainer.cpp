@@ -12,6 +12,7 @@
 #include "kiln/error.h"
 #include "kiln/random.h"
 #include "trainer/checkpoint_folder.h"
+#include "training/tensor_math.h"
 #include "trainer/trainer_impl.h"
 
 namespace kiln::trainer {
@@ -78,12 +79,19 @@ MemoryUsage memory_usage(bool reset_peak = false) {
 
 int64_t Trainer::num_examples(const data::DataLoader& loader) const { return static_cast<int64_t>(loader.num_examples()); }
 
-double Trainer::floating_point_ops(const data::Example& batch) const {
-  double tokens = 0;
+namespace {
+
+// HF's token estimate: the elements of "input_ids", else the number of examples.
+double estimated_tokens(const data::Example& batch) {
   auto it = batch.find("input_ids");
-  if (it != batch.end()) tokens = static_cast<double>(it->second.numel());
-  else if (!batch.empty()) tokens = static_cast<double>(batch.begin()->second.dim(0));
-  return 6.0 * static_cast<double>(impl_->module->get_parameters_size(false)) * tokens;
+  if (it != batch.end()) return static_cast<double>(it->second.numel());
+  return batch.empty() ? 0.0 : static_cast<double>(batch.begin()->second.dim(0));
+}
+
+}  // namespace
+
+double Trainer::floating_point_ops(const data::Example& batch) const {
+  return 6.0 * static_cast<double>(impl_->module->get_parameters_size(false)) * estimated_tokens(batch);
 }
 
 namespace {
@@ -111,18 +119,6 @@ std::vector<Tensor*> trainable_grads(training::Module& module, training::Checkpo
     if (p.requires_grad() && p.grad().defined()) grads.push_back(&p.grad());
   }
   return grads;
-}
-
-void scale(const std::vector<Tensor*>& grads, double factor) {
-  for (Tensor* g : grads) {
-    if (g->dtype() == DType::Float32) {
-      float* p = g->data<float>();
-      for (int64_t i = 0; i < g->numel(); ++i) p[i] = static_cast<float>(p[i] * factor);
-    } else if (g->dtype() == DType::Float64) {
-      double* p = g->data<double>();
-      for (int64_t i = 0; i < g->numel(); ++i) p[i] *= factor;
-    }
-  }
 }
 
 
@@ -178,11 +174,11 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   const int64_t epochs_trained = state_.global_step / updates_per_epoch;
   const int64_t skip = args_.ignore_data_skip ? 0 : (state_.global_step % updates_per_epoch) * accum;
   const bool plateau = m.scheduler->steps_on_metric();
+  const double flops_per_token = 6.0 * static_cast<double>(m.module->get_parameters_size(false));
   bool stop = state_.global_step >= max_steps;
   double last_grad_norm = std::nan("");
 
-  auto log = [&](bool force_epoch_end) {
-    (void)force_epoch_end;
+  auto log = [&]() {
     nlohmann::json entry;
     const int64_t steps = state_.global_step - m.globalstep_last_logged;
     entry["loss"] = steps > 0 ? m.tr_loss / static_cast<double>(steps) : 0.0;
@@ -195,25 +191,21 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
     state_.log_history.push_back(entry);
   };
   auto save = [&]() {
-    const std::string folder = write_checkpoint_folder(args_.output_dir, state_.global_step, [&](const std::string& f) {
-      save_checkpoint_files(m, args_, state_, f);
-    });
+    write_checkpoint_folder(args_.output_dir, state_.global_step,
+                            [&](const std::string& f) { save_checkpoint_files(m, args_, state_, f); });
     if (args_.save_total_limit) rotate_checkpoints(args_.output_dir, *args_.save_total_limit, state_.best_model_checkpoint);
-    (void)folder;
   };
   auto evaluate_now = [&]() {
     const Metrics metrics = evaluate();
-    if (plateau) {
-      const std::string key = "eval_" + args_.metric_for_best_model.value_or("loss");
-      auto it = metrics.find(key);
-      if (it == metrics.end()) it = metrics.find(args_.metric_for_best_model.value_or("eval_loss"));
-      if (it != metrics.end()) m.scheduler->step(it->second);
-    }
+    // HF's metric_to_check: metric_for_best_model ("loss" when unset and the schedule needs one),
+    // prefixed "eval_".
+    std::string key = args_.metric_for_best_model.value_or("loss");
+    if (key.rfind("eval_", 0) != 0) key = "eval_" + key;
+    auto it = metrics.find(key);
+    if (it == metrics.end() && (plateau || args_.metric_for_best_model))
+      throw InvalidArgument(fmt::format("metric_for_best_model '{}' is not among the eval metrics", key));
+    if (plateau) m.scheduler->step(it->second);
     if (args_.metric_for_best_model) {
-      std::string key = *args_.metric_for_best_model;
-      if (key.rfind("eval_", 0) != 0) key = "eval_" + key;
-      auto it = metrics.find(key);
-      if (it == metrics.end()) throw InvalidArgument(fmt::format("metric_for_best_model '{}' is not among the eval metrics", key));
       const bool greater = args_.greater_is_better.value_or(false);
       if (!state_.best_metric || (greater ? it->second > *state_.best_metric : it->second < *state_.best_metric)) {
         state_.best_metric = it->second;
@@ -225,7 +217,6 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
 
   for (int64_t epoch = epochs_trained; epoch < num_epochs && !stop; ++epoch) {
     const int64_t first = epoch == epochs_trained ? skip : 0;
-    int64_t in_group = 0;
     bool group_finite = true;
     for (int64_t step = first; step < len_dataloader && !stop; ++step) {
       const data::Example batch = loader.batch(epoch, static_cast<size_t>(step));
@@ -243,14 +234,14 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
         auto ids = batch.find("input_ids");
         state_.num_input_tokens_seen += ids != batch.end() ? ids->second.numel() : batch.begin()->second.dim(0);
       }
-      state_.total_flos += floating_point_ops(batch);
-      ++in_group;
+      state_.total_flos += flops_per_token * estimated_tokens(batch);
       const bool boundary = (step + 1) % accum == 0 || step + 1 == len_dataloader;
       if (!boundary) continue;
 
       // One optimizer update from the accumulated gradients.
       const std::vector<Tensor*> grads = trainable_grads(*m.module, *m.state);
-      scale(grads, 1.0 / static_cast<double>(accum));
+      if (accum > 1)  // the mean over the accumulated micro-batches, as HF's loss / accumulation steps
+        for (Tensor* g : grads) training::scale_in_place(*g, 1.0 / static_cast<double>(accum));
       if (group_finite) {
         m.nan_inf_run = 0;
         if (args_.max_grad_norm > 0) last_grad_norm = clip_grad_norm(grads, args_.max_grad_norm);
@@ -263,7 +254,6 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
       }
       if (!plateau) m.scheduler->step();
       m.module->lazy_reset_grad();
-      in_group = 0;
       group_finite = true;
       ++state_.global_step;
       state_.epoch = static_cast<double>(epoch) + static_cast<double>(step + 1) / static_cast<double>(len_dataloader);
@@ -278,12 +268,12 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
                             g % state_.save_steps == 0;
       if (g >= max_steps) stop = true;
       if (m.step_listener) m.step_listener(state_, loss);
-      if (log_now) log(false);
+      if (log_now) log();
       if (eval_now) evaluate_now();
       if (save_now) save();
     }
     // Epoch end.
-    if (args_.logging_strategy == IntervalStrategy::epoch && state_.global_step > m.globalstep_last_logged) log(true);
+    if (args_.logging_strategy == IntervalStrategy::epoch && state_.global_step > m.globalstep_last_logged) log();
     if (args_.eval_strategy == IntervalStrategy::epoch && args_.eval_delay <= static_cast<double>(epoch + 1)) evaluate_now();
     if (args_.save_strategy == SaveStrategy::epoch) save();
   }
@@ -295,7 +285,10 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   TrainOutput result;
   result.global_step = state_.global_step;
   result.training_loss = state_.global_step > 0 ? m.total_loss / static_cast<double>(state_.global_step) : 0.0;
-  const double samples = static_cast<double>(loader.num_examples()) * args_.num_train_epochs;
+  // HF's num_train_samples: max_steps * the total batch when max_steps is set, else examples * epochs.
+  const double samples = args_.max_steps > 0
+                             ? static_cast<double>(max_steps * args_.per_device_train_batch_size * accum)
+                             : static_cast<double>(loader.num_examples()) * args_.num_train_epochs;
   result.metrics = {{"train_runtime", runtime},
                     {"train_samples_per_second", runtime > 0 ? samples / runtime : 0.0},
                     {"train_steps_per_second", runtime > 0 ? static_cast<double>(max_steps) / runtime : 0.0},

@@ -142,15 +142,13 @@ Module::Module(const std::string& train_model_path, CheckpointState& state,
 Module::~Module() = default;
 
 std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs) {
-  if (training_) return run(*graphs_->train.session, graphs_->train.user_inputs, graphs_->train.user_outputs, inputs, true);
-  if (!graphs_->eval) throw InvalidArgument("the Module is in eval mode but was built without an eval model");
-  return run(*graphs_->eval->session, graphs_->eval->user_inputs, graphs_->eval->user_outputs, inputs, false);
+  if (!training_ && !graphs_->eval) throw InvalidArgument("the Module is in eval mode but was built without an eval model");
+  return run(inputs, training_);
 }
 
-std::vector<Tensor> Module::run(Session& session, const std::vector<std::string>& input_names,
-                                const std::vector<std::string>& output_names, const std::vector<Tensor>& inputs,
-                                bool training) {
+std::vector<Tensor> Module::run(const std::vector<Tensor>& inputs, bool training) {
   const BoundModel& b = training ? graphs_->train : *graphs_->eval;
+  const std::vector<std::string>& input_names = b.user_inputs;
   if (inputs.size() != input_names.size()) {
     std::string names;
     for (const auto& n : input_names) names += (names.empty() ? "" : ", ") + n;
@@ -171,7 +169,7 @@ std::vector<Tensor> Module::run(Session& session, const std::vector<std::string>
   }
   std::map<std::string, Tensor> out;
   try {
-    out = session.run(feeds, b.fetch);
+    out = b.session->run(feeds, b.fetch);
   } catch (Error& e) {
     e.add_context(fmt::format("{}: ", b.where()));
     throw;
@@ -187,7 +185,7 @@ std::vector<Tensor> Module::run(Session& session, const std::vector<std::string>
     for (const auto& [p, u] : b.updates) state_.parameter(p).data().copy_from(out.at(u));
   }
   std::vector<Tensor> result;
-  for (const auto& name : output_names) result.push_back(std::move(out.at(name)));
+  for (const auto& name : b.user_outputs) result.push_back(std::move(out.at(name)));
   return result;
 }
 

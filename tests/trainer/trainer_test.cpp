@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "kiln/error.h"
@@ -335,6 +336,42 @@ TEST(Trainer, MetricsOfATrainingRun) {
   EXPECT_EQ(out.global_step, 3);
   data::DataLoader loader(dataset(32, 7), 8);
   EXPECT_EQ(t.num_examples(loader), 32);
+}
+
+template <class E>
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "no exception";
+}
+
+TEST(Trainer, BadSetupsAreClearErrors) {
+  const fs::path dir = fresh("errors");
+  const ModelSource source = ModelSource::onnx(write_model(dir, false).string(), training::LossType::CrossEntropyLoss);
+  TrainingArguments a = base_args(dir / "out");
+  a.max_steps = 1;
+  EXPECT_NE(message_of<InvalidArgument>([&] { Trainer(source, a).train(); }).find("needs a train_dataset"),
+            std::string::npos);
+  auto renamed = std::make_shared<data::TensorDataset>(std::map<std::string, Tensor>{
+      {"features", dataset(8, 1)->column("input")}, {"labels", dataset(8, 1)->column("labels")}});
+  const std::string missing = message_of<InvalidArgument>([&] { Trainer(source, a, renamed).train(); });
+  EXPECT_NE(missing.find("input 'input'"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("features"), std::string::npos) << missing;
+  TrainingArguments b = base_args(dir / "out2");
+  b.max_steps = 2;
+  b.eval_strategy = IntervalStrategy::steps;
+  b.eval_steps = 1;
+  b.metric_for_best_model = "f1";
+  const std::string metric = message_of<InvalidArgument>([&] { Trainer(source, b, dataset(8, 1), dataset(8, 2)).train(); });
+  EXPECT_NE(metric.find("'eval_f1' is not among the eval metrics"), std::string::npos) << metric;
+  TrainingArguments c = base_args(dir / "out3");
+  c.label_smoothing_factor = 0.1;
+  const std::string smoothing = message_of<InvalidArgument>(
+      [&] { Trainer(ModelSource::onnx(write_model(dir, false).string(), training::LossType::MSELoss), c); });
+  EXPECT_NE(smoothing.find("label_smoothing_factor"), std::string::npos) << smoothing;
 }
 
 TEST(Trainer, AutoResumeIgnoresIncompleteAndTemporaryFolders) {
