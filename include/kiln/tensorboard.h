@@ -40,6 +40,10 @@ class TensorBoardWriter {
   // InvalidArgument for an empty tag; IOError naming the file when writing fails.
   void add_scalar(const std::string& tag, double value, int64_t step,
                   std::optional<double> wall_time = std::nullopt);
+  // A text summary as TensorBoard's text plugin shows it (tag "<tag>/text_summary"), as
+  // torch.utils.tensorboard's add_text writes it.
+  void add_text(const std::string& tag, const std::string& text, int64_t step,
+                std::optional<double> wall_time = std::nullopt);
   // Pushes buffered records to the file and the file to the disk (fflush + fsync).
   void flush();
   const std::string& path() const { return path_; }

@@ -23,12 +23,12 @@
 #include "kiln/artifacts.h"
 #include "kiln/data.h"
 #include "kiln/lr_schedulers.h"
+#include "kiln/trainer_callback.h"
+#include "kiln/trainer_state.h"
 #include "kiln/training.h"
 #include "kiln/training_args.h"
 
 namespace kiln::trainer {
-
-using Metrics = std::map<std::string, double>;
 
 // What to train: an ONNX forward model plus a loss (Kiln generates the artifacts), an artifacts
 // folder, or a built-in model by name ("mlp", "lenet").
@@ -59,29 +59,6 @@ struct EvalPrediction {
 using ComputeMetrics = std::function<Metrics(const EvalPrediction&)>;
 using PreprocessLogits = std::function<Tensor(const Tensor& logits, const Tensor& labels)>;
 
-// HF's TrainerState: saved as trainer_state.json in every checkpoint.
-struct TrainerState {
-  double epoch = 0;
-  int64_t global_step = 0;
-  int64_t max_steps = 0;
-  int64_t logging_steps = 500;
-  int64_t eval_steps = 500;
-  int64_t save_steps = 500;
-  int64_t train_batch_size = 0;
-  int64_t num_train_epochs = 0;
-  int64_t num_input_tokens_seen = 0;
-  double total_flos = 0;
-  std::vector<nlohmann::json> log_history;
-  std::optional<double> best_metric;
-  std::optional<std::string> best_model_checkpoint;
-  bool is_local_process_zero = true;
-  bool is_world_process_zero = true;
-  bool is_hyper_param_search = false;
-
-  nlohmann::json to_json() const;
-  static TrainerState from_json(const nlohmann::json& j);
-};
-
 struct TrainOutput {
   int64_t global_step = 0;
   double training_loss = 0;
@@ -96,9 +73,13 @@ struct PredictionOutput {
 
 class Trainer {
  public:
+  // The callbacks are HF's: DefaultFlowCallback, then the report_to integrations, then
+  // `callbacks`, then ProgressCallback (PrinterCallback when disable_tqdm). on_init_end is called
+  // before the constructor returns.
   Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<const data::Dataset> train_dataset = nullptr,
           std::shared_ptr<const data::Dataset> eval_dataset = nullptr, ComputeMetrics compute_metrics = nullptr,
-          PreprocessLogits preprocess_logits_for_metrics = nullptr);
+          PreprocessLogits preprocess_logits_for_metrics = nullptr,
+          std::vector<std::shared_ptr<TrainerCallback>> callbacks = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -138,10 +119,21 @@ class Trainer {
       std::function<std::unique_ptr<LRScheduler>(double base_lr, int64_t warmup, int64_t total)>;
   void set_scheduler_factory(SchedulerFactory factory);
 
-  // Called after every optimizer update with the state and the step's loss (progress display;
-  // the full callback system of the Hugging Face Trainer is not there yet).
-  using StepListener = std::function<void(const TrainerState&, double loss)>;
-  void set_step_listener(StepListener listener);
+  // HF's callback list operations. add_callback appends (warning on stderr when a callback of the
+  // same name is already there, as HF does); pop_callback removes and returns the first callback
+  // with that name, or that exact callback (nullptr when absent); remove_callback is pop_callback
+  // without the result.
+  void add_callback(std::shared_ptr<TrainerCallback> callback);
+  std::shared_ptr<TrainerCallback> pop_callback(const std::string& name);
+  std::shared_ptr<TrainerCallback> pop_callback(const std::shared_ptr<TrainerCallback>& callback);
+  void remove_callback(const std::string& name);
+  void remove_callback(const std::shared_ptr<TrainerCallback>& callback);
+  const std::vector<std::shared_ptr<TrainerCallback>>& callbacks() const;
+  const TrainerControl& control() const;
+
+  // HF's Trainer.log: adds "epoch" (and num_input_tokens_seen when counted), appends the log with
+  // its "step" to state.log_history and calls on_log.
+  void log(Logs logs);
 
   struct Impl;  // the Trainer's internals (src/trainer/trainer_impl.h)
 

@@ -145,6 +145,9 @@ struct TrainingArguments {
   // validate(): when unset and a metric is named, true unless the metric's name ends with "loss".
   std::optional<bool> greater_is_better;
   bool ignore_data_skip = false;
+  // On resume, give stateful callbacks (EarlyStoppingCallback...) and TrainerControl the states
+  // saved in the checkpoint's trainer_state.json (HF's default: false, the callbacks start fresh).
+  bool restore_callback_states_from_checkpoint = false;
 
   // ---- Data and reproducibility --------------------------------------------------------------
   int64_t seed = 42;

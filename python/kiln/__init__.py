@@ -2,6 +2,7 @@
 
     from kiln.training import api, artifacts, onnxblock   # onnxruntime.training's names
     import kiln.backend                                    # onnx.backend over Kiln
+    from kiln import Trainer, TrainingArguments            # transformers' Trainer API
 
 The compiled core (kiln._kiln) is loaded by the modules that need it, so pure-Python parts such as
 onnxblock import without it.
@@ -12,3 +13,42 @@ from kiln.errors import (CorruptFile, DTypeError, InvalidArgument, InvalidModel,
 __all__ = ["CorruptFile", "DTypeError", "InvalidArgument", "InvalidModel", "KilnError", "KilnIOError",
            "KilnKeyError", "ShapeError", "Unsupported"]
 __version__ = "0.1.0"
+
+# Hugging Face's Trainer API, loaded on first use (it needs the compiled core).
+_LAZY = {
+    "TrainingArguments": "kiln.training_args",
+    "Trainer": "kiln.trainer",
+    "TrainerCallback": "kiln.trainer_callback",
+    "TrainerState": "kiln.trainer_callback",
+    "TrainerControl": "kiln.trainer_callback",
+    "CallbackHandler": "kiln.trainer_callback",
+    "DefaultFlowCallback": "kiln.trainer_callback",
+    "ProgressCallback": "kiln.trainer_callback",
+    "PrinterCallback": "kiln.trainer_callback",
+    "EarlyStoppingCallback": "kiln.trainer_callback",
+    "TensorBoardCallback": "kiln.trainer_callback",
+    "EvalPrediction": "kiln.trainer_utils",
+    "TrainOutput": "kiln.trainer_utils",
+    "PredictionOutput": "kiln.trainer_utils",
+    "IntervalStrategy": "kiln.trainer_utils",
+    "SaveStrategy": "kiln.trainer_utils",
+    "set_seed": "kiln.trainer_utils",
+    "default_data_collator": "kiln.trainer_data",
+    "Dataset": "kiln.data",
+    "TensorDataset": "kiln.data",
+}
+__all__ += list(_LAZY)
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kiln' has no attribute '{name}'")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

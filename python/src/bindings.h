@@ -10,5 +10,10 @@ namespace py = pybind11;
 void register_errors(py::module_& m);
 void register_session(py::module_& m);
 void register_training(py::module_& m);
+// The Trainer (trainer_bindings.h): arguments, state, callbacks, datasets, Trainer.
+void register_trainer_args(py::module_& m);
+void register_callbacks(py::module_& m);
+void register_data(py::module_& m);
+void register_trainer(py::module_& m);
 
 }  // namespace kiln::python

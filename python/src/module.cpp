@@ -9,4 +9,8 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::register_errors(m);
   kiln::python::register_session(m);
   kiln::python::register_training(m);
+  kiln::python::register_trainer_args(m);
+  kiln::python::register_callbacks(m);
+  kiln::python::register_data(m);
+  kiln::python::register_trainer(m);
 }

@@ -3,7 +3,10 @@
 // tensorflow/core/util/event.proto and tensorflow/core/framework/summary.proto:
 //   Event   { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
 //   Summary { repeated Value value = 1; }
-//   Value   { string tag = 1; float simple_value = 2; }
+//   Value   { string tag = 1; float simple_value = 2; TensorProto tensor = 8; SummaryMetadata metadata = 9; }
+//   SummaryMetadata { PluginData plugin_data = 1; }   PluginData { string plugin_name = 1; bytes content = 2; }
+//   TensorProto { DataType dtype = 1 (DT_STRING = 7); TensorShapeProto tensor_shape = 2; repeated bytes string_val = 8; }
+//   TensorShapeProto { repeated Dim dim = 2; }   Dim { int64 size = 1; }
 #include "kiln/tensorboard.h"
 
 #include <fmt/format.h>
@@ -142,6 +145,33 @@ void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t
   std::string summary_value;
   put_bytes(summary_value, 1, tag);
   put_float(summary_value, 2, static_cast<float>(value));
+  std::string summary;
+  put_bytes(summary, 1, summary_value);
+  std::string event;
+  put_double(event, 1, wall_time.value_or(now_seconds()));
+  put_int64(event, 2, step);
+  put_bytes(event, 5, summary);
+  write_record(event);
+}
+
+void TensorBoardWriter::add_text(const std::string& tag, const std::string& text, int64_t step,
+                                 std::optional<double> wall_time) {
+  if (tag.empty()) throw InvalidArgument(fmt::format("TensorBoard: empty tag for a text at step {} ({})", step, path_));
+  // As torch.utils.tensorboard's text(): tag "<tag>/text_summary", the text plugin, a [1] string tensor.
+  std::string plugin_data;
+  put_bytes(plugin_data, 1, "text");
+  std::string metadata;
+  put_bytes(metadata, 1, plugin_data);
+  std::string dim, shape, tensor;
+  put_int64(dim, 1, 1);
+  put_bytes(shape, 2, dim);
+  put_int64(tensor, 1, 7);
+  put_bytes(tensor, 2, shape);
+  put_bytes(tensor, 8, text);
+  std::string summary_value;
+  put_bytes(summary_value, 1, tag + "/text_summary");
+  put_bytes(summary_value, 8, tensor);
+  put_bytes(summary_value, 9, metadata);
   std::string summary;
   put_bytes(summary, 1, summary_value);
   std::string event;

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "kiln/error.h"
+#include "kiln/integrations.h"
 #include "kiln/random.h"
 #include "trainer/checkpoint_folder.h"
 #include "training/tensor_math.h"
@@ -21,7 +22,8 @@ namespace fs = std::filesystem;
 
 Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<const data::Dataset> train_dataset,
                  std::shared_ptr<const data::Dataset> eval_dataset, ComputeMetrics compute_metrics,
-                 PreprocessLogits preprocess_logits_for_metrics)
+                 PreprocessLogits preprocess_logits_for_metrics,
+                 std::vector<std::shared_ptr<TrainerCallback>> callbacks)
     : impl_(std::make_unique<Impl>()), args_(std::move(args)) {
   args_.validate();
   Impl& m = *impl_;
@@ -43,6 +45,15 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
     const auto outs = m.module->output_names(false);
     if (outs.size() > 1) m.logits_output = outs[1];
   }
+  // HF's callback list: the flow, the report_to integrations, the user's, then the progress display.
+  m.callbacks.context.model = m.module.get();
+  m.callbacks.context.optimizer = m.optimizer.get();
+  m.callbacks.add(std::make_shared<DefaultFlowCallback>());
+  for (auto& c : reporting_integration_callbacks(args_.report_to)) m.callbacks.add(std::move(c));
+  for (auto& c : callbacks) m.callbacks.add(std::move(c));
+  if (args_.disable_tqdm.value_or(false)) m.callbacks.add(std::make_shared<PrinterCallback>());
+  else m.callbacks.add(std::make_shared<ProgressCallback>());
+  m.callbacks.call(&TrainerCallback::on_init_end, args_, state_);
 }
 
 Trainer::~Trainer() = default;
@@ -50,7 +61,36 @@ Trainer::~Trainer() = default;
 training::Module& Trainer::module() { return *impl_->module; }
 training::CheckpointState& Trainer::checkpoint_state() { return *impl_->state; }
 void Trainer::set_scheduler_factory(SchedulerFactory factory) { impl_->scheduler_factory = std::move(factory); }
-void Trainer::set_step_listener(StepListener listener) { impl_->step_listener = std::move(listener); }
+void Trainer::add_callback(std::shared_ptr<TrainerCallback> callback) { impl_->callbacks.add(std::move(callback)); }
+std::shared_ptr<TrainerCallback> Trainer::pop_callback(const std::string& name) { return impl_->callbacks.pop(name); }
+std::shared_ptr<TrainerCallback> Trainer::pop_callback(const std::shared_ptr<TrainerCallback>& callback) {
+  return impl_->callbacks.pop(callback);
+}
+void Trainer::remove_callback(const std::string& name) { impl_->callbacks.pop(name); }
+void Trainer::remove_callback(const std::shared_ptr<TrainerCallback>& callback) { impl_->callbacks.pop(callback); }
+const std::vector<std::shared_ptr<TrainerCallback>>& Trainer::callbacks() const { return impl_->callbacks.callbacks(); }
+const TrainerControl& Trainer::control() const { return impl_->callbacks.control; }
+
+void Trainer::log(Logs logs) {
+  auto set = [&logs](const std::string& key, double value) {
+    for (auto& kv : logs)
+      if (kv.first == key) {
+        kv.second = value;
+        return;
+      }
+    logs.emplace_back(key, value);
+  };
+  set("epoch", state_.epoch);
+  if (args_.include_num_input_tokens_seen != "no" && args_.include_num_input_tokens_seen != "false")
+    set("num_input_tokens_seen", static_cast<double>(state_.num_input_tokens_seen));
+  nlohmann::json entry = nlohmann::json::object();
+  for (const auto& [k, v] : logs) entry[k] = v;
+  entry["step"] = state_.global_step;
+  state_.log_history.push_back(std::move(entry));
+  CallbackContext ctx;
+  ctx.logs = &logs;
+  impl_->callbacks.call(&TrainerCallback::on_log, args_, state_, ctx);
+}
 void Trainer::load_model_weights(const std::string& checkpoint_folder) { load_weights(*impl_, checkpoint_folder); }
 
 namespace {
@@ -171,60 +211,81 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   }
   if (!resume.empty()) load_checkpoint_files(m, state_, resume);
 
+  CallbackHandler& cb = m.callbacks;
+  if (!resume.empty() && args_.restore_callback_states_from_checkpoint) cb.restore_states(state_.stateful_callbacks);
+  cb.context.lr_scheduler = m.scheduler.get();
+  cb.context.train_dataloader = &loader;
+
   const int64_t epochs_trained = state_.global_step / updates_per_epoch;
   const int64_t skip = args_.ignore_data_skip ? 0 : (state_.global_step % updates_per_epoch) * accum;
   const bool plateau = m.scheduler->steps_on_metric();
   const double flops_per_token = 6.0 * static_cast<double>(m.module->get_parameters_size(false));
-  bool stop = state_.global_step >= max_steps;
   double last_grad_norm = std::nan("");
 
-  auto log = [&]() {
-    nlohmann::json entry;
-    const int64_t steps = state_.global_step - m.globalstep_last_logged;
-    entry["loss"] = steps > 0 ? m.tr_loss / static_cast<double>(steps) : 0.0;
-    if (!std::isnan(last_grad_norm)) entry["grad_norm"] = last_grad_norm;
-    entry["learning_rate"] = m.scheduler->current_lr();
-    entry["epoch"] = state_.epoch;
-    entry["step"] = state_.global_step;
-    m.tr_loss = 0;
-    m.globalstep_last_logged = state_.global_step;
-    state_.log_history.push_back(entry);
-  };
-  auto save = [&]() {
-    write_checkpoint_folder(args_.output_dir, state_.global_step,
-                            [&](const std::string& f) { save_checkpoint_files(m, args_, state_, f); });
-    if (args_.save_total_limit) rotate_checkpoints(args_.output_dir, *args_.save_total_limit, state_.best_model_checkpoint);
-  };
-  auto evaluate_now = [&]() {
-    const Metrics metrics = evaluate();
-    // HF's metric_to_check: metric_for_best_model ("loss" when unset and the schedule needs one),
-    // prefixed "eval_".
-    std::string key = args_.metric_for_best_model.value_or("loss");
-    if (key.rfind("eval_", 0) != 0) key = "eval_" + key;
-    auto it = metrics.find(key);
-    if (it == metrics.end() && (plateau || args_.metric_for_best_model))
-      throw InvalidArgument(fmt::format("metric_for_best_model '{}' is not among the eval metrics", key));
-    if (plateau) m.scheduler->step(it->second);
-    if (args_.metric_for_best_model) {
-      const bool greater = args_.greater_is_better.value_or(false);
-      if (!state_.best_metric || (greater ? it->second > *state_.best_metric : it->second < *state_.best_metric)) {
-        state_.best_metric = it->second;
-        state_.best_model_checkpoint =
-            (fs::path(args_.output_dir) / fmt::format("{}{}", kCheckpointPrefix, state_.global_step)).string();
+  // HF's _maybe_log_save_evaluate: what control asks for, in the order log, evaluate, save.
+  auto maybe_log_save_evaluate = [&]() {
+    if (cb.control.should_log && state_.global_step > m.globalstep_last_logged) {
+      const int64_t steps = state_.global_step - m.globalstep_last_logged;
+      Logs logs{{"loss", m.tr_loss / static_cast<double>(steps)}};
+      if (!std::isnan(last_grad_norm)) logs.emplace_back("grad_norm", last_grad_norm);
+      logs.emplace_back("learning_rate", m.scheduler->current_lr());
+      m.tr_loss = 0;
+      m.globalstep_last_logged = state_.global_step;
+      log(std::move(logs));
+    }
+    if (cb.control.should_evaluate) {
+      const Metrics metrics = evaluate();
+      // HF's metric_to_check: metric_for_best_model ("loss" when unset and the schedule needs one),
+      // prefixed "eval_".
+      std::string key = args_.metric_for_best_model.value_or("loss");
+      if (key.rfind("eval_", 0) != 0) key = "eval_" + key;
+      auto it = metrics.find(key);
+      if (it == metrics.end() && (plateau || args_.metric_for_best_model)) {
+        std::string have;
+        for (const auto& [k, v] : metrics) have += (have.empty() ? "" : ", ") + k;
+        throw InvalidArgument(fmt::format("metric_for_best_model '{}' is not among the eval metrics ({})", key, have));
       }
+      if (plateau) m.scheduler->step(it->second);
+      bool new_best = false;
+      if (args_.metric_for_best_model) {
+        const bool greater = args_.greater_is_better.value_or(false);
+        if (!state_.best_metric || (greater ? it->second > *state_.best_metric : it->second < *state_.best_metric)) {
+          state_.best_metric = it->second;
+          state_.best_global_step = state_.global_step;
+          state_.best_model_checkpoint =
+              (fs::path(args_.output_dir) / fmt::format("{}{}", kCheckpointPrefix, state_.global_step)).string();
+          new_best = true;
+        }
+      }
+      if (args_.save_strategy == SaveStrategy::best) cb.control.should_save = new_best;
+    }
+    if (cb.control.should_save) {
+      state_.stateful_callbacks = cb.export_states();
+      write_checkpoint_folder(args_.output_dir, state_.global_step,
+                              [&](const std::string& f) { save_checkpoint_files(m, args_, state_, f); });
+      if (args_.save_total_limit)
+        rotate_checkpoints(args_.output_dir, *args_.save_total_limit, state_.best_model_checkpoint);
+      cb.call(&TrainerCallback::on_save, args_, state_);
     }
   };
 
-  for (int64_t epoch = epochs_trained; epoch < num_epochs && !stop; ++epoch) {
+  cb.call(&TrainerCallback::on_train_begin, args_, state_);
+  for (int64_t epoch = epochs_trained; epoch < num_epochs && state_.global_step < max_steps; ++epoch) {
+    cb.call(&TrainerCallback::on_epoch_begin, args_, state_);
     const int64_t first = epoch == epochs_trained ? skip : 0;
     bool group_finite = true;
-    for (int64_t step = first; step < len_dataloader && !stop; ++step) {
+    double group_loss = 0;
+    int64_t group_batches = 0;
+    for (int64_t step = first; step < len_dataloader; ++step) {
+      if (step % accum == 0) cb.call(&TrainerCallback::on_step_begin, args_, state_);
       const data::Example batch = loader.batch(epoch, static_cast<size_t>(step));
       m.module->train();
       const std::vector<Tensor> out = (*m.module)(inputs_of(*m.module, batch, true));
       const double loss = out.at(0).item_as_double();
       const bool finite = std::isfinite(loss);
       group_finite = group_finite && finite;
+      group_loss += loss;
+      ++group_batches;
       if (args_.logging_nan_inf_filter && !finite)
         m.tr_loss += m.tr_loss / static_cast<double>(1 + state_.global_step - m.globalstep_last_logged);
       else
@@ -236,7 +297,13 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
       }
       state_.total_flos += flops_per_token * estimated_tokens(batch);
       const bool boundary = (step + 1) % accum == 0 || step + 1 == len_dataloader;
-      if (!boundary) continue;
+      if (!boundary) {
+        CallbackContext ctx;
+        ctx.loss = loss;
+        cb.call(&TrainerCallback::on_substep_end, args_, state_, ctx);
+        if (cb.control.should_epoch_stop || cb.control.should_training_stop) break;
+        continue;
+      }
 
       // One optimizer update from the accumulated gradients.
       const std::vector<Tensor*> grads = trainable_grads(*m.module, *m.state);
@@ -245,8 +312,10 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
       if (group_finite) {
         m.nan_inf_run = 0;
         if (args_.max_grad_norm > 0) last_grad_norm = clip_grad_norm(grads, args_.max_grad_norm);
+        cb.call(&TrainerCallback::on_pre_optimizer_step, args_, state_);
         m.optimizer->set_learning_rate(static_cast<float>(m.scheduler->current_lr()));
         m.optimizer->step();
+        cb.call(&TrainerCallback::on_optimizer_step, args_, state_);
       } else if (++m.nan_inf_run >= args_.nan_inf_patience && args_.nan_inf_patience > 0) {
         throw InvalidArgument(fmt::format("training stopped at step {}: the loss was not finite for {} consecutive "
                                           "optimizer steps (nan_inf_patience); the last checkpoint is the last good "
@@ -257,25 +326,17 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
       group_finite = true;
       ++state_.global_step;
       state_.epoch = static_cast<double>(epoch) + static_cast<double>(step + 1) / static_cast<double>(len_dataloader);
-
-      const int64_t g = state_.global_step;
-      const bool log_now = (g == 1 && args_.logging_first_step) ||
-                           (args_.logging_strategy == IntervalStrategy::steps && state_.logging_steps > 0 &&
-                            g % state_.logging_steps == 0);
-      const bool eval_now = args_.eval_strategy == IntervalStrategy::steps && state_.eval_steps > 0 &&
-                            g % state_.eval_steps == 0 && args_.eval_delay <= static_cast<double>(g);
-      const bool save_now = args_.save_strategy == SaveStrategy::steps && state_.save_steps > 0 &&
-                            g % state_.save_steps == 0;
-      if (g >= max_steps) stop = true;
-      if (m.step_listener) m.step_listener(state_, loss);
-      if (log_now) log();
-      if (eval_now) evaluate_now();
-      if (save_now) save();
+      CallbackContext ctx;
+      ctx.loss = group_loss / static_cast<double>(group_batches);
+      group_loss = 0;
+      group_batches = 0;
+      cb.call(&TrainerCallback::on_step_end, args_, state_, ctx);
+      maybe_log_save_evaluate();
+      if (cb.control.should_epoch_stop || cb.control.should_training_stop) break;
     }
-    // Epoch end.
-    if (args_.logging_strategy == IntervalStrategy::epoch && state_.global_step > m.globalstep_last_logged) log();
-    if (args_.eval_strategy == IntervalStrategy::epoch && args_.eval_delay <= static_cast<double>(epoch + 1)) evaluate_now();
-    if (args_.save_strategy == SaveStrategy::epoch) save();
+    cb.call(&TrainerCallback::on_epoch_end, args_, state_);
+    maybe_log_save_evaluate();
+    if (cb.control.should_training_stop) break;
   }
 
   if (args_.load_best_model_at_end && state_.best_model_checkpoint && fs::exists(*state_.best_model_checkpoint))
@@ -289,24 +350,25 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   const double samples = args_.max_steps > 0
                              ? static_cast<double>(max_steps * args_.per_device_train_batch_size * accum)
                              : static_cast<double>(loader.num_examples()) * args_.num_train_epochs;
-  result.metrics = {{"train_runtime", runtime},
-                    {"train_samples_per_second", runtime > 0 ? samples / runtime : 0.0},
-                    {"train_steps_per_second", runtime > 0 ? static_cast<double>(max_steps) / runtime : 0.0},
-                    {"total_flos", state_.total_flos},
-                    {"train_loss", result.training_loss},
-                    {"epoch", state_.epoch}};
+  // HF's speed_metrics, then total_flos, train_loss and the memory metrics, in HF's order.
+  Logs summary{{"train_runtime", runtime},
+               {"train_samples_per_second", runtime > 0 ? samples / runtime : 0.0},
+               {"train_steps_per_second", runtime > 0 ? static_cast<double>(max_steps) / runtime : 0.0}};
   if (args_.include_tokens_per_second)
-    result.metrics["train_tokens_per_second"] =
-        runtime > 0 ? static_cast<double>(state_.num_input_tokens_seen) / runtime : 0.0;
+    summary.emplace_back("train_tokens_per_second",
+                         runtime > 0 ? static_cast<double>(state_.num_input_tokens_seen) / runtime : 0.0);
+  summary.emplace_back("total_flos", state_.total_flos);
+  summary.emplace_back("train_loss", result.training_loss);
   if (!args_.skip_memory_metrics) {
     const MemoryUsage end = memory_usage();
-    result.metrics["train_mem_cpu_alloc_delta"] = static_cast<double>(end.rss - memory_at_start.rss);
-    result.metrics["train_mem_cpu_peaked_delta"] = static_cast<double>(std::max<int64_t>(0, end.peak - end.rss));
+    summary.emplace_back("train_mem_cpu_alloc_delta", static_cast<double>(end.rss - memory_at_start.rss));
+    summary.emplace_back("train_mem_cpu_peaked_delta", static_cast<double>(std::max<int64_t>(0, end.peak - end.rss)));
   }
-  nlohmann::json summary;
-  for (const auto& [k, v] : result.metrics) summary[k] = v;
-  summary["step"] = state_.global_step;
-  state_.log_history.push_back(summary);
+  log(summary);  // adds "epoch"
+  const nlohmann::json& logged = state_.log_history.back();
+  for (auto it = logged.begin(); it != logged.end(); ++it)
+    if (it.key() != "step") result.metrics[it.key()] = it.value().get<double>();
+  cb.call(&TrainerCallback::on_train_end, args_, state_);
   return result;
 }
 

@@ -125,7 +125,9 @@ void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::str
   state.epoch = loaded.epoch;
   state.log_history = loaded.log_history;
   state.best_metric = loaded.best_metric;
+  state.best_global_step = loaded.best_global_step;
   state.best_model_checkpoint = loaded.best_model_checkpoint;
+  state.stateful_callbacks = loaded.stateful_callbacks;
   state.total_flos = loaded.total_flos;
   state.num_input_tokens_seen = loaded.num_input_tokens_seen;
 }

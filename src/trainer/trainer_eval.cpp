@@ -51,7 +51,7 @@ struct LoopResult {
 
 }  // namespace
 
-static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& args,
+static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& args, const TrainerState& state,
                                   const std::shared_ptr<const data::Dataset>& dataset) {
   const auto start = std::chrono::steady_clock::now();
   data::DataLoader loader(dataset, static_cast<size_t>(args.per_device_eval_batch_size),
@@ -77,6 +77,8 @@ static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& arg
     r.loss_sum += out.at(0).item_as_double() * static_cast<double>(n);
     r.examples += n;
     ++r.batches;
+    CallbackContext step_ctx;
+    step_ctx.eval_dataloader = &loader;
     if (!args.prediction_loss_only && logits_index < out.size()) {
       auto lab = batch.find(label_name);
       Tensor logits = out[logits_index];
@@ -84,6 +86,7 @@ static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& arg
       predictions.push_back(logits);
       if (lab != batch.end()) labels.push_back(lab->second.clone());
     }
+    m.callbacks.call(&TrainerCallback::on_prediction_step, args, state, step_ctx);
   }
   m.module->train();
   r.output.predictions = concat0(predictions);
@@ -108,13 +111,14 @@ static Metrics finish_metrics(Trainer::Impl& m, LoopResult& r, const std::string
 Metrics Trainer::evaluate(std::shared_ptr<const data::Dataset> eval_dataset, const std::string& metric_key_prefix) {
   auto dataset = eval_dataset ? eval_dataset : impl_->eval_dataset;
   if (!dataset) throw InvalidArgument("Trainer.evaluate() needs an eval_dataset");
-  LoopResult r = evaluation_loop(*impl_, args_, dataset);
+  LoopResult r = evaluation_loop(*impl_, args_, state_, dataset);
   Metrics metrics = finish_metrics(*impl_, r, metric_key_prefix);
-  nlohmann::json entry;
-  for (const auto& [k, v] : metrics) entry[k] = v;
-  entry["epoch"] = state_.epoch;
-  entry["step"] = state_.global_step;
-  state_.log_history.push_back(entry);
+  // HF logs the metrics (which adds "epoch" to them) and hands them to on_evaluate.
+  log(Logs(metrics.begin(), metrics.end()));
+  metrics["epoch"] = state_.epoch;
+  CallbackContext ctx;
+  ctx.metrics = &metrics;
+  impl_->callbacks.call(&TrainerCallback::on_evaluate, args_, state_, ctx);
   return metrics;
 }
 
@@ -129,8 +133,11 @@ Metrics Trainer::evaluate(const std::map<std::string, std::shared_ptr<const data
 
 PredictionOutput Trainer::predict(std::shared_ptr<const data::Dataset> test_dataset, const std::string& metric_key_prefix) {
   if (!test_dataset) throw InvalidArgument("Trainer.predict() needs a test_dataset");
-  LoopResult r = evaluation_loop(*impl_, args_, test_dataset);
+  LoopResult r = evaluation_loop(*impl_, args_, state_, test_dataset);
   r.output.metrics = finish_metrics(*impl_, r, metric_key_prefix);
+  CallbackContext ctx;
+  ctx.metrics = &r.output.metrics;
+  impl_->callbacks.call(&TrainerCallback::on_predict, args_, state_, ctx);
   return r.output;
 }
 

@@ -7,6 +7,7 @@
 
 #include "kiln/lr_schedulers.h"
 #include "kiln/trainer.h"
+#include "trainer/callback_handler.h"
 
 namespace kiln::trainer {
 
@@ -19,7 +20,7 @@ struct Trainer::Impl {
   std::unique_ptr<training::Optimizer> optimizer;
   std::unique_ptr<LRScheduler> scheduler;
   SchedulerFactory scheduler_factory;
-  StepListener step_listener;
+  CallbackHandler callbacks;
   std::shared_ptr<const data::Dataset> train_dataset, eval_dataset;
   ComputeMetrics compute_metrics;
   PreprocessLogits preprocess_logits;

@@ -2,12 +2,13 @@
 #include <fmt/format.h>
 
 #include "kiln/error.h"
-#include "kiln/trainer.h"
+#include "kiln/trainer_state.h"
 
 namespace kiln::trainer {
 
 nlohmann::json TrainerState::to_json() const {
   nlohmann::json j;
+  j["best_global_step"] = best_global_step ? nlohmann::json(*best_global_step) : nlohmann::json(nullptr);
   j["best_metric"] = best_metric ? nlohmann::json(*best_metric) : nlohmann::json(nullptr);
   j["best_model_checkpoint"] = best_model_checkpoint ? nlohmann::json(*best_model_checkpoint) : nlohmann::json(nullptr);
   j["epoch"] = epoch;
@@ -22,7 +23,7 @@ nlohmann::json TrainerState::to_json() const {
   j["num_input_tokens_seen"] = num_input_tokens_seen;
   j["num_train_epochs"] = num_train_epochs;
   j["save_steps"] = save_steps;
-  j["stateful_callbacks"] = nlohmann::json::object();
+  j["stateful_callbacks"] = stateful_callbacks;
   j["total_flos"] = total_flos;
   j["train_batch_size"] = train_batch_size;
   j["trial_name"] = nullptr;
@@ -34,6 +35,8 @@ TrainerState TrainerState::from_json(const nlohmann::json& j) {
   TrainerState s;
   try {
     if (!j.at("best_metric").is_null()) s.best_metric = j.at("best_metric").get<double>();
+    if (j.contains("best_global_step") && !j.at("best_global_step").is_null())
+      s.best_global_step = j.at("best_global_step").get<int64_t>();
     if (!j.at("best_model_checkpoint").is_null()) s.best_model_checkpoint = j.at("best_model_checkpoint").get<std::string>();
     s.epoch = j.at("epoch").get<double>();
     s.eval_steps = j.at("eval_steps").get<int64_t>();
@@ -46,10 +49,35 @@ TrainerState TrainerState::from_json(const nlohmann::json& j) {
     s.save_steps = j.at("save_steps").get<int64_t>();
     s.total_flos = j.at("total_flos").get<double>();
     s.train_batch_size = j.at("train_batch_size").get<int64_t>();
+    s.stateful_callbacks = j.value("stateful_callbacks", nlohmann::json::object());
+    if (!s.stateful_callbacks.is_object()) throw CorruptFile("trainer state: stateful_callbacks is not an object");
   } catch (const nlohmann::json::exception& e) {
     throw CorruptFile(fmt::format("trainer state: {}", e.what()));
   }
   return s;
+}
+
+nlohmann::json TrainerControl::state() const {
+  return {{"args",
+           {{"should_training_stop", should_training_stop},
+            {"should_epoch_stop", should_epoch_stop},
+            {"should_save", should_save},
+            {"should_evaluate", should_evaluate},
+            {"should_log", should_log}}},
+          {"attributes", nlohmann::json::object()}};
+}
+
+void TrainerControl::load_state(const nlohmann::json& state) {
+  try {
+    const auto& a = state.at("args");
+    should_training_stop = a.at("should_training_stop").get<bool>();
+    should_epoch_stop = a.at("should_epoch_stop").get<bool>();
+    should_save = a.at("should_save").get<bool>();
+    should_evaluate = a.at("should_evaluate").get<bool>();
+    should_log = a.at("should_log").get<bool>();
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptFile(fmt::format("trainer state: TrainerControl: {}", e.what()));
+  }
 }
 
 }  // namespace kiln::trainer

@@ -322,6 +322,7 @@ std::vector<FieldSpec> make_fields() {
   f.push_back(field("metric_for_best_model", &A::metric_for_best_model));
   f.push_back(field("greater_is_better", &A::greater_is_better));
   f.push_back(field("ignore_data_skip", &A::ignore_data_skip));
+  f.push_back(field("restore_callback_states_from_checkpoint", &A::restore_callback_states_from_checkpoint));
   f.push_back(field("seed", &A::seed));
   f.push_back(field("data_seed", &A::data_seed));
   f.push_back(field("full_determinism", &A::full_determinism));

@@ -54,6 +54,22 @@ def event_class():
     value = summary.nested_type.add(name="Value")
     add(value, "tag", 1, F.TYPE_STRING)
     add(value, "simple_value", 2, F.TYPE_FLOAT)
+    add(value, "tensor", 8, F.TYPE_MESSAGE, type_name=".tensorflow.TensorProto")
+    add(value, "metadata", 9, F.TYPE_MESSAGE, type_name=".tensorflow.SummaryMetadata")
+    # tensor.proto / tensor_shape.proto / summary.proto: what a text summary uses.
+    dim = fdp.message_type.add(name="TensorShapeDim")
+    add(dim, "size", 1, F.TYPE_INT64)
+    shape = fdp.message_type.add(name="TensorShapeProto")
+    add(shape, "dim", 2, F.TYPE_MESSAGE, F.LABEL_REPEATED, ".tensorflow.TensorShapeDim")
+    tensor = fdp.message_type.add(name="TensorProto")
+    add(tensor, "dtype", 1, F.TYPE_INT32)
+    add(tensor, "tensor_shape", 2, F.TYPE_MESSAGE, type_name=".tensorflow.TensorShapeProto")
+    add(tensor, "string_val", 8, F.TYPE_BYTES, F.LABEL_REPEATED)
+    plugin = fdp.message_type.add(name="PluginData")
+    add(plugin, "plugin_name", 1, F.TYPE_STRING)
+    add(plugin, "content", 2, F.TYPE_BYTES)
+    metadata = fdp.message_type.add(name="SummaryMetadata")
+    add(metadata, "plugin_data", 1, F.TYPE_MESSAGE, type_name=".tensorflow.PluginData")
     add(summary, "value", 1, F.TYPE_MESSAGE, F.LABEL_REPEATED, ".tensorflow.Summary.Value")
     event = fdp.message_type.add(name="Event")
     add(event, "wall_time", 1, F.TYPE_DOUBLE)
@@ -120,3 +136,53 @@ def test_event_file_decodes(tmp_path):
         v = e.summary.value[0]
         assert v.tag == tag
         assert v.simple_value == float(np.float32(value)), (tag, v.simple_value, value)
+
+
+def read_events(path):
+    Event = event_class()
+    events = []
+    for body in read_records(path):
+        e = Event()
+        e.ParseFromString(body)
+        events.append(e)
+    return events
+
+
+def test_trainer_reports_to_tensorboard(tmp_path):
+    """report_to tensorboard: the args as a text summary, then every log as scalars at global_step
+    under HF's tags (train/..., eval/...), equal (as float32) to the run's log_history."""
+    import json
+
+    logdir, out = tmp_path / "tb", tmp_path / "out"
+    proc = kiln_cli.run_kiln("train", "--model", "mlp", "--max_steps", "40", "--logging_steps", "10",
+                             "--eval_strategy", "steps", "--eval_steps", "20", "--save_strategy", "no",
+                             "--report_to", "tensorboard", "--logging_dir", logdir, "--output_dir", out,
+                             "--disable_tqdm", "true")
+    assert proc.returncode == 0, proc.stderr
+    files = sorted(logdir.iterdir())
+    # Training writes one file; the evaluation `kiln train` runs after training opens another, as
+    # HF's TensorBoardCallback re-creates its writer after on_train_end.
+    assert len(files) == 2, files
+    events = [e for f in files for e in read_events(f)]
+    texts = [e for e in events if e.summary.value and e.summary.value[0].HasField("tensor")]
+    scalars = [(v.tag, e.step, v.simple_value) for e in events for v in e.summary.value if not v.HasField("tensor")]
+    assert len(texts) == 2
+    t = texts[0].summary.value[0]
+    assert t.tag == "args/text_summary"
+    assert t.metadata.plugin_data.plugin_name == "text"
+    assert t.tensor.dtype == 7 and [d.size for d in t.tensor.tensor_shape.dim] == [1]
+    args = json.loads(t.tensor.string_val[0])
+    assert args["max_steps"] == 40 and args["report_to"] == ["tensorboard"]
+
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    expected = []
+    for entry in history:
+        for key, value in entry.items():
+            if key == "step":
+                continue
+            tag = ("eval/" + key[5:]) if key.startswith("eval_") else ("train/" + key)
+            expected.append((tag, entry["step"], float(np.float32(value))))
+    assert sorted(scalars) == sorted(expected)
+    losses = [(step, v) for tag, step, v in scalars if tag == "train/loss"]
+    assert [s for s, _ in losses] == [10, 20, 30, 40]
+    assert sorted(s for tag, s, _ in scalars if tag == "eval/loss") == [20, 40, 40]

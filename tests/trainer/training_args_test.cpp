@@ -104,6 +104,7 @@ const std::vector<std::pair<std::string, Json>>& hf_defaults() {
       {"metric_for_best_model", nullptr},
       {"greater_is_better", nullptr},
       {"ignore_data_skip", false},
+      {"restore_callback_states_from_checkpoint", false},
       {"seed", 42},
       {"data_seed", nullptr},
       {"full_determinism", false},

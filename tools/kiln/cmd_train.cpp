@@ -36,7 +36,6 @@ void run_train(CLI::App& app, const TrainOptions& o) {
   auto eval = load_dataset(o.eval_data, o.label_column);
   trainer::Trainer t(model_source(o.model, o.loss), args, train, eval,
                      trainer::classification_metrics({"accuracy"}));
-  t.set_step_listener(progress_bar(args.disable_tqdm.value_or(false)));
   const trainer::TrainOutput out = t.train(args.resume_from_checkpoint.value_or(""));
   t.log_metrics("train", out.metrics);
   t.save_metrics("train", out.metrics);

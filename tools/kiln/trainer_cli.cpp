@@ -60,29 +60,4 @@ trainer::ModelSource model_source(const std::string& model, const std::string& l
   return trainer::ModelSource::builtin(model);
 }
 
-trainer::Trainer::StepListener progress_bar(bool disabled) {
-  if (disabled) return nullptr;
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
-  auto start = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
-  return [tty, start](const trainer::TrainerState& s, double loss) {
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - *start).count();
-    const double rate = elapsed > 0 ? static_cast<double>(s.global_step) / elapsed : 0.0;
-    const double remaining = rate > 0 ? static_cast<double>(s.max_steps - s.global_step) / rate : 0.0;
-    const int pct = s.max_steps > 0 ? static_cast<int>(100 * s.global_step / s.max_steps) : 0;
-    auto clock = [](double sec) { return fmt::format("{:02d}:{:02d}", static_cast<int>(sec) / 60, static_cast<int>(sec) % 60); };
-    if (tty) {
-      const int width = 30, filled = width * pct / 100;
-      std::fprintf(stderr, "\r%3d%%|%s%s| %lld/%lld [%s<%s, %.2fit/s, loss=%.4f]", pct,
-                   std::string(static_cast<size_t>(filled), '#').c_str(),
-                   std::string(static_cast<size_t>(width - filled), ' ').c_str(),
-                   static_cast<long long>(s.global_step), static_cast<long long>(s.max_steps), clock(elapsed).c_str(),
-                   clock(remaining).c_str(), rate, loss);
-      if (s.global_step >= s.max_steps) std::fprintf(stderr, "\n");
-    } else if (s.global_step % std::max<int64_t>(1, s.max_steps / 20) == 0 || s.global_step == s.max_steps) {
-      std::fprintf(stderr, "step %lld/%lld (%d%%) loss %.4f, %.2f it/s\n", static_cast<long long>(s.global_step),
-                   static_cast<long long>(s.max_steps), pct, loss, rate);
-    }
-  };
-}
-
 }  // namespace kiln::cli

@@ -23,7 +23,4 @@ trainer::TrainingArguments cli_training_arguments(const std::vector<std::string>
 // The model: a built-in name, a .onnx file (with `loss`), or an artifacts folder.
 trainer::ModelSource model_source(const std::string& model, const std::string& loss);
 
-// A one-line progress bar on stderr when it is a terminal, plain log lines otherwise.
-trainer::Trainer::StepListener progress_bar(bool disabled);
-
 }  // namespace kiln::cli

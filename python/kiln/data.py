@@ -1,0 +1,17 @@
+"""Kiln's datasets (include/kiln/data.h) for kiln.Trainer: columns of arrays and file readers.
+
+    train = kiln.data.TensorDataset({"input": X, "labels": y})
+    train = kiln.data.load_npz("train.npz")                    # every array a column
+    train = kiln.data.load_csv("train.csv", label_column="label")
+    len(train); train[0]                                       # {"input": array, "labels": array}
+"""
+from kiln._core import core
+
+Dataset = core.Dataset
+TensorDataset = core.TensorDataset
+load_npz = core.load_npz
+load_npy = core.load_npy
+load_csv = core.load_csv
+load_idx = core.load_idx
+
+__all__ = ["Dataset", "TensorDataset", "load_npz", "load_npy", "load_csv", "load_idx"]

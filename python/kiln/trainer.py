@@ -1,0 +1,226 @@
+"""kiln.Trainer: Hugging Face's Trainer over Kiln's C++ one. A script written for
+transformers.Trainer with an ONNX model and numpy datasets runs with the import changed:
+
+    from kiln import Trainer, TrainingArguments, EvalPrediction
+
+    def compute_metrics(p: EvalPrediction):
+        preds, labels = p
+        return {"accuracy": float((preds.argmax(-1) == labels).mean())}
+
+    trainer = Trainer(model="mlp.onnx", args=TrainingArguments("run", num_train_epochs=3),
+                      train_dataset=[{"input": x, "labels": y}, ...], eval_dataset=...,
+                      compute_metrics=compute_metrics)
+    trainer.train()
+    trainer.evaluate()          # {"eval_loss": ..., "eval_accuracy": ...}
+
+`model` is a forward ONNX file (a path or an onnx.ModelProto), an artifacts folder (made by
+kiln.training.artifacts.generate_artifacts) or a built-in model name ("mlp", "lenet"). Kiln adds
+the loss for a forward model; `loss` (Kiln's keyword) names it: CrossEntropyLoss, MSELoss,
+BCEWithLogitsLoss, L1Loss or "none". The default is "none" when the model has an output named
+"loss" (an HF model that computes its own loss from a "labels" input; that output must come first),
+else CrossEntropyLoss against the model's first output and the "labels" column.
+
+The loop runs in C++ with the GIL released; Python callbacks, Python datasets, compute_metrics and
+preprocess_logits_for_metrics take it when called, and an exception they raise leaves train()
+(evaluate(), predict()) as itself. Not supported (NotImplementedError naming the argument):
+model_init, compute_loss_func, data collators other than the default, optimizer or scheduler
+objects, optimizer_cls_and_kwargs, hyperparameter-search trials.
+"""
+import os
+import tempfile
+from collections.abc import Mapping
+
+from kiln._core import core
+from kiln.errors import InvalidArgument
+from kiln.trainer_callback import CallbackHandler
+from kiln.trainer_data import default_data_collator, to_dataset
+from kiln.trainer_utils import PredictionOutput, TrainOutput
+from kiln.training_args import TrainingArguments
+
+
+class Trainer:
+    def __init__(self, model=None, args=None, data_collator=None, train_dataset=None, eval_dataset=None,
+                 processing_class=None, model_init=None, compute_loss_func=None, compute_metrics=None,
+                 callbacks=None, optimizers=(None, None), optimizer_cls_and_kwargs=None,
+                 preprocess_logits_for_metrics=None, *, loss=None):
+        _unsupported("model_init", model_init is not None, "pass the model itself")
+        _unsupported("compute_loss_func", compute_loss_func is not None,
+                     "name a loss with loss=..., or export a model that computes its own 'loss' output")
+        _unsupported("data_collator", data_collator not in (None, default_data_collator),
+                     "Kiln stacks items itself (default_data_collator); pad items to one shape first")
+        _unsupported("optimizers", tuple(optimizers or (None, None)) != (None, None),
+                     "choose the optimizer and schedule with TrainingArguments (optim, lr_scheduler_type, ...)")
+        _unsupported("optimizer_cls_and_kwargs", optimizer_cls_and_kwargs is not None,
+                     "choose the optimizer with TrainingArguments.optim")
+        if model is None:
+            raise RuntimeError("`Trainer` requires either a `model` or `model_init` argument")
+        if args is None:
+            args = TrainingArguments(output_dir="trainer_output")
+        if not isinstance(args, TrainingArguments):
+            raise TypeError(f"args must be a kiln.TrainingArguments, not {type(args).__name__}")
+        self.model = model
+        self.args = args
+        self.data_collator = data_collator if data_collator is not None else default_data_collator
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        self.processing_class = processing_class
+        self.compute_metrics = compute_metrics
+        self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
+        if isinstance(eval_dataset, Mapping) and not _is_columns(eval_dataset):
+            raise NotImplementedError("eval_dataset: a dict of named evaluation datasets is evaluated by "
+                                      "trainer.evaluate(), not during train(); pass one dataset here")
+        train = to_dataset(train_dataset, "train_dataset")
+        evaluation = to_dataset(eval_dataset, "eval_dataset")
+        callbacks = [cb() if isinstance(cb, type) else cb for cb in (callbacks or [])]
+        with tempfile.TemporaryDirectory(prefix="kiln-model-") as tmp:
+            spec = _model_spec(model, loss, tmp)
+            self._core = core.Trainer(spec, args._core, args, model, train, evaluation, compute_metrics,
+                                      preprocess_logits_for_metrics, callbacks)
+        self.callback_handler = CallbackHandler(self._core)
+        self._check_columns(train, "train_dataset", training=True)
+        self._check_columns(evaluation, "eval_dataset", training=False)
+
+    # ---- Running -------------------------------------------------------------------------------
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        """resume_from_checkpoint: None/False (fresh), True (the last checkpoint in output_dir) or a
+        checkpoint folder. Returns TrainOutput(global_step, training_loss, metrics)."""
+        _unsupported("trial", trial is not None, "hyperparameter search is not part of Kiln")
+        if kwargs:
+            raise TypeError(f"train() got unexpected keyword arguments: {', '.join(sorted(kwargs))}")
+        if resume_from_checkpoint is True:
+            resume = "true"
+        elif resume_from_checkpoint in (None, False):
+            resume = ""
+        else:
+            resume = os.fspath(resume_from_checkpoint)
+        step, loss, metrics = self._core.train(resume)
+        return TrainOutput(step, loss, metrics)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+        """The metrics of one evaluation, prefixed by metric_key_prefix; a dict of named datasets
+        gives one evaluation each, prefixed "<prefix>_<name>_" (HF's rule)."""
+        if isinstance(eval_dataset, Mapping) and not _is_columns(eval_dataset):
+            metrics = {}
+            for name, dataset in eval_dataset.items():
+                metrics.update(self.evaluate(dataset, ignore_keys, f"{metric_key_prefix}_{name}"))
+            return metrics
+        dataset = to_dataset(eval_dataset, "eval_dataset")
+        self._check_columns(dataset, "eval_dataset", training=False)
+        return self._core.evaluate(dataset, metric_key_prefix)
+
+    def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test"):
+        """PredictionOutput(predictions, label_ids, metrics). The dataset needs its labels: Kiln's
+        eval model computes the loss (HF's label-free predict is not supported yet)."""
+        dataset = to_dataset(test_dataset, "test_dataset")
+        self._check_columns(dataset, "test_dataset", training=False)
+        predictions, label_ids, metrics = self._core.predict(dataset, metric_key_prefix)
+        return PredictionOutput(predictions, label_ids, metrics)
+
+    # ---- State, logs and files -----------------------------------------------------------------
+    @property
+    def state(self):
+        return self._core.state
+
+    @property
+    def control(self):
+        return self._core.control
+
+    def log(self, logs, start_time=None):
+        """HF's Trainer.log: adds epoch, appends to state.log_history and calls on_log."""
+        del start_time
+        self._core.log(dict(logs))
+
+    def save_model(self, output_dir=None, _internal_call=False):
+        """model.onnx (inference) and model.safetensors in output_dir (default args.output_dir)."""
+        self._core.save_model("" if output_dir is None else os.fspath(output_dir))
+
+    def save_state(self):
+        self._core.save_state()
+
+    def log_metrics(self, split, metrics):
+        self._core.log_metrics(split, dict(metrics))
+
+    def save_metrics(self, split, metrics, combined=True):
+        self._core.save_metrics(split, dict(metrics), combined)
+
+    def is_world_process_zero(self):
+        return True
+
+    def is_local_process_zero(self):
+        return True
+
+    def num_parameters(self, only_trainable=False):
+        return self._core.num_parameters(only_trainable)
+
+    # ---- Callbacks -----------------------------------------------------------------------------
+    def add_callback(self, callback):
+        self.callback_handler.add_callback(callback)
+
+    def pop_callback(self, callback):
+        return self.callback_handler.pop_callback(callback)
+
+    def remove_callback(self, callback):
+        self.callback_handler.remove_callback(callback)
+
+    # ---- Helpers -------------------------------------------------------------------------------
+    def _check_columns(self, dataset, what, training):
+        """InvalidArgument (a ValueError) naming the model inputs a dataset lacks."""
+        if dataset is None or len(dataset) == 0:
+            return
+        have = dataset.columns()
+        need = self._core.input_names(training)
+        missing = [n for n in need if n not in have]
+        if missing:
+            raise InvalidArgument(f"{what} lacks the column(s) {missing} that the model takes (model inputs: {need}; "
+                                  f"{what} columns: {have})")
+
+
+def _unsupported(argument, given, hint):
+    if given:
+        raise NotImplementedError(f"Trainer({argument}=...) is not supported by Kiln: {hint}")
+
+
+def _is_columns(mapping):
+    """A dict of columns (arrays / lists) rather than a dict of named datasets."""
+    return not any(isinstance(v, (Mapping, core.Dataset)) or
+                   (isinstance(v, (list, tuple)) and v and isinstance(v[0], Mapping)) for v in mapping.values())
+
+
+def _model_spec(model, loss, tmp):
+    """The C++ ModelSource for a model argument, with the loss rule of the module docstring."""
+    if hasattr(model, "SerializeToString") and hasattr(model, "graph"):  # an onnx.ModelProto
+        path = os.path.join(tmp, "model.onnx")
+        with open(path, "wb") as f:
+            f.write(model.SerializeToString())
+        outputs = [o.name for o in model.graph.output]
+        return _onnx_spec(path, outputs, loss)
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"model must be an ONNX file, an onnx.ModelProto, an artifacts folder or a built-in model "
+                        f"name, not {type(model).__name__}")
+    path = os.fspath(model)
+    if os.path.isdir(path):
+        _no_loss(loss, "an artifacts folder (its training model has its loss)")
+        return {"kind": "artifacts", "path": path}
+    if os.path.isfile(path):
+        _, outputs = core.onnx_io_names(path)
+        return _onnx_spec(path, outputs, loss)
+    if path in core.builtin_model_names():
+        _no_loss(loss, "a built-in model (trained with CrossEntropyLoss)")
+        return {"kind": "builtin", "path": path}
+    raise FileNotFoundError(f"model '{path}' is neither an ONNX file, an artifacts folder nor a built-in model "
+                            f"({', '.join(core.builtin_model_names())})")
+
+
+def _onnx_spec(path, outputs, loss):
+    if loss is None:
+        loss = "none" if "loss" in outputs else "CrossEntropyLoss"
+    loss = str(getattr(loss, "name", loss))  # kiln.training.artifacts.LossType too
+    if loss.lower() == "none" and outputs and outputs[0] != "loss" and "loss" in outputs:
+        raise InvalidArgument(f"loss='none' takes the model's first output as the loss, but the outputs are {outputs}: "
+                              "export the model with 'loss' first (HF's order: loss, logits)")
+    return {"kind": "onnx", "path": path, "loss": loss}
+
+
+def _no_loss(loss, what):
+    if loss is not None:
+        raise InvalidArgument(f"loss={loss!r}: the model is {what}; loss applies to a forward ONNX model")

@@ -1,0 +1,164 @@
+// kiln._kiln's datasets: Kiln's own (TensorDataset and the readers) as Python objects, and any
+// Python sequence of dicts as a Kiln Dataset through an adapter that takes the GIL per item.
+// python/kiln/trainer_data.py turns a list of same-shaped dicts into one TensorDataset instead, so
+// that training such a list never touches Python.
+#include <fmt/format.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include "kiln/error.h"
+#include "numpy_tensor.h"
+#include "trainer_bindings.h"
+
+namespace kiln::python {
+
+namespace {
+
+std::string type_name(const py::handle& obj) { return py::str(obj.get_type().attr("__name__")); }
+
+// HF's default_data_collator renames "label" and "label_ids" to "labels".
+std::string column_name(std::string key) {
+  if (key == "label" || key == "label_ids") return "labels";
+  return key;
+}
+
+data::Example example_from_py(const py::handle& item, size_t index) {
+  if (!py::isinstance<py::dict>(item) && !py::hasattr(item, "keys"))
+    throw TypeError(fmt::format("item {} of the dataset is a {}, not a dict of arrays (column name -> array)", index,
+                                type_name(item)));
+  data::Example example;
+  const py::object keys = item.attr("keys")();
+  for (const auto& key : keys) {
+    if (!py::isinstance<py::str>(key))
+      throw TypeError(fmt::format("item {} of the dataset has a key of type {}; column names are str", index,
+                                  type_name(key)));
+    const std::string name = key.cast<std::string>();
+    example[column_name(name)] = tensor_from_py(item[key], fmt::format("column '{}' of item {}", name, index));
+  }
+  return example;
+}
+
+// A Python sequence (len + __getitem__) of dicts, read item by item under the GIL.
+class PythonDataset final : public data::Dataset {
+ public:
+  explicit PythonDataset(const py::object& sequence) : sequence_(hold(sequence)), size_(py::len(sequence)) {}
+  size_t size() const override { return size_; }
+  data::Example get(size_t index) const override {
+    if (index >= size_)
+      throw InvalidArgument(fmt::format("dataset index {} is out of range for {} items", index, size_));
+    py::gil_scoped_acquire gil;
+    return example_from_py((*sequence_)[py::int_(index)], index);
+  }
+
+ private:
+  PyRef sequence_;
+  size_t size_;
+};
+
+std::map<std::string, std::string> str_map(const py::dict& d) {
+  std::map<std::string, std::string> out;
+  for (const auto& [k, v] : d) out[k.cast<std::string>()] = py::str(py::module_::import("os").attr("fspath")(v));
+  return out;
+}
+
+std::string fspath(const py::object& path) { return py::str(py::module_::import("os").attr("fspath")(path)); }
+
+}  // namespace
+
+Tensor tensor_from_py(const py::handle& value, const std::string& what) {
+  py::object array = py::reinterpret_borrow<py::object>(value);
+  if (!py::isinstance<py::array>(value)) {
+    const py::module_ np = py::module_::import("numpy");
+    try {
+      array = np.attr("asarray")(value);
+    } catch (py::error_already_set& e) {
+      if (!e.matches(PyExc_ValueError)) throw;
+      throw TypeError(fmt::format("{}: cannot be made an array ({}); items of a column must share one shape", what,
+                                  e.what()));
+    }
+    // Python numbers and lists as torch.tensor makes them: float32 and int64.
+    const char kind = array.attr("dtype").attr("kind").cast<char>();
+    if (kind == 'f') array = array.attr("astype")(np.attr("float32"));
+    if (kind == 'i') array = array.attr("astype")(np.attr("int64"));
+  }
+  const char kind = array.attr("dtype").attr("kind").cast<char>();
+  if (kind == 'O' || kind == 'U' || kind == 'S' || kind == 'c' || kind == 'V' || kind == 'M' || kind == 'm')
+    throw TypeError(fmt::format("{}: dtype {} is not numeric; Kiln datasets hold numbers (tokenize text first)", what,
+                                std::string(py::str(array.attr("dtype")))));
+  py::object keep;
+  return borrow_array(array, what, keep).clone();
+}
+
+py::dict example_to_py(const data::Example& example) {
+  py::dict out;
+  for (const auto& [name, tensor] : example) out[py::str(name)] = to_array(tensor);
+  return out;
+}
+
+std::shared_ptr<const data::Dataset> dataset_from_py(const py::object& obj) {
+  if (py::isinstance<data::Dataset>(obj)) return obj.cast<std::shared_ptr<data::Dataset>>();
+  if (!py::hasattr(obj, "__len__") || !py::hasattr(obj, "__getitem__"))
+    throw TypeError(fmt::format("a dataset must be a sequence of dicts (len() and [i]), a dict of columns or a kiln "
+                                "Dataset, not {}",
+                                type_name(obj)));
+  return std::make_shared<PythonDataset>(obj);
+}
+
+void register_data(py::module_& m) {
+  using namespace kiln::data;
+  py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset")
+      .def("__len__", &Dataset::size)
+      .def("__getitem__",
+           [](const Dataset& d, int64_t index) {
+             const int64_t n = static_cast<int64_t>(d.size());
+             if (index < -n || index >= n) throw py::index_error(fmt::format("dataset index {} out of range for {} items", index, n));
+             const size_t i = static_cast<size_t>(index < 0 ? index + n : index);
+             data::Example item;
+             {
+               py::gil_scoped_release release;  // a Python-backed dataset takes it back
+               item = d.get(i);
+             }
+             return example_to_py(item);
+           })
+      .def("columns", &Dataset::columns);
+  py::class_<TensorDataset, Dataset, std::shared_ptr<TensorDataset>>(m, "TensorDataset")
+      .def(py::init([](const py::dict& columns) {
+             std::map<std::string, Tensor> tensors;
+             for (const auto& [k, v] : columns) {
+               const std::string name = py::str(k);
+               tensors[column_name(name)] = tensor_from_py(v, "column '" + name + "'");
+             }
+             return std::make_shared<TensorDataset>(std::move(tensors));
+           }),
+           py::arg("columns"))
+      .def("column", [](const TensorDataset& d, const std::string& name) { return to_array(d.column(name)); });
+  m.def("python_dataset", [](const py::object& sequence) -> std::shared_ptr<Dataset> {
+    return std::make_shared<PythonDataset>(sequence);
+  });
+  m.def("load_npz", [](const py::object& path, const py::dict& columns) {
+        return load_npz(fspath(path), [&] {
+          std::map<std::string, std::string> out;
+          for (const auto& [k, v] : columns) out[k.cast<std::string>()] = v.cast<std::string>();
+          return out;
+        }());
+      }, py::arg("path"), py::arg("columns") = py::dict());
+  m.def("load_npy", [](const py::dict& paths) { return load_npy(str_map(paths)); }, py::arg("paths_by_column"));
+  m.def("load_csv",
+        [](const py::object& path, const std::string& label_column, bool header, char delimiter) {
+          CsvOptions o;
+          o.label_column = label_column;
+          o.header = header;
+          o.delimiter = delimiter;
+          return load_csv(fspath(path), o);
+        },
+        py::arg("path"), py::arg("label_column") = "label", py::arg("header") = true, py::arg("delimiter") = ',');
+  m.def("load_idx",
+        [](const py::object& images, const py::object& labels, std::optional<std::pair<float, float>> normalize) {
+          IdxOptions o;
+          if (normalize) o.normalize = Normalization{normalize->first, normalize->second};
+          return load_idx(fspath(images), fspath(labels), o);
+        },
+        py::arg("images"), py::arg("labels"), py::arg("normalize") = std::nullopt);
+}
+
+}  // namespace kiln::python
