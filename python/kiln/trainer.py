@@ -109,10 +109,10 @@ class Trainer:
         return self._core.evaluate(dataset, metric_key_prefix)
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test"):
-        """PredictionOutput(predictions, label_ids, metrics). The dataset needs its labels: Kiln's
-        eval model computes the loss (HF's label-free predict is not supported yet)."""
+        """PredictionOutput(predictions, label_ids, metrics). Without labels in the dataset, as HF:
+        predictions only (label_ids None, no test_loss)."""
         dataset = to_dataset(test_dataset, "test_dataset")
-        self._check_columns(dataset, "test_dataset", training=False)
+        self._check_columns(dataset, "test_dataset", training=False, labels_optional=True)
         predictions, label_ids, metrics = self._core.predict(dataset, metric_key_prefix)
         return PredictionOutput(predictions, label_ids, metrics)
 
@@ -163,12 +163,15 @@ class Trainer:
         self.callback_handler.remove_callback(callback)
 
     # ---- Helpers -------------------------------------------------------------------------------
-    def _check_columns(self, dataset, what, training):
+    def _check_columns(self, dataset, what, training, labels_optional=False):
         """InvalidArgument (a ValueError) naming the model inputs a dataset lacks."""
         if dataset is None or len(dataset) == 0:
             return
         have = dataset.columns()
         need = self._core.input_names(training)
+        if labels_optional:
+            label_names = self.args.label_names or ["labels"]
+            need = [n for n in need if n not in label_names]
         missing = [n for n in need if n not in have]
         if missing:
             raise InvalidArgument(f"{what} lacks the column(s) {missing} that the model takes (model inputs: {need}; "

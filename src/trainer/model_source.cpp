@@ -92,6 +92,14 @@ std::string prepare_artifacts(const ModelSource& source, const TrainingArguments
     o.loss_input_names = {logits};
     o.additional_output_names = {logits};
     *logits_output = logits;
+  } else {
+    // A model that computes its own loss (HF's convention: outputs loss, logits, ...): the first
+    // output is the loss; the others stay outputs, and predictions come from logits_output or the
+    // second output.
+    const auto& outs = forward.graph.outputs;
+    for (size_t i = 1; i < outs.size(); ++i) o.additional_output_names.push_back(outs[i].name);
+    if (!source.logits_output.empty()) *logits_output = source.logits_output;
+    else if (outs.size() > 1) *logits_output = outs[1].name;
   }
   const std::string dir = (fs::path(args.output_dir) / "artifacts").string();
   training::generate_artifacts(forward, o, dir);

@@ -3,6 +3,7 @@
 // save_* / log_metrics helpers.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -11,7 +12,9 @@
 
 #include "core/atomic_file.h"
 #include "kiln/error.h"
+#include "kiln/onnx_io.h"
 #include "kiln/safetensors.h"
+#include "kiln/session.h"
 #include "trainer/trainer_impl.h"
 
 namespace kiln::trainer {
@@ -47,6 +50,7 @@ struct LoopResult {
   int64_t examples = 0;
   int64_t batches = 0;
   double runtime = 0;
+  bool has_loss = true;
 };
 
 }  // namespace
@@ -63,6 +67,42 @@ static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& arg
   for (size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i] == m.logits_output) logits_index = i;
   const std::string label_name = args.label_names && !args.label_names->empty() ? args.label_names->front() : "labels";
+  // A dataset without labels (HF's predict on unlabelled data): no loss, only predictions, from an
+  // inference model holding the current weights.
+  const auto columns = dataset->columns();
+  const auto eval_inputs = m.module->input_names(false);
+  const bool unlabelled = std::find(columns.begin(), columns.end(), label_name) == columns.end() &&
+                          std::find(eval_inputs.begin(), eval_inputs.end(), label_name) != eval_inputs.end();
+  if (unlabelled) {
+    if (m.logits_output.empty())
+      throw InvalidArgument(fmt::format("the dataset has no '{}' column and the model has no prediction output "
+                                        "besides its loss", label_name));
+    const std::string path = (fs::path(m.artifacts_dir) / "predict_model.onnx").string();
+    m.module->export_model_for_inferencing(path, {m.logits_output});
+    Session session(load_model(path));
+    for (size_t b = 0; b < loader.num_batches(); ++b) {
+      const data::Example batch = loader.batch(0, b);
+      std::map<std::string, Tensor> feeds;
+      for (const auto& in : session.inputs()) {
+        auto it = batch.find(in.name);
+        if (it == batch.end())
+          throw InvalidArgument(fmt::format("the model takes input '{}', which the batch lacks", in.name));
+        feeds[in.name] = it->second;
+      }
+      Tensor logits = session.run(feeds).at(m.logits_output);
+      if (m.preprocess_logits) logits = m.preprocess_logits(logits, Tensor());
+      r.examples += batch.begin()->second.dim(0);
+      ++r.batches;
+      if (!args.prediction_loss_only) predictions.push_back(logits);
+      CallbackContext step_ctx;
+      step_ctx.eval_dataloader = &loader;
+      m.callbacks.call(&TrainerCallback::on_prediction_step, args, state, step_ctx);
+    }
+    r.output.predictions = concat0(predictions);
+    r.runtime = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.has_loss = false;
+    return r;
+  }
   m.module->eval();
   for (size_t b = 0; b < loader.num_batches(); ++b) {
     const data::Example batch = loader.batch(0, b);
@@ -101,7 +141,7 @@ static Metrics finish_metrics(Trainer::Impl& m, LoopResult& r, const std::string
     metrics = m.compute_metrics(EvalPrediction{r.output.predictions, r.output.label_ids});
   Metrics out;
   for (const auto& [k, v] : metrics) out[k.rfind(prefix + "_", 0) == 0 ? k : prefix + "_" + k] = v;
-  if (r.examples > 0) out[prefix + "_loss"] = r.loss_sum / static_cast<double>(r.examples);
+  if (r.examples > 0 && r.has_loss) out[prefix + "_loss"] = r.loss_sum / static_cast<double>(r.examples);
   out[prefix + "_runtime"] = r.runtime;
   out[prefix + "_samples_per_second"] = r.runtime > 0 ? static_cast<double>(r.examples) / r.runtime : 0.0;
   out[prefix + "_steps_per_second"] = r.runtime > 0 ? static_cast<double>(r.batches) / r.runtime : 0.0;

@@ -411,3 +411,43 @@ def test_add_pop_remove_callback_with_classes_and_instances(mlp_path, tmp_path):
     trainer.add_callback(patient)
     assert trainer.callback_handler.callbacks[-1] is patient and patient.early_stopping_patience == 4
     assert trainer.pop_callback(kiln.EarlyStoppingCallback) is patient
+
+
+# ---- a model that computes its own loss (HF's convention), and predict without labels ------------
+
+class MLPWithLoss(nn.Module):
+    """As an HF model: forward(input, labels) -> (loss, logits)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = SmallMLP()
+
+    def forward(self, x, labels):
+        logits = self.body(x)
+        return nn.functional.cross_entropy(logits, labels), logits
+
+
+def test_model_with_its_own_loss_and_unlabelled_predict(tmp_path):
+    torch.manual_seed(0)
+    path = str(tmp_path / "with_loss.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        torch.onnx.export(MLPWithLoss().eval(), (torch.zeros(2, N_FEATURES), torch.zeros(2, dtype=torch.int64)), path,
+                          input_names=["input", "labels"], output_names=["loss", "logits"],
+                          dynamic_axes={"input": {0: "batch"}, "labels": {0: "batch"}, "logits": {0: "batch"}},
+                          opset_version=17, do_constant_folding=False)
+    trainer = kiln.Trainer(model=path, args=quiet_args(tmp_path, num_train_epochs=4, learning_rate=1e-2),
+                           train_dataset=blobs(256, seed=1), eval_dataset=blobs(128, seed=2),
+                           compute_metrics=compute_accuracy)
+    trainer.train()
+    metrics = trainer.evaluate()
+    # The model's own loss is the eval loss; its second output feeds compute_metrics.
+    assert metrics["eval_accuracy"] > 0.9 and metrics["eval_loss"] < 0.5, metrics
+
+    test = blobs(40, seed=3)
+    labelled = trainer.predict(test)
+    unlabelled = trainer.predict([{"input": d["input"]} for d in test])
+    assert unlabelled.label_ids is None and "test_loss" not in unlabelled.metrics
+    assert "test_loss" in labelled.metrics
+    np.testing.assert_allclose(unlabelled.predictions, labelled.predictions, rtol=0, atol=1e-6)
+    assert unlabelled.predictions.shape == (40, N_CLASSES)

@@ -295,6 +295,27 @@ TEST(Trainer, MetricsOfATrainingRun) {
   EXPECT_EQ(t.num_examples(loader), 32);
 }
 
+// HF's predict on unlabelled data: the same predictions as with labels, no loss, no label_ids.
+TEST(Trainer, PredictWithoutLabels) {
+  const fs::path dir = fresh("predict_unlabelled");
+  TrainingArguments a = base_args(dir / "out");
+  a.max_steps = 3;
+  Trainer t(ModelSource::onnx(write_model(dir, false).string(), training::LossType::CrossEntropyLoss), a,
+            dataset(32, 7));
+  t.train();
+  const auto labelled = dataset(10, 9);
+  auto unlabelled = std::make_shared<data::TensorDataset>(std::map<std::string, Tensor>{{"input", labelled->column("input")}});
+  const PredictionOutput with = t.predict(labelled);
+  const PredictionOutput without = t.predict(unlabelled);
+  ASSERT_TRUE(without.predictions.defined());
+  EXPECT_FALSE(without.label_ids.defined());
+  EXPECT_TRUE(with.metrics.count("test_loss"));
+  EXPECT_FALSE(without.metrics.count("test_loss"));
+  ASSERT_EQ(without.predictions.shape(), with.predictions.shape());
+  for (int64_t i = 0; i < with.predictions.numel(); ++i)
+    EXPECT_NEAR(without.predictions.data<float>()[i], with.predictions.data<float>()[i], 1e-6);
+}
+
 template <class E>
 std::string message_of(const std::function<void()>& f) {
   try {
