@@ -98,8 +98,28 @@ struct ParameterSets {
   }
 };
 
+// The frozen parameters: the options' list, else the "kiln.frozen_params" metadata that
+// kiln::nn's export writes for requires_grad_(false) parameters (names no longer initializers of
+// an edited model are skipped: the metadata is a default, not a request).
+std::vector<std::string> frozen_list(const Model& m, const ArtifactOptions& o) {
+  if (!o.frozen_params.empty()) return o.frozen_params;
+  auto it = m.metadata.find("kiln.frozen_params");
+  if (it == m.metadata.end()) return {};
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (start <= it->second.size()) {
+    const size_t comma = std::min(it->second.find(',', start), it->second.size());
+    const std::string name = it->second.substr(start, comma - start);
+    const bool requested = std::find(o.requires_grad.begin(), o.requires_grad.end(), name) != o.requires_grad.end();
+    if (!name.empty() && m.graph.initializers.count(name) && !requested) names.push_back(name);
+    start = comma + 1;
+  }
+  return names;
+}
+
 ParameterSets choose_parameters(const Model& m, const ArtifactOptions& o, const std::string& loss) {
   const Graph& g = m.graph;
+  const std::vector<std::string> frozen_params = frozen_list(m, o);
   ParameterSets p;
   p.updates = running_statistics(g);
   std::set<std::string> buffers;
@@ -111,7 +131,7 @@ ParameterSets choose_parameters(const Model& m, const ArtifactOptions& o, const 
     if (n.domain.empty() && n.op_type == "BatchNormalization")
       for (size_t i = 3; i < n.inputs.size() && i < 5; ++i) statistics.insert(n.inputs[i]);
 
-  const std::set<std::string> frozen(o.frozen_params.begin(), o.frozen_params.end());
+  const std::set<std::string> frozen(frozen_params.begin(), frozen_params.end());
   const std::set<std::string> requested(o.requires_grad.begin(), o.requires_grad.end());
   for (const auto& name : o.requires_grad) {
     if (frozen.count(name))
@@ -126,7 +146,7 @@ ParameterSets choose_parameters(const Model& m, const ArtifactOptions& o, const 
       throw InvalidArgument(fmt::format("requires_grad names '{}', a running statistic of a training-mode "
                                         "BatchNormalization; it is updated by the forward pass, not trained", name));
   }
-  for (const auto& name : o.frozen_params)
+  for (const auto& name : frozen_params)
     if (!g.initializers.count(name))
       throw InvalidArgument(fmt::format("frozen_params names '{}', which is not an initializer of the model", name));
 
@@ -139,7 +159,7 @@ ParameterSets choose_parameters(const Model& m, const ArtifactOptions& o, const 
           reach.count(name))
         p.trainable.push_back(name);
   }
-  for (const auto& name : o.frozen_params)
+  for (const auto& name : frozen_params)
     if (!buffers.count(name)) p.frozen.push_back(name);
   if (p.trainable.empty())
     throw InvalidArgument("no trainable parameter: no floating-point initializer reaches the loss through ops with "

@@ -1,0 +1,251 @@
+// MultiheadAttention as torch.nn.functional.multi_head_attention_forward computes it, emitted as
+// plain ONNX. Internally the batch comes first ([N, L, E]); sequence-first inputs are transposed
+// in and out. Scores are (q / sqrt(head_dim)) @ k^T per head, masked, softmaxed over the keys.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <limits>
+
+#include "attention_ops.h"
+#include "kiln/error.h"
+#include "kiln/nn/layers.h"
+#include "kiln/nn/transformer.h"
+
+namespace kiln::nn {
+
+using attn::binary;
+using attn::matmul;
+using attn::reshape;
+using attn::squeeze;
+using attn::transpose;
+using attn::unsqueeze;
+using attn::where;
+
+namespace {
+
+bool present(const std::vector<Var>& inputs, size_t i) { return i < inputs.size() && !inputs[i].name.empty(); }
+
+std::string describe(const Var& v) { return fmt::format("{}[{}]", dtype_name(v.dtype), fmt::join(v.shape, ", ")); }
+
+bool is_float(DType d) { return d == DType::Float32 || d == DType::Float64 || d == DType::Float16 || d == DType::BFloat16; }
+
+// Applies a torch-style mask to scores [N, H, L, S]: a bool mask sets the True places to -inf (as
+// torch's masked_fill; Where keeps the other scores bit for bit), a float mask is added.
+Var apply_mask(Tracer& t, const Var& scores, const Var& mask, const std::string& what) {
+  if (mask.dtype == DType::Bool) {
+    const Var neg_inf = t.constant_scalar(-std::numeric_limits<double>::infinity(), scores.dtype, "neg_inf");
+    return where(t, mask, neg_inf, scores);
+  }
+  if (mask.dtype != scores.dtype)
+    throw TypeError(fmt::format("MultiheadAttention: {} must be bool or {} like the query, got {}", what,
+                                dtype_name(scores.dtype), dtype_name(mask.dtype)));
+  return binary(t, "Add", scores, mask);
+}
+
+// The first-dim size of `x` as an int64 scalar computed at run time.
+Var dim_scalar(Tracer& t, const Var& x, int64_t axis) {
+  const Var s = t.op("Shape", {x}, {{"start", Attribute::of_int(axis)}, {"end", Attribute::of_int(axis + 1)}},
+                     DType::Int64, {1});
+  return squeeze(t, s, {0});
+}
+
+// bool [L, S], True where key position j > query position i: torch's
+// generate_square_subsequent_mask as a condition, for any L and S and sizes known only at run time.
+Var causal_mask(Tracer& t, const Var& q, const Var& k) {
+  const Var zero = t.constant(Tensor::scalar<int64_t>(0), "zero");
+  const Var one = t.constant(Tensor::scalar<int64_t>(1), "one");
+  const Var rows = t.op("Range", {zero, dim_scalar(t, q, 1), one}, {}, DType::Int64, {q.dim(1)});
+  const Var cols = t.op("Range", {zero, dim_scalar(t, k, 1), one}, {}, DType::Int64, {k.dim(1)});
+  return t.op("Less", {unsqueeze(t, rows, {1}), unsqueeze(t, cols, {0})}, {}, DType::Bool, {q.dim(1), k.dim(1)});
+}
+
+}  // namespace
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
+                                       bool add_bias_kv, bool add_zero_attn, std::optional<int64_t> kdim,
+                                       std::optional<int64_t> vdim, bool batch_first)
+    : MultiheadAttention(MultiheadAttentionOptions{.embed_dim = embed_dim,
+                                                   .num_heads = num_heads,
+                                                   .dropout = dropout,
+                                                   .bias = bias,
+                                                   .add_bias_kv = add_bias_kv,
+                                                   .add_zero_attn = add_zero_attn,
+                                                   .kdim = kdim,
+                                                   .vdim = vdim,
+                                                   .batch_first = batch_first}) {}
+
+MultiheadAttention::MultiheadAttention(MultiheadAttentionOptions options) : options_(std::move(options)) {
+  const int64_t e = options_.embed_dim, h = options_.num_heads;
+  if (e <= 0 || h <= 0)
+    throw InvalidArgument(fmt::format("MultiheadAttention: embed_dim ({}) and num_heads ({}) must be positive", e, h));
+  if (e % h != 0)
+    throw InvalidArgument(fmt::format("MultiheadAttention: embed_dim ({}) must be divisible by num_heads ({})", e, h));
+  if (options_.dropout < 0.0 || options_.dropout > 1.0)
+    throw InvalidArgument(fmt::format("MultiheadAttention: dropout {} is not in [0, 1]", options_.dropout));
+  if (options_.add_bias_kv)
+    throw Unsupported("MultiheadAttention: add_bias_kv=true (bias_k / bias_v) is not implemented in Kiln");
+  if (options_.add_zero_attn)
+    throw Unsupported("MultiheadAttention: add_zero_attn=true is not implemented in Kiln");
+  for (const auto& [name, d] : {std::pair{"kdim", options_.kdim}, std::pair{"vdim", options_.vdim}})
+    if (d && *d != e)
+      throw Unsupported(fmt::format("MultiheadAttention: {}={} differs from embed_dim={} (separate q/k/v "
+                                    "projection weights) and is not implemented in Kiln", name, *d, e));
+
+  // torch's order: in_proj_weight, in_proj_bias, out_proj (whose Linear init draws first), then
+  // _reset_parameters: xavier_uniform_(in_proj_weight), zero biases.
+  Tensor& w = register_parameter("in_proj_weight", Tensor::zeros(DType::Float32, {3 * e, e}));
+  if (options_.bias) register_parameter("in_proj_bias", Tensor::zeros(DType::Float32, {3 * e}));
+  out_proj_ = register_module("out_proj", std::make_shared<Linear>(e, e, options_.bias));
+  xavier_uniform_(w);
+  if (options_.bias) constant_(out_proj_->get_parameter("bias"), 0.0);
+}
+
+std::vector<Var> MultiheadAttention::attend(Tracer& t, const Var& query, const Var& key, const Var& value,
+                                            const MultiheadAttentionCall& call_args) {
+  pending_ = call_args;
+  std::vector<Var> inputs{query, key, value, call_args.key_padding_mask.value_or(Tracer::none()),
+                          call_args.attn_mask.value_or(Tracer::none())};
+  while (!inputs.empty() && inputs.back().name.empty()) inputs.pop_back();  // hooks see only the inputs given
+  try {
+    auto out = call(t, inputs);
+    pending_.reset();
+    return out;
+  } catch (...) {
+    pending_.reset();
+    throw;
+  }
+}
+
+std::vector<Var> MultiheadAttention::forward(Tracer& t, const std::vector<Var>& inputs) {
+  const MultiheadAttentionCall flags = pending_.value_or(MultiheadAttentionCall{});
+  pending_.reset();
+  const bool need_weights = flags.need_weights.value_or(options_.need_weights);
+  const bool average = flags.average_attn_weights.value_or(options_.average_attn_weights);
+  const bool is_causal = flags.is_causal.value_or(options_.is_causal);
+  const std::string where_ = "MultiheadAttention";  // Module::call prefixes the module's path
+
+  if (inputs.size() < 3 || inputs.size() > 5 || !present(inputs, 0) || !present(inputs, 1) || !present(inputs, 2))
+    throw InvalidArgument(fmt::format("{}: forward takes (query, key, value[, key_padding_mask][, attn_mask]), got {} "
+                                      "inputs", where_, inputs.size()));
+  const int64_t e = options_.embed_dim, h = options_.num_heads, d = head_dim();
+  Var q = inputs[0], k = inputs[1], v = inputs[2];
+  const bool unbatched = q.rank() == 2;
+  for (const auto& [name, x] : {std::pair{"query", &q}, std::pair{"key", &k}, std::pair{"value", &v}}) {
+    if (x->rank() != q.rank() || (x->rank() != 3 && x->rank() != 2))
+      throw ShapeError(fmt::format("{}: query, key and value must all be 3-D (batched) or 2-D (unbatched), got "
+                                   "query {}, key {}, value {}", where_, describe(q), describe(k), describe(v)));
+    if (!is_float(x->dtype) || x->dtype != q.dtype)
+      throw TypeError(fmt::format("{}: {} is {}; query, key and value must share one floating-point dtype",
+                                  where_, name, describe(*x)));
+    if (x->dim(-1) != -1 && x->dim(-1) != e)
+      throw ShapeError(fmt::format("{}: {} is {} but embed_dim is {}", where_, name, describe(*x), e));
+  }
+  for (int64_t i = 0; i < k.rank(); ++i)
+    if (k.dim(i) != -1 && v.dim(i) != -1 && k.dim(i) != v.dim(i))
+      throw ShapeError(fmt::format("{}: key {} and value {} must have the same shape", where_, describe(k), describe(v)));
+  const bool self_attention = q.name == k.name && k.name == v.name;
+  const bool kv_same = k.name == v.name;
+
+  // To [N, L, E].
+  auto to_batch_first = [&](const Var& x) {
+    if (unbatched) return unsqueeze(t, x, {0});
+    return options_.batch_first ? x : transpose(t, x, {1, 0, 2});
+  };
+  q = to_batch_first(inputs[0]);
+  k = self_attention ? q : to_batch_first(inputs[1]);
+  v = kv_same ? k : to_batch_first(inputs[2]);
+
+  // Input projections: one MatMul over the packed weight for self-attention (torch's
+  // _in_projection_packed), else the weight split into its q, k, v rows.
+  const Var w = t.parameter(*this, "in_proj_weight");
+  const std::optional<Var> b = options_.bias ? std::optional<Var>(t.parameter(*this, "in_proj_bias")) : std::nullopt;
+  auto project = [&](const Var& x, const Var& weight, const std::optional<Var>& bias) {
+    Var y = matmul(t, x, transpose(t, weight, {1, 0}));
+    return bias ? binary(t, "Add", y, *bias) : y;
+  };
+  const std::vector<int64_t> qshape{q.dim(0), q.dim(1), e};
+  if (self_attention) {
+    const Var qkv = project(q, w, b);
+    auto parts = t.op_multi("Split", {qkv}, {{"axis", Attribute::of_int(2)}},
+                            {{q.dtype, qshape}, {q.dtype, qshape}, {q.dtype, qshape}});
+    q = parts[0], k = parts[1], v = parts[2];
+  } else {
+    auto ws = t.op_multi("Split", {w}, {{"axis", Attribute::of_int(0)}},
+                         {{w.dtype, {e, e}}, {w.dtype, {e, e}}, {w.dtype, {e, e}}});
+    std::vector<std::optional<Var>> bs(3);
+    if (b) {
+      auto parts = t.op_multi("Split", {*b}, {{"axis", Attribute::of_int(0)}},
+                              {{b->dtype, {e}}, {b->dtype, {e}}, {b->dtype, {e}}});
+      for (size_t i = 0; i < 3; ++i) bs[i] = parts[i];
+    }
+    const Var k_in = k, v_in = v;
+    q = project(q, ws[0], bs[0]);
+    k = project(k_in, ws[1], bs[1]);
+    v = kv_same ? project(k_in, ws[2], bs[2]) : project(v_in, ws[2], bs[2]);
+  }
+  const int64_t n = q.dim(0), l = q.dim(1), s = k.dim(1);
+  if (k.dim(0) != -1 && n != -1 && k.dim(0) != n)
+    throw ShapeError(fmt::format("{}: query batch {} differs from key batch {} (query {}, key {})", where_, n,
+                                 k.dim(0), describe(inputs[0]), describe(inputs[1])));
+
+  // Heads: q [N, H, L, D] scaled by 1/sqrt(D) (torch divides q before the product), k as
+  // [N, H, D, S], v as [N, H, S, D].
+  q = binary(t, "Div", q, t.constant_scalar(std::sqrt(static_cast<double>(d)), q.dtype, "sqrt_head_dim"));
+  const Var qh = transpose(t, reshape(t, q, {0, 0, h, d}), {0, 2, 1, 3});
+  const Var kh = transpose(t, reshape(t, k, {0, 0, h, d}), {0, 2, 3, 1});
+  const Var vh = transpose(t, reshape(t, v, {0, 0, h, d}), {0, 2, 1, 3});
+  Var scores = matmul(t, qh, kh);  // [N, H, L, S]
+
+  if (present(inputs, 4)) {
+    Var mask = inputs[4];
+    if (mask.rank() == 3) {
+      // [N * H, L, S] (torch's layout) -> [N, H, L, S]
+      const Var tail = t.op("Shape", {mask}, {{"start", Attribute::of_int(1)}}, DType::Int64, {2});
+      const Var target = t.op("Concat", {t.constant_ints({-1, h}), tail}, {{"axis", Attribute::of_int(0)}},
+                              DType::Int64, {4});
+      const int64_t nh = mask.dim(0);
+      mask = t.op("Reshape", {mask, target}, {}, mask.dtype, {nh == -1 ? -1 : nh / h, h, mask.dim(1), mask.dim(2)});
+    } else if (mask.rank() != 2) {
+      throw ShapeError(fmt::format("{}: attn_mask must be [L, S] or [N * num_heads, L, S], got {}", where_,
+                                   describe(mask)));
+    }
+    if ((mask.dim(-2) != -1 && l != -1 && mask.dim(-2) != l) || (mask.dim(-1) != -1 && s != -1 && mask.dim(-1) != s))
+      throw ShapeError(fmt::format("{}: attn_mask {} does not fit target length {} and source length {}", where_,
+                                   describe(mask), l, s));
+    scores = apply_mask(t, scores, mask, "attn_mask");
+  } else if (is_causal) {
+    scores = apply_mask(t, scores, causal_mask(t, q, k), "causal mask");
+  }
+  if (present(inputs, 3)) {
+    const Var& kpm = inputs[3];
+    if (kpm.rank() != (unbatched ? 1 : 2) || (kpm.dim(-1) != -1 && s != -1 && kpm.dim(-1) != s))
+      throw ShapeError(fmt::format("{}: key_padding_mask must be {} (source length {}), got {}", where_,
+                                   unbatched ? "[S]" : "[N, S]", s, describe(kpm)));
+    // [N, S] -> [N, 1, 1, S]
+    scores = apply_mask(t, scores, unsqueeze(t, kpm, unbatched ? std::vector<int64_t>{0, 1, 2} : std::vector<int64_t>{1, 2}),
+                        "key_padding_mask");
+  }
+
+  Var attn = t.op("Softmax", {scores}, {{"axis", Attribute::of_int(-1)}}, scores.dtype, scores.shape);
+  if (training() && options_.dropout > 0.0) {
+    const Var ratio = t.constant_scalar(options_.dropout, attn.dtype, "dropout_p");
+    const Var mode = t.constant(Tensor::scalar<bool>(true), "training_mode");
+    attn = t.op("Dropout", {attn, ratio, mode}, {}, attn.dtype, attn.shape);
+  }
+  const Var heads = matmul(t, attn, vh);                                          // [N, H, L, D]
+  Var out = reshape(t, transpose(t, heads, {0, 2, 1, 3}), {0, 0, e});             // [N, L, E]
+  out = out_proj_->call(t, out);
+  if (unbatched) out = squeeze(t, out, {0});
+  else if (!options_.batch_first) out = transpose(t, out, {1, 0, 2});
+  if (!need_weights) return {out};
+
+  Var weights = attn;  // [N, H, L, S]
+  if (average)
+    weights = t.op("ReduceMean", {attn}, {{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(0)}},
+                   attn.dtype, {n, l, s});
+  if (unbatched) weights = squeeze(t, weights, {0});
+  return {out, weights};
+}
+
+}  // namespace kiln::nn

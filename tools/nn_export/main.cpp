@@ -1,0 +1,221 @@
+// `kiln-nn-export --spec JSON --input-shape 2,3,8,8 --out model.onnx ...`: builds a kiln::nn layer
+// (or a Sequential of layers) from a JSON spec with torch's class and argument names, optionally
+// loads a torch state_dict (.npz or safetensors), exports ONNX, and can run the module in Kiln
+// (Module::operator(), which also updates BatchNorm's running statistics). The torch.nn parity
+// tests (tests/python/test_nn_layers.py) drive it.
+//
+// A spec: {"type": "Conv2d", "args": {"in_channels": 3, "out_channels": 8, "kernel_size": 3,
+//          "padding": "same"}}, or {"type": "Sequential", "modules": [spec, ...]}.
+// Prints one JSON line: {"repr": ..., "state_dict": {key: shape}}. Errors: one line
+// `kiln-nn-export: error: ...`, exit 1.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kiln/error.h"
+#include "kiln/nn/layers.h"
+#include "kiln/npy.h"
+#include "kiln/safetensors.h"
+
+namespace {
+
+using json = nlohmann::json;
+using namespace kiln::nn;
+
+// Reads the torch keyword arguments of one spec, with defaults, naming the spec in errors.
+class Args {
+ public:
+  Args(std::string type, json args) : type_(std::move(type)), args_(std::move(args)) {
+    if (!args_.is_object()) throw kiln::InvalidArgument(fmt::format("{}: \"args\" must be an object", type_));
+  }
+  template <class T>
+  T get(const std::string& key, T fallback) const {
+    auto it = args_.find(key);
+    return it == args_.end() || it->is_null() ? fallback : it->get<T>();
+  }
+  template <class T>
+  T need(const std::string& key) const {
+    if (!args_.contains(key)) throw kiln::InvalidArgument(fmt::format("{}: argument \"{}\" is required", type_, key));
+    return args_.at(key).get<T>();
+  }
+  bool has(const std::string& key) const { return args_.contains(key) && !args_.at(key).is_null(); }
+  // torch's `int or tuple`
+  template <size_t D>
+  ExpandingArray<D> array(const std::string& key) const {
+    const json& v = args_.at(key);
+    return v.is_array() ? ExpandingArray<D>(v.get<std::vector<int64_t>>()) : ExpandingArray<D>(v.get<int64_t>());
+  }
+  std::vector<int64_t> ints(const std::string& key) const {
+    const json& v = args_.at(key);
+    return v.is_array() ? v.get<std::vector<int64_t>>() : std::vector<int64_t>{v.get<int64_t>()};
+  }
+
+ private:
+  std::string type_;
+  json args_;
+};
+
+template <size_t D>
+ConvOptions<D> conv_options(const Args& a) {
+  ConvOptions<D> o(a.need<int64_t>("in_channels"), a.need<int64_t>("out_channels"), a.array<D>("kernel_size"));
+  if (a.has("stride")) o.stride(a.array<D>("stride"));
+  if (a.has("padding")) {
+    const std::string mode = a.get<json>("padding", json()).is_string() ? a.need<std::string>("padding") : "";
+    if (mode == "same") o.padding(kSame);
+    else if (mode == "valid") o.padding(kValid);
+    else if (!mode.empty()) throw kiln::InvalidArgument(fmt::format("Invalid padding string '{}', should be one of {{'valid', 'same'}}", mode));
+    else o.padding(a.array<D>("padding"));
+  }
+  if (a.has("dilation")) o.dilation(a.array<D>("dilation"));
+  return o.groups(a.get<int64_t>("groups", 1)).bias(a.get<bool>("bias", true)).padding_mode(a.get<std::string>("padding_mode", "zeros"));
+}
+
+using Factory = std::function<ModulePtr(const Args&)>;
+
+const std::map<std::string, Factory>& factories() {
+  static const std::map<std::string, Factory> f = {
+      {"Linear", [](const Args& a) -> ModulePtr {
+         return std::make_shared<Linear>(a.need<int64_t>("in_features"), a.need<int64_t>("out_features"), a.get<bool>("bias", true));
+       }},
+      {"Embedding", [](const Args& a) -> ModulePtr {
+         std::optional<int64_t> pad;
+         if (a.has("padding_idx")) pad = a.need<int64_t>("padding_idx");
+         return std::make_shared<Embedding>(a.need<int64_t>("num_embeddings"), a.need<int64_t>("embedding_dim"), pad);
+       }},
+      {"Conv1d", [](const Args& a) -> ModulePtr { return std::make_shared<Conv1d>(conv_options<1>(a)); }},
+      {"Conv2d", [](const Args& a) -> ModulePtr { return std::make_shared<Conv2d>(conv_options<2>(a)); }},
+      {"ConvTranspose2d", [](const Args& a) -> ModulePtr {
+         ConvTranspose2dOptions o(a.need<int64_t>("in_channels"), a.need<int64_t>("out_channels"), a.array<2>("kernel_size"));
+         if (a.has("stride")) o.stride(a.array<2>("stride"));
+         if (a.has("padding")) o.padding(a.array<2>("padding"));
+         if (a.has("output_padding")) o.output_padding(a.array<2>("output_padding"));
+         if (a.has("dilation")) o.dilation(a.array<2>("dilation"));
+         o.groups(a.get<int64_t>("groups", 1)).bias(a.get<bool>("bias", true)).padding_mode(a.get<std::string>("padding_mode", "zeros"));
+         return std::make_shared<ConvTranspose2d>(o);
+       }},
+      {"BatchNorm1d", [](const Args& a) -> ModulePtr {
+         return std::make_shared<BatchNorm1d>(a.need<int64_t>("num_features"), a.get<double>("eps", 1e-5), a.get<double>("momentum", 0.1),
+                                              a.get<bool>("affine", true), a.get<bool>("track_running_stats", true));
+       }},
+      {"BatchNorm2d", [](const Args& a) -> ModulePtr {
+         return std::make_shared<BatchNorm2d>(a.need<int64_t>("num_features"), a.get<double>("eps", 1e-5), a.get<double>("momentum", 0.1),
+                                              a.get<bool>("affine", true), a.get<bool>("track_running_stats", true));
+       }},
+      {"LayerNorm", [](const Args& a) -> ModulePtr {
+         return std::make_shared<LayerNorm>(a.ints("normalized_shape"), a.get<double>("eps", 1e-5),
+                                            a.get<bool>("elementwise_affine", true), a.get<bool>("bias", true));
+       }},
+      {"GroupNorm", [](const Args& a) -> ModulePtr {
+         return std::make_shared<GroupNorm>(a.need<int64_t>("num_groups"), a.need<int64_t>("num_channels"), a.get<double>("eps", 1e-5),
+                                            a.get<bool>("affine", true));
+       }},
+      {"Dropout", [](const Args& a) -> ModulePtr { return std::make_shared<Dropout>(a.get<double>("p", 0.5)); }},
+      {"ReLU", [](const Args&) -> ModulePtr { return std::make_shared<ReLU>(); }},
+      {"GELU", [](const Args& a) -> ModulePtr { return std::make_shared<GELU>(a.get<std::string>("approximate", "none")); }},
+      {"SiLU", [](const Args&) -> ModulePtr { return std::make_shared<SiLU>(); }},
+      {"Tanh", [](const Args&) -> ModulePtr { return std::make_shared<Tanh>(); }},
+      {"Sigmoid", [](const Args&) -> ModulePtr { return std::make_shared<Sigmoid>(); }},
+      {"MaxPool2d", [](const Args& a) -> ModulePtr {
+         MaxPool2dOptions o(a.array<2>("kernel_size"));
+         if (a.has("stride")) o.stride(a.array<2>("stride"));
+         if (a.has("padding")) o.padding(a.array<2>("padding"));
+         if (a.has("dilation")) o.dilation(a.array<2>("dilation"));
+         return std::make_shared<MaxPool2d>(o.ceil_mode(a.get<bool>("ceil_mode", false)));
+       }},
+      {"AvgPool2d", [](const Args& a) -> ModulePtr {
+         AvgPool2dOptions o(a.array<2>("kernel_size"));
+         if (a.has("stride")) o.stride(a.array<2>("stride"));
+         if (a.has("padding")) o.padding(a.array<2>("padding"));
+         return std::make_shared<AvgPool2d>(
+             o.ceil_mode(a.get<bool>("ceil_mode", false)).count_include_pad(a.get<bool>("count_include_pad", true)));
+       }},
+      {"AdaptiveAvgPool2d", [](const Args& a) -> ModulePtr { return std::make_shared<AdaptiveAvgPool2d>(a.ints("output_size")); }},
+      {"Flatten", [](const Args& a) -> ModulePtr {
+         return std::make_shared<Flatten>(a.get<int64_t>("start_dim", 1), a.get<int64_t>("end_dim", -1));
+       }},
+      {"Identity", [](const Args&) -> ModulePtr { return std::make_shared<Identity>(); }},
+  };
+  return f;
+}
+
+ModulePtr build(const json& spec) {
+  const std::string type = spec.at("type").get<std::string>();
+  if (type == "Sequential") {
+    std::vector<ModulePtr> modules;
+    for (const json& m : spec.at("modules")) modules.push_back(build(m));
+    return std::make_shared<Sequential>(std::move(modules));
+  }
+  auto it = factories().find(type);
+  if (it == factories().end()) throw kiln::InvalidArgument(fmt::format("unknown module type '{}'", type));
+  return it->second(Args(type, spec.value("args", json::object())));
+}
+
+std::vector<int64_t> parse_shape(const std::string& text) {
+  std::vector<int64_t> dims;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) dims.push_back(std::stoll(item));
+  return dims;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"Build a kiln::nn layer from a JSON spec, load torch weights, export ONNX, run it"};
+  std::string spec_text, out, weights, input_shape, input_dtype = "float", run_input, out_dir;
+  std::vector<int64_t> dynamic;
+  bool eval = false;
+  uint64_t seed = 0;
+  app.add_option("--spec", spec_text, "The module as JSON")->required();
+  app.add_option("--input-shape", input_shape, "The example input shape, as 2,3,8,8")->required();
+  app.add_option("--input-dtype", input_dtype, "float, double or int64");
+  app.add_option("--dynamic", dynamic, "Input dims exported as dynamic");
+  app.add_option("--weights", weights, "A state_dict as .npz or safetensors, loaded strictly");
+  app.add_option("--out", out, "Write the ONNX model here");
+  app.add_flag("--eval", eval, "Export / run in eval mode");
+  app.add_option("--seed", seed, "manual_seed before building");
+  app.add_option("--run", run_input, "Run the module in Kiln on this .npy input");
+  app.add_option("--out-dir", out_dir, "With --run: write output.npy and state.safetensors (the state_dict after the run)");
+  CLI11_PARSE(app, argc, argv);
+
+  manual_seed(seed);
+  ModulePtr m = build(json::parse(spec_text));
+  if (!weights.empty()) m->load_state_dict(load_weights_file(weights), true);
+  m->train(!eval);
+  const std::map<std::string, kiln::DType> dtypes{
+      {"float", kiln::DType::Float32}, {"double", kiln::DType::Float64}, {"int64", kiln::DType::Int64}};
+  if (!dtypes.count(input_dtype)) throw kiln::InvalidArgument(fmt::format("--input-dtype '{}' is not float, double or int64", input_dtype));
+  ExportOptions options;
+  options.input_dtypes = {dtypes.at(input_dtype)};
+  DynamicAxes axes;
+  for (int64_t d : dynamic) axes["input"][d] = fmt::format("dim{}", d);
+  if (!out.empty()) m->export_onnx(out, {{"input", parse_shape(input_shape)}}, axes, options);
+
+  if (!run_input.empty()) {
+    const std::vector<kiln::Tensor> y = (*m)({kiln::load_npy(run_input)});
+    std::filesystem::create_directories(out_dir);
+    kiln::save_npy(y.at(0), out_dir + "/output.npy");
+    kiln::write_safetensors(out_dir + "/state.safetensors", m->state_dict());
+  }
+  json report{{"repr", m->repr()}, {"state_dict", json::object()}};
+  for (const auto& [key, t] : m->state_dict()) report["state_dict"][key] = t.shape();
+  std::cout << report.dump() << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "kiln-nn-export: error: " << e.what() << "\n";
+    return 1;
+  }
+}
