@@ -31,7 +31,8 @@
 namespace kiln::trainer {
 
 // What to train: an ONNX forward model plus a loss (Kiln generates the artifacts), an artifacts
-// folder, or a built-in model by name ("mlp", "lenet").
+// folder, or a built-in model by name: a model zoo entry ("mlp", "lenet", "resnet18", ...; see
+// kiln/nn/zoo.h) with its config overrides ({"num_channels": 1, "num_labels": 10}).
 struct ModelSource {
   enum class Kind { Onnx, Artifacts, Builtin };
   Kind kind = Kind::Builtin;
@@ -39,6 +40,7 @@ struct ModelSource {
   training::LossType loss = training::LossType::CrossEntropyLoss;  // for Onnx
   std::vector<std::string> frozen_params;                         // for Onnx / Builtin
   std::string logits_output;  // the output that predictions come from (default: the model's first)
+  nlohmann::json model_config = nlohmann::json::object();  // for Builtin: overrides of the zoo config
   // HF's `optimizers` argument, the optimizer half: an optimizer (type and hyperparameters) used
   // instead of the one TrainingArguments.optim describes. The schedule half is
   // Trainer::set_scheduler_factory.
@@ -49,6 +51,7 @@ struct ModelSource {
   static ModelSource onnx(std::string path, training::LossType loss);
   static ModelSource artifacts(std::string dir);
   static ModelSource builtin(std::string name);
+  static ModelSource builtin(std::string name, nlohmann::json model_config);
   static std::vector<std::string> builtin_names();
 };
 

@@ -36,6 +36,7 @@ _LAZY = {
     "default_data_collator": "kiln.trainer_data",
     "Dataset": "kiln.data",
     "TensorDataset": "kiln.data",
+    "AutoBackbone": "kiln.nn.backbone",
 }
 __all__ += list(_LAZY)
 

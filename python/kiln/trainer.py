@@ -14,7 +14,9 @@ transformers.Trainer with an ONNX model and numpy datasets runs with the import 
     trainer.evaluate()          # {"eval_loss": ..., "eval_accuracy": ...}
 
 `model` is a forward ONNX file (a path or an onnx.ModelProto), an artifacts folder (made by
-kiln.training.artifacts.generate_artifacts) or a built-in model name ("mlp", "lenet"). Kiln adds
+kiln.training.artifacts.generate_artifacts), a built-in model name ("mlp", "lenet") or a kiln.nn
+Module (exported in training mode with the first training example's shapes; train() loads the
+trained weights back into it: kiln/nn/trainer_glue.py). Kiln adds
 the loss for a forward model; `loss` (Kiln's keyword) names it: CrossEntropyLoss, MSELoss,
 BCEWithLogitsLoss, L1Loss or "none". The default is "none" when the model has an output named
 "loss" (an HF model that computes its own loss from a "labels" input; that output must come first),
@@ -73,7 +75,12 @@ class Trainer:
         evaluation = to_dataset(eval_dataset, "eval_dataset")
         callbacks = [cb() if isinstance(cb, type) else cb for cb in (callbacks or [])]
         with tempfile.TemporaryDirectory(prefix="kiln-model-") as tmp:
-            spec = _model_spec(model, loss, tmp)
+            if getattr(model, "_kiln_nn_module", False):  # a kiln.nn.Module: exported here, weights back after train()
+                from kiln.nn.trainer_glue import export_for_trainer
+                path = os.path.join(tmp, "model.onnx")
+                spec = _onnx_spec(path, export_for_trainer(model, train, args.label_names or ["labels"], path), loss)
+            else:
+                spec = _model_spec(model, loss, tmp)
             self._core = core.Trainer(spec, args._core, args, model, train, evaluation, compute_metrics,
                                       preprocess_logits_for_metrics, callbacks)
         self.callback_handler = CallbackHandler(self._core)
@@ -94,6 +101,9 @@ class Trainer:
         else:
             resume = os.fspath(resume_from_checkpoint)
         step, loss, metrics = self._core.train(resume)
+        if getattr(self.model, "_kiln_nn_module", False):
+            from kiln.nn.trainer_glue import load_trained
+            load_trained(self.model, self._core.parameter_values())
         return TrainOutput(step, loss, metrics)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):

@@ -15,5 +15,7 @@ void register_trainer_args(py::module_& m);
 void register_callbacks(py::module_& m);
 void register_data(py::module_& m);
 void register_trainer(py::module_& m);
+// kiln::nn (nn_module.cpp, nn_layers.cpp, nn_zoo.cpp): the submodule kiln._kiln.nn.
+void register_nn(py::module_& m);
 
 }  // namespace kiln::python

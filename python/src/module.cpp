@@ -13,4 +13,5 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::register_callbacks(m);
   kiln::python::register_data(m);
   kiln::python::register_trainer(m);
+  kiln::python::register_nn(m);
 }

@@ -215,7 +215,15 @@ void register_trainer_class(py::module_& m) {
            })
       .def("input_names", [](const PyTrainer& t, bool training) { return t.get().module().input_names(training); })
       .def("output_names", [](const PyTrainer& t, bool training) { return t.get().module().output_names(training); })
-      .def("num_parameters", [](const PyTrainer& t, bool trainable) { return t.get().module().get_parameters_size(trainable); });
+      .def("num_parameters", [](const PyTrainer& t, bool trainable) { return t.get().module().get_parameters_size(trainable); })
+      // The model's current weights by initializer name (copies): what kiln.nn modules load back
+      // after training.
+      .def("parameter_values", [](const PyTrainer& t) {
+        py::dict out;
+        for (const auto& [name, p] : t.get().checkpoint_state().parameters())
+          if (p.has_data()) out[py::str(name)] = copy_to_array(p.data());
+        return out;
+      });
 }
 
 }  // namespace

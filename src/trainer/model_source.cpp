@@ -34,6 +34,12 @@ ModelSource ModelSource::builtin(std::string name) {
   return s;
 }
 
+ModelSource ModelSource::builtin(std::string name, nlohmann::json model_config) {
+  ModelSource s = builtin(std::move(name));
+  s.model_config = std::move(model_config);
+  return s;
+}
+
 std::vector<std::string> ModelSource::builtin_names() { return builtin_model_names(); }
 
 namespace {
@@ -76,7 +82,7 @@ std::string prepare_artifacts(const ModelSource& source, const TrainingArguments
     return source.path_or_name;
   }
   Model forward = source.kind == ModelSource::Kind::Builtin
-                      ? make_builtin_model(source.path_or_name, static_cast<uint64_t>(args.seed))
+                      ? make_builtin_model(source.path_or_name, static_cast<uint64_t>(args.seed), source.model_config)
                       : load_model(source.path_or_name);
   if (forward.graph.outputs.empty()) throw InvalidModel("the model has no outputs");
   const std::string logits = source.logits_output.empty() ? forward.graph.outputs.front().name : source.logits_output;

@@ -16,12 +16,15 @@ namespace {
 
 struct TrainOptions {
   std::string model = "lenet", loss = "CrossEntropyLoss", train_data = "fashion-mnist:train",
-              eval_data = "fashion-mnist:test", label_column = "label";
+              eval_data = "fashion-mnist:test", label_column = "label", model_config;
 };
 
 void add_common(CLI::App& app, TrainOptions& o) {
-  app.add_option("--model", o.model, "A built-in model (mlp, lenet), a forward .onnx file or an artifacts folder")
+  app.add_option("--model", o.model,
+                 "A built-in model (the model zoo: mlp, lenet, resnet18, ...), a forward .onnx file or an artifacts folder")
       ->capture_default_str();
+  app.add_option("--model-config", o.model_config,
+                 "A built-in model's config overrides as JSON, e.g. '{\"num_channels\": 1, \"num_labels\": 10}'");
   app.add_option("--loss", o.loss, "With a .onnx model: CrossEntropyLoss, MSELoss, BCEWithLogitsLoss, L1Loss, none")
       ->capture_default_str();
   app.add_option("--eval-data", o.eval_data, "fashion-mnist:test, IMAGES,LABELS (IDX), FILE.npz or FILE.csv")
@@ -34,7 +37,7 @@ void run_train(CLI::App& app, const TrainOptions& o) {
   trainer::TrainingArguments args = cli_training_arguments(app.remaining());
   auto train = load_dataset(o.train_data, o.label_column);
   auto eval = load_dataset(o.eval_data, o.label_column);
-  trainer::Trainer t(model_source(o.model, o.loss), args, train, eval,
+  trainer::Trainer t(model_source(o.model, o.loss, o.model_config), args, train, eval,
                      trainer::classification_metrics({"accuracy"}));
   const trainer::TrainOutput out = t.train(args.resume_from_checkpoint.value_or(""));
   t.log_metrics("train", out.metrics);
@@ -60,7 +63,7 @@ Action setup_train(CLI::App& app) {
 void run_evaluate(CLI::App& app, const TrainOptions& o, bool predict, const std::string& out_dir) {
   trainer::TrainingArguments args = cli_training_arguments(app.remaining());
   auto data = load_dataset(o.eval_data, o.label_column);
-  trainer::Trainer t(model_source(o.model, o.loss), args, nullptr, data,
+  trainer::Trainer t(model_source(o.model, o.loss, o.model_config), args, nullptr, data,
                      trainer::classification_metrics({"accuracy"}));
   if (args.resume_from_checkpoint) t.load_model_weights(*args.resume_from_checkpoint);
   if (!predict) {

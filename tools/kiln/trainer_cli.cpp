@@ -54,10 +54,23 @@ trainer::TrainingArguments cli_training_arguments(const std::vector<std::string>
   return trainer::TrainingArguments::parse_args(all);
 }
 
-trainer::ModelSource model_source(const std::string& model, const std::string& loss) {
+trainer::ModelSource model_source(const std::string& model, const std::string& loss, const std::string& model_config) {
+  const bool builtin = !ends_with(model, ".onnx") && !fs::is_directory(model);
+  if (!model_config.empty() && !builtin)
+    throw InvalidArgument(fmt::format("--model-config applies to built-in models; '{}' is a file or folder", model));
   if (ends_with(model, ".onnx")) return trainer::ModelSource::onnx(model, training::loss_type_from_string(loss));
   if (fs::is_directory(model)) return trainer::ModelSource::artifacts(model);
-  return trainer::ModelSource::builtin(model);
+  nlohmann::json config = nlohmann::json::object();
+  if (!model_config.empty()) {
+    try {
+      config = nlohmann::json::parse(model_config);
+    } catch (const nlohmann::json::exception& e) {
+      throw InvalidArgument(fmt::format("--model-config '{}' is not valid JSON: {}", model_config, e.what()));
+    }
+    if (!config.is_object())
+      throw InvalidArgument(fmt::format("--model-config must be a JSON object such as '{{\"num_labels\": 10}}', got {}", model_config));
+  }
+  return trainer::ModelSource::builtin(model, std::move(config));
 }
 
 }  // namespace kiln::cli

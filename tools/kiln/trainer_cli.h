@@ -20,7 +20,9 @@ std::shared_ptr<const data::Dataset> load_dataset(const std::string& spec, const
 // differ from HF's (output_dir ./kiln_output, learning_rate 1e-3, num_train_epochs 1).
 trainer::TrainingArguments cli_training_arguments(const std::vector<std::string>& flags);
 
-// The model: a built-in name, a .onnx file (with `loss`), or an artifacts folder.
-trainer::ModelSource model_source(const std::string& model, const std::string& loss);
+// The model: a built-in name (a model zoo entry; `model_config`, a JSON object, overrides its
+// config), a .onnx file (with `loss`), or an artifacts folder. InvalidArgument for a config that
+// is not a JSON object, or one given for a model that is not built in.
+trainer::ModelSource model_source(const std::string& model, const std::string& loss, const std::string& model_config = "");
 
 }  // namespace kiln::cli

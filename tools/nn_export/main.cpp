@@ -6,7 +6,11 @@
 //
 // A spec: {"type": "Conv2d", "args": {"in_channels": 3, "out_channels": 8, "kernel_size": 3,
 //          "padding": "same"}}, or {"type": "Sequential", "modules": [spec, ...]}.
-// Prints one JSON line: {"repr": ..., "state_dict": {key: shape}}. Errors: one line
+// Instead of a spec, `--zoo NAME [--config JSON]` builds a model zoo entry (exported with input
+// "pixel_values" or the entry's input name, output "logits" and the entry's dynamic axes), and
+// `--backbone NAME [--config JSON] [--out-indices 0,1,..]` an AutoBackbone (outputs named by its
+// out_features); the zoo parity tests (tests/python/test_zoo_vision.py) drive these.
+// Prints one JSON line: {"repr": ..., "state_dict": {key: shape}, "keys": [key, ... in order]}. Errors: one line
 // `kiln-nn-export: error: ...`, exit 1.
 #include <fmt/format.h>
 
@@ -22,7 +26,9 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "kiln/nn/backbone.h"
 #include "kiln/nn/layers.h"
+#include "kiln/nn/zoo.h"
 #include "kiln/npy.h"
 #include "kiln/safetensors.h"
 
@@ -166,13 +172,50 @@ std::vector<int64_t> parse_shape(const std::string& text) {
   return dims;
 }
 
+// What --spec, --zoo or --backbone built: the module, its input name, output names and dynamic axes.
+struct Built {
+  ModulePtr module;
+  std::string input = "input";
+  std::vector<std::string> outputs;
+  DynamicAxes axes;
+};
+
+Built build_model(const std::string& spec_text, const std::string& zoo_name, const std::string& backbone,
+                  const std::string& config_text, const std::vector<int64_t>& out_indices) {
+  if (int(!spec_text.empty()) + int(!zoo_name.empty()) + int(!backbone.empty()) != 1)
+    throw kiln::InvalidArgument("give exactly one of --spec, --zoo and --backbone");
+  const json config = config_text.empty() ? json::object() : json::parse(config_text);
+  Built b;
+  if (!spec_text.empty()) {
+    b.module = build(json::parse(spec_text));
+  } else if (!zoo_name.empty()) {
+    b.module = zoo::create_model(zoo_name, config);
+    b.axes = zoo::dynamic_axes(zoo_name, config);
+    b.input = zoo::example_inputs(zoo_name, config).at(0).first;
+    b.outputs = {"logits"};
+  } else {
+    BackboneOptions o;
+    if (!out_indices.empty()) o.out_indices = out_indices;
+    auto bb = AutoBackbone::from_config(backbone, config, o);
+    b.module = bb;
+    b.input = "pixel_values";
+    b.outputs = bb->out_features();
+    b.axes["pixel_values"] = {{0, "batch"}};
+  }
+  return b;
+}
+
 int run(int argc, char** argv) {
-  CLI::App app{"Build a kiln::nn layer from a JSON spec, load torch weights, export ONNX, run it"};
-  std::string spec_text, out, weights, input_shape, input_dtype = "float", run_input, out_dir;
-  std::vector<int64_t> dynamic;
+  CLI::App app{"Build a kiln::nn layer from a JSON spec (or a zoo model or backbone), load torch weights, export ONNX, run it"};
+  std::string spec_text, zoo_name, backbone, config_text, out, weights, input_shape, input_dtype = "float", run_input, out_dir;
+  std::vector<int64_t> dynamic, out_indices;
   bool eval = false;
   uint64_t seed = 0;
-  app.add_option("--spec", spec_text, "The module as JSON")->required();
+  app.add_option("--spec", spec_text, "The module as JSON");
+  app.add_option("--zoo", zoo_name, "A model zoo entry (resnet18, convnext_tiny, ...) instead of a spec");
+  app.add_option("--backbone", backbone, "An AutoBackbone (resnet50, ...) instead of a spec");
+  app.add_option("--config", config_text, "With --zoo / --backbone: config overrides as JSON");
+  app.add_option("--out-indices", out_indices, "With --backbone: the stages to output")->delimiter(',');
   app.add_option("--input-shape", input_shape, "The example input shape, as 2,3,8,8")->required();
   app.add_option("--input-dtype", input_dtype, "float, double or int64");
   app.add_option("--dynamic", dynamic, "Input dims exported as dynamic");
@@ -181,11 +224,14 @@ int run(int argc, char** argv) {
   app.add_flag("--eval", eval, "Export / run in eval mode");
   app.add_option("--seed", seed, "manual_seed before building");
   app.add_option("--run", run_input, "Run the module in Kiln on this .npy input");
-  app.add_option("--out-dir", out_dir, "With --run: write output.npy and state.safetensors (the state_dict after the run)");
+  app.add_option("--out-dir", out_dir,
+                 "With --run: write output.npy (the first output), output<i>.npy (each one) and, for a --spec, "
+                 "state.safetensors (the state_dict after the run)");
   CLI11_PARSE(app, argc, argv);
 
   manual_seed(seed);
-  ModulePtr m = build(json::parse(spec_text));
+  Built b = build_model(spec_text, zoo_name, backbone, config_text, out_indices);
+  ModulePtr m = b.module;
   if (!weights.empty()) m->load_state_dict(load_weights_file(weights), true);
   m->train(!eval);
   const std::map<std::string, kiln::DType> dtypes{
@@ -193,18 +239,23 @@ int run(int argc, char** argv) {
   if (!dtypes.count(input_dtype)) throw kiln::InvalidArgument(fmt::format("--input-dtype '{}' is not float, double or int64", input_dtype));
   ExportOptions options;
   options.input_dtypes = {dtypes.at(input_dtype)};
-  DynamicAxes axes;
-  for (int64_t d : dynamic) axes["input"][d] = fmt::format("dim{}", d);
-  if (!out.empty()) m->export_onnx(out, {{"input", parse_shape(input_shape)}}, axes, options);
+  options.output_names = b.outputs;
+  DynamicAxes axes = b.axes;
+  for (int64_t d : dynamic) axes[b.input][d] = fmt::format("dim{}", d);
+  if (!out.empty()) m->export_onnx(out, {{b.input, parse_shape(input_shape)}}, axes, options);
 
   if (!run_input.empty()) {
     const std::vector<kiln::Tensor> y = (*m)({kiln::load_npy(run_input)});
     std::filesystem::create_directories(out_dir);
     kiln::save_npy(y.at(0), out_dir + "/output.npy");
-    kiln::write_safetensors(out_dir + "/state.safetensors", m->state_dict());
+    for (size_t i = 0; i < y.size(); ++i) kiln::save_npy(y[i], fmt::format("{}/output{}.npy", out_dir, i));
+    if (!spec_text.empty()) kiln::write_safetensors(out_dir + "/state.safetensors", m->state_dict());
   }
-  json report{{"repr", m->repr()}, {"state_dict", json::object()}};
-  for (const auto& [key, t] : m->state_dict()) report["state_dict"][key] = t.shape();
+  json report{{"repr", m->repr()}, {"state_dict", json::object()}, {"keys", json::array()}};
+  for (const auto& [key, t] : m->state_dict()) {
+    report["state_dict"][key] = t.shape();
+    report["keys"].push_back(key);  // in state_dict() order (JSON objects are unordered)
+  }
   std::cout << report.dump() << "\n";
   return 0;
 }

@@ -5,6 +5,7 @@
 // gradient checks run in) runs plain loops.
 #include <fmt/format.h>
 
+#include <cstring>
 #include <limits>
 
 #include "core/parallel.h"
@@ -292,6 +293,12 @@ class GlobalPoolKernel final : public Kernel {
       throw ShapeError(fmt::format("{}: input {}{} has an empty spatial extent", node_.op_type, dtype_name(dtype_),
                                    to_string(x_)));
     if (dtype_ == DType::Float64) return compute_f64(ctx.input(0), y);
+    // A 1x1 (or 1-element) plane is its own mean and max; oneDNN rejects a reduction that reduces
+    // nothing (src dims == dst dims), which ResNet's global pool on small images asks for.
+    if (numel(x_) == numel(y_)) {
+      std::memcpy(y.raw_data(), ctx.input(0).raw_data(), y.nbytes());
+      return;
+    }
     if (!built_) build();
     dnnl_util::execute(prim_,
                        {{DNNL_ARG_SRC, dnnl_util::memory_of(dnnl_util::plain_desc(x_), ctx.input(0))},
@@ -302,7 +309,7 @@ class GlobalPoolKernel final : public Kernel {
  private:
   void build() {
     built_ = true;
-    if (numel(x_) == 0) return;
+    if (numel(x_) == 0 || numel(x_) == numel(y_)) return;
     prim_ = dnnl_util::checked(fmt::format("build {} for input float{}", node_.op_type, to_string(x_)), [&] {
       dnnl::reduction::desc d(alg_, dnnl_util::plain_desc(x_), dnnl_util::plain_desc(y_), 0.f, 0.f);
       return dnnl::reduction(dnnl::reduction::primitive_desc(d, dnnl_util::engine()));

@@ -134,7 +134,10 @@ std::vector<std::pair<std::string, Tensor*>> Module::named_parameters(bool recur
   auto modules = recurse ? named_modules() : std::vector<std::pair<std::string, ModulePtr>>{{"", pointer_to(*this)}};
   for (auto& [prefix, m] : modules)
     for (auto& s : m->parameters_)
-      if (seen.insert(&s.value).second) out.emplace_back(join(prefix, s.name), &s.value);
+      // One entry per parameter even when tied (two slots sharing storage, as GPT-2's head and
+      // embedding): torch's named_parameters removes duplicates the same way.
+      if (seen.insert(s.value.defined() ? s.value.raw_data() : static_cast<const void*>(&s.value)).second)
+        out.emplace_back(join(prefix, s.name), &s.value);
   return out;
 }
 
@@ -209,9 +212,11 @@ Module& Module::train(bool mode) {
 
 int64_t Module::num_parameters(bool only_trainable) {
   int64_t n = 0;
+  std::set<const void*> seen;  // tied parameters count once
   for (auto& [prefix, m] : named_modules())
     for (auto& s : m->parameters_)
-      if (!only_trainable || s.requires_grad) n += s.value.numel();
+      if ((!only_trainable || s.requires_grad) && s.value.defined() && seen.insert(s.value.raw_data()).second)
+        n += s.value.numel();
   return n;
 }
 

@@ -1,0 +1,155 @@
+#include "models/zoo/transformer_util.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+
+#include "kiln/error.h"
+#include "kiln/nn/layers.h"
+#include "models/nn/attention_ops.h"
+
+namespace kiln::nn::zoo::transformers {
+
+namespace {
+
+const Config& value_of(const Config& c, const std::string& model, const std::string& key) {
+  if (!c.is_object() || !c.contains(key))
+    throw InvalidArgument(fmt::format("{} config: '{}' is missing", model, key));
+  return c.at(key);
+}
+
+[[noreturn]] void bad_value(const std::string& model, const std::string& key, const Config& v, const char* want) {
+  throw InvalidArgument(fmt::format("{} config: '{}' must be {}, got {}", model, key, want, v.dump()));
+}
+
+}  // namespace
+
+int64_t config_int(const Config& c, const std::string& model, const std::string& key, int64_t min) {
+  const Config& v = value_of(c, model, key);
+  if (!v.is_number_integer()) bad_value(model, key, v, "an integer");
+  const int64_t x = v.get<int64_t>();
+  if (x < min) bad_value(model, key, v, fmt::format("an integer >= {}", min).c_str());
+  return x;
+}
+
+std::optional<int64_t> config_optional_int(const Config& c, const std::string& model, const std::string& key,
+                                           int64_t min) {
+  if (value_of(c, model, key).is_null()) return std::nullopt;
+  return config_int(c, model, key, min);
+}
+
+double config_double(const Config& c, const std::string& model, const std::string& key) {
+  const Config& v = value_of(c, model, key);
+  if (!v.is_number()) bad_value(model, key, v, "a number");
+  return v.get<double>();
+}
+
+double config_prob(const Config& c, const std::string& model, const std::string& key) {
+  const double p = config_double(c, model, key);
+  if (!(p >= 0.0 && p < 1.0)) bad_value(model, key, value_of(c, model, key), "a probability in [0, 1)");
+  return p;
+}
+
+std::string config_string(const Config& c, const std::string& model, const std::string& key) {
+  const Config& v = value_of(c, model, key);
+  if (!v.is_string()) bad_value(model, key, v, "a string");
+  return v.get<std::string>();
+}
+
+bool config_bool(const Config& c, const std::string& model, const std::string& key) {
+  const Config& v = value_of(c, model, key);
+  if (!v.is_boolean()) bad_value(model, key, v, "true or false");
+  return v.get<bool>();
+}
+
+void require_divisible(const std::string& model, const std::string& numerator_key, int64_t numerator,
+                       const std::string& denominator_key, int64_t denominator) {
+  if (numerator % denominator != 0)
+    throw ShapeError(fmt::format("{} config: {} ({}) is not a multiple of {} ({})", model, numerator_key, numerator,
+                                 denominator_key, denominator));
+}
+
+ModulePtr make_activation(const std::string& model, const std::string& key, const std::string& name) {
+  // A subset of transformers.activations.ACT2CLS, by the names HF's configs use.
+  static const std::map<std::string, std::function<ModulePtr()>> table = {
+      {"gelu", [] { return std::make_shared<GELU>("none"); }},
+      {"gelu_python", [] { return std::make_shared<GELU>("none"); }},
+      {"gelu_new", [] { return std::make_shared<GELU>("tanh"); }},
+      {"gelu_pytorch_tanh", [] { return std::make_shared<GELU>("tanh"); }},
+      {"relu", [] { return std::make_shared<ReLU>(); }},
+      {"silu", [] { return std::make_shared<SiLU>(); }},
+      {"swish", [] { return std::make_shared<SiLU>(); }},
+      {"tanh", [] { return std::make_shared<Tanh>(); }},
+      {"sigmoid", [] { return std::make_shared<Sigmoid>(); }},
+      {"linear", [] { return std::make_shared<Identity>(); }},
+  };
+  auto it = table.find(name);
+  if (it == table.end()) {
+    std::string known;
+    for (const auto& [n, f] : table) known += (known.empty() ? "" : ", ") + n;
+    throw Unsupported(fmt::format("{} config: {} '{}' is not supported; Kiln knows {}", model, key, name, known));
+  }
+  return it->second();
+}
+
+void hf_normal_init(Module& m, double std) {
+  for (auto& [name, tensor] : m.named_parameters(false)) {
+    if (name == "weight") normal_(*tensor, 0.0, std);
+    else if (name == "bias") constant_(*tensor, 0.0);
+  }
+}
+
+Var select_token(Tracer& t, const Var& x, int64_t index) {
+  return t.op("Gather", {x, t.constant(Tensor::scalar<int64_t>(index), "token_index")},
+              {{"axis", Attribute::of_int(1)}}, x.dtype, {x.dim(0), x.dim(2)});
+}
+
+Var position_ids(Tracer& t, const Var& ids) {
+  const Var len = t.op("Shape", {ids}, {{"start", Attribute::of_int(1)}, {"end", Attribute::of_int(2)}},
+                       DType::Int64, {1});
+  const Var zero = t.constant(Tensor::scalar<int64_t>(0), "zero");
+  const Var one = t.constant(Tensor::scalar<int64_t>(1), "one");
+  const Var positions = t.op("Range", {zero, attn::squeeze(t, len, {0}), one}, {}, DType::Int64, {ids.dim(1)});
+  return attn::unsqueeze(t, positions, {0});
+}
+
+Var split_heads(Tracer& t, const Var& x, int64_t heads) {
+  const int64_t width = x.dim(2);
+  if (width == -1 || width % heads != 0)
+    throw ShapeError(fmt::format("{}: cannot split a last dim of {} into {} heads", t.scope(), width, heads));
+  return attn::transpose(t, attn::reshape(t, x, {0, 0, heads, width / heads}), {0, 2, 1, 3});
+}
+
+Var merge_heads(Tracer& t, const Var& x) {
+  const int64_t width = x.dim(1) == -1 || x.dim(3) == -1 ? -1 : x.dim(1) * x.dim(3);
+  if (width == -1) throw ShapeError(fmt::format("{}: merging heads needs static head count and size", t.scope()));
+  return attn::reshape(t, attn::transpose(t, x, {0, 2, 1, 3}), {0, 0, width});
+}
+
+double float32_lowest() { return static_cast<double>(std::numeric_limits<float>::lowest()); }
+
+Var eager_attention(Tracer& t, const Var& q, const Var& k, const Var& v, const EagerAttention& a) {
+  Var scores = attn::matmul(t, q, attn::transpose(t, k, {0, 1, 3, 2}));  // [B, H, S, S]
+  for (double d : a.divisors) scores = attn::binary(t, "Div", scores, t.constant_scalar(d, scores.dtype, "scale"));
+  if (a.causal) {
+    // True above the diagonal: key position j after query position i (HF's causal `bias` buffer,
+    // negated), for a sequence length known only at run time.
+    const Var len = t.op("Shape", {q}, {{"start", Attribute::of_int(2)}, {"end", Attribute::of_int(3)}},
+                         DType::Int64, {1});
+    const Var zero = t.constant(Tensor::scalar<int64_t>(0), "zero");
+    const Var one = t.constant(Tensor::scalar<int64_t>(1), "one");
+    const Var range = t.op("Range", {zero, attn::squeeze(t, len, {0}), one}, {}, DType::Int64, {q.dim(2)});
+    const Var after = t.op("Less", {attn::unsqueeze(t, range, {1}), attn::unsqueeze(t, range, {0})}, {}, DType::Bool,
+                           {q.dim(2), q.dim(2)});
+    scores = attn::where(t, after, t.constant_scalar(float32_lowest(), scores.dtype, "mask_value"), scores);
+  }
+  if (a.additive_mask) scores = attn::binary(t, "Add", scores, *a.additive_mask);
+  Var probs = t.op("Softmax", {scores}, {{"axis", Attribute::of_int(-1)}}, scores.dtype, scores.shape);
+  if (a.dropout != nullptr) probs = a.dropout->call(t, probs);
+  return attn::matmul(t, probs, v);
+}
+
+}  // namespace kiln::nn::zoo::transformers

@@ -1,0 +1,59 @@
+// Pieces shared by the zoo's transformer entries (vit, bert, gpt2): config readers that name the
+// model and key in their errors, Hugging Face's activation table, and the eager attention of HF's
+// BERT and GPT-2 emitted as plain ONNX.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/nn/zoo.h"
+
+namespace kiln::nn::zoo::transformers {
+
+// Typed config values; InvalidArgument naming the model, the key and the value when it is missing,
+// of the wrong JSON type or out of range.
+int64_t config_int(const Config& c, const std::string& model, const std::string& key, int64_t min = 1);
+std::optional<int64_t> config_optional_int(const Config& c, const std::string& model, const std::string& key,
+                                           int64_t min = 1);  // JSON null -> nullopt
+double config_double(const Config& c, const std::string& model, const std::string& key);
+double config_prob(const Config& c, const std::string& model, const std::string& key);  // in [0, 1)
+std::string config_string(const Config& c, const std::string& model, const std::string& key);
+bool config_bool(const Config& c, const std::string& model, const std::string& key);
+// ShapeError unless `numerator` is divisible by `denominator` (hidden size by heads, ...).
+void require_divisible(const std::string& model, const std::string& numerator_key, int64_t numerator,
+                       const std::string& denominator_key, int64_t denominator);
+
+// transformers.activations.ACT2FN by name, as a kiln::nn module ("gelu" is the exact erf form,
+// "gelu_new" / "gelu_pytorch_tanh" the tanh form). Unsupported naming the known names otherwise.
+ModulePtr make_activation(const std::string& model, const std::string& key, const std::string& name);
+
+// Hugging Face's _init_weights for a Linear / Conv1D / Embedding: weight ~ N(0, std), bias zero.
+void hf_normal_init(Module& m, double std);
+
+// x[:, index] of [B, S, D] -> [B, D].
+Var select_token(Tracer& t, const Var& x, int64_t index);
+// torch.arange(S).unsqueeze(0) for ids [B, S], with S read at run time: [1, S] int64.
+Var position_ids(Tracer& t, const Var& ids);
+// [B, S, H * d] -> [B, H, S, d] (HF's transpose_for_scores / _split_heads), and back.
+Var split_heads(Tracer& t, const Var& x, int64_t heads);
+Var merge_heads(Tracer& t, const Var& x);
+
+// HF's eager attention over q, k, v [B, H, S, d]: scores = q k^T divided by each of `divisors` in
+// turn (HF's GPT-2 divides twice when scaling by the layer index);
+// causal: positions after the query set to float32's lowest value (HF's mask_value); then the
+// additive mask ([B, 1, 1, S]) if given; softmax over the keys; `dropout` (a module called on the
+// probabilities, HF's attn_dropout); @ v.
+struct EagerAttention {
+  std::vector<double> divisors;
+  bool causal = false;
+  std::optional<Var> additive_mask;
+  Module* dropout = nullptr;
+};
+Var eager_attention(Tracer& t, const Var& q, const Var& k, const Var& v, const EagerAttention& a);
+
+// float32's lowest value, torch.finfo(torch.float32).min: what HF fills masked scores with.
+double float32_lowest();
+
+}  // namespace kiln::nn::zoo::transformers
