@@ -99,7 +99,21 @@ class TransformerDecoderLayer(_TransformerLayer, _native("TransformerDecoderLaye
 
 
 # ---- Containers ----------------------------------------------------------------------------------
-class Sequential(Module):
+class _IndexedChildren:
+    """What Sequential and ModuleList share: children named "0", "1", ... in order."""
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+    def __len__(self):
+        return len(self._children())
+
+    def __iter__(self):
+        return iter(list(self._children().values()))
+
+
+class Sequential(_IndexedChildren, Module):
     """Sequential(*modules) (children "0", "1", ...) or Sequential(OrderedDict(name=module))."""
 
     def __init__(self, *args):
@@ -111,16 +125,6 @@ class Sequential(Module):
             for i, m in enumerate(args):
                 self.add_module(str(i), m)
 
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
-
-    def __len__(self):
-        return len(self._children())
-
-    def __iter__(self):
-        return iter(list(self._children().values()))
-
     def __getitem__(self, idx):
         items = list(self._children().items())
         if isinstance(idx, slice):
@@ -128,7 +132,7 @@ class Sequential(Module):
         return items[idx][1]
 
 
-class ModuleList(Module):
+class ModuleList(_IndexedChildren, Module):
     """Holds modules (children "0", "1", ...); has no forward."""
 
     def __init__(self, modules=None):
@@ -136,20 +140,10 @@ class ModuleList(Module):
         if modules is not None:
             self.extend(modules)
 
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
-
     def extend(self, modules):
         for m in modules:
             self.append(m)
         return self
-
-    def __len__(self):
-        return len(self._children())
-
-    def __iter__(self):
-        return iter(list(self._children().values()))
 
     def __getitem__(self, idx):
         values = list(self._children().values())
