@@ -87,8 +87,8 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // resume_from_checkpoint: empty (none), "true" (the last complete checkpoint in output_dir), or a
-  // checkpoint folder.
+  // resume_from_checkpoint: empty (none), "true" in any case (the last complete checkpoint in
+  // output_dir), or a checkpoint folder.
   TrainOutput train(const std::string& resume_from_checkpoint = "");
   Metrics evaluate(std::shared_ptr<const data::Dataset> eval_dataset = nullptr,
                    const std::string& metric_key_prefix = "eval");
@@ -101,7 +101,8 @@ class Trainer {
   // (default output_dir).
   void save_model(const std::string& dir = "") const;
   void save_state() const;  // trainer_state.json in output_dir
-  // Loads the weights of a checkpoint folder (its model.safetensors) into the model.
+  // Loads the weights of a checkpoint folder (its model.safetensors) into the model; "true": the
+  // last complete checkpoint in output_dir.
   void load_model_weights(const std::string& checkpoint_folder);
   void log_metrics(const std::string& split, const Metrics& metrics) const;  // a table on stdout
   void save_metrics(const std::string& split, const Metrics& metrics, bool combined = true) const;

@@ -146,8 +146,9 @@ class PrinterCallback : public TrainerCallback {
 // HF's early stopping: after each evaluation, the metric_for_best_model ("eval_"-prefixed) is an
 // improvement when there is no best_metric yet, or it beats best_metric (greater_is_better decides
 // the direction) by more than early_stopping_threshold; otherwise the patience counter grows, and
-// training stops when it reaches early_stopping_patience. Needs load_best_model_at_end,
-// metric_for_best_model and an eval_strategy (InvalidArgument at on_train_begin, HF's rules).
+// training stops when it reaches early_stopping_patience. Needs metric_for_best_model and an
+// eval_strategy (InvalidArgument at on_train_begin); without load_best_model_at_end it warns, as
+// current HF does.
 // Stateful: the counter is saved in checkpoints.
 class EarlyStoppingCallback : public TrainerCallback {
  public:

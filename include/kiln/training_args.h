@@ -160,8 +160,9 @@ struct TrainingArguments {
 
   // ==== Kiln's own (not in Hugging Face) =====================================================
   // Training stops after this many consecutive optimizer steps with a non-finite loss, naming the
-  // step; the last checkpoint written stays the last good one. 5 tolerates a rare overflow and
-  // stops a diverged run quickly. 0 never stops (HF's behaviour).
+  // step; the last checkpoint written stays the last good one. An update whose loss is not finite
+  // is always skipped (HF would apply it and spread NaN into the weights). 5 tolerates a rare
+  // overflow and stops a diverged run quickly; 0 never stops.
   int64_t nan_inf_patience = 5;
 
   // ---- Rules and derived values --------------------------------------------------------------

@@ -41,7 +41,13 @@ _LAZY = {
 __all__ += list(_LAZY)
 
 
+_SUBMODULES = ("nn", "data", "training", "backend")
+
+
 def __getattr__(name):
+    if name in _SUBMODULES:  # `import kiln` then kiln.nn, as torch.nn after `import torch`
+        import importlib
+        return importlib.import_module(f"kiln.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kiln' has no attribute '{name}'")

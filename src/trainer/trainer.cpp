@@ -3,6 +3,7 @@
 // norm, the learning-rate schedule, and logging / evaluation / checkpoints by strategy.
 #include <fmt/format.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -91,7 +92,26 @@ void Trainer::log(Logs logs) {
   ctx.logs = &logs;
   impl_->callbacks.call(&TrainerCallback::on_log, args_, state_, ctx);
 }
-void Trainer::load_model_weights(const std::string& checkpoint_folder) { load_weights(*impl_, checkpoint_folder); }
+namespace {
+
+bool means_last_checkpoint(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s == "true";
+}
+
+std::string resolve_checkpoint(const std::string& spec, const std::string& output_dir) {
+  if (!means_last_checkpoint(spec)) return spec;
+  auto last = last_checkpoint(output_dir);
+  if (!last)
+    throw InvalidArgument(fmt::format("resume_from_checkpoint=true, but '{}' holds no complete checkpoint", output_dir));
+  return *last;
+}
+
+}  // namespace
+
+void Trainer::load_model_weights(const std::string& checkpoint_folder) {
+  load_weights(*impl_, resolve_checkpoint(checkpoint_folder, args_.output_dir));
+}
 
 namespace {
 
@@ -202,13 +222,7 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   m.nan_inf_run = 0;
   m.module->set_training_run_count(0);
 
-  std::string resume = resume_from_checkpoint;
-  if (resume == "true") {
-    auto last = last_checkpoint(args_.output_dir);
-    if (!last) throw InvalidArgument(fmt::format("resume_from_checkpoint=true, but '{}' holds no complete checkpoint",
-                                                 args_.output_dir));
-    resume = *last;
-  }
+  const std::string resume = resolve_checkpoint(resume_from_checkpoint, args_.output_dir);
   if (!resume.empty()) load_checkpoint_files(m, state_, resume);
 
   CallbackHandler& cb = m.callbacks;

@@ -41,6 +41,11 @@ void save_checkpoint_files(const Trainer::Impl& m, const TrainingArguments& args
   std::vector<std::pair<std::string, Tensor>> weights;
   for (const auto& name : m.module->parameter_names()) weights.emplace_back(name, m.state->parameter(name).data());
   write_safetensors((dir / "model.safetensors").string(), weights, {{"format", "pt"}});
+  if (args.save_only_model) {  // HF's save_only_model: no optimizer, scheduler or RNG state
+    args.save((dir / "training_args.json").string());
+    write_json(dir / kTrainerStateFile, state.to_json());
+    return;
+  }
 
   const training::OptimizerState& o = m.state->optimizer_state();
   std::vector<std::pair<std::string, Tensor>> slots;
@@ -81,6 +86,10 @@ void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::str
   const fs::path dir(folder);
   if (!fs::is_directory(dir)) throw IOError(fmt::format("checkpoint folder '{}' does not exist", folder));
   const TrainerState loaded = TrainerState::from_json(read_json(dir / kTrainerStateFile));
+  if (!fs::exists(dir / "optimizer.safetensors") && fs::exists(dir / "model.safetensors"))
+    throw InvalidArgument(fmt::format("checkpoint '{}' holds only the model (saved with save_only_model): training "
+                                      "cannot resume from it; load its weights instead (evaluate / predict with "
+                                      "--resume_from_checkpoint, or Trainer::load_model_weights)", folder));
   load_weights(m, folder);
 
   const SafetensorsFile opt = read_safetensors((dir / "optimizer.safetensors").string());

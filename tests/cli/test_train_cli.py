@@ -106,3 +106,22 @@ def test_kiln_train_errors(tmp_path):
                               tmp_path / "o"), "bad.csv")
     assert_cli_error(run_kiln("train", "--output_dir", tmp_path / "o2", "--resume_from_checkpoint", "true"),
                      "no complete checkpoint")
+
+
+def test_evaluate_and_predict_take_true_and_create_the_predictions_folder(tmp_path):
+    """--resume_from_checkpoint true (any case) names the last checkpoint in evaluate / predict too,
+    and predict creates its --predictions-dir."""
+    out = tmp_path / "out"
+    tr = run_kiln("train", "--model", "mlp", "--max_steps", "20", "--save_steps", "10", "--output_dir", out,
+                  "--disable_tqdm", "true")
+    assert tr.returncode == 0, tr.stderr
+    ev = run_kiln("evaluate", "--model", "mlp", "--output_dir", out, "--resume_from_checkpoint", "True")
+    assert ev.returncode == 0, ev.stderr
+    last = float(re.search(r"eval_accuracy\s+= ([0-9.]+)", ev.stdout).group(1))
+    ev20 = run_kiln("evaluate", "--model", "mlp", "--output_dir", out, "--resume_from_checkpoint",
+                    out / "checkpoint-20")
+    assert float(re.search(r"eval_accuracy\s+= ([0-9.]+)", ev20.stdout).group(1)) == last
+    pr = run_kiln("predict", "--model", "mlp", "--output_dir", out, "--resume_from_checkpoint", "true",
+                  "--predictions-dir", tmp_path / "new" / "dir")
+    assert pr.returncode == 0, pr.stderr
+    assert np.load(tmp_path / "new" / "dir" / "predictions.npy").shape == (10000, 10)

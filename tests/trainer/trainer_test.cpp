@@ -326,6 +326,31 @@ std::string message_of(const std::function<void()>& f) {
   return "no exception";
 }
 
+// save_only_model: checkpoints hold the model (and the state files), not the optimizer; training
+// cannot resume from them (a clear error), their weights load; "true" names the last checkpoint.
+TEST(Trainer, SaveOnlyModelCheckpoints) {
+  const fs::path dir = fresh("save_only_model");
+  TrainingArguments a = base_args(dir / "out");
+  a.max_steps = 4;
+  a.save_strategy = SaveStrategy::steps;
+  a.save_steps = 2;
+  a.save_only_model = true;
+  Trainer t(ModelSource::onnx(write_model(dir, false).string(), training::LossType::CrossEntropyLoss), a,
+            dataset(32, 7));
+  t.train();
+  const fs::path ckpt = dir / "out" / "checkpoint-4";
+  EXPECT_TRUE(fs::exists(ckpt / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(ckpt / "trainer_state.json"));
+  EXPECT_FALSE(fs::exists(ckpt / "optimizer.safetensors"));
+  EXPECT_FALSE(fs::exists(ckpt / "scheduler.json"));
+  const std::string msg = message_of<InvalidArgument>([&] { t.train(ckpt.string()); });
+  EXPECT_NE(msg.find("save_only_model"), std::string::npos) << msg;
+  // The weights of the last checkpoint ("TRUE": any case) load into a fresh Trainer.
+  Trainer u(ModelSource::onnx(write_model(dir, false).string(), training::LossType::CrossEntropyLoss), a, dataset(32, 7));
+  u.load_model_weights("TRUE");
+  EXPECT_EQ(weights(u), weights(t));
+}
+
 TEST(Trainer, BadSetupsAreClearErrors) {
   const fs::path dir = fresh("errors");
   const ModelSource source = ModelSource::onnx(write_model(dir, false).string(), training::LossType::CrossEntropyLoss);

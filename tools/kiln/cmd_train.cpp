@@ -4,9 +4,11 @@
 // `kiln evaluate` and `kiln predict` run a trained model (an output folder's checkpoint).
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <memory>
 
 #include "commands.h"
+#include "kiln/error.h"
 #include "kiln/metrics.h"
 #include "kiln/npy.h"
 #include "trainer_cli.h"
@@ -73,6 +75,9 @@ void run_evaluate(CLI::App& app, const TrainOptions& o, bool predict, const std:
   const trainer::PredictionOutput p = t.predict(data);
   t.log_metrics("test", p.metrics);
   if (!out_dir.empty() && p.predictions.defined()) {
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec) throw IOError(fmt::format("cannot create the predictions folder '{}': {}", out_dir, ec.message()));
     save_npy(p.predictions, out_dir + "/predictions.npy");
     fmt::print("wrote {}/predictions.npy\n", out_dir);
   }
@@ -92,7 +97,9 @@ Action setup_predict(CLI::App& app) {
   return [o, out, &app] { run_evaluate(app, *o, true, *out); };
 }
 
-const CommandRegistrar reg_train({"train", "Train a model with the Trainer (default: LeNet on Fashion-MNIST)", setup_train});
+const CommandRegistrar reg_train({"train", "Train a model with the Trainer (default: LeNet on Fashion-MNIST); every "
+                                  "TrainingArguments field is a flag too (--learning_rate 3e-4, --report_to tensorboard ...)",
+                                  setup_train});
 const CommandRegistrar reg_evaluate({"evaluate", "Evaluate a model (with --resume_from_checkpoint DIR: a checkpoint)",
                                      setup_evaluate});
 const CommandRegistrar reg_predict({"predict", "Predict with a model and write predictions.npy", setup_predict});

@@ -2,12 +2,16 @@
 // Face's field names where HF has the model) and state_dict keys equal to those of the reference
 // implementation each entry names, so that reference weights load by name.
 //
-//   auto net = kiln::nn::zoo::create_model("resnet18", {{"num_labels", 10}, {"num_channels", 1}});
-//   net->export_onnx("resnet18.onnx", kiln::nn::zoo::example_inputs("resnet18", cfg), {{"pixel_values", {{0, "batch"}}}});
+//   using namespace kiln::nn::zoo;
+//   const Config cfg = {{"num_labels", 10}, {"num_channels", 1}};
+//   auto net = create_model("resnet18", cfg);
+//   net->export_onnx("resnet18.onnx", example_inputs("resnet18", cfg), dynamic_axes("resnet18", cfg),
+//                    export_options("resnet18", cfg));      // output "logits"
+//   save_model(export_model("resnet18", cfg), "resnet18.onnx");  // the same in one call (training mode)
 //
 // Entries (name: reference for weights and parity; config):
-//   mlp            Flatten + Linear/ReLU stack          {"input_size", "hidden_sizes", "num_labels"}
-//   lenet          LeNet-5 with BatchNorm               {"num_channels", "num_labels"}
+//   mlp            Flatten + Linear/ReLU stack          {"input_size", "input_shape", "hidden_sizes", "num_labels"}
+//   lenet          LeNet-5 with BatchNorm               {"num_channels", "image_size", "num_labels"}
 //   resnet18/34/50 torchvision.models.resnetNN keys     HF ResNetConfig names: num_channels,
 //                  (conv1, bn1, layer1.0.conv1, fc)     embedding_size, hidden_sizes, depths,
 //                                                       layer_type (basic|bottleneck), num_labels
@@ -23,7 +27,9 @@
 //   gpt2           HF GPT2LMHeadModel keys (lm_head.weight  HF GPT2Config names
 //                  shares transformer.wte.weight's storage; one initializer when exported)
 // Inputs: "pixel_values" [B, C, H, W] for image models (mlp/lenet: "input"), "input_ids" (+
-// "attention_mask", "token_type_ids" for bert) for text models; output "logits".
+// "attention_mask", "token_type_ids" for bert) for text models; output "logits". As built-in models
+// of the Trainer and `kiln train --model NAME` (make_builtin_model), an image model's input is named
+// "input", the column name Kiln's datasets use.
 #pragma once
 
 #include <functional>
