@@ -71,7 +71,9 @@ void ProgressCallback::draw(Bar& bar, bool final_draw) {
   const double fraction = bar.total > 0 ? static_cast<double>(bar.n) / static_cast<double>(bar.total) : 0.0;
   const std::string rate_text = rate <= 0 ? "?it/s" : rate >= 1 ? fmt::format("{:.2f}it/s", rate) : fmt::format("{:.2f}s/it", 1 / rate);
   const std::string postfix = bar.loss ? fmt::format(", loss={:.4f}", *bar.loss) : "";
-  const std::string left = fmt::format("{:3.0f}%|", std::floor(fraction * 100));
+  // Whole percent done, in integers (floor(0.29 * 100) would be 28).
+  const int64_t percent = bar.total > 0 ? bar.n * 100 / bar.total : 0;
+  const std::string left = fmt::format("{:3d}%|", percent);
   const std::string right = fmt::format("| {}/{} [{}<{}, {}{}]", bar.n, bar.total, clock_text(elapsed),
                                         bar.n >= bar.total ? "00:00" : clock_text(remaining), rate_text, postfix);
   const int width = std::max(10, terminal_columns(bar_file_) - static_cast<int>(left.size() + right.size()) - 1);
