@@ -82,6 +82,8 @@ struct ValueInfo {
   bool has_shape = false;
   std::vector<Dim> dims;
   std::string doc_string;
+  // A value typed and shaped as tensor `t` (fixed dims).
+  static ValueInfo of(const std::string& name, const Tensor& t);
   // "float[batch, 3, 224, 224]"
   std::string describe() const;
   bool matches(const Shape& s) const;  // rank equal and every fixed dim equal

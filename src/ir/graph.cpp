@@ -92,6 +92,15 @@ size_t Node::num_present_inputs() const {
   return n;
 }
 
+ValueInfo ValueInfo::of(const std::string& name, const Tensor& t) {
+  ValueInfo v;
+  v.name = name;
+  v.dtype = t.dtype();
+  v.has_type = v.has_shape = true;
+  for (int64_t d : t.shape()) v.dims.push_back(Dim{d, ""});
+  return v;
+}
+
 std::string ValueInfo::describe() const {
   std::string s = has_type ? dtype_name(dtype) : "?";
   if (!has_shape) return s + "[?]";

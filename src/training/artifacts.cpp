@@ -250,7 +250,7 @@ Artifacts build_artifacts(const Model& forward, const ArtifactOptions& options) 
       id.inputs = {value};
       id.outputs = {name};
       t.graph.nodes.push_back(std::move(id));
-      t.graph.outputs.push_back(value_info_of_tensor(name, t.graph.initializers.at(buffer)));
+      t.graph.outputs.push_back(ValueInfo::of(name, t.graph.initializers.at(buffer)));
     }
     initializers_to_inputs(t.graph, all_params);
     t.metadata["kiln.artifact"] = "training";

@@ -56,21 +56,12 @@ const ValueInfo* find_declared(const Graph& g, const std::string& name) {
   return nullptr;
 }
 
-ValueInfo value_info_of_tensor(const std::string& name, const Tensor& t) {
-  ValueInfo v;
-  v.name = name;
-  v.dtype = t.dtype();
-  v.has_type = v.has_shape = true;
-  for (int64_t d : t.shape()) v.dims.push_back(Dim{d, ""});
-  return v;
-}
-
 void initializers_to_inputs(Graph& g, const std::vector<std::string>& names) {
   for (const auto& name : names) {
     auto it = g.initializers.find(name);
     if (it == g.initializers.end())
       throw InvalidArgument(fmt::format("'{}' is not an initializer of the model", name));
-    g.inputs.push_back(value_info_of_tensor(name, it->second));
+    g.inputs.push_back(ValueInfo::of(name, it->second));
     g.initializers.erase(it);
     g.overridable_initializers.erase(
         std::remove_if(g.overridable_initializers.begin(), g.overridable_initializers.end(),

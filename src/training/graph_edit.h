@@ -33,7 +33,6 @@ class GraphEditor {
 
 // The ValueInfo of a value (graph input/output, value_info or initializer), if the model declares one.
 const ValueInfo* find_declared(const Graph& g, const std::string& name);
-ValueInfo value_info_of_tensor(const std::string& name, const Tensor& t);
 
 // Moves these initializers to graph inputs (typed and shaped as the tensor), in the given order,
 // after the existing inputs.

@@ -32,15 +32,6 @@ Tensor cast_to(const Tensor& t, DType to) {
   return out;
 }
 
-ValueInfo info_of(const std::string& name, const Tensor& t) {
-  ValueInfo v;
-  v.name = name;
-  v.dtype = t.dtype();
-  v.has_type = v.has_shape = true;
-  for (int64_t d : t.shape()) v.dims.push_back(Dim{d, ""});
-  return v;
-}
-
 // node(x...) -> y...; loss = sum_j ReduceSum(y_j * r_j) over float outputs.
 Model make_model(const GradCheck& c, const std::vector<Tensor>& inputs, const std::vector<Tensor>& projections,
                  bool inputs_as_initializers) {
@@ -53,7 +44,7 @@ Model make_model(const GradCheck& c, const std::vector<Tensor>& inputs, const st
     n.inputs[i] = fmt::format("x{}", i);
     const bool param = std::find(c.wrt.begin(), c.wrt.end(), i) != c.wrt.end();
     if (inputs_as_initializers || !param) m.graph.initializers[n.inputs[i]] = inputs[i];
-    else m.graph.inputs.push_back(info_of(n.inputs[i], inputs[i]));
+    else m.graph.inputs.push_back(ValueInfo::of(n.inputs[i], inputs[i]));
   }
   for (size_t j = 0; j < n.outputs.size(); ++j) n.outputs[j] = fmt::format("y{}", j);
   m.graph.nodes.push_back(n);

@@ -25,6 +25,22 @@ def run_kiln(*args, timeout=300):
     return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
+def run_onnx(path, feeds, out_dir, *extra):
+    """`kiln run PATH` on numpy feeds (saved as OUT_DIR/<name>.npy; outputs in OUT_DIR/out), asserting
+    success. Returns a function that loads an output by name, and the CompletedProcess."""
+    import numpy as np
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    args = []
+    for name, value in feeds.items():
+        np.save(out_dir / f"{name}.npy", value)
+        args += ["--input", f"{name}={out_dir / (name + '.npy')}"]
+    proc = run_kiln("run", path, *args, "--output-dir", out_dir / "out", *extra)
+    assert proc.returncode == 0, f"kiln run {path}: {proc.stderr}"
+    return (lambda name: np.load(out_dir / "out" / f"{name}.npy")), proc
+
+
 def assert_cli_error(proc, *needles):
     """A failed `kiln` run: exit status 1 and one line `kiln: error: ...` containing every needle."""
     assert proc.returncode == 1, f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"

@@ -8,7 +8,7 @@ import onnx
 import pytest
 
 import zoo_models
-from kiln_cli import run_kiln
+from kiln_cli import run_onnx
 
 MAX_REL_ERR = 1e-4
 
@@ -32,14 +32,8 @@ def zoo(tmp_path_factory):
 
 def run_kiln_feeds(path, feeds, folder):
     """Runs `kiln run` on numpy feeds; returns (the output named 'logits', kiln's stdout)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    args = []
-    for name, value in feeds.items():
-        np.save(folder / f"{name}.npy", value)
-        args += ["--input", f"{name}={folder / f'{name}.npy'}"]
-    proc = run_kiln("run", path, *args, "--output-dir", folder / "out")
-    assert proc.returncode == 0, proc.stderr
-    return np.load(folder / "out" / "logits.npy"), proc.stdout
+    load, proc = run_onnx(path, feeds, folder)
+    return load("logits"), proc.stdout
 
 
 def max_rel_err(got, want):

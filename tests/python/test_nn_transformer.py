@@ -26,7 +26,7 @@ import pytest
 import torch
 from torch import nn
 
-from kiln_cli import build_dir, run_kiln
+from kiln_cli import build_dir, run_onnx
 from training_parity import generate_artifacts, read_safetensors, run_train_steps, write_manifest
 
 TOL = 1e-5
@@ -72,17 +72,6 @@ def export_with_kiln(spec_path):
     proc = subprocess.run([str(exe), "--gtest_filter=NnTransformerExport.FromSpecInEnvironment"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0 and "[  PASSED  ] 1 test" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
-
-
-def run_onnx(path, feeds, out_dir):
-    out_dir.mkdir(parents=True, exist_ok=True)
-    args = []
-    for name, value in feeds.items():
-        np.save(out_dir / f"{name}.npy", value)
-        args += ["-i", f"{name}={out_dir / (name + '.npy')}"]
-    proc = run_kiln("run", path, *args, "-o", out_dir / "out", "-t", "2")
-    assert proc.returncode == 0, f"kiln run {path}: {proc.stderr}"
-    return lambda name: np.load(out_dir / "out" / f"{name}.npy")
 
 
 def scaled_error(got, want):
@@ -289,7 +278,7 @@ def test_matches_torch(exported, name):
     onnx.checker.check_model(onnx.load(str(path)), full_check=True)
     want = torch_outputs(case)
     assert len(want) == len(case.outputs)
-    got = run_onnx(path, {n: v.numpy() for n, v, _ in case.inputs}, folder / f"run_{name}")
+    got, _ = run_onnx(path, {n: v.numpy() for n, v, _ in case.inputs}, folder / f"run_{name}", "-t", "2")
     errors = {out: scaled_error(got(out), w) for out, w in zip(case.outputs, want)}
     assert all(err <= TOL for err in errors.values()), f"{name}: errors beyond {TOL}: {errors}"
 
@@ -319,7 +308,8 @@ def test_one_export_runs_at_other_sizes(exported):
         call_case = Case(name, case.module_type, case.options, case.torch_module,
                          [(n, v, []) for n, v in feeds.items()], case.call, case.outputs)
         want = torch_outputs(call_case)
-        got = run_onnx(folder / f"{name}.onnx", {n: v.numpy() for n, v in feeds.items()}, folder / f"resized_{name}")
+        got, _ = run_onnx(folder / f"{name}.onnx", {n: v.numpy() for n, v in feeds.items()}, folder / f"resized_{name}",
+                          "-t", "2")
         for out, w in zip(case.outputs, want):
             assert scaled_error(got(out), w) <= TOL, f"{name} {out} at new sizes"
 

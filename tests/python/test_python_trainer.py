@@ -451,3 +451,27 @@ def test_model_with_its_own_loss_and_unlabelled_predict(tmp_path):
     assert "test_loss" in labelled.metrics
     np.testing.assert_allclose(unlabelled.predictions, labelled.predictions, rtol=0, atol=1e-6)
     assert unlabelled.predictions.shape == (40, N_CLASSES)
+
+
+class LossOnly(nn.Module):
+    """forward(input, labels) -> loss alone: nothing to predict from."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = SmallMLP()
+
+    def forward(self, x, labels):
+        return nn.functional.cross_entropy(self.body(x), labels)
+
+
+def test_unlabelled_predict_needs_a_prediction_output(tmp_path):
+    path = str(tmp_path / "loss_only.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        torch.onnx.export(LossOnly().eval(), (torch.zeros(2, N_FEATURES), torch.zeros(2, dtype=torch.int64)), path,
+                          input_names=["input", "labels"], output_names=["loss"],
+                          dynamic_axes={"input": {0: "batch"}, "labels": {0: "batch"}}, opset_version=17,
+                          do_constant_folding=False)
+    trainer = kiln.Trainer(model=path, args=quiet_args(tmp_path, max_steps=2), train_dataset=blobs(32, seed=1))
+    with pytest.raises(ValueError, match="no 'labels' column and the model has no prediction output"):
+        trainer.predict([{"input": d["input"]} for d in blobs(8, seed=3)])

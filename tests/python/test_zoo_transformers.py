@@ -25,7 +25,7 @@ import torch
 import torchvision
 from torch import nn
 
-from kiln_cli import build_dir, run_kiln
+from kiln_cli import build_dir, run_onnx
 
 TOL = 1e-5
 FLOAT32_MIN = torch.finfo(torch.float32).min
@@ -292,17 +292,6 @@ def kiln_export(tmp_path, cases):
     return reports
 
 
-def kiln_run(path, feeds, out_dir):
-    out_dir.mkdir(parents=True, exist_ok=True)
-    args = []
-    for name, value in feeds.items():
-        np.save(out_dir / f"{name}.npy", value)
-        args += ["-i", f"{name}={out_dir / (name + '.npy')}"]
-    proc = run_kiln("run", path, *args, "-o", out_dir / "out", "-t", "2")
-    assert proc.returncode == 0, f"kiln run {path}: {proc.stderr}"
-    return lambda name: np.load(out_dir / "out" / f"{name}.npy")
-
-
 def case(tmp_path, name, model, config, torch_module, **extra):
     weights = tmp_path / f"{name}.npz"
     np.savez(weights, **{k: v.detach().numpy() for k, v in torch_module.state_dict().items()})
@@ -350,7 +339,7 @@ def test_state_dict_keys_and_shapes_equal_the_references(exported, name):
 def test_bert_logits_match(exported, batch, length):
     tmp, refs, runs = exported
     feeds = bert_inputs(batch, length, seed=batch)
-    got = kiln_run(runs["bert"][0]["onnx"], feeds, tmp / f"bert_run_{batch}")("logits")
+    got = run_onnx(runs["bert"][0]["onnx"], feeds, tmp / f"bert_run_{batch}", "-t", "2")[0]("logits")
     with torch.no_grad():
         want = refs["bert"](*(torch.from_numpy(feeds[k]) for k in ("input_ids", "attention_mask", "token_type_ids")))
     assert runs["bert"][1]["inputs"] == ["input_ids", "attention_mask", "token_type_ids"]
@@ -361,7 +350,7 @@ def test_bert_logits_match(exported, batch, length):
 def test_gpt2_logits_match(exported, batch, length):
     tmp, refs, runs = exported
     ids = np.random.default_rng(batch).integers(0, GPT2["vocab_size"], size=(batch, length)).astype(np.int64)
-    got = kiln_run(runs["gpt2"][0]["onnx"], {"input_ids": ids}, tmp / f"gpt2_run_{batch}")("logits")
+    got = run_onnx(runs["gpt2"][0]["onnx"], {"input_ids": ids}, tmp / f"gpt2_run_{batch}", "-t", "2")[0]("logits")
     with torch.no_grad():
         want = refs["gpt2"](torch.from_numpy(ids)).numpy()
     assert got.shape == (batch, length, GPT2["vocab_size"])
@@ -374,7 +363,7 @@ def test_gpt2_logits_match(exported, batch, length):
 def test_vit_logits_match(exported):
     tmp, refs, runs = exported
     x = np.random.default_rng(3).standard_normal((3, 3, 32, 32)).astype(np.float32)
-    got = kiln_run(runs["vit"][0]["onnx"], {"pixel_values": x}, tmp / "vit_run")("logits")
+    got = run_onnx(runs["vit"][0]["onnx"], {"pixel_values": x}, tmp / "vit_run", "-t", "2")[0]("logits")
     with torch.no_grad():
         want = refs["vit"](torch.from_numpy(x)).numpy()
     assert scaled_error(got, want) <= TOL
@@ -394,7 +383,7 @@ def test_vit_backbone_feature_maps_match_torchvision_intermediates(exported):
     assert runs["vit_backbone_last"][1]["outputs"] == ["stage2"]
 
     x = np.random.default_rng(4).standard_normal((2, 3, 32, 32)).astype(np.float32)
-    read = kiln_run(c["onnx"], {"pixel_values": x}, tmp / "vit_backbone_run")
+    read, _ = run_onnx(c["onnx"], {"pixel_values": x}, tmp / "vit_backbone_run", "-t", "2")
     vit = refs["vit"]
     tokens = []  # the stem (encoder input after the position embedding), then each layer's output
     hooks = [vit.encoder.dropout.register_forward_hook(lambda m, i, o: tokens.append(o))]

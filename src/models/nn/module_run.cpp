@@ -44,15 +44,6 @@ void trace(Module& root, Tracer& t, const std::vector<std::string>& names, const
   }
 }
 
-ValueInfo typed_value(const std::string& name, const Tensor& t) {
-  ValueInfo v;
-  v.name = name;
-  v.dtype = t.dtype();
-  v.has_type = v.has_shape = true;
-  for (int64_t d : t.shape()) v.dims.push_back(Dim{d, ""});
-  return v;
-}
-
 }  // namespace
 
 Model Module::to_onnx(const InputShapes& inputs, const DynamicAxes& dynamic_axes, const ExportOptions& options) {
@@ -162,7 +153,7 @@ std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs) {
     for (const auto& o : m.graph.outputs) plan.outputs.push_back(o.name);
     // Parameters are fed each run rather than baked in, so values changed in place are seen.
     for (const auto& [init, ref] : t.parameter_refs()) {
-      m.graph.inputs.push_back(typed_value(init, m.graph.initializers.at(init)));
+      m.graph.inputs.push_back(ValueInfo::of(init, m.graph.initializers.at(init)));
       m.graph.initializers.erase(init);
       plan.param_names.push_back(init);
       plan.params.push_back(ref);

@@ -11,12 +11,11 @@
 //   is_causal, tgt_is_causal, memory_is_causal}, "outputs": [names]}]}
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "kiln/nn/transformer.h"
 #include "kiln/onnx_io.h"
+#include "models/spec_cases.h"
 
 namespace {
 
@@ -107,15 +106,7 @@ void export_case(const json& c) {
 }
 
 TEST(NnTransformerExport, FromSpecInEnvironment) {
-  const char* spec_path = std::getenv("KILN_NN_TRANSFORMER_SPEC");
-  if (spec_path == nullptr) GTEST_SKIP() << "KILN_NN_TRANSFORMER_SPEC is not set (tests/python/test_nn_transformer.py sets it)";
-  std::ifstream f(spec_path);
-  ASSERT_TRUE(f) << spec_path;
-  const json spec = json::parse(f);
-  for (const json& c : spec.at("cases")) {
-    SCOPED_TRACE(c.at("onnx").get<std::string>());
-    export_case(c);
-  }
+  kiln::testing::run_spec_cases("KILN_NN_TRANSFORMER_SPEC", "tests/python/test_nn_transformer.py", export_case);
 }
 
 }  // namespace

@@ -11,13 +11,13 @@
 //   "outputs": [names], "repr"; backbones add "stage_names", "out_features", "out_indices", "channels"}.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "kiln/nn/backbone.h"
 #include "kiln/nn/zoo.h"
 #include "kiln/onnx_io.h"
+#include "models/spec_cases.h"
 
 namespace {
 
@@ -72,16 +72,7 @@ void export_case(const json& c) {
 }
 
 TEST(ZooTransformersExport, FromSpecInEnvironment) {
-  const char* spec_path = std::getenv("KILN_ZOO_TRANSFORMERS_SPEC");
-  if (spec_path == nullptr)
-    GTEST_SKIP() << "KILN_ZOO_TRANSFORMERS_SPEC is not set (tests/python/test_zoo_transformers.py sets it)";
-  std::ifstream f(spec_path);
-  ASSERT_TRUE(f) << spec_path;
-  const json spec = json::parse(f);
-  for (const json& c : spec.at("cases")) {
-    SCOPED_TRACE(c.at("onnx").get<std::string>());
-    export_case(c);
-  }
+  kiln::testing::run_spec_cases("KILN_ZOO_TRANSFORMERS_SPEC", "tests/python/test_zoo_transformers.py", export_case);
 }
 
 }  // namespace
