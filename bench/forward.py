@@ -24,9 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python")
 
 import torch_models  # noqa: E402
 import zoo_models  # noqa: E402
-from common import (Row, interleaved_medians, kiln_round_ms, parse_args, print_table, save_feeds,  # noqa: E402
-                    selected_rows)
-
+from common import Row, interleaved_medians, kiln_round_ms, parse_args, print_table, save_feeds, selected_rows  # noqa: E402
 
 ROWS = [
     Row("mlp", 64),
@@ -79,7 +77,7 @@ def main():
         for row in selected:
             model, feeds, model_path = prepare(row, Path(tmp))
             feed_paths = save_feeds(feeds, Path(tmp), row.name)
-            def kiln_round():
+            def kiln_round(model_path=model_path, feed_paths=feed_paths, row=row):
                 return kiln_round_ms(kiln, model_path, feed_paths, args.threads, row.runs)
             try:
                 torch_ms, kiln_ms = bench_pair(model, feeds, kiln_round, row.runs, args.rounds)

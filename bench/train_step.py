@@ -25,8 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python"))
 
 import torch_models  # noqa: E402
-from common import (Row, interleaved_medians, kiln_round_ms, parse_args, print_table, save_feeds,  # noqa: E402
-                    selected_rows)
+from common import Row, interleaved_medians, kiln_round_ms, parse_args, print_table, save_feeds, selected_rows  # noqa: E402
 from training_models import Case, WithLoss, export_with_loss, zoo_case  # noqa: E402
 
 # The models and sizes of bench/forward.py; a step costs about three forward passes, so N is
@@ -97,7 +96,8 @@ def main():
             try:
                 train_path = kiln_training_graph(kiln, case, folder, row.name)
                 torch_ms, kiln_ms = bench_pair(
-                    case, lambda: kiln_round_ms(kiln, train_path, feed_paths, args.threads, row.runs),
+                    case,
+                    lambda t=train_path, f=feed_paths, r=row: kiln_round_ms(kiln, t, f, args.threads, r.runs),
                     row.runs, args.rounds)
                 rows.append((row, torch_ms, kiln_ms, f"{kiln_ms / torch_ms:.2f}"))
             except RuntimeError as e:  # Kiln failed: still report PyTorch's time

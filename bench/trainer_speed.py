@@ -84,7 +84,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         out = tmp / "out"
-        proc = subprocess.run([str(args.build_dir / "bin" / "kiln"), "train", "--model", "lenet", "--output_dir", str(out),
+        proc = subprocess.run([str(args.build_dir / "bin" / "kiln"), "train", "--model", "lenet",
+                               "--output_dir", str(out),
                                "--max_steps", str(args.steps), "--per_device_train_batch_size", str(args.batch),
                                "--save_strategy", "no", "--logging_steps", "100", "--disable_tqdm", "true"],
                               capture_output=True, text=True, env=env)

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Installs everything Kiln needs to build, test and run its demo on Debian 12 (run as root).
-# Idempotent: a machine that already has every package skips apt entirely.
+# Installs what Kiln needs on Debian 12 (run as root): with no argument, what building Kiln and
+# running its demo need; with --test, also what the tests and `make lint` need (PyTorch, ONNX, ONNX
+# Runtime and Ruff from npm, clang tools). Idempotent: a machine that already has every package
+# skips apt entirely.
 set -euo pipefail
+for_tests=false
+[ "${1:-}" = "--test" ] && for_tests=true
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
@@ -9,15 +13,20 @@ packages=(
   libdnnl-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
-  python3-dev pybind11-dev python3-numpy python3-pytest
-  python3-onnx python3-torch python3-torchvision python3-sklearn
-  python3-protobuf python3-crc32c
+  python3-dev pybind11-dev python3-numpy
   dataset-fashion-mnist
 )
-# Node.js with npm (runs ONNX Runtime as a peer in the tests): Debian's packages unless a node
-# with npm is already installed (some Node.js distributions bundle npm and conflict with them).
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  packages+=(nodejs npm)
+if $for_tests; then
+  packages+=(
+    python3-pytest python3-onnx python3-torch python3-torchvision python3-sklearn
+    python3-protobuf python3-crc32c
+    clang-format clang-tidy
+  )
+  # Node.js with npm (ONNX Runtime as a peer in the tests, Ruff for `make lint`): Debian's packages
+  # unless a node with npm is already installed (some distributions bundle npm and conflict).
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    packages+=(nodejs npm)
+  fi
 fi
 
 missing=()
@@ -34,13 +43,23 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# ONNX Runtime (CPU, inference only) from npm: the tests check that exported inference models give
-# the same outputs there. ONNXRUNTIME_NODE_INSTALL=skip keeps its installer from fetching GPU
-# binaries; the CPU build ships inside the package. Installed into the repository's node_modules.
-ort_version=1.30.0
+$for_tests || exit 0
+
+# From npm, into the repository's node_modules (npm prunes what it was not asked for, so all three
+# are installed together):
+# - ONNX Runtime (CPU, inference only): the tests check that exported inference models give the
+#   same outputs there. ONNXRUNTIME_NODE_INSTALL=skip keeps its installer from fetching GPU
+#   binaries; the CPU build ships inside the package.
+# - Ruff's WebAssembly build and a TOML reader, for scripts/ruff.mjs (Debian 12 has no ruff).
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-installed="$(node -p "try{require('$repo/node_modules/onnxruntime-node/package.json').version}catch(e){''}" 2>/dev/null || true)"
-if [ "$installed" != "$ort_version" ]; then
-  echo "setup: installing onnxruntime-node@$ort_version"
-  (cd "$repo" && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-save --no-audit --no-fund "onnxruntime-node@$ort_version")
+npm_packages=(onnxruntime-node@1.30.0 @astral-sh/ruff-wasm-nodejs@0.17.3 smol-toml@1.4.2)
+missing_npm=()
+for spec in "${npm_packages[@]}"; do
+  name="${spec%@*}" version="${spec##*@}"
+  have="$(node -p "try{require('$repo/node_modules/$name/package.json').version}catch(e){''}" 2>/dev/null || true)"
+  [ "$have" = "$version" ] || missing_npm+=("$spec")
+done
+if [ ${#missing_npm[@]} -gt 0 ]; then
+  echo "setup: installing ${missing_npm[*]} from npm"
+  (cd "$repo" && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-save --no-audit --no-fund "${npm_packages[@]}")
 fi

@@ -15,13 +15,12 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/graph.h"
 
 namespace kiln {
-
-inline const std::string kKilnDomain = "ai.kiln";
 
 struct GradientOptions {
   std::string loss;                        // a scalar value of the graph
@@ -39,9 +38,34 @@ struct GradientGraph {
 
 GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& options);
 
-// Whether an op has a gradient rule, a "no gradient" marker (its outputs are constants for
-// differentiation), or neither. Used by the coverage test and `kiln ops`.
+// Whether an op, at an opset of its domain, has a gradient rule, a "no gradient" marker (its outputs
+// are constants for differentiation), or neither. Rules are registered for opset ranges, as
+// kernels are. Used by the gradient builder, the coverage test and training's gradient reach.
 enum class GradientKind { Rule, NoGradient, None };
+GradientKind gradient_kind(const std::string& domain, const std::string& op_type, int64_t opset);
+// The same at the newest opset (the op as ONNX defines it today).
 GradientKind gradient_kind(const std::string& domain, const std::string& op_type);
+
+// The parameters of a model, as PyTorch sees them: every floating-point initializer through which a
+// gradient can reach `loss` is trainable unless frozen; BatchNormalization's running statistics are
+// buffers (a training-mode node updates them), never trained. A non-empty `requires_grad` is the
+// trainable set as given, checked. Throws InvalidArgument / TypeError naming the parameter for a
+// name that is not an initializer, not floating-point, or both requested and frozen, and when
+// nothing is left to train. A requested running statistic is refused for training (Purpose::Train:
+// generate_artifacts) and allowed when only gradients are asked for (Purpose::Differentiate: the
+// gradient builder, `kiln grad`), as torch.autograd.grad differentiates with respect to buffers.
+struct ParameterSelection {
+  std::vector<std::string> trainable;  // requires_grad as given, else in the order the forward reads them
+  std::vector<std::string> frozen;     // frozen_params that are not buffers
+  std::vector<std::string> buffers;    // running statistics of training-mode BatchNormalization
+  std::vector<std::pair<std::string, std::string>> updates;  // buffer -> the output with its new value
+};
+enum class Purpose { Train, Differentiate };
+ParameterSelection select_parameters(const Model& model, const std::string& loss,
+                                     const std::vector<std::string>& requires_grad,
+                                     const std::vector<std::string>& frozen_params,
+                                     Purpose purpose = Purpose::Train);
+// Whether input `input` of `node` is a BatchNormalization running statistic (mean, variance).
+bool is_running_statistic_input(const Node& node, size_t input);
 
 }  // namespace kiln

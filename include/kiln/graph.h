@@ -15,6 +15,9 @@
 
 namespace kiln {
 
+// The domain of the ops Kiln defines (gradient and optimizer kernels), next to ONNX's "" (ai.onnx).
+inline const std::string kKilnDomain = "ai.kiln";
+
 struct Graph;
 
 struct Attribute {
@@ -66,7 +69,6 @@ struct Node {
   const Tensor& attr_tensor(const std::string& key) const;
   // "node 'conv1' (Conv)", for error messages.
   std::string label() const;
-  size_t num_present_inputs() const;
 };
 
 // One dimension of a declared shape: a number, a symbolic name, or unknown.

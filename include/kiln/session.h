@@ -34,7 +34,8 @@ struct OpProfile {
 
 struct PlanStats {
   size_t peak_bytes = 0;        // size of the activation arena: the planned peak
-  size_t unplanned_bytes = 0;   // bytes the arena would need without reuse (sum of all buffers)
+  size_t unplanned_bytes = 0;   // bytes the arena would need without any reuse: every run-time value
+                                // in its own buffer (in-place outputs too), each 64-byte aligned
   size_t num_steps = 0;         // kernels run per call
   size_t num_folded = 0;        // nodes computed at plan time
   size_t num_dynamic_steps = 0; // steps whose shapes are known only at run time

@@ -51,7 +51,7 @@ class Tensor {
   // A view over a storage at a byte offset (used by the memory planner).
   static Tensor view_of(std::shared_ptr<Storage> storage, size_t byte_offset, DType dtype, Shape shape);
   template <class T>
-  static Tensor from_vector(Shape shape, const std::vector<T>& values);
+  static Tensor from_vector(const Shape& shape, const std::vector<T>& values);
   template <class T>
   static Tensor scalar(T value) { return from_vector<T>({}, {value}); }
 
@@ -101,8 +101,8 @@ class Tensor {
 };
 
 template <class T>
-Tensor Tensor::from_vector(Shape shape, const std::vector<T>& values) {
-  Tensor t = empty(dtype_of<T>, std::move(shape));
+Tensor Tensor::from_vector(const Shape& shape, const std::vector<T>& values) {
+  Tensor t = empty(dtype_of<T>, shape);
   if (static_cast<int64_t>(values.size()) != t.numel())
     throw ShapeError("Tensor::from_vector: " + std::to_string(values.size()) + " values for shape " +
                      to_string(t.shape()));

@@ -139,7 +139,7 @@ class Trainer {
   // its "step" to state.log_history and calls on_log.
   void log(Logs logs);
 
-  struct Impl;  // the Trainer's internals (src/trainer/trainer_impl.h)
+  struct Impl;  // the Trainer's internals (src/trainer/loop/trainer_impl.h)
 
  private:
   std::unique_ptr<Impl> impl_;

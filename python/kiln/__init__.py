@@ -7,8 +7,17 @@
 The compiled core (kiln._kiln) is loaded by the modules that need it, so pure-Python parts such as
 onnxblock import without it.
 """
-from kiln.errors import (CorruptFile, DTypeError, InvalidArgument, InvalidModel, KilnError, KilnIOError,  # noqa: F401
-                         KilnKeyError, ShapeError, Unsupported)
+from kiln.errors import (  # noqa: F401
+    CorruptFile,
+    DTypeError,
+    InvalidArgument,
+    InvalidModel,
+    KilnError,
+    KilnIOError,
+    KilnKeyError,
+    ShapeError,
+    Unsupported,
+)
 
 __all__ = ["CorruptFile", "DTypeError", "InvalidArgument", "InvalidModel", "KilnError", "KilnIOError",
            "KilnKeyError", "ShapeError", "Unsupported"]

@@ -16,8 +16,8 @@ transformers.Trainer with an ONNX model and numpy datasets runs with the import 
 `model` is a forward ONNX file (a path or an onnx.ModelProto), an artifacts folder (made by
 kiln.training.artifacts.generate_artifacts), a built-in model name (a kiln.nn.zoo name: "mlp",
 "lenet", "resnet18", ..., with its default config; for another config pass
-kiln.nn.zoo.create_model(name, **config)) or a kiln.nn Module (exported in training mode with the first training example's shapes; train() loads the
-trained weights back into it: kiln/nn/trainer_glue.py). Kiln adds
+kiln.nn.zoo.create_model(name, **config)) or a kiln.nn Module (exported in training mode with the first training
+example's shapes; train() loads the trained weights back into it: kiln/nn/trainer_glue.py). Kiln adds
 the loss for a forward model; `loss` (Kiln's keyword) names it: CrossEntropyLoss, MSELoss,
 BCEWithLogitsLoss, L1Loss or "none". The default is "none" when the model has an output named
 "loss" (an HF model that computes its own loss from a "labels" input; that output must come first),

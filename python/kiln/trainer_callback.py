@@ -31,7 +31,8 @@ EarlyStoppingCallback = core.EarlyStoppingCallback
 TensorBoardCallback = core.TensorBoardCallback
 
 
-class TrainerCallback(metaclass=abc.ABCMeta):
+# An ABC without abstract methods (all hooks are optional, as in HF) for TrainerCallback.register below.
+class TrainerCallback(metaclass=abc.ABCMeta):  # noqa: B024
     """HF's TrainerCallback: every event does nothing. Subclasses need not call __init__."""
 
     def on_init_end(self, args, state, control, **kwargs):

@@ -36,7 +36,8 @@ def as_array(value, what):
         elif array.dtype.kind == "i":
             array = array.astype(np.int64)
     if array.dtype.kind not in "biuf":
-        raise DTypeError(f"{what}: dtype {array.dtype} is not numeric; Kiln datasets hold numbers (tokenize text first)")
+        raise DTypeError(f"{what}: dtype {array.dtype} is not numeric; "
+                         "Kiln datasets hold numbers (tokenize text first)")
     return array
 
 
@@ -65,7 +66,8 @@ def stack_items(items, what="dataset"):
         shape, dtype = arrays[0].shape, arrays[0].dtype
         for i, a in enumerate(arrays):
             if a.shape != shape:
-                raise ShapeError(f"column '{k}' of {what}[{i}] has shape {list(a.shape)}, {what}[0]'s has {list(shape)}; "
+                raise ShapeError(f"column '{k}' of {what}[{i}] has shape {list(a.shape)}, "
+                                 f"{what}[0]'s has {list(shape)}; "
                                  "items must share their shapes (pad them first)")
             if a.dtype != dtype:
                 raise DTypeError(f"column '{k}' of {what}[{i}] has dtype {a.dtype}, {what}[0]'s has {dtype}")

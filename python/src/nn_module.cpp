@@ -183,13 +183,11 @@ void register_tracer(py::module_& nn) {
   });
 }
 
-void register_module_class(py::module_& nn) {
-  py::class_<nn::RemovableHandle>(nn, "_RemovableHandle").def("remove", [](nn::RemovableHandle& h) {
-    if (h.remove) h.remove();
-    h.remove = nullptr;
-  });
+using ModuleClass = py::class_<Module, ModulePtr>;
 
-  py::class_<Module, ModulePtr>(nn, "_Module")
+// A module's own parameters, buffers and children, and its repr.
+void def_module_structure(ModuleClass& cls) {
+  cls
       .def_property_readonly("type_name", &Module::type_name)
       .def("extra_repr", &Module::extra_repr)
       .def("repr", &Module::repr)
@@ -220,13 +218,23 @@ void register_module_class(py::module_& nn) {
            py::arg("recurse") = true)
       .def("named_buffers", [](Module& m, bool recurse) { return named_tensors_to_py(m.named_buffers(recurse)); },
            py::arg("recurse") = true)
-      .def("named_children", &Module::named_children)
+      .def("named_children", &Module::named_children);
+}
+
+// requires_grad and train / eval, and the parameter count.
+void def_module_modes(ModuleClass& cls) {
+  cls
       .def("requires_grad", &Module::requires_grad)
       .def("requires_grad_", [](Module& m, bool v) { m.requires_grad_(v); })
       .def("frozen_parameters", &Module::frozen_parameters)
       .def("train", [](Module& m, bool mode) { m.train(mode); })
       .def_property_readonly("training", &Module::training)
-      .def("num_parameters", &Module::num_parameters, py::arg("only_trainable") = false)
+      .def("num_parameters", &Module::num_parameters, py::arg("only_trainable") = false);
+}
+
+// state_dict in and out, in memory and as safetensors files.
+void def_module_state_dict(ModuleClass& cls) {
+  cls
       .def("state_dict",
            [](Module& m) {
              py::list out;
@@ -249,7 +257,12 @@ void register_module_class(py::module_& nn) {
            [](Module& m, const std::string& path, bool strict) {
              nn::IncompatibleKeys r = m.load_safetensors(path, strict);
              return py::make_tuple(r.missing_keys, r.unexpected_keys);
-           })
+           });
+}
+
+// Forward hooks, ONNX export, and calling the module on arrays.
+void def_module_hooks_export_and_run(ModuleClass& cls) {
+  cls
       .def("register_forward_pre_hook", &add_pre_hook)
       .def("register_forward_hook", &add_hook)
       .def("to_onnx_bytes",
@@ -275,7 +288,10 @@ void register_module_class(py::module_& nn) {
         }
         return tensors_to_py(out);
       });
+}
 
+// The Python-defined module and the containers, all subclasses of _Module.
+void register_module_subclasses(py::module_& nn) {
   py::class_<PythonModule, Module, std::shared_ptr<PythonModule>>(nn, "_PythonModule")
       .def(py::init<std::string, py::object>(), py::arg("type_name"), py::arg("owner_ref"))
       .def("owner", &PythonModule::owner);
@@ -292,6 +308,20 @@ void register_module_class(py::module_& nn) {
       .def(py::init<>())
       .def("insert", &nn::ModuleDict::insert)
       .def("keys", &nn::ModuleDict::keys);
+}
+
+void register_module_class(py::module_& nn) {
+  py::class_<nn::RemovableHandle>(nn, "_RemovableHandle").def("remove", [](nn::RemovableHandle& h) {
+    if (h.remove) h.remove();
+    h.remove = nullptr;
+  });
+
+  ModuleClass cls(nn, "_Module");
+  def_module_structure(cls);
+  def_module_modes(cls);
+  def_module_state_dict(cls);
+  def_module_hooks_export_and_run(cls);
+  register_module_subclasses(nn);
 
   nn.def("manual_seed", &nn::manual_seed, py::arg("seed"));
   nn.def("load_weights_file", [](const std::string& path) {

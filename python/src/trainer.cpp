@@ -107,8 +107,11 @@ std::shared_ptr<const data::Dataset> optional_dataset(const py::object& obj) {
   return obj.is_none() ? nullptr : dataset_from_py(obj);
 }
 
-void register_trainer_class(py::module_& m) {
-  py::class_<PyTrainer, std::shared_ptr<PyTrainer>>(m, "Trainer")
+using TrainerClass = py::class_<PyTrainer, std::shared_ptr<PyTrainer>>;
+
+// Trainer(...): the C++ Trainer over the Python-side model spec, datasets and callbacks.
+void def_construction(TrainerClass& cls) {
+  cls
       .def(py::init([](const py::dict& model_spec, const TrainingArguments& args, const py::object& py_args,
                        const py::object& model, const py::object& train_dataset, const py::object& eval_dataset,
                        const py::object& compute_metrics, const py::object& preprocess, const py::list& callbacks) {
@@ -132,7 +135,12 @@ void register_trainer_class(py::module_& m) {
            }),
            py::arg("model_spec"), py::arg("args"), py::arg("py_args"), py::arg("model"), py::arg("train_dataset"),
            py::arg("eval_dataset"), py::arg("compute_metrics"), py::arg("preprocess_logits_for_metrics"),
-           py::arg("callbacks"))
+           py::arg("callbacks"));
+}
+
+// train / evaluate / predict / log, with the GIL released while the C++ loop runs.
+void def_training_loop(TrainerClass& cls) {
+  cls
       .def("train",
            [](const py::object& self, const std::string& resume) {
              const PyTrainer& t = self.cast<const PyTrainer&>();
@@ -178,7 +186,12 @@ void register_trainer_class(py::module_& m) {
              const PyTrainer& t = self.cast<const PyTrainer&>();
              ActiveTrainerScope scope(&t.get().state(), t.active(self));
              t.get().log(logs_from_py(logs));
-           })
+           });
+}
+
+// Saving the model, state and metrics, and loading weights back.
+void def_saving(TrainerClass& cls) {
+  cls
       .def("save_model",
            [](const PyTrainer& t, const std::string& dir) {
              py::gil_scoped_release release;
@@ -192,7 +205,12 @@ void register_trainer_class(py::module_& m) {
       })
       .def("save_metrics", [](const PyTrainer& t, const std::string& split, const py::dict& metrics, bool combined) {
         t.get().save_metrics(split, metrics_from_py(metrics, "save_metrics"), combined);
-      })
+      });
+}
+
+// TrainerState / TrainerControl and the callback list.
+void def_state_and_callbacks(TrainerClass& cls) {
+  cls
       .def_property_readonly("state",
                              [](const PyTrainer& t) { return &t.get().state(); }, py::return_value_policy::reference_internal)
       .def_property_readonly("control",
@@ -212,7 +230,12 @@ void register_trainer_class(py::module_& m) {
              py::object obj = callback_to_py(cb);
              t.get().pop_callback(cb);
              return obj;
-           })
+           });
+}
+
+// The model's input and output names, sizes and weights.
+void def_model_access(TrainerClass& cls) {
+  cls
       .def("input_names", [](const PyTrainer& t, bool training) { return t.get().module().input_names(training); })
       .def("output_names", [](const PyTrainer& t, bool training) { return t.get().module().output_names(training); })
       .def("num_parameters", [](const PyTrainer& t, bool trainable) { return t.get().module().get_parameters_size(trainable); })
@@ -224,6 +247,15 @@ void register_trainer_class(py::module_& m) {
           if (p.has_data()) out[py::str(name)] = copy_to_array(p.data());
         return out;
       });
+}
+
+void register_trainer_class(py::module_& m) {
+  TrainerClass cls(m, "Trainer");
+  def_construction(cls);
+  def_training_loop(cls);
+  def_saving(cls);
+  def_state_and_callbacks(cls);
+  def_model_access(cls);
 }
 
 }  // namespace

@@ -171,23 +171,23 @@ void thresholded_relu_grad(GradContext& g) {
   g.set_GI(0, g.emit("Where", {g.emit("Greater", {x, g.scalar_like(alpha, x)}), g.GO(0), zero_like(g, x)}));
 }
 
-const GradientRegistrar r_relu({"", "Relu"}, relu_grad);
-const GradientRegistrar r_leaky({"", "LeakyRelu"}, leaky_relu_grad);
-const GradientRegistrar r_sigmoid({"", "Sigmoid"}, sigmoid_grad);
-const GradientRegistrar r_tanh({"", "Tanh"}, tanh_grad);
-const GradientRegistrar r_softplus({"", "Softplus"}, softplus_grad);
-const GradientRegistrar r_elu({"", "Elu"}, elu_grad);
-const GradientRegistrar r_clip({"", "Clip"}, clip_grad);
-const GradientRegistrar r_celu({"", "Celu"}, celu_grad);
-const GradientRegistrar r_gelu({"", "Gelu"}, gelu_grad);
-const GradientRegistrar r_hard_sigmoid({"", "HardSigmoid"}, hard_sigmoid_grad);
-const GradientRegistrar r_hard_swish({"", "HardSwish"}, hard_swish_grad);
-const GradientRegistrar r_mish({"", "Mish"}, mish_grad);
-const GradientRegistrar r_prelu({"", "PRelu"}, prelu_grad);
-const GradientRegistrar r_selu({"", "Selu"}, selu_grad);
-const GradientRegistrar r_shrink({"", "Shrink"}, shrink_grad);
-const GradientRegistrar r_softsign({"", "Softsign"}, softsign_grad);
-const GradientRegistrar r_thresholded_relu({"", "ThresholdedRelu"}, thresholded_relu_grad);
+const GradientRegistrar r_relu({"", "Relu", 1, kMaxOpset}, relu_grad);
+const GradientRegistrar r_leaky({"", "LeakyRelu", 1, kMaxOpset}, leaky_relu_grad);
+const GradientRegistrar r_sigmoid({"", "Sigmoid", 1, kMaxOpset}, sigmoid_grad);
+const GradientRegistrar r_tanh({"", "Tanh", 1, kMaxOpset}, tanh_grad);
+const GradientRegistrar r_softplus({"", "Softplus", 1, kMaxOpset}, softplus_grad);
+const GradientRegistrar r_elu({"", "Elu", 1, kMaxOpset}, elu_grad);
+const GradientRegistrar r_clip({"", "Clip", 1, kMaxOpset}, clip_grad);
+const GradientRegistrar r_celu({"", "Celu", 1, kMaxOpset}, celu_grad);
+const GradientRegistrar r_gelu({"", "Gelu", 1, kMaxOpset}, gelu_grad);
+const GradientRegistrar r_hard_sigmoid({"", "HardSigmoid", 1, kMaxOpset}, hard_sigmoid_grad);
+const GradientRegistrar r_hard_swish({"", "HardSwish", 1, kMaxOpset}, hard_swish_grad);
+const GradientRegistrar r_mish({"", "Mish", 1, kMaxOpset}, mish_grad);
+const GradientRegistrar r_prelu({"", "PRelu", 1, kMaxOpset}, prelu_grad);
+const GradientRegistrar r_selu({"", "Selu", 1, kMaxOpset}, selu_grad);
+const GradientRegistrar r_shrink({"", "Shrink", 1, kMaxOpset}, shrink_grad);
+const GradientRegistrar r_softsign({"", "Softsign", 1, kMaxOpset}, softsign_grad);
+const GradientRegistrar r_thresholded_relu({"", "ThresholdedRelu", 1, kMaxOpset}, thresholded_relu_grad);
 
 }  // namespace
 }  // namespace kiln

@@ -2,12 +2,12 @@
 
 #include <fmt/format.h>
 
+#include "kernels/node_inference.h"
 #include "kiln/onnx_io.h"
-#include "kiln/session.h"
 
 namespace kiln {
 
-GradientBuilderState::GradientBuilderState(const Model& forward) : model(forward) {
+GradientBuilderState::GradientBuilderState(const Model& forward) : model(forward), editor_(model) {
   // Rules need ranks and dtypes of intermediates: take them from ONNX shape inference.
   infer_shapes(model);
   const Graph& g = model.graph;
@@ -22,9 +22,6 @@ GradientBuilderState::GradientBuilderState(const Model& forward) : model(forward
     info_[name] = v;
   }
   for (const Node& n : g.nodes) {
-    for (const auto& s : n.inputs) names_.insert(s);
-    for (const auto& s : n.outputs) names_.insert(s);
-    names_.insert(n.name);
     if (n.op_type == "Constant" && n.has_attr("value") && !n.outputs.empty()) {
       const Tensor& t = n.attr_tensor("value");
       std::vector<Dim> dims;
@@ -32,15 +29,15 @@ GradientBuilderState::GradientBuilderState(const Model& forward) : model(forward
       record(n.outputs[0], t.dtype(), dims);
     }
   }
-  for (const auto& [name, v] : info_) names_.insert(name);
-  fill_ranks_by_planning();
+  for (const auto& [name, v] : info_) editor_.reserve(name);
+  fill_ranks_from_kernels();
 }
 
 // ONNX's shape inference loses ranks through some exported patterns (shapes computed from Shape
-// ops); Kiln's planner computes them. Plan the forward graph at example sizes (symbolic dims = 2)
+// ops); Kiln's kernels infer them. Infer the forward graph at example sizes (symbolic dims = 2)
 // and record dtype and rank of every value ONNX left unknown. Dims stay unknown: only the rank and
 // the dtype are facts that do not depend on the example sizes.
-void GradientBuilderState::fill_ranks_by_planning() {
+void GradientBuilderState::fill_ranks_from_kernels() {
   bool missing = false;
   for (const Node& n : model.graph.nodes)
     for (const auto& out : n.outputs)
@@ -55,8 +52,7 @@ void GradientBuilderState::fill_ranks_by_planning() {
   }
   std::map<std::string, TensorMeta> metas;
   try {
-    Session session(model);
-    metas = session.value_metas(feeds);
+    metas = infer_value_metas(model, feeds);
   } catch (const Error&) {
     return;  // best effort: rules that need a rank say so
   }
@@ -67,7 +63,7 @@ void GradientBuilderState::fill_ranks_by_planning() {
 }
 
 bool GradientBuilderState::is_value(const std::string& name) const {
-  return names_.count(name) != 0 || info_.count(name) != 0;
+  return editor_.has_value(name) || info_.count(name) != 0;
 }
 
 std::optional<DType> GradientBuilderState::dtype_of(const std::string& name) const {
@@ -130,18 +126,11 @@ std::string GradientBuilderState::summed_gradient(const std::string& value) {
     n.inputs = it->second;
     result = fresh_name(value + "_grad");
     n.outputs = {result};
-    model.graph.nodes.push_back(std::move(n));
+    editor_.add_node(std::move(n));
     if (auto dt = dtype_of(value)) record(result, *dt, dims_of(value));
   }
   summed_[value] = result;
   return result;
-}
-
-std::string GradientBuilderState::fresh_name(const std::string& base) {
-  std::string name = base;
-  while (names_.count(name)) name = fmt::format("{}_{}", base, ++counter_);
-  names_.insert(name);
-  return name;
 }
 
 void GradientBuilderState::record(const std::string& name, DType dtype, std::optional<std::vector<Dim>> dims) {

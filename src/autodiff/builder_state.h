@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "autodiff/registry.h"
+#include "ir/graph_editor.h"
 
 namespace kiln {
 
@@ -34,21 +35,19 @@ class GradientBuilderState {
   // The sum of all contributions (emitting Sum once), or "" if none.
   std::string summed_gradient(const std::string& value);
 
-  std::string fresh_name(const std::string& base);
-  void reserve_name(const std::string& name) { names_.insert(name); }
+  // Names through the model's GraphEditor: unique in the model, one scheme for all of Kiln.
+  std::string fresh_name(const std::string& base) { return editor_.fresh(base); }
+  void reserve_name(const std::string& name) { editor_.reserve(name); }
   void record(const std::string& name, DType dtype, std::optional<std::vector<Dim>> dims);
 
  private:
-  void fill_ranks_by_planning();
+  void fill_ranks_from_kernels();
 
- public:
+  GraphEditor editor_;  // over `model`
 
- private:
   std::unordered_map<std::string, ValueInfo> info_;
   std::unordered_map<std::string, std::vector<std::string>> contributions_;
   std::unordered_map<std::string, std::string> summed_;
-  std::set<std::string> names_;
-  int counter_ = 0;
 };
 
 }  // namespace kiln

@@ -4,7 +4,7 @@
 namespace kiln {
 namespace {
 
-const NoGradient none({{"", "Constant"}, {"", "ConstantOfShape"}});
+const NoGradient none({{"", "Constant", 1, kMaxOpset}, {"", "ConstantOfShape", 1, kMaxOpset}});
 
 }  // namespace
 }  // namespace kiln

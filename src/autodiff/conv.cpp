@@ -17,7 +17,7 @@ void conv_grad(GradContext& g) {
   if (bias) g.set_GI(2, d[2]);
 }
 
-const GradientRegistrar r_conv({"", "Conv"}, conv_grad);
+const GradientRegistrar r_conv({"", "Conv", 1, kMaxOpset}, conv_grad);
 
 }  // namespace
 }  // namespace kiln

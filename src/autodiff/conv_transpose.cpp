@@ -20,7 +20,7 @@ void conv_transpose_grad(GradContext& g) {
   if (bias) g.set_GI(2, d[2]);
 }
 
-const GradientRegistrar r_conv_transpose({"", "ConvTranspose"}, conv_transpose_grad);
+const GradientRegistrar r_conv_transpose({"", "ConvTranspose", 1, kMaxOpset}, conv_transpose_grad);
 
 }  // namespace
 }  // namespace kiln

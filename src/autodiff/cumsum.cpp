@@ -14,7 +14,7 @@ void cumsum_grad(GradContext& g) {
                   {{"exclusive", Attribute::of_int(exclusive)}, {"reverse", Attribute::of_int(reverse != 0 ? 0 : 1)}}));
 }
 
-const GradientRegistrar r_cumsum({"", "CumSum"}, cumsum_grad);
+const GradientRegistrar r_cumsum({"", "CumSum", 1, kMaxOpset}, cumsum_grad);
 
 }  // namespace
 }  // namespace kiln

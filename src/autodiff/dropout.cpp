@@ -26,7 +26,7 @@ void dropout_grad(GradContext& g) {
   g.set_GI(0, g.emit(kKilnDomain, "DropoutGrad", {g.GO(0), g.O(1), g.has_input(1) ? g.I(1) : "", g.I(2)}));
 }
 
-const GradientRegistrar r_dropout({"", "Dropout"}, dropout_grad);
+const GradientRegistrar r_dropout({"", "Dropout", 1, kMaxOpset}, dropout_grad);
 
 }  // namespace
 }  // namespace kiln

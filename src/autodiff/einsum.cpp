@@ -152,7 +152,7 @@ void einsum_grad(GradContext& g) {
   }
 }
 
-const GradientRegistrar r_einsum({"", "Einsum"}, einsum_grad);
+const GradientRegistrar r_einsum({"", "Einsum", 1, kMaxOpset}, einsum_grad);
 
 }  // namespace
 }  // namespace kiln

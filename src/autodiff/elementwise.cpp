@@ -61,59 +61,26 @@ void erf_grad(GradContext& g) {
   g.set_GI(0, g.emit("Mul", {g.GO(0), g.emit("Mul", {e, g.scalar_like(1.1283791670955126, g.I(0))})}));
 }
 
-// Casting between float types passes the gradient back in the input's dtype.
-void cast_grad(GradContext& g) {
-  const auto t = g.dtype(g.I(0));
-  if (!t) return;
-  g.set_GI(0, g.emit("Cast", {g.GO(0)}, {{"to", Attribute::of_int(dtype_to_onnx(*t))}}));
-}
-
-// Sum / Mean / Max / Min with any number of broadcasting inputs.
-void sum_grad(GradContext& g) {
-  for (size_t i = 0; i < g.num_inputs(); ++i) g.set_GI(i, g.GO(0), Broadcast::Maybe);
-}
-
-void mean_grad(GradContext& g) {
-  const std::string scaled =
-      g.emit("Div", {g.GO(0), g.scalar_like(static_cast<double>(g.num_inputs()), g.O(0))});
-  for (size_t i = 0; i < g.num_inputs(); ++i) g.set_GI(i, scaled, Broadcast::Maybe);
-}
-
-// Max/Min: the gradient goes where the input equals the result (to every tied input, as PyTorch's
-// max(a, b) splits evenly only for its two-input form; ONNX has no rule — this is ORT's choice).
-void extremum_grad(GradContext& g) {
-  for (size_t i = 0; i < g.num_inputs(); ++i) {
-    if (!g.needs(i)) continue;
-    const std::string mask = g.emit("Cast", {g.emit("Equal", {g.I(i), g.O(0)})},
-                                    {{"to", Attribute::of_int(dtype_to_onnx(g.dtype(g.O(0)).value_or(DType::Float32)))}});
-    g.set_GI(i, g.emit("Mul", {g.GO(0), mask}), Broadcast::Maybe);
-  }
-}
-
-const GradientRegistrar r_add({"", "Add"}, add_grad);
-const GradientRegistrar r_sub({"", "Sub"}, sub_grad);
-const GradientRegistrar r_mul({"", "Mul"}, mul_grad);
-const GradientRegistrar r_div({"", "Div"}, div_grad);
-const GradientRegistrar r_pow({"", "Pow"}, pow_grad);
-const GradientRegistrar r_neg({"", "Neg"}, neg_grad);
-const GradientRegistrar r_exp({"", "Exp"}, exp_grad);
-const GradientRegistrar r_log({"", "Log"}, log_grad);
-const GradientRegistrar r_sqrt({"", "Sqrt"}, sqrt_grad);
-const GradientRegistrar r_recip({"", "Reciprocal"}, reciprocal_grad);
-const GradientRegistrar r_abs({"", "Abs"}, abs_grad);
-const GradientRegistrar r_erf({"", "Erf"}, erf_grad);
-const GradientRegistrar r_sum({"", "Sum"}, sum_grad);
-const GradientRegistrar r_mean({"", "Mean"}, mean_grad);
-const GradientRegistrar r_max({"", "Max"}, extremum_grad);
-const GradientRegistrar r_min({"", "Min"}, extremum_grad);
-const GradientRegistrar r_cast({"", "Cast"}, cast_grad);
-const GradientRegistrar r_castlike({"", "CastLike"}, cast_grad);
+const GradientRegistrar r_add({"", "Add", 1, kMaxOpset}, add_grad);
+const GradientRegistrar r_sub({"", "Sub", 1, kMaxOpset}, sub_grad);
+const GradientRegistrar r_mul({"", "Mul", 1, kMaxOpset}, mul_grad);
+const GradientRegistrar r_div({"", "Div", 1, kMaxOpset}, div_grad);
+const GradientRegistrar r_pow({"", "Pow", 1, kMaxOpset}, pow_grad);
+const GradientRegistrar r_neg({"", "Neg", 1, kMaxOpset}, neg_grad);
+const GradientRegistrar r_exp({"", "Exp", 1, kMaxOpset}, exp_grad);
+const GradientRegistrar r_log({"", "Log", 1, kMaxOpset}, log_grad);
+const GradientRegistrar r_sqrt({"", "Sqrt", 1, kMaxOpset}, sqrt_grad);
+const GradientRegistrar r_recip({"", "Reciprocal", 1, kMaxOpset}, reciprocal_grad);
+const GradientRegistrar r_abs({"", "Abs", 1, kMaxOpset}, abs_grad);
+const GradientRegistrar r_erf({"", "Erf", 1, kMaxOpset}, erf_grad);
 
 // Piecewise-constant or integer-valued ops: zero gradient almost everywhere, as in PyTorch.
-const NoGradient none({{"", "Floor"}, {"", "Ceil"}, {"", "Round"}, {"", "Sign"}, {"", "Mod"},
-                       {"", "Equal"}, {"", "Less"}, {"", "Greater"}, {"", "LessOrEqual"}, {"", "GreaterOrEqual"},
-                       {"", "Not"}, {"", "And"}, {"", "Or"}, {"", "Xor"}, {"", "IsNaN"}, {"", "IsInf"},
-                       {"", "BitShift"}});
+const NoGradient none({{"", "Floor", 1, kMaxOpset},
+                       {"", "Ceil", 1, kMaxOpset},
+                       {"", "Round", 1, kMaxOpset},
+                       {"", "Sign", 1, kMaxOpset},
+                       {"", "Mod", 1, kMaxOpset},
+                       {"", "BitShift", 1, kMaxOpset}});
 
 }  // namespace
 }  // namespace kiln

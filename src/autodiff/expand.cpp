@@ -1,6 +1,7 @@
 // Gradient rules of Expand, Tile, Pad, DepthToSpace and SpaceToDepth (kernels/cpu/expand.cpp).
-// Expand and Tile sum the copies back; Pad adds each output element to the input element it was
-// copied from (ai.kiln.PadGrad); DepthToSpace and SpaceToDepth are permutations, so their gradient
+// Expand and Tile sum the copies back (Expand through the builder's ai.kiln.SumToShapeOf); Pad adds
+// each output element to the input element it was copied from (ai.kiln.PadGrad); both kernels are
+// in kernels/cpu/expand_grad.cpp. DepthToSpace and SpaceToDepth are permutations, so their gradient
 // is the inverse permutation.
 #include <fmt/format.h>
 
@@ -88,11 +89,11 @@ void space_to_depth_grad(GradContext& g) {
   g.set_GI(0, g.emit("DepthToSpace", {g.GO(0)}, attrs));
 }
 
-const GradientRegistrar r_expand({"", "Expand"}, expand_grad);
-const GradientRegistrar r_tile({"", "Tile"}, tile_grad);
-const GradientRegistrar r_pad({"", "Pad"}, pad_grad);
-const GradientRegistrar r_depth_to_space({"", "DepthToSpace"}, depth_to_space_grad);
-const GradientRegistrar r_space_to_depth({"", "SpaceToDepth"}, space_to_depth_grad);
+const GradientRegistrar r_expand({"", "Expand", 1, kMaxOpset}, expand_grad);
+const GradientRegistrar r_tile({"", "Tile", 1, kMaxOpset}, tile_grad);
+const GradientRegistrar r_pad({"", "Pad", 1, kMaxOpset}, pad_grad);
+const GradientRegistrar r_depth_to_space({"", "DepthToSpace", 1, kMaxOpset}, depth_to_space_grad);
+const GradientRegistrar r_space_to_depth({"", "SpaceToDepth", 1, kMaxOpset}, space_to_depth_grad);
 
 }  // namespace
 }  // namespace kiln

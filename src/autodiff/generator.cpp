@@ -13,8 +13,11 @@ void trilu_grad(GradContext& g) {
   g.set_GI(0, g.emit("Trilu", ins, {{"upper", Attribute::of_int(g.node.attr_int("upper", 1))}}));
 }
 
-const GradientRegistrar r_trilu({"", "Trilu"}, trilu_grad);
-const NoGradient none({{"", "EyeLike"}, {"", "Range"}, {"", "OneHot"}, {"", "NonZero"}});
+const GradientRegistrar r_trilu({"", "Trilu", 1, kMaxOpset}, trilu_grad);
+const NoGradient none({{"", "EyeLike", 1, kMaxOpset},
+                       {"", "Range", 1, kMaxOpset},
+                       {"", "OneHot", 1, kMaxOpset},
+                       {"", "NonZero", 1, kMaxOpset}});
 
 }  // namespace
 }  // namespace kiln

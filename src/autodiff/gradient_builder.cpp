@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "autodiff/builder_state.h"
+#include "autodiff/registry.h"
 
 namespace kiln {
 
@@ -14,36 +15,15 @@ namespace {
 
 bool is_float(DType t) { return is_floating(t); }
 
-std::vector<std::string> default_parameters(const Model& m, const GradientOptions& o) {
-  // BatchNormalization's running statistics are buffers, not parameters (as in PyTorch).
-  std::set<std::string> buffers;
-  for (const Node& n : m.graph.nodes)
-    if (n.op_type == "BatchNormalization" && n.domain.empty())
-      for (size_t i = 3; i < n.inputs.size() && i < 5; ++i) buffers.insert(n.inputs[i]);
-  const std::set<std::string> frozen(o.frozen_params.begin(), o.frozen_params.end());
-  std::vector<std::string> params;
-  for (const auto& [name, t] : m.graph.initializers)
-    if (is_float(t.dtype()) && !buffers.count(name) && !frozen.count(name)) params.push_back(name);
-  return params;
-}
+int64_t node_opset(const GradientBuilderState& st, const Node& n) { return st.model.opset(n.domain); }
 
-std::vector<std::string> choose_parameters(const Model& m, const GradientOptions& o) {
-  const std::set<std::string> frozen(o.frozen_params.begin(), o.frozen_params.end());
-  for (const auto& name : o.frozen_params)
-    if (!m.graph.initializers.count(name))
-      throw InvalidArgument(fmt::format("frozen parameter '{}' is not an initializer of the model", name));
-  if (o.requires_grad.empty()) return default_parameters(m, o);
-  for (const auto& name : o.requires_grad) {
-    if (frozen.count(name))
-      throw InvalidArgument(fmt::format("'{}' is listed both as requiring a gradient and as frozen", name));
-    auto it = m.graph.initializers.find(name);
-    if (it == m.graph.initializers.end())
-      throw InvalidArgument(fmt::format("'{}' requires a gradient but is not an initializer of the model", name));
-    if (!is_float(it->second.dtype()))
-      throw TypeError(fmt::format("'{}' requires a gradient but is {}; only floating-point tensors have gradients",
-                                  name, it->second.describe()));
-  }
-  return o.requires_grad;
+// " (domain ai.onnx) at opset 12; its gradient rules cover opsets 13+" when the op has rules or
+// markers at other opsets of its domain, "" when it has none at all.
+std::string other_opsets(const GradientBuilderState& st, const Node& n) {
+  const std::string ranges = GradientRegistry::global().ranges(n.domain, n.op_type);
+  if (ranges.empty()) return "";
+  return fmt::format(" (domain {}) at opset {}; its gradient rules cover opsets {}",
+                     n.domain.empty() ? "ai.onnx" : n.domain, node_opset(st, n), ranges);
 }
 
 }  // namespace
@@ -52,9 +32,11 @@ GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& 
   GradientBuilderState st(forward);
   const Graph& g = st.model.graph;
   if (options.loss.empty()) throw InvalidArgument("no loss value named: GradientOptions::loss is empty");
-  const std::vector<std::string> params = choose_parameters(st.model, options);
   if (!st.is_value(options.loss))
     throw InvalidArgument(fmt::format("loss '{}' is not a value of the graph", options.loss));
+  const std::vector<std::string> params =
+      select_parameters(st.model, options.loss, options.requires_grad, options.frozen_params, Purpose::Differentiate)
+          .trainable;
   if (auto shape = st.static_shape(options.loss); shape && numel(*shape) != 1)
     throw ShapeError(fmt::format("loss '{}' must be a scalar (one element) but has shape {}", options.loss,
                                  to_string(*shape)));
@@ -64,7 +46,7 @@ GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& 
   for (const auto& p : params) st.origin[p] = p;
   for (size_t idx : order) {
     const Node& n = g.nodes[idx];
-    if (GradientRegistry::global().no_gradient(n.domain, n.op_type)) continue;
+    if (gradient_kind(n.domain, n.op_type, node_opset(st, n)) == GradientKind::NoGradient) continue;
     std::string from;
     for (const auto& in : n.inputs)
       if (!in.empty() && st.origin.count(in)) {
@@ -98,20 +80,20 @@ GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& 
     for (const auto& out : n.outputs) flows = flows || st.has_contributions(out);
     for (const auto& in : n.inputs) needed = needed || (!in.empty() && st.origin.count(in));
     if (!flows || !needed) continue;
-    if (GradientRegistry::global().no_gradient(n.domain, n.op_type)) continue;
-    const GradientRule* rule = GradientRegistry::global().rule(n.domain, n.op_type);
-    if (rule == nullptr) {
+    const GradientEntry* entry = GradientRegistry::global().find(n.domain, n.op_type, node_opset(st, n));
+    if (entry != nullptr && entry->no_gradient()) continue;
+    if (entry == nullptr) {
       std::string param;
       for (const auto& in : n.inputs)
         if (!in.empty() && st.origin.count(in)) param = st.origin[in];
       throw Unsupported(fmt::format("{} is on the path from parameter '{}' to loss '{}', but Kiln has no gradient "
-                                    "for op {}; freeze '{}' or the parameters before this node",
-                                    n.label(), param, options.loss, n.op_type, param));
+                                    "for op {}{}; freeze '{}' or the parameters before this node",
+                                    n.label(), param, options.loss, n.op_type, other_opsets(st, n), param));
     }
     st.current = n.name.empty() ? n.op_type : n.name;
     GradContext ctx(n, st);
     try {
-      (*rule)(ctx);
+      entry->rule(ctx);
     } catch (Error& e) {
       e.add_context(fmt::format("gradient of {}: ", n.label()));
       throw;
@@ -156,10 +138,14 @@ GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& 
   return result;
 }
 
+GradientKind gradient_kind(const std::string& domain, const std::string& op_type, int64_t opset) {
+  const GradientEntry* entry = GradientRegistry::global().find(domain, op_type, opset);
+  if (entry == nullptr) return GradientKind::None;
+  return entry->no_gradient() ? GradientKind::NoGradient : GradientKind::Rule;
+}
+
 GradientKind gradient_kind(const std::string& domain, const std::string& op_type) {
-  if (GradientRegistry::global().rule(domain, op_type)) return GradientKind::Rule;
-  if (GradientRegistry::global().no_gradient(domain, op_type)) return GradientKind::NoGradient;
-  return GradientKind::None;
+  return gradient_kind(domain, op_type, kMaxOpset);
 }
 
 }  // namespace kiln

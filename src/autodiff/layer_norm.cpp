@@ -26,7 +26,7 @@ void layer_norm_grad(GradContext& g) {
   }
 }
 
-const GradientRegistrar r_layer_norm({"", "LayerNormalization"}, layer_norm_grad);
+const GradientRegistrar r_layer_norm({"", "LayerNormalization", 1, kMaxOpset}, layer_norm_grad);
 
 }  // namespace
 }  // namespace kiln

@@ -50,8 +50,8 @@ void softmax_cross_entropy_grad(GradContext& g) {
 
 void nll_grad(GradContext& g) { emit_loss_grad(g, "NegativeLogLikelihoodLossGrad", g.I(0), loss_attrs(g)); }
 
-const GradientRegistrar r_sce({"", "SoftmaxCrossEntropyLoss"}, softmax_cross_entropy_grad);
-const GradientRegistrar r_nll({"", "NegativeLogLikelihoodLoss"}, nll_grad);
+const GradientRegistrar r_sce({"", "SoftmaxCrossEntropyLoss", 1, kMaxOpset}, softmax_cross_entropy_grad);
+const GradientRegistrar r_nll({"", "NegativeLogLikelihoodLoss", 1, kMaxOpset}, nll_grad);
 
 }  // namespace
 }  // namespace kiln

@@ -1,6 +1,6 @@
 // Gradient rules of LpPool and GlobalLpPool (kernels/cpu/lp_pool.cpp): y = (sum |x|^p)^(1/p), so
-// dy/dx = sign(x) |x|^(p-1) / y^(p-1). LpPool's windows need ai.kiln.LpPoolGrad; the global pool's
-// single window is standard broadcasting ops.
+// dy/dx = sign(x) |x|^(p-1) / y^(p-1). LpPool's windows need ai.kiln.LpPoolGrad
+// (kernels/cpu/lp_pool_grad.cpp); the global pool's single window is standard broadcasting ops.
 #include <fmt/format.h>
 
 #include "autodiff/registry.h"
@@ -33,8 +33,8 @@ void global_lp_pool_grad(GradContext& g) {
   g.set_GI(0, g.emit("Mul", {d, g.GO(0)}));
 }
 
-const GradientRegistrar r_lp({"", "LpPool"}, lp_pool_grad);
-const GradientRegistrar r_global_lp({"", "GlobalLpPool"}, global_lp_pool_grad);
+const GradientRegistrar r_lp({"", "LpPool", 1, kMaxOpset}, lp_pool_grad);
+const GradientRegistrar r_global_lp({"", "GlobalLpPool", 1, kMaxOpset}, global_lp_pool_grad);
 
 }  // namespace
 }  // namespace kiln

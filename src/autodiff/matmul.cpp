@@ -78,8 +78,8 @@ void gemm_grad(GradContext& g) {
   }
 }
 
-const GradientRegistrar r_matmul({"", "MatMul"}, matmul_grad);
-const GradientRegistrar r_gemm({"", "Gemm"}, gemm_grad);
+const GradientRegistrar r_matmul({"", "MatMul", 1, kMaxOpset}, matmul_grad);
+const GradientRegistrar r_gemm({"", "Gemm", 1, kMaxOpset}, gemm_grad);
 
 }  // namespace
 }  // namespace kiln

@@ -68,8 +68,8 @@ void instance_norm_grad(GradContext& g) {
   g.set_GI(2, outs[2]);
 }
 
-const GradientRegistrar r_batch_norm({"", "BatchNormalization"}, batch_norm_grad);
-const GradientRegistrar r_instance_norm({"", "InstanceNormalization"}, instance_norm_grad);
+const GradientRegistrar r_batch_norm({"", "BatchNormalization", 1, kMaxOpset}, batch_norm_grad);
+const GradientRegistrar r_instance_norm({"", "InstanceNormalization", 1, kMaxOpset}, instance_norm_grad);
 
 }  // namespace
 }  // namespace kiln

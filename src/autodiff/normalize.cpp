@@ -53,9 +53,9 @@ void lrn_grad(GradContext& g) {
   g.set_GI(0, g.emit(kKilnDomain, "LRNGrad", {g.GO(0), g.I(0)}, attrs));
 }
 
-const GradientRegistrar r_mvn({"", "MeanVarianceNormalization"}, mvn_grad);
-const GradientRegistrar r_lp_norm({"", "LpNormalization"}, lp_norm_grad);
-const GradientRegistrar r_lrn({"", "LRN"}, lrn_grad);
+const GradientRegistrar r_mvn({"", "MeanVarianceNormalization", 1, kMaxOpset}, mvn_grad);
+const GradientRegistrar r_lp_norm({"", "LpNormalization", 1, kMaxOpset}, lp_norm_grad);
+const GradientRegistrar r_lrn({"", "LRN", 1, kMaxOpset}, lrn_grad);
 
 }  // namespace
 }  // namespace kiln

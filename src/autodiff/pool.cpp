@@ -31,10 +31,10 @@ void global_max_pool_grad(GradContext& g) {
   g.set_GI(0, g.emit("Mul", {mask, g.GO(0)}));
 }
 
-const GradientRegistrar r_max({"", "MaxPool"}, max_pool_grad);
-const GradientRegistrar r_avg({"", "AveragePool"}, average_pool_grad);
-const GradientRegistrar r_global_avg({"", "GlobalAveragePool"}, global_average_pool_grad);
-const GradientRegistrar r_global_max({"", "GlobalMaxPool"}, global_max_pool_grad);
+const GradientRegistrar r_max({"", "MaxPool", 1, kMaxOpset}, max_pool_grad);
+const GradientRegistrar r_avg({"", "AveragePool", 1, kMaxOpset}, average_pool_grad);
+const GradientRegistrar r_global_avg({"", "GlobalAveragePool", 1, kMaxOpset}, global_average_pool_grad);
+const GradientRegistrar r_global_max({"", "GlobalMaxPool", 1, kMaxOpset}, global_max_pool_grad);
 
 }  // namespace
 }  // namespace kiln

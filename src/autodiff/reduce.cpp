@@ -132,17 +132,16 @@ void reduce_prod_grad(GradContext& g) {
   g.set_GI(0, g.emit("Mul", {keep(g, g.GO(0)), others}));
 }
 
-const GradientRegistrar r_sum({"", "ReduceSum"}, reduction(reduce_sum_grad));
-const GradientRegistrar r_mean({"", "ReduceMean"}, reduction(reduce_mean_grad));
-const GradientRegistrar r_sum_square({"", "ReduceSumSquare"}, reduction(reduce_sum_square_grad));
-const GradientRegistrar r_l1({"", "ReduceL1"}, reduction(reduce_l1_grad));
-const GradientRegistrar r_l2({"", "ReduceL2"}, reduction(reduce_l2_grad));
-const GradientRegistrar r_log_sum({"", "ReduceLogSum"}, reduction(reduce_log_sum_grad));
-const GradientRegistrar r_log_sum_exp({"", "ReduceLogSumExp"}, reduction(reduce_log_sum_exp_grad));
-const GradientRegistrar r_max({"", "ReduceMax"}, reduction(reduce_extremum_grad));
-const GradientRegistrar r_min({"", "ReduceMin"}, reduction(reduce_extremum_grad));
-const GradientRegistrar r_prod({"", "ReduceProd"}, reduction(reduce_prod_grad));
-const NoGradient none({{"", "ArgMax"}, {"", "ArgMin"}});
+const GradientRegistrar r_sum({"", "ReduceSum", 1, kMaxOpset}, reduction(reduce_sum_grad));
+const GradientRegistrar r_mean({"", "ReduceMean", 1, kMaxOpset}, reduction(reduce_mean_grad));
+const GradientRegistrar r_sum_square({"", "ReduceSumSquare", 1, kMaxOpset}, reduction(reduce_sum_square_grad));
+const GradientRegistrar r_l1({"", "ReduceL1", 1, kMaxOpset}, reduction(reduce_l1_grad));
+const GradientRegistrar r_l2({"", "ReduceL2", 1, kMaxOpset}, reduction(reduce_l2_grad));
+const GradientRegistrar r_log_sum({"", "ReduceLogSum", 1, kMaxOpset}, reduction(reduce_log_sum_grad));
+const GradientRegistrar r_log_sum_exp({"", "ReduceLogSumExp", 1, kMaxOpset}, reduction(reduce_log_sum_exp_grad));
+const GradientRegistrar r_max({"", "ReduceMax", 1, kMaxOpset}, reduction(reduce_extremum_grad));
+const GradientRegistrar r_min({"", "ReduceMin", 1, kMaxOpset}, reduction(reduce_extremum_grad));
+const GradientRegistrar r_prod({"", "ReduceProd", 1, kMaxOpset}, reduction(reduce_prod_grad));
 
 }  // namespace
 }  // namespace kiln

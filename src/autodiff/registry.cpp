@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "autodiff/builder_state.h"
 
 namespace kiln {
@@ -11,16 +13,34 @@ GradientRegistry& GradientRegistry::global() {
   return registry;
 }
 
-void GradientRegistry::add_rule(OpKey key, GradientRule rule) { rules_[std::move(key)] = std::move(rule); }
-void GradientRegistry::add_no_gradient(OpKey key) { no_gradient_[std::move(key)] = true; }
-
-const GradientRule* GradientRegistry::rule(const std::string& domain, const std::string& op) const {
-  auto it = rules_.find(OpKey{domain, op});
-  return it == rules_.end() ? nullptr : &it->second;
+std::string GradientDef::range() const {
+  if (end_version == kMaxOpset) return fmt::format("{}+", since_version);
+  if (end_version == since_version) return std::to_string(since_version);
+  return fmt::format("{}-{}", since_version, end_version);
 }
 
-bool GradientRegistry::no_gradient(const std::string& domain, const std::string& op) const {
-  return no_gradient_.count(OpKey{domain, op}) != 0;
+void GradientRegistry::add(GradientDef def, GradientRule rule, std::string file) {
+  OpKey key{def.domain, def.op_type};
+  entries_[std::move(key)].push_back(GradientEntry{std::move(def), std::move(rule), std::move(file)});
+}
+
+const GradientEntry* GradientRegistry::find(const std::string& domain, const std::string& op, int64_t opset) const {
+  auto it = entries_.find(OpKey{domain, op});
+  if (it == entries_.end()) return nullptr;
+  for (const GradientEntry& e : it->second)
+    if (e.def.covers(opset)) return &e;
+  return nullptr;
+}
+
+std::string GradientRegistry::ranges(const std::string& domain, const std::string& op) const {
+  auto it = entries_.find(OpKey{domain, op});
+  if (it == entries_.end()) return "";
+  std::vector<const GradientDef*> defs;
+  for (const GradientEntry& e : it->second) defs.push_back(&e.def);
+  std::sort(defs.begin(), defs.end(), [](auto* a, auto* b) { return a->since_version < b->since_version; });
+  std::string out;
+  for (const GradientDef* d : defs) out += (out.empty() ? "" : ", ") + d->range();
+  return out;
 }
 
 const std::string& GradContext::I(size_t i) const {

@@ -1,27 +1,33 @@
 // Gradient rules and their registry.
 //
-// How to add a gradient: in src/autodiff/<family>.cpp (the kernel family's name), write a free
-// function that reads the forward node through the GradContext vocabulary — I(i) input, O(i)
-// output, GO(i) gradient of output i, needs(i) whether input i needs a gradient — emits
-// backward nodes with emit(), and hands each input's gradient to set_GI(). Register it next to it:
+// How to add a gradient: in src/autodiff/<family>.cpp, named like the kernel family file
+// src/kernels/cpu/<family>.cpp that registers the op, write a free function that reads the forward
+// node through the GradContext vocabulary — I(i) input, O(i) output, GO(i) gradient of output i,
+// needs(i) whether input i needs a gradient — emits backward nodes with emit(), and hands each
+// input's gradient to set_GI(). Register it next to it for a range of the domain's opsets, as
+// kernels are (since_version, end_version inclusive):
 //
 //   void relu_grad(GradContext& g) { g.set_GI(0, g.emit(kKilnDomain, "ReluGrad", {g.GO(0), g.O(0)})); }
-//   const GradientRegistrar relu({"", "Relu"}, relu_grad);
+//   const GradientRegistrar relu({"", "Relu", 1, kMaxOpset}, relu_grad);
 //
-// The builder sums gradients of values used several times; set_GI(i, x, Broadcast::Maybe) makes it
-// reduce a gradient that may have the broadcast output shape to input i's shape. Ops whose outputs
-// never carry gradients (Shape, comparisons, ArgMax...) register a NoGradient marker instead.
+// The builder looks rules up by the node's opset (model.opset(node.domain)), sums gradients of
+// values used several times, and reduces them to the input's shape when set_GI(i, x, Broadcast::Maybe)
+// says x may have the broadcast output shape. Ops whose outputs never carry gradients (Shape,
+// comparisons, ArgMax...) register a NoGradient marker instead. docs/adding-an-op.md walks through
+// adding an op with its gradient.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <optional>
-#include <tuple>
+#include <source_location>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kiln/autodiff.h"
 #include "kiln/graph.h"
+#include "kiln/kernel.h"
 
 namespace kiln {
 
@@ -69,6 +75,30 @@ class GradContext {
 
 using GradientRule = std::function<void(GradContext&)>;
 
+// What a rule or marker covers: an op of a domain at opsets since_version..end_version (inclusive)
+// of that domain, like a KernelDef. Every field is spelled out at registration.
+struct GradientDef {
+  GradientDef(std::string domain, std::string op_type, int64_t since_version, int64_t end_version)
+      : domain(std::move(domain)),
+        op_type(std::move(op_type)),
+        since_version(since_version),
+        end_version(end_version) {}
+  std::string domain;
+  std::string op_type;
+  int64_t since_version;
+  int64_t end_version;
+
+  bool covers(int64_t opset) const { return since_version <= opset && opset <= end_version; }
+  std::string range() const;  // "13+", "1-12", "7"
+};
+
+struct GradientEntry {
+  GradientDef def;
+  GradientRule rule;  // empty for a NoGradient marker
+  std::string file;   // the source file that registered it (the coverage test checks its name)
+  bool no_gradient() const { return !rule; }
+};
+
 struct OpKey {
   std::string domain;
   std::string op_type;
@@ -78,23 +108,27 @@ struct OpKey {
 class GradientRegistry {
  public:
   static GradientRegistry& global();
-  void add_rule(OpKey key, GradientRule rule);
-  void add_no_gradient(OpKey key);
-  const GradientRule* rule(const std::string& domain, const std::string& op) const;
-  bool no_gradient(const std::string& domain, const std::string& op) const;
+  void add(GradientDef def, GradientRule rule, std::string file);
+  // The rule or marker covering the op at `opset` of its domain; nullptr when none does.
+  const GradientEntry* find(const std::string& domain, const std::string& op, int64_t opset) const;
+  // "1-12, 13+": the opset ranges the op's rules and markers cover; "" when it has none.
+  std::string ranges(const std::string& domain, const std::string& op) const;
+  const std::map<OpKey, std::vector<GradientEntry>>& entries() const { return entries_; }
 
  private:
-  std::map<OpKey, GradientRule> rules_;
-  std::map<OpKey, bool> no_gradient_;
+  std::map<OpKey, std::vector<GradientEntry>> entries_;
 };
 
 struct GradientRegistrar {
-  GradientRegistrar(OpKey key, GradientRule rule) { GradientRegistry::global().add_rule(std::move(key), std::move(rule)); }
+  GradientRegistrar(GradientDef def, GradientRule rule, std::source_location where = std::source_location::current()) {
+    GradientRegistry::global().add(std::move(def), std::move(rule), where.file_name());
+  }
 };
 // Marks ops whose outputs carry no gradient (shapes, comparisons, indices, random draws).
 struct NoGradient {
-  explicit NoGradient(std::initializer_list<OpKey> keys) {
-    for (const OpKey& k : keys) GradientRegistry::global().add_no_gradient(k);
+  explicit NoGradient(std::initializer_list<GradientDef> defs,
+                      std::source_location where = std::source_location::current()) {
+    for (const GradientDef& d : defs) GradientRegistry::global().add(d, nullptr, where.file_name());
   }
 };
 

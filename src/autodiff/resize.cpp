@@ -1,4 +1,4 @@
-// Gradient rule of Resize (kernels/cpu/resize.cpp): ai.kiln.ResizeGrad runs the transposed
+// Gradient rule of Resize (kernels/cpu/resize.cpp): ai.kiln.ResizeGrad (kernels/cpu/resize_grad.cpp) runs the transposed
 // interpolation, for every mode and coordinate transformation the forward supports. roi, scales and
 // sizes only shape the map and get no gradient.
 #include "autodiff/registry.h"
@@ -13,7 +13,7 @@ void resize_grad(GradContext& g) {
   g.set_GI(0, g.emit(kKilnDomain, "ResizeGrad", in, g.node.attrs));
 }
 
-const GradientRegistrar r_resize({"", "Resize"}, resize_grad);
+const GradientRegistrar r_resize({"", "Resize", 1, kMaxOpset}, resize_grad);
 
 }  // namespace
 }  // namespace kiln

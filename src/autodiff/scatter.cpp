@@ -1,10 +1,15 @@
-// Gradient rules of ScatterElements, its deprecated alias Scatter, and ScatterND
-// (kernels/cpu/scatter.cpp). With reduction "none" the output is data with some positions
-// overwritten by updates, so data's gradient is dY with those positions zeroed (a scatter of zeros)
-// and updates' gradient is dY gathered at them. With "add" data's gradient is dY unchanged.
-// Repeated indices under "none" are undefined in ONNX (the kernel lets the last write win); the
-// rule then gives every repeated update the gradient of the surviving one. mul/max/min reductions
-// have no rule yet.
+// Gradient rules of the element and tuple indexing ops (kernels/cpu/scatter.cpp).
+//
+// GatherElements and GatherND: the output gradient is scatter-added into zeros of the data's shape
+// by ai.kiln.GatherElementsGrad and GatherNDGrad (kernels/cpu/scatter_grad.cpp), so that repeated
+// indices accumulate at every opset. Indices never get a gradient.
+//
+// ScatterElements, its deprecated alias Scatter, and ScatterND: with reduction "none" the output is
+// data with some positions overwritten by updates, so data's gradient is dY with those positions
+// zeroed (a scatter of zeros) and updates' gradient is dY gathered at them. With "add" data's
+// gradient is dY unchanged. Repeated indices under "none" are undefined in ONNX (the kernel lets the
+// last write win); the rule then gives every repeated update the gradient of the surviving one.
+// mul/max/min reductions have no rule yet.
 #include <fmt/format.h>
 
 #include "autodiff/registry.h"
@@ -16,6 +21,16 @@ std::string zeros_like(GradContext& g, const std::string& value) {
   const DType t = g.dtype(value).value_or(DType::Float32);
   return g.emit("ConstantOfShape", {g.emit("Shape", {value})}, {{"value", Attribute::of_tensor(Tensor::zeros(t, {1}))}});
 }
+
+// op(dY, shape(data), indices) with the forward's attribute `attr`, if it has one.
+void scatter_back(GradContext& g, const char* op, const char* attr) {
+  std::map<std::string, Attribute> attrs;
+  if (g.node.has_attr(attr)) attrs[attr] = Attribute::of_int(g.node.attr_int(attr));
+  g.set_GI(0, g.emit(kKilnDomain, op, {g.GO(0), g.emit("Shape", {g.I(0)}), g.I(1)}, attrs));
+}
+
+void gather_elements_grad(GradContext& g) { scatter_back(g, "GatherElementsGrad", "axis"); }
+void gather_nd_grad(GradContext& g) { scatter_back(g, "GatherNDGrad", "batch_dims"); }
 
 // scatter: the forward op that writes zeros into dY; gather: the op reading dY at the indices.
 void scatter_grad(GradContext& g, const std::string& scatter, const std::string& gather) {
@@ -42,9 +57,11 @@ void scatter_grad(GradContext& g, const std::string& scatter, const std::string&
 void scatter_elements_grad(GradContext& g) { scatter_grad(g, g.node.op_type, "GatherElements"); }
 void scatter_nd_grad(GradContext& g) { scatter_grad(g, "ScatterND", "GatherND"); }
 
-const GradientRegistrar r_scatter_elements({"", "ScatterElements"}, scatter_elements_grad);
-const GradientRegistrar r_scatter({"", "Scatter"}, scatter_elements_grad);
-const GradientRegistrar r_scatter_nd({"", "ScatterND"}, scatter_nd_grad);
+const GradientRegistrar r_gather_elements({"", "GatherElements", 1, kMaxOpset}, gather_elements_grad);
+const GradientRegistrar r_gather_nd({"", "GatherND", 1, kMaxOpset}, gather_nd_grad);
+const GradientRegistrar r_scatter_elements({"", "ScatterElements", 1, kMaxOpset}, scatter_elements_grad);
+const GradientRegistrar r_scatter({"", "Scatter", 1, kMaxOpset}, scatter_elements_grad);
+const GradientRegistrar r_scatter_nd({"", "ScatterND", 1, kMaxOpset}, scatter_nd_grad);
 
 }  // namespace
 }  // namespace kiln

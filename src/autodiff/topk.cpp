@@ -24,7 +24,7 @@ void topk_grad(GradContext& g) {
   g.set_GI(0, g.emit(scatter, {zeros, indices, grad}, {{"axis", Attribute::of_int(axis)}}));
 }
 
-const GradientRegistrar r_topk({"", "TopK"}, topk_grad);
+const GradientRegistrar r_topk({"", "TopK", 1, kMaxOpset}, topk_grad);
 
 }  // namespace
 }  // namespace kiln

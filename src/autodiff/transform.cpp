@@ -1,4 +1,5 @@
-// Gradient rules of Transpose, Concat, Split and Slice (kernels/cpu/transform.cpp).
+// Gradient rules of Transpose, Concat, Split and Slice (kernels/cpu/transform.cpp); Slice's goes
+// through ai.kiln.SliceGrad (kernels/cpu/transform_grad.cpp).
 #include <fmt/format.h>
 
 #include <numeric>
@@ -59,10 +60,10 @@ void slice_grad(GradContext& g) {
   g.set_GI(0, g.emit(kKilnDomain, "SliceGrad", in));
 }
 
-const GradientRegistrar r_transpose({"", "Transpose"}, transpose_grad);
-const GradientRegistrar r_concat({"", "Concat"}, concat_grad);
-const GradientRegistrar r_split({"", "Split"}, split_grad);
-const GradientRegistrar r_slice({"", "Slice"}, slice_grad);
+const GradientRegistrar r_transpose({"", "Transpose", 1, kMaxOpset}, transpose_grad);
+const GradientRegistrar r_concat({"", "Concat", 1, kMaxOpset}, concat_grad);
+const GradientRegistrar r_split({"", "Split", 1, kMaxOpset}, split_grad);
+const GradientRegistrar r_slice({"", "Slice", 1, kMaxOpset}, slice_grad);
 
 }  // namespace
 }  // namespace kiln

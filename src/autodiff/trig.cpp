@@ -35,17 +35,17 @@ void acosh_grad(GradContext& g) {
 // d atanh = 1 / (1 - x^2).
 void atanh_grad(GradContext& g) { g.set_GI(0, g.emit("Div", {g.GO(0), g.emit("Sub", {one(g), square(g, g.I(0))})})); }
 
-const GradientRegistrar r_sin({"", "Sin"}, sin_grad);
-const GradientRegistrar r_cos({"", "Cos"}, cos_grad);
-const GradientRegistrar r_tan({"", "Tan"}, tan_grad);
-const GradientRegistrar r_asin({"", "Asin"}, asin_grad);
-const GradientRegistrar r_acos({"", "Acos"}, acos_grad);
-const GradientRegistrar r_atan({"", "Atan"}, atan_grad);
-const GradientRegistrar r_sinh({"", "Sinh"}, sinh_grad);
-const GradientRegistrar r_cosh({"", "Cosh"}, cosh_grad);
-const GradientRegistrar r_asinh({"", "Asinh"}, asinh_grad);
-const GradientRegistrar r_acosh({"", "Acosh"}, acosh_grad);
-const GradientRegistrar r_atanh({"", "Atanh"}, atanh_grad);
+const GradientRegistrar r_sin({"", "Sin", 1, kMaxOpset}, sin_grad);
+const GradientRegistrar r_cos({"", "Cos", 1, kMaxOpset}, cos_grad);
+const GradientRegistrar r_tan({"", "Tan", 1, kMaxOpset}, tan_grad);
+const GradientRegistrar r_asin({"", "Asin", 1, kMaxOpset}, asin_grad);
+const GradientRegistrar r_acos({"", "Acos", 1, kMaxOpset}, acos_grad);
+const GradientRegistrar r_atan({"", "Atan", 1, kMaxOpset}, atan_grad);
+const GradientRegistrar r_sinh({"", "Sinh", 1, kMaxOpset}, sinh_grad);
+const GradientRegistrar r_cosh({"", "Cosh", 1, kMaxOpset}, cosh_grad);
+const GradientRegistrar r_asinh({"", "Asinh", 1, kMaxOpset}, asinh_grad);
+const GradientRegistrar r_acosh({"", "Acosh", 1, kMaxOpset}, acosh_grad);
+const GradientRegistrar r_atanh({"", "Atanh", 1, kMaxOpset}, atanh_grad);
 
 }  // namespace
 }  // namespace kiln

@@ -12,7 +12,7 @@ void where_grad(GradContext& g) {
   if (g.needs(2)) g.set_GI(2, g.emit("Where", {g.I(0), zero, g.GO(0)}), Broadcast::Maybe);
 }
 
-const GradientRegistrar r_where({"", "Where"}, where_grad);
+const GradientRegistrar r_where({"", "Where", 1, kMaxOpset}, where_grad);
 
 }  // namespace
 }  // namespace kiln

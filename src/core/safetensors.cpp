@@ -6,15 +6,11 @@
 // overlaps, no trailing bytes. Duplicate keys are forbidden and the header is at most 100 MB.
 #include "kiln/safetensors.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -22,6 +18,7 @@
 #include <set>
 
 #include "core/atomic_file.h"
+#include "core/file_io.h"
 
 namespace kiln {
 
@@ -271,36 +268,13 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& sou
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    throw IOError(fmt::format("cannot read '{}': {}", path, std::strerror(err)));
-  }
   // The file is read whole into one storage that the tensors then view (no second copy).
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    throw IOError(fmt::format("cannot read '{}': {}", path, std::strerror(err)));
-  }
-  if (!S_ISREG(st.st_mode)) throw IOError(fmt::format("cannot read '{}': not a regular file", path));
-  const size_t size = static_cast<size_t>(st.st_size);
+  const ReadOnlyFile file(path, "safetensors file");
+  if (!file.is_regular()) throw IOError(fmt::format("cannot read '{}': not a regular file", path));
+  const size_t size = static_cast<size_t>(file.size());
   std::shared_ptr<Storage> storage = Storage::allocate(size);
   char* p = static_cast<char*>(storage->data());
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::read(fd, p + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      throw IOError(fmt::format("cannot read '{}' at offset {}: {}", path, done, std::strerror(err)));
-    }
-    if (n == 0) throw IOError(fmt::format("cannot read '{}': it shrank to {} bytes while being read", path, done));
-    done += static_cast<size_t>(n);
-  }
+  file.read_at(p, size, 0);
   return parse(std::string_view(p, size), path, std::move(storage));
 }
 

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <limits>
 
-#include "data/file_bytes.h"
+#include "core/file_io.h"
 #include "kiln/data.h"
 
 namespace kiln::data {

@@ -8,7 +8,8 @@
 #include <array>
 #include <cstring>
 
-#include "data/file_bytes.h"
+#include "core/compression.h"
+#include "core/file_io.h"
 #include "kiln/data.h"
 
 namespace kiln {
@@ -69,8 +70,8 @@ Tensor parse_idx(const std::string& bytes, const std::string& path, bool gzipped
 }
 
 Tensor read_idx(const std::string& path) {
-  const std::string raw = data::read_file_bytes(path, "IDX file");
-  if (data::is_gzip(raw)) return parse_idx(data::gunzip(raw, path), path, true);
+  const std::string raw = read_file_bytes(path, "IDX file");
+  if (is_gzip(raw)) return parse_idx(gunzip(raw, path), path, true);
   return parse_idx(raw, path, false);
 }
 

@@ -6,8 +6,8 @@
 
 #include <cstring>
 
-#include "data/file_bytes.h"
-#include "data/zip.h"
+#include "core/file_io.h"
+#include "core/zip.h"
 #include "kiln/data.h"
 #include "kiln/npy.h"
 

@@ -86,12 +86,6 @@ std::string Node::label() const {
   return fmt::format("node '{}' ({})", name, op);
 }
 
-size_t Node::num_present_inputs() const {
-  size_t n = 0;
-  for (const auto& in : inputs) n += in.empty() ? 0 : 1;
-  return n;
-}
-
 ValueInfo ValueInfo::of(const std::string& name, const Tensor& t) {
   ValueInfo v;
   v.name = name;

@@ -2,12 +2,8 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-
+#include "core/file_io.h"
 #include "kiln/error.h"
 
 namespace kiln::onnxio {
@@ -119,34 +115,13 @@ void check_external_range(const ExternalDataRef& ref, const std::string& tensor_
 
 void read_external_data(const ExternalDataRef& ref, const std::string& tensor_name, void* dst, size_t nbytes) {
   // O_NOFOLLOW: `resolved` is canonical, so a symlink here means the folder changed after the check.
-  const int fd = ::open(ref.resolved.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
-    const int err = errno;
-    throw IOError(fmt::format("cannot open external data file '{}' for tensor '{}': {}", ref.resolved.string(),
-                              tensor_name, std::strerror(err)));
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st{};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+  const ReadOnlyFile file(ref.resolved.string(), fmt::format("external data file for tensor '{}'", tensor_name),
+                          O_NOFOLLOW);
+  if (!file.is_regular())
     throw IOError(fmt::format("external data file '{}' for tensor '{}' is not a readable regular file",
                               ref.resolved.string(), tensor_name));
-  check_range(ref, tensor_name, nbytes, static_cast<uint64_t>(st.st_size));
-  const uint64_t length = nbytes;
-  char* out = static_cast<char*>(dst);
-  uint64_t done = 0;
-  while (done < length) {
-    const ssize_t n = ::pread(fd, out + done, static_cast<size_t>(length - done), static_cast<off_t>(ref.offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : 0;
-      throw IOError(fmt::format("reading external data for tensor '{}' from '{}' failed after {} of {} bytes: {}",
-                                tensor_name, ref.location, done, length, err ? std::strerror(err) : "unexpected end of file"));
-    }
-    done += static_cast<uint64_t>(n);
-  }
+  check_range(ref, tensor_name, nbytes, file.size());
+  file.read_at(dst, nbytes, ref.offset);
 }
 
 }  // namespace kiln::onnxio

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/file_io.h"
 #include "kiln/onnx_io.h"
 #include "onnx/external_data.h"
 #include "onnx/graph_from_proto.h"
@@ -140,14 +141,14 @@ Model load_model_from_bytes(const std::string& bytes, const std::string& base_di
 }
 
 Model load_model(const std::string& path, const LoadOptions& options) {
-  const std::string bytes = read_whole_file(path, "model");
+  const std::string bytes = read_file_bytes(path, "model");
   Model model = load_model_from_bytes(bytes, folder_of(path), options, path);
   model.source_path = path;
   return model;
 }
 
 Tensor load_tensor_proto(const std::string& path) {
-  const std::string bytes = read_whole_file(path, "tensor file");
+  const std::string bytes = read_file_bytes(path, "tensor file");
   onnx::TensorProto proto;
   if (!parse_message(bytes, &proto))
     throw InvalidModel(fmt::format("'{}' is not a valid onnx.TensorProto file: its {} bytes do not parse", path,

@@ -1,4 +1,4 @@
-// Reading whole files and parsing protobuf messages of any size (internal to src/onnx).
+// Parsing protobuf messages of any size (internal to src/onnx).
 #pragma once
 
 #include <google/protobuf/message_lite.h>
@@ -6,10 +6,6 @@
 #include <string>
 
 namespace kiln::onnxio {
-
-// The file's bytes. IOError "cannot open WHAT 'PATH': <reason>" for missing, unreadable or
-// directory paths (`what` is "model", "tensor file", ...).
-std::string read_whole_file(const std::string& path, const std::string& what);
 
 // Parses `bytes` into `message` with the total-size limit raised to protobuf's 2 GiB maximum (the
 // default 64 MiB rejects ordinary large models). Returns false for malformed or truncated bytes, or

@@ -45,6 +45,25 @@ void run_dynamic_step(PlanStep& step, const Node& node, std::vector<Tensor>& liv
   step.kernel->compute(cctx);
 }
 
+void run_step(ExecutionPlan& plan, PlanStep& step, const Node& node, std::vector<Tensor>& live, uint64_t run_index) {
+  if (step.dynamic) {
+    run_dynamic_step(step, node, live, run_index);
+    return;
+  }
+  if (step.alias_only) {
+    const size_t out = static_cast<size_t>(step.outputs[0]);
+    live[out] = live[static_cast<size_t>(step.inputs[0])].reshape(plan.values[out].meta.shape);
+    return;
+  }
+  ComputeContext ctx{node, {}, {}, run_index};
+  ctx.inputs.reserve(step.inputs.size());
+  for (int in : step.inputs) ctx.inputs.push_back(in < 0 ? nullptr : &live[static_cast<size_t>(in)]);
+  ctx.outputs.reserve(step.outputs.size());
+  for (int out : step.outputs) ctx.outputs.push_back(&live[static_cast<size_t>(out)]);
+  ScratchScope scope;
+  step.kernel->compute(ctx);
+}
+
 }  // namespace
 
 std::map<std::string, Tensor> execute_plan(ExecutionPlan& plan, const Model& model,
@@ -69,35 +88,21 @@ std::map<std::string, Tensor> execute_plan(ExecutionPlan& plan, const Model& mod
     const Node& node = model.graph.nodes[step.node];
     const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     try {
-      if (step.dynamic) {
-        run_dynamic_step(step, node, live, run_index);
-        continue;
-      }
-      if (step.alias_only) {
-        const size_t out = static_cast<size_t>(step.outputs[0]);
-        live[out] = live[static_cast<size_t>(step.inputs[0])].reshape(plan.values[out].meta.shape);
-        continue;
-      }
-      ComputeContext ctx{node, {}, {}, run_index};
-      ctx.inputs.reserve(step.inputs.size());
-      for (int in : step.inputs) ctx.inputs.push_back(in < 0 ? nullptr : &live[static_cast<size_t>(in)]);
-      ctx.outputs.reserve(step.outputs.size());
-      for (int out : step.outputs) ctx.outputs.push_back(&live[static_cast<size_t>(out)]);
-      {
-        ScratchScope scope;
-        step.kernel->compute(ctx);
-      }
-      if (profile) {
-        OpProfile& p = (*profile)[node.domain.empty() ? node.op_type : node.domain + "." + node.op_type];
-        p.op_type = node.domain.empty() ? node.op_type : node.domain + "." + node.op_type;
-        ++p.calls;
-        p.total_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      }
+      run_step(plan, step, node, live, run_index);
     } catch (Error& e) {
       e.add_context(node.label() + ": ");
       throw;
     } catch (const std::exception& e) {
       throw Error(fmt::format("{}: {}", node.label(), e.what()));
+    }
+    // Every step counts, dynamic (inference and allocation included) and view-only ones too, so
+    // that a profile adds up to the run.
+    if (profile) {
+      const std::string op = node.domain.empty() ? node.op_type : node.domain + "." + node.op_type;
+      OpProfile& p = (*profile)[op];
+      p.op_type = op;
+      ++p.calls;
+      p.total_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     }
   }
   std::map<std::string, Tensor> result;

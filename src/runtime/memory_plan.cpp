@@ -27,7 +27,6 @@ MemoryPlan plan_memory(const std::vector<BufferRequest>& requests) {
   placed.reserve(requests.size());
   for (size_t idx : order) {
     const BufferRequest& r = requests[idx];
-    plan.unplanned_bytes += align_up(r.bytes);
     if (r.bytes == 0) continue;
     // Occupied intervals of buffers alive at the same time, by offset.
     std::vector<std::pair<size_t, size_t>> busy;

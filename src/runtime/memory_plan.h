@@ -17,7 +17,6 @@ struct BufferRequest {
 struct MemoryPlan {
   std::vector<size_t> offsets;  // one per request
   size_t arena_bytes = 0;       // planned peak
-  size_t unplanned_bytes = 0;   // sum of all requests: the arena without reuse
 };
 
 MemoryPlan plan_memory(const std::vector<BufferRequest>& requests);

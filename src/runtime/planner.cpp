@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "kernels/node_inference.h"
 #include "runtime/execution_plan.h"
 
 namespace kiln {
@@ -65,92 +66,62 @@ struct Planner {
     plan->buffers.push_back({bytes, pos, std::max(pos, last_use_of(v.name))});
   }
 
-  void plan_node(size_t pos) {
-    const Node& node = model.graph.nodes[order[pos]];
-    const int64_t opset = model.opset(node.domain);
-    PlanStep step;
-    step.node = order[pos];
-    step.opset = opset;
-    bool all_known = true, any_dynamic = false;
-    InferContext ictx{node, opset, {}};
-    std::vector<std::optional<DType>> dtypes;
+  // The node's inputs as the planner knows them: value indices into the plan (-1: omitted) and
+  // their metas.
+  std::vector<std::optional<TensorMeta>> gather_inputs(const Node& node, PlanStep& step) {
+    std::vector<std::optional<TensorMeta>> metas;
     for (const auto& in : node.inputs) {
       if (in.empty()) {
         step.inputs.push_back(-1);
-        ictx.inputs.push_back(std::nullopt);
-        dtypes.push_back(std::nullopt);
+        metas.emplace_back(std::nullopt);
         continue;
       }
       auto it = plan->index.find(in);
       if (it == plan->index.end())
         throw InvalidModel(fmt::format("{} reads '{}', which is not a graph input, an initializer or the "
                                        "output of an earlier node", node.label(), in));
-      const PlannedValue& v = plan->values[static_cast<size_t>(it->second)];
       step.inputs.push_back(it->second);
-      ictx.inputs.push_back(v.meta);
-      dtypes.push_back(v.meta.dtype);
-      all_known = all_known && v.meta.value.defined();
-      any_dynamic = any_dynamic || v.meta.dynamic;
+      metas.emplace_back(plan->values[static_cast<size_t>(it->second)].meta);
     }
-    const KernelDef& def = KernelRegistry::global().resolve_node(node, opset, dtypes);
-    step.kernel = def.create(node);
+    return metas;
+  }
 
-    std::vector<TensorMeta> metas;
-    if (!any_dynamic) {
-      try {
-        metas = step.kernel->infer(ictx);
-      } catch (const ValueUnknown&) {
-        any_dynamic = true;  // the shape depends on data fed at run time
-      }
+  void plan_node(size_t pos) {
+    const Node& node = model.graph.nodes[order[pos]];
+    PlanStep step;
+    step.node = order[pos];
+    step.opset = model.opset(node.domain);
+    std::vector<std::optional<TensorMeta>> inputs = gather_inputs(node, step);
+    NodeInference inferred = infer_node(node, step.opset, inputs);
+    step.kernel = std::move(inferred.kernel);
+    switch (inferred.outcome) {
+      case NodeInference::Outcome::Dynamic:  // shapes known only at run time: infer then
+        step.dynamic = true;
+        for (const auto& out : node.outputs) {
+          PlannedValue v{out, PlannedValue::Kind::Dynamic, {}, -1, -1};
+          v.meta.dynamic = true;
+          step.outputs.push_back(add_value(std::move(v)));
+        }
+        ++plan->stats.num_dynamic_steps;
+        plan->steps.push_back(std::move(step));
+        return;
+      case NodeInference::Outcome::Folded:  // nothing to do at run time
+        for (size_t i = 0; i < node.outputs.size(); ++i)
+          if (!node.outputs[i].empty())
+            add_value({node.outputs[i], PlannedValue::Kind::Constant, inferred.outputs[i], -1, -1});
+        ++plan->stats.num_folded;
+        return;
+      case NodeInference::Outcome::Runtime:
+        break;
     }
-    if (any_dynamic) {  // shapes known only at run time: infer then
-      step.dynamic = true;
-      for (const auto& out : node.outputs) {
-        PlannedValue v{out, PlannedValue::Kind::Dynamic, {}, -1, -1};
-        v.meta.dynamic = true;
-        step.outputs.push_back(add_value(std::move(v)));
-      }
-      ++plan->stats.num_dynamic_steps;
-      plan->steps.push_back(std::move(step));
-      return;
-    }
+    step.kernel->prepare(InferContext{node, step.opset, std::move(inputs)}, inferred.outputs);
+    place_outputs(node, step, inferred.outputs, pos);
+    plan->steps.push_back(std::move(step));
+  }
 
-    if (metas.size() < node.outputs.size())
-      throw InvalidModel(fmt::format("the node has {} outputs but the op produces {}", node.outputs.size(),
-                                     metas.size()));
-    bool outputs_known = true, outputs_dynamic = false;
-    for (const TensorMeta& m : metas) {
-      outputs_known = outputs_known && m.value.defined();
-      outputs_dynamic = outputs_dynamic || m.dynamic;
-    }
-
-    if (!outputs_known && all_known && step.kernel->foldable() && !outputs_dynamic) {
-      step.kernel->prepare(ictx, metas);
-      std::vector<Tensor> outs;
-      for (const TensorMeta& m : metas) outs.push_back(Tensor::empty(m.dtype, m.shape));
-      ComputeContext cctx{node, {}, {}};
-      for (size_t i = 0; i < ictx.inputs.size(); ++i)
-        cctx.inputs.push_back(ictx.inputs[i] ? &ictx.inputs[i]->value : nullptr);
-      for (Tensor& t : outs) cctx.outputs.push_back(&t);
-      step.kernel->compute(cctx);
-      for (size_t i = 0; i < metas.size(); ++i) metas[i].value = outs[i];
-      outputs_known = true;
-    }
-
-    if (outputs_known) {  // folded: nothing to do at run time
-      for (size_t i = 0; i < node.outputs.size(); ++i) {
-        if (node.outputs[i].empty()) continue;
-        add_value({node.outputs[i], PlannedValue::Kind::Constant, metas[i], -1, -1});
-      }
-      ++plan->stats.num_folded;
-      return;
-    }
-
-    if (outputs_dynamic) {
-      step.dynamic = true;
-      ++plan->stats.num_dynamic_steps;
-    }
-    step.kernel->prepare(ictx, metas);
+  // Values for the outputs of a step run at `pos`: arena buffers, a view or in-place buffer for
+  // output 0 where the kernel allows it, per-run allocation for shapes known only then.
+  void place_outputs(const Node& node, PlanStep& step, const std::vector<TensorMeta>& metas, size_t pos) {
     for (size_t i = 0; i < metas.size(); ++i) {
       const bool named = i < node.outputs.size() && !node.outputs[i].empty();
       const std::string name = named ? node.outputs[i] : fmt::format("{}::unused_output_{}", node.label(), i);
@@ -160,12 +131,13 @@ struct Planner {
       step.outputs.push_back(id);
       if (m.dynamic) {
         plan->values[static_cast<size_t>(id)].kind = PlannedValue::Kind::Dynamic;
+        step.dynamic = true;
         continue;
       }
       if (i == 0 && assign_shared_buffer(step, id, pos)) continue;
       place_in_arena(id, pos);
     }
-    plan->steps.push_back(std::move(step));
+    if (step.dynamic) ++plan->stats.num_dynamic_steps;
   }
 
   // Output 0 as a view of input 0 (Reshape & co.) or over a dying input (in-place elementwise).
@@ -216,7 +188,7 @@ struct Planner {
     plan->memory = plan_memory(plan->buffers);
     plan->arena = Storage::allocate(plan->memory.arena_bytes);
     plan->stats.peak_bytes = plan->memory.arena_bytes;
-    // Without reuse every run-time value would have its own buffer.
+    // Without reuse (across lifetimes or in place) every run-time value would have its own buffer.
     for (const PlannedValue& v : plan->values)
       if (v.kind == PlannedValue::Kind::Arena)
         plan->stats.unplanned_bytes +=

@@ -14,68 +14,14 @@
 #include "kiln/autodiff.h"
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
-#include "training/graph_edit.h"
+#include "ir/graph_editor.h"
+#include "training/inference_mode.h"
 #include "training/losses.h"
 #include "training/optimizer_model.h"
 
 namespace kiln::training {
 
 namespace {
-
-// Running statistics of training-mode BatchNormalization nodes: initializer -> the node output
-// holding its updated value.
-std::vector<std::pair<std::string, std::string>> running_statistics(const Graph& g) {
-  std::vector<std::pair<std::string, std::string>> stats;
-  for (const Node& n : g.nodes) {
-    if (!n.domain.empty() || n.op_type != "BatchNormalization" || n.attr_int("training_mode", 0) == 0) continue;
-    for (size_t i = 1; i < 3 && i < n.outputs.size(); ++i) {
-      const size_t in = i + 2;  // outputs running_mean, running_var <- inputs 3, 4
-      if (n.outputs[i].empty() || in >= n.inputs.size() || !g.initializers.count(n.inputs[in])) continue;
-      stats.emplace_back(n.inputs[in], n.outputs[i]);
-    }
-  }
-  return stats;
-}
-
-// Initializers in the order nodes first read them (the order of the forward computation).
-std::vector<std::string> initializers_in_use_order(const Graph& g) {
-  std::vector<std::string> order;
-  std::set<std::string> seen;
-  for (size_t idx : g.topological_order())
-    for (const auto& in : g.nodes[idx].inputs)
-      if (!in.empty() && g.initializers.count(in) && seen.insert(in).second) order.push_back(in);
-  return order;
-}
-
-// Values through which a gradient can reach `loss`: walking back from the loss through ops that
-// have gradients, over floating-point values only.
-std::set<std::string> gradient_reach(const Graph& g, const std::string& loss) {
-  std::map<std::string, DType> dtypes;
-  for (const auto* list : {&g.inputs, &g.outputs, &g.value_info})
-    for (const auto& v : *list)
-      if (v.has_type) dtypes[v.name] = v.dtype;
-  for (const auto& [name, t] : g.initializers) dtypes[name] = t.dtype();
-  auto floating = [&](const std::string& v) {
-    auto it = dtypes.find(v);
-    return it == dtypes.end() || is_floating(it->second);
-  };
-  std::set<std::string> reach{loss};
-  const std::vector<size_t> order = g.topological_order();
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const Node& n = g.nodes[*it];
-    if (gradient_kind(n.domain, n.op_type) == GradientKind::NoGradient) continue;
-    bool flows = false;
-    for (const auto& o : n.outputs) flows = flows || (!o.empty() && reach.count(o) && floating(o));
-    if (!flows) continue;
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (n.inputs[i].empty() || !floating(n.inputs[i])) continue;
-      // BatchNormalization's running statistics do not enter a training-mode output.
-      if (n.op_type == "BatchNormalization" && i >= 3 && n.attr_int("training_mode", 0) != 0) continue;
-      reach.insert(n.inputs[i]);
-    }
-  }
-  return reach;
-}
 
 bool is_value(const Graph& g, const std::string& name) {
   if (g.initializers.count(name)) return true;
@@ -87,16 +33,13 @@ bool is_value(const Graph& g, const std::string& name) {
   return false;
 }
 
-struct ParameterSets {
-  std::vector<std::string> trainable, frozen, buffers;
-  std::vector<std::pair<std::string, std::string>> updates;  // buffer -> updated value
-  std::vector<std::string> all() const {
-    std::vector<std::string> v = trainable;
-    v.insert(v.end(), frozen.begin(), frozen.end());
-    v.insert(v.end(), buffers.begin(), buffers.end());
-    return v;
-  }
-};
+// Trainable, frozen, then buffers: the parameter inputs of the training and eval models.
+std::vector<std::string> all_parameters(const ParameterSelection& p) {
+  std::vector<std::string> v = p.trainable;
+  v.insert(v.end(), p.frozen.begin(), p.frozen.end());
+  v.insert(v.end(), p.buffers.begin(), p.buffers.end());
+  return v;
+}
 
 // The frozen parameters: the options' list, else the "kiln.frozen_params" metadata that
 // kiln::nn's export writes for requires_grad_(false) parameters (names no longer initializers of
@@ -117,66 +60,11 @@ std::vector<std::string> frozen_list(const Model& m, const ArtifactOptions& o) {
   return names;
 }
 
-ParameterSets choose_parameters(const Model& m, const ArtifactOptions& o, const std::string& loss) {
-  const Graph& g = m.graph;
-  const std::vector<std::string> frozen_params = frozen_list(m, o);
-  ParameterSets p;
-  p.updates = running_statistics(g);
-  std::set<std::string> buffers;
-  for (const auto& [b, out] : p.updates)
-    if (buffers.insert(b).second) p.buffers.push_back(b);
-  // Running statistics of inference-mode BatchNormalization are constants, never trained.
-  std::set<std::string> statistics = buffers;
-  for (const Node& n : g.nodes)
-    if (n.domain.empty() && n.op_type == "BatchNormalization")
-      for (size_t i = 3; i < n.inputs.size() && i < 5; ++i) statistics.insert(n.inputs[i]);
-
-  const std::set<std::string> frozen(frozen_params.begin(), frozen_params.end());
-  const std::set<std::string> requested(o.requires_grad.begin(), o.requires_grad.end());
-  for (const auto& name : o.requires_grad) {
-    if (frozen.count(name))
-      throw InvalidArgument(fmt::format("'{}' is listed both in requires_grad and in frozen_params", name));
-    auto it = g.initializers.find(name);
-    if (it == g.initializers.end())
-      throw InvalidArgument(fmt::format("requires_grad names '{}', which is not an initializer of the model", name));
-    if (!is_floating(it->second.dtype()))
-      throw TypeError(fmt::format("requires_grad names '{}', which is {}; only floating-point parameters are trained",
-                                  name, it->second.describe()));
-    if (buffers.count(name))
-      throw InvalidArgument(fmt::format("requires_grad names '{}', a running statistic of a training-mode "
-                                        "BatchNormalization; it is updated by the forward pass, not trained", name));
-  }
-  for (const auto& name : frozen_params)
-    if (!g.initializers.count(name))
-      throw InvalidArgument(fmt::format("frozen_params names '{}', which is not an initializer of the model", name));
-
-  if (!o.requires_grad.empty()) {
-    p.trainable = o.requires_grad;
-  } else {
-    const std::set<std::string> reach = gradient_reach(g, loss);
-    for (const auto& name : initializers_in_use_order(g))
-      if (is_floating(g.initializers.at(name).dtype()) && !frozen.count(name) && !statistics.count(name) &&
-          reach.count(name))
-        p.trainable.push_back(name);
-  }
-  for (const auto& name : frozen_params)
-    if (!buffers.count(name)) p.frozen.push_back(name);
-  if (p.trainable.empty())
-    throw InvalidArgument("no trainable parameter: no floating-point initializer reaches the loss through ops with "
-                          "gradients (or all are frozen)");
-  return p;
-}
-
 std::string json_list(const std::vector<std::string>& names) { return nlohmann::json(names).dump(); }
 
-}  // namespace
 
-Artifacts build_artifacts(const Model& forward, const ArtifactOptions& options) {
-  Model base = forward;
-  Graph& g = base.graph;
-  if (g.outputs.empty()) throw InvalidModel("the model has no outputs");
-  GraphEditor edit(base);
-
+// The loss inputs the options name (default: the model's first output), each checked to exist.
+std::vector<std::string> loss_inputs_of(const Graph& g, const ArtifactOptions& options) {
   std::vector<std::string> loss_inputs = options.loss_input_names;
   if (loss_inputs.empty()) loss_inputs.push_back(g.outputs.front().name);
   for (const auto& name : loss_inputs)
@@ -184,27 +72,32 @@ Artifacts build_artifacts(const Model& forward, const ArtifactOptions& options) 
   for (const auto& name : options.additional_output_names)
     if (!is_value(g, name))
       throw InvalidArgument(fmt::format("additional output '{}' is not a value of the model", name));
+  return loss_inputs;
+}
 
-  std::string loss;
-  if (options.loss == LossType::None) {
-    if (loss_inputs.size() != 1)
-      throw InvalidArgument(fmt::format("without a loss block the model's output is the loss, but {} loss inputs "
-                                        "were named", loss_inputs.size()));
-    loss = loss_inputs[0];
-    if (const ValueInfo* v = find_declared(g, loss); v && v->has_shape) {
-      // Not a scalar when a fixed dimension exceeds 1 (a symbolic batch dimension may be 1).
-      bool larger = false;
-      for (const Dim& d : v->dims) larger = larger || d.value > 1 || d.value == 0;
-      if (larger)
-        throw InvalidArgument(fmt::format("loss 'none' takes the model output '{}' as the loss, but it is {}, not a "
-                                          "scalar; choose a loss such as CrossEntropyLoss", loss, v->describe()));
-    }
-  } else {
-    loss = add_loss(options.loss, base, edit, loss_inputs, options.label_smoothing);
+// Adds the loss block (or, for LossType::None, checks that the one loss input is a scalar) and
+// returns the loss value's name.
+std::string add_loss_block(Model& base, GraphEditor& edit, const ArtifactOptions& options,
+                           const std::vector<std::string>& loss_inputs) {
+  if (options.loss != LossType::None) return add_loss(options.loss, base, edit, loss_inputs, options.label_smoothing);
+  if (loss_inputs.size() != 1)
+    throw InvalidArgument(fmt::format("without a loss block the model's output is the loss, but {} loss inputs "
+                                      "were named", loss_inputs.size()));
+  const std::string& loss = loss_inputs[0];
+  if (const ValueInfo* v = find_declared(base.graph, loss); v && v->has_shape) {
+    // Not a scalar when a fixed dimension exceeds 1 (a symbolic batch dimension may be 1).
+    bool larger = false;
+    for (const Dim& d : v->dims) larger = larger || d.value > 1 || d.value == 0;
+    if (larger)
+      throw InvalidArgument(fmt::format("loss 'none' takes the model output '{}' as the loss, but it is {}, not a "
+                                        "scalar; choose a loss such as CrossEntropyLoss", loss, v->describe()));
   }
-  infer_shapes(base);  // types for the loss and for additional outputs that are intermediate values
+  return loss;
+}
 
-  // The forward + loss graph: outputs are the loss, then the additional outputs.
+// The forward + loss graph's outputs: the loss, then the additional outputs.
+void set_outputs(Graph& g, const std::string& loss, const ArtifactOptions& options,
+                 const std::vector<std::string>& loss_inputs) {
   std::vector<ValueInfo> outputs;
   ValueInfo loss_info;
   loss_info.name = loss;
@@ -218,76 +111,96 @@ Artifacts build_artifacts(const Model& forward, const ArtifactOptions& options) 
   outputs.push_back(loss_info);
   for (const auto& name : options.additional_output_names) {
     if (name == loss) continue;
-    const ValueInfo* v = find_declared(g, name);
     ValueInfo info;
     info.name = name;
-    if (v) info = *v;
+    if (const ValueInfo* v = find_declared(g, name)) info = *v;
     outputs.push_back(info);
   }
   g.outputs = outputs;
+}
 
-  const ParameterSets params = choose_parameters(base, options, loss);
-  const std::vector<std::string> all_params = params.all();
+// Training model: gradients of the trainable parameters, and updated running statistics.
+Model training_model(const Model& base, const std::string& loss, const ParameterSelection& params) {
+  GradientOptions go;
+  go.loss = loss;
+  go.requires_grad = params.trainable;
+  go.frozen_params = params.frozen;
+  Model t = build_gradient_graph(base, go).model;
+  GraphEditor edit(t);
+  for (const auto& [buffer, value] : params.updates) {
+    const std::string name = buffer + ".updated";
+    if (edit.has_value(name))
+      throw InvalidArgument(fmt::format("the model already has a value named '{}', the name of the training "
+                                        "model's output for the updated running statistic '{}'", name, buffer));
+    Node id;
+    id.op_type = "Identity";
+    id.name = edit.fresh(name + "/Identity");
+    id.inputs = {value};
+    id.outputs = {name};
+    edit.add_node(std::move(id));
+    t.graph.outputs.push_back(ValueInfo::of(name, t.graph.initializers.at(buffer)));
+  }
+  const std::vector<std::string> all_params = all_parameters(params);
+  initializers_to_inputs(t.graph, all_params);
+  t.metadata["kiln.artifact"] = "training";
+  t.metadata["kiln.parameters"] = json_list(all_params);
+  t.graph.name = base.graph.name.empty() ? "training" : base.graph.name + "_training";
+  return t;
+}
 
-  Artifacts a;
-  // Training model: gradients of the trainable parameters, and updated running statistics.
-  {
-    GradientOptions go;
-    go.loss = loss;
-    go.requires_grad = params.trainable;
-    go.frozen_params = params.frozen;
-    Model t = build_gradient_graph(base, go).model;
-    GraphEditor tedit(t);
-    for (const auto& [buffer, value] : params.updates) {
-      const std::string name = buffer + ".updated";
-      if (tedit.has_value(name))
-        throw InvalidArgument(fmt::format("the model already has a value named '{}', the name of the training "
-                                          "model's output for the updated running statistic '{}'", name, buffer));
-      tedit.fresh(name);
-      Node id;
-      id.op_type = "Identity";
-      id.name = tedit.fresh(name + "/Identity");
-      id.inputs = {value};
-      id.outputs = {name};
-      t.graph.nodes.push_back(std::move(id));
-      t.graph.outputs.push_back(ValueInfo::of(name, t.graph.initializers.at(buffer)));
-    }
-    initializers_to_inputs(t.graph, all_params);
-    t.metadata["kiln.artifact"] = "training";
-    t.metadata["kiln.parameters"] = json_list(all_params);
-    t.graph.name = g.name.empty() ? "training" : g.name + "_training";
-    a.training_model = std::move(t);
-  }
-  // Eval model: forward + loss, inference-mode BatchNormalization and Dropout.
-  {
-    Model e = base;
-    to_inference_mode(e.graph);
-    initializers_to_inputs(e.graph, all_params);
-    std::set<std::string> keep;
-    for (const auto& v : e.graph.inputs) keep.insert(v.name);
-    prune(e.graph, keep);
-    e.metadata["kiln.artifact"] = "eval";
-    e.metadata["kiln.parameters"] = json_list(all_params);
-    e.graph.name = g.name.empty() ? "eval" : g.name + "_eval";
-    a.eval_model = std::move(e);
-  }
-  if (options.optimizer) {
-    std::vector<OptimizerParameter> ps;
-    for (const auto& name : params.trainable) {
-      const Tensor& t = g.initializers.at(name);
-      ps.push_back({name, t.dtype(), t.shape()});
-    }
-    a.optimizer_model = build_optimizer_model(*options.optimizer, ps, options);
-  }
-  // Checkpoint: trainable parameters, frozen ones, then running statistics.
+// Eval model: forward + loss, inference-mode BatchNormalization and Dropout.
+Model eval_model(const Model& base, const ParameterSelection& params) {
+  Model e = base;
+  const std::vector<std::string> all_params = all_parameters(params);
+  to_inference_mode(e.graph);
+  initializers_to_inputs(e.graph, all_params);
+  std::set<std::string> keep;
+  for (const auto& v : e.graph.inputs) keep.insert(v.name);
+  prune(e.graph, keep);
+  e.metadata["kiln.artifact"] = "eval";
+  e.metadata["kiln.parameters"] = json_list(all_params);
+  e.graph.name = base.graph.name.empty() ? "eval" : base.graph.name + "_eval";
+  return e;
+}
+
+// Checkpoint: trainable parameters, frozen ones, then running statistics.
+CheckpointState initial_checkpoint(const Graph& g, const ParameterSelection& params, bool nominal) {
+  CheckpointState state;
   auto add = [&](const std::string& name, bool trainable) {
     const Tensor& t = g.initializers.at(name);
-    a.checkpoint.add_parameter(options.nominal_checkpoint ? Parameter::nominal(name, t.dtype(), t.shape(), trainable)
-                                                          : Parameter(name, t.clone(), trainable));
+    state.add_parameter(nominal ? Parameter::nominal(name, t.dtype(), t.shape(), trainable)
+                                : Parameter(name, t.clone(), trainable));
   };
   for (const auto& name : params.trainable) add(name, true);
   for (const auto& name : params.frozen) add(name, false);
   for (const auto& name : params.buffers) add(name, false);
+  return state;
+}
+
+}  // namespace
+
+Artifacts build_artifacts(const Model& forward, const ArtifactOptions& options) {
+  Model base = forward;
+  if (base.graph.outputs.empty()) throw InvalidModel("the model has no outputs");
+  GraphEditor edit(base);
+  const std::vector<std::string> loss_inputs = loss_inputs_of(base.graph, options);
+  const std::string loss = add_loss_block(base, edit, options, loss_inputs);
+  infer_shapes(base);  // types for the loss and for additional outputs that are intermediate values
+  set_outputs(base.graph, loss, options, loss_inputs);
+  const ParameterSelection params = select_parameters(base, loss, options.requires_grad, frozen_list(base, options));
+
+  Artifacts a;
+  a.training_model = training_model(base, loss, params);
+  a.eval_model = eval_model(base, params);
+  if (options.optimizer) {
+    std::vector<OptimizerParameter> ps;
+    for (const auto& name : params.trainable) {
+      const Tensor& t = base.graph.initializers.at(name);
+      ps.push_back({name, t.dtype(), t.shape()});
+    }
+    a.optimizer_model = build_optimizer_model(*options.optimizer, ps, options);
+  }
+  a.checkpoint = initial_checkpoint(base.graph, params, options.nominal_checkpoint);
   return a;
 }
 

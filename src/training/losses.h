@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kiln/artifacts.h"
-#include "training/graph_edit.h"
+#include "ir/graph_editor.h"
 
 namespace kiln::training {
 

@@ -11,7 +11,8 @@
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
 #include "kiln/training.h"
-#include "training/graph_edit.h"
+#include "ir/graph_editor.h"
+#include "training/inference_mode.h"
 #include "training/tensor_math.h"
 
 namespace kiln::training {

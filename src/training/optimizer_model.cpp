@@ -6,7 +6,7 @@
 
 #include "kiln/autodiff.h"
 #include "kiln/error.h"
-#include "training/graph_edit.h"
+#include "ir/graph_editor.h"
 
 namespace kiln::training {
 

@@ -8,7 +8,8 @@
 #include "kiln/autodiff.h"
 #include "kiln/onnx_io.h"
 #include "kiln/session.h"
-#include "models/graph_builder.h"
+#include "graph_builder.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
@@ -36,7 +37,8 @@ TEST(SavedTrainingGraph, LoadsBackAndRunsIdentically) {
 
   const GradientGraph g = build_gradient_graph(m, {.loss = "loss"});
   EXPECT_EQ(g.model.opset(kKilnDomain), 1);
-  const auto path = std::filesystem::temp_directory_path() / "kiln_saved_training_graph.onnx";
+  const kiln::test::TempDir tmp;
+  const auto path = tmp / "saved_training_graph.onnx";
   save_model(g.model, path.string());
   EXPECT_NO_THROW(onnx::checker::check_model(path.string()));
   Model reloaded = load_model(path.string());

@@ -9,7 +9,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 import torch_models  # noqa: E402
-from kiln_cli import assert_cli_error as assert_error, run_kiln  # noqa: E402
+from kiln_cli import assert_cli_error as assert_error  # noqa: E402
+from kiln_cli import run_kiln
 
 
 def mlp(tmp_path):

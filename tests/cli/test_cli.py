@@ -13,7 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 import torch_models  # noqa: E402
-from kiln_cli import assert_cli_error as assert_error, kiln_path, run_kiln  # noqa: E402
+from kiln_cli import assert_cli_error as assert_error  # noqa: E402
+from kiln_cli import kiln_path, run_kiln
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -341,14 +342,17 @@ def test_conformance_runner(tmp_path):
     assert len(lines) == 8
     for name, line in lines.items():
         assert line.split()[0] == {"pass": "passed", "fail": "failed", "skip": "skipped"}[name.split("_")[1]], line
-    assert "element [3]" in lines["test_fail_beyond_rtol"] and "1 of 4 elements differ" in lines["test_fail_beyond_rtol"]
-    assert "element [0]" in lines["test_fail_nan_expected_number"] and "2 of 4" in lines["test_fail_nan_expected_number"]
+    assert ("element [3]" in lines["test_fail_beyond_rtol"]
+            and "1 of 4 elements differ" in lines["test_fail_beyond_rtol"])
+    assert ("element [0]" in lines["test_fail_nan_expected_number"]
+            and "2 of 4" in lines["test_fail_nan_expected_number"])
     assert "shape [4], expected [3]" in lines["test_fail_shape"]
     assert "got 1152921504606846977, expected 1152921504606846976; 1 of 2 elements differ" in \
         lines["test_fail_int_off_by_one"]
     assert "Det" in lines["test_skip_det"]
 
-    strict = subprocess.run([str(runner), str(root), "--strict", "--filter", "fail_shape"], capture_output=True, text=True)
+    strict = subprocess.run([str(runner), str(root), "--strict", "--filter", "fail_shape"],
+                            capture_output=True, text=True)
     assert strict.returncode == 1 and strict.stdout.splitlines()[-1] == "0 passed, 1 failed, 0 skipped"
     ok = subprocess.run([str(runner), str(root), "--strict", "--filter", "pass"], capture_output=True, text=True)
     assert ok.returncode == 0 and ok.stdout.splitlines()[-1] == "3 passed, 0 failed, 0 skipped"

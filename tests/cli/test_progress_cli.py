@@ -52,19 +52,20 @@ def test_bar_on_a_terminal(tmp_path):
     # The logs appear on their own lines between redraws (tqdm.write), as Python prints a dict.
     logs = [f for f in frames if LOG.match(f)]
     assert len(logs) == 4, frames[-20:]
-    assert ast.literal_eval(logs[0])["learning_rate"] == pytest.approx(7.5e-4)  # linear decay from 1e-3 over 400 steps, at step 100
+    # linear decay from 1e-3 over 400 steps, at step 100
+    assert ast.literal_eval(logs[0])["learning_rate"] == pytest.approx(7.5e-4)
 
 
 def test_plain_lines_when_not_a_terminal(tmp_path):
     proc = run_kiln("train", "--model", "mlp", "--max_steps", "200", "--logging_steps", "100",
                     "--save_strategy", "no", "--output_dir", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
-    lines = [l for l in proc.stderr.splitlines() if l.startswith("step ")]
-    assert [int(re.match(r"step (\d+)/200", l).group(1)) for l in lines] == list(range(10, 201, 10))
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("step ")]
+    assert [int(re.match(r"step (\d+)/200", line).group(1)) for line in lines] == list(range(10, 201, 10))
     assert "\r" not in proc.stderr and "█" not in proc.stderr
     assert re.fullmatch(r"step 200/200 \(100%\) loss [0-9.]+, [0-9.]+ it/s, elapsed \d\d:\d\d, remaining 00:00",
                         lines[-1]), lines[-1]
-    assert len([l for l in proc.stdout.splitlines() if LOG.match(l)]) == 2
+    assert len([line for line in proc.stdout.splitlines() if LOG.match(line)]) == 2
 
 
 def test_disable_tqdm_prints_only_logs(tmp_path):
@@ -72,6 +73,6 @@ def test_disable_tqdm_prints_only_logs(tmp_path):
                     "--save_strategy", "no", "--output_dir", tmp_path / "out", "--disable_tqdm", "true")
     assert proc.returncode == 0, proc.stderr
     assert "step " not in proc.stderr
-    logs = [ast.literal_eval(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    logs = [ast.literal_eval(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [sorted(d) for d in logs[:2]] == [sorted(["loss", "grad_norm", "learning_rate", "epoch"])] * 2
     assert "train_runtime" in logs[2] and "total_flos" not in logs[2]

@@ -3,23 +3,22 @@
 #include "kiln/png.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "core/png_reader.h"
-#include "error_test_util.h"
 #include "kiln/error.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
 using kiln::testing::decode_png;
-using kiln::testing::error_of;
-using kiln::testing::has;
+using kiln::test::expect_error;
+using kiln::test::has;
 
 // 7x5 pixels mixing a gradient, noise-like values and a repeated row, so that the five filters
 // produce different bytes and each has something to undo.
@@ -80,8 +79,8 @@ TEST(Png, AdaptiveFilteringPicksSubForAFlatRowAndUpForARepeatedRow) {
 }
 
 TEST(Png, WritePngWritesTheFileAndNamesAPathItCannotWrite) {
-  const fs::path dir = fs::temp_directory_path() / ("kiln_png_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const kiln::test::TempDir tmp;
+  const fs::path& dir = tmp.path();
   const std::vector<uint8_t> rgb = known_image(40, 30);
   write_png((dir / "a.png").string(), 40, 30, rgb);
   std::ifstream in(dir / "a.png", std::ios::binary);
@@ -92,14 +91,13 @@ TEST(Png, WritePngWritesTheFileAndNamesAPathItCannotWrite) {
   EXPECT_EQ(png.height, 30);
   EXPECT_EQ(png.rgb, rgb);
   const std::string missing = (dir / "no_such_folder" / "b.png").string();
-  EXPECT_TRUE(has(error_of<IOError>([&] { write_png(missing, 40, 30, rgb); }), missing));
-  fs::remove_all(dir);
+  expect_error<IOError>([&] { write_png(missing, 40, 30, rgb); }, missing);
 }
 
 TEST(Png, RejectsSizesThatDoNotMatchThePixels) {
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { encode_png(4, 4, std::vector<uint8_t>(47)); }), "needs 48 bytes, got 47"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { encode_png(0, 4, {}); }), "0x4"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { encode_png(4, -1, {}); }), "4x-1"));
+  expect_error<InvalidArgument>([] { encode_png(4, 4, std::vector<uint8_t>(47)); }, "needs 48 bytes, got 47");
+  expect_error<InvalidArgument>([] { encode_png(0, 4, {}); }, "0x4");
+  expect_error<InvalidArgument>([] { encode_png(4, -1, {}); }, "4x-1");
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
 
 #include "kiln/tensor.h"
+#include "test_util.h"
 
 namespace kiln {
+
+using kiln::test::expect_error;
 
 TEST(Tensor, AllocationIsAligned) {
   for (int64_t n : {1, 3, 17, 1000}) {
@@ -28,12 +31,7 @@ TEST(Tensor, ReshapeIsAViewAndPermuteIsStrided) {
 
 TEST(Tensor, WrongDtypeAccessNamesBothTypes) {
   Tensor t = Tensor::zeros(DType::Int64, {2});
-  try {
-    (void)t.data<float>();
-    FAIL();
-  } catch (const TypeError& e) {
-    EXPECT_NE(std::string(e.what()).find("int64[2] read as float"), std::string::npos) << e.what();
-  }
+  expect_error<TypeError>([&] { (void)t.data<float>(); }, "int64[2] read as float");
 }
 
 TEST(Tensor, WrapDoesNotOwn) {
@@ -61,12 +59,7 @@ TEST(DType, HalfRoundTripsExactValuesAndRoundsToNearestEven) {
 TEST(Shape, BroadcastFollowsNumpyAndNamesBothShapes) {
   EXPECT_EQ(broadcast_shapes({2, 1, 3}, {4, 1}), (Shape{2, 4, 3}));
   EXPECT_EQ(broadcast_shapes({}, {5}), (Shape{5}));
-  try {
-    broadcast_shapes({2, 3}, {4});
-    FAIL();
-  } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("[2, 3] and [4]"), std::string::npos) << e.what();
-  }
+  expect_error<ShapeError>([&] { broadcast_shapes({2, 3}, {4}); }, "[2, 3] and [4]");
 }
 
 }  // namespace kiln

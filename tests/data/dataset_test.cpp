@@ -2,9 +2,12 @@
 
 #include "data_test_util.h"
 #include "kiln/data.h"
+#include "test_util.h"
 
 namespace kiln::data {
 namespace {
+
+using kiln::test::expect_error;
 
 std::shared_ptr<TensorDataset> small_dataset(int64_t n, float offset = 0.0f) {
   std::vector<float> x;
@@ -43,16 +46,15 @@ TEST(TensorDataset, NonContiguousColumnsArePacked) {
 }
 
 TEST(TensorDataset, Errors) {
-  using testing::expect_error;
   expect_error<ShapeError>(
       [] {
         TensorDataset({{"input", Tensor::zeros(DType::Float32, {4, 2})}, {"labels", Tensor::zeros(DType::Int64, {3})}});
       },
       {"column 'labels' has 3 items (shape [3])", "column 'input' has 4 (shape [4, 2])"});
-  expect_error<ShapeError>([] { TensorDataset({{"s", Tensor::scalar<float>(1.0f)}}); }, {"column 's' is a scalar"});
-  expect_error<InvalidArgument>([] { TensorDataset(std::map<std::string, Tensor>{}); }, {"no columns"});
+  expect_error<ShapeError>([] { TensorDataset({{"s", Tensor::scalar<float>(1.0f)}}); }, "column 's' is a scalar");
+  expect_error<InvalidArgument>([] { TensorDataset(std::map<std::string, Tensor>{}); }, "no columns");
   auto ds = small_dataset(2);
-  expect_error<InvalidArgument>([&] { ds->get(2); }, {"index 2 is out of range for 2 items"});
+  expect_error<InvalidArgument>([&] { ds->get(2); }, "index 2 is out of range for 2 items");
   expect_error<KeyError>([&] { ds->column("image"); }, {"no column 'image'", "input, labels"});
 }
 
@@ -63,7 +65,7 @@ TEST(Subset, PicksIndices) {
   EXPECT_EQ(sub.get(0).at("input").data<float>()[0], 4.0f);
   EXPECT_EQ(sub.get(1).at("input").data<float>()[0], 0.0f);
   EXPECT_EQ(sub.columns(), ds->columns());
-  testing::expect_error<InvalidArgument>([&] { Subset(ds, {1, 5}); }, {"index 5 (position 1)", "5 items"});
+  expect_error<InvalidArgument>([&] { Subset(ds, {1, 5}); }, {"index 5 (position 1)", "5 items"});
 }
 
 TEST(ConcatDataset, ChainsDatasets) {
@@ -71,10 +73,10 @@ TEST(ConcatDataset, ChainsDatasets) {
   EXPECT_EQ(cat.size(), 5u);
   const std::vector<float> firsts{0, 1, 100, 101, 102};
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(cat.get(i).at("input").data<float>()[0], firsts[i]) << i;
-  testing::expect_error<InvalidArgument>([&] { cat.get(5); }, {"index 5 is out of range for 5 items"});
+  expect_error<InvalidArgument>([&] { cat.get(5); }, "index 5 is out of range for 5 items");
   auto other = std::make_shared<TensorDataset>(std::map<std::string, Tensor>{{"x", Tensor::zeros(DType::Float32, {1})}});
-  testing::expect_error<ShapeError>([&] { ConcatDataset({small_dataset(1), other}); },
-                                    {"dataset 1 has columns [x]", "dataset 0 has [input, labels]"});
+  expect_error<ShapeError>([&] { ConcatDataset({small_dataset(1), other}); },
+                           {"dataset 1 has columns [x]", "dataset 0 has [input, labels]"});
 }
 
 }  // namespace

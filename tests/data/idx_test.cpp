@@ -3,12 +3,13 @@
 #include "data/idx.h"
 #include "data_test_util.h"
 #include "kiln/data.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
 
-using data::testing::expect_error;
-using data::testing::scratch_dir;
+using kiln::test::expect_error;
+
 using data::testing::write_file;
 
 // An IDX uint8 file: magic 00 00 08 <rank>, big-endian dims, then the bytes.
@@ -32,20 +33,22 @@ std::string gzip(const std::filesystem::path& dir, const std::string& bytes) {
 TEST(Idx, ReadsBigEndianInt32PlainFile) {
   // magic 0x00000C01 (int32, rank 1), dim 2, values 1 and -2 big-endian.
   const std::string bytes("\x00\x00\x0C\x01\x00\x00\x00\x02\x00\x00\x00\x01\xFF\xFF\xFF\xFE", 16);
-  const Tensor t = read_idx(write_file(scratch_dir() / "i32.idx", bytes));
+  const kiln::test::TempDir dir;
+  const Tensor t = read_idx(write_file(dir / "i32.idx", bytes));
   ASSERT_EQ(t.dtype(), DType::Int32);
   EXPECT_EQ(t.data<int32_t>()[0], 1);
   EXPECT_EQ(t.data<int32_t>()[1], -2);
 }
 
 TEST(Idx, GzippedAndPlainReadTheSame) {
-  const auto dir = scratch_dir();
+  const kiln::test::TempDir dir;
   const std::string bytes = idx_u8({2, 2, 3}, std::string("\x00\x01\x02\x03\x04\x05\xff\xfe\xfd\xfc\xfb\xfa", 12));
   const Tensor plain = read_idx(write_file(dir / "a.idx", bytes));
-  const Tensor gz = read_idx(write_file(dir / "a.idx.gz", gzip(dir, bytes)));
+  const Tensor gz = read_idx(write_file(dir / "a.idx.gz", gzip(dir.path(), bytes)));
   // Two gzip members back to back decompress as one stream (as gzip -d does).
   const std::string half = bytes.substr(0, 10);
-  const Tensor multi = read_idx(write_file(dir / "multi.gz", gzip(dir, half) + gzip(dir, bytes.substr(10))));
+  const Tensor multi =
+      read_idx(write_file(dir / "multi.gz", gzip(dir.path(), half) + gzip(dir.path(), bytes.substr(10))));
   for (const Tensor* t : {&plain, &gz, &multi}) {
     ASSERT_EQ(t->shape(), (Shape{2, 2, 3}));
     EXPECT_EQ(t->data<uint8_t>()[1], 1);
@@ -54,9 +57,9 @@ TEST(Idx, GzippedAndPlainReadTheSame) {
 }
 
 TEST(Idx, LoadIdxScalesNormalisesAndWidensLabels) {
-  const auto dir = scratch_dir();
+  const kiln::test::TempDir dir;
   const std::string images = write_file(dir / "img", idx_u8({2, 1, 2}, std::string("\x00\xff\x33\x66", 4)));
-  const std::string labels = write_file(dir / "lbl.gz", gzip(dir, idx_u8({2}, std::string("\x07\x02", 2))));
+  const std::string labels = write_file(dir / "lbl.gz", gzip(dir.path(), idx_u8({2}, std::string("\x07\x02", 2))));
   auto ds = data::load_idx(images, labels);
   const Tensor& x = ds->column("input");
   ASSERT_EQ(x.shape(), (Shape{2, 1, 1, 2}));
@@ -80,8 +83,8 @@ TEST(Idx, LoadIdxScalesNormalisesAndWidensLabels) {
 }
 
 TEST(Idx, CorruptFilesNameTheFileAndOffset) {
-  const auto dir = scratch_dir();
-  expect_error<IOError>([] { read_idx("/nonexistent/t10k.gz"); }, {"cannot open IDX file '/nonexistent/t10k.gz'"});
+  const kiln::test::TempDir dir;
+  expect_error<IOError>([] { read_idx("/nonexistent/t10k.gz"); }, "cannot open IDX file '/nonexistent/t10k.gz'");
   const std::string garbage = write_file(dir / "garbage.idx", "hello world");
   expect_error<CorruptFile>([&] { read_idx(garbage); }, {garbage, "not an IDX file", "byte offset 0"});
   const std::string type = write_file(dir / "type.idx", std::string("\x00\x00\x07\x01\x00\x00\x00\x01\x05", 9));
@@ -97,15 +100,15 @@ TEST(Idx, CorruptFilesNameTheFileAndOffset) {
   expect_error<CorruptFile>([&] { read_idx(long_data); },
                             {long_data, "header says 1 bytes", "file has 2", "should end at byte offset 9"});
   // The same count mismatch inside gzip says the offsets are of the decompressed data.
-  const std::string gz_short = write_file(dir / "short.gz", gzip(dir, idx_u8({9}, "\x01\x02")));
+  const std::string gz_short = write_file(dir / "short.gz", gzip(dir.path(), idx_u8({9}, "\x01\x02")));
   expect_error<CorruptFile>([&] { read_idx(gz_short); }, {gz_short, "ends at byte offset 10 of the decompressed data"});
 
   // A gzip stream cut short, and one with a corrupted deflate block.
-  const std::string gz = gzip(dir, idx_u8({4000}, std::string(4000, '\x2a')) + std::string(3000, '\x07'));
+  const std::string gz = gzip(dir.path(), idx_u8({4000}, std::string(4000, '\x2a')) + std::string(3000, '\x07'));
   const std::string cut = write_file(dir / "cut.gz", gz.substr(0, gz.size() / 2));
-  expect_error<CorruptFile>([&] { read_idx(cut); },
-                            {cut, "is truncated or corrupt: the gzip stream ends at byte offset " +
-                                      std::to_string(gz.size() / 2)});
+  expect_error<CorruptFile>(
+      [&] { read_idx(cut); },
+      {cut, "is truncated or corrupt: the gzip stream ends at byte offset " + std::to_string(gz.size() / 2)});
   std::string flipped = gz;
   flipped[10] = static_cast<char>(0xff);  // the first byte of the deflate data: an invalid block type
   const std::string bad = write_file(dir / "bad.gz", flipped);
@@ -116,17 +119,17 @@ TEST(Idx, CorruptFilesNameTheFileAndOffset) {
 }
 
 TEST(Idx, LoadIdxRejectsMismatchedFiles) {
-  const auto dir = scratch_dir();
+  const kiln::test::TempDir dir;
   const std::string images = write_file(dir / "img", idx_u8({3, 1, 1}, "\x01\x02\x03"));
   const std::string labels = write_file(dir / "lbl", idx_u8({2}, "\x01\x02"));
-  expect_error<CorruptFile>([&] { data::load_idx(images, labels); },
-                            {"image file '" + images + "' holds 3 images", "label file '" + labels + "' holds 2 labels",
-                             "byte offset 4"});
+  expect_error<CorruptFile>(
+      [&] { data::load_idx(images, labels); },
+      {"image file '" + images + "' holds 3 images", "label file '" + labels + "' holds 2 labels", "byte offset 4"});
   expect_error<CorruptFile>([&] { data::load_idx(labels, labels); }, {labels, "1 dimensions", "byte offset 3"});
   expect_error<CorruptFile>([&] { data::load_idx(images, images); }, {images, "labels are one integer per item"});
   data::IdxOptions o;
   o.normalize = data::Normalization{0.5f, 0.0f};
-  expect_error<InvalidArgument>([&] { data::load_idx(images, labels, o); }, {"normalize.std must be positive"});
+  expect_error<InvalidArgument>([&] { data::load_idx(images, labels, o); }, "normalize.std must be positive");
 }
 
 }  // namespace

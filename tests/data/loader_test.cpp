@@ -8,9 +8,12 @@
 
 #include "data_test_util.h"
 #include "kiln/data.h"
+#include "test_util.h"
 
 namespace kiln::data {
 namespace {
+
+using kiln::test::expect_error;
 
 // Item i: {"x": [i, -i] float32, "y": i int64}; records every index it is asked for.
 class CountingDataset : public Dataset {
@@ -54,7 +57,7 @@ TEST(DataLoader, BatchCountsWithAndWithoutDropLast) {
   const Example last = keep.batch(0, 3);
   EXPECT_EQ(last.at("x").shape(), (Shape{1, 2}));
   EXPECT_EQ(ys(last), (std::vector<int64_t>{9}));
-  testing::expect_error<InvalidArgument>([&] { drop.batch(0, 3); }, {"batch 3 is out of range", "3 batches"});
+  expect_error<InvalidArgument>([&] { drop.batch(0, 3); }, {"batch 3 is out of range", "3 batches"});
 }
 
 TEST(DataLoader, DefaultCollateStacks) {
@@ -121,13 +124,12 @@ TEST(DataLoader, CustomCollator) {
 
 TEST(DataLoader, BadArguments) {
   auto ds = std::make_shared<CountingDataset>(3);
-  testing::expect_error<InvalidArgument>([&] { DataLoader(ds, 0); }, {"batch_size must be positive"});
-  testing::expect_error<InvalidArgument>([&] { DataLoader(nullptr, 2); }, {"dataset is null"});
-  testing::expect_error<InvalidArgument>([&] { DataLoader(ds, 2).batch(-1, 0); }, {"epoch -1"});
+  expect_error<InvalidArgument>([&] { DataLoader(ds, 0); }, "batch_size must be positive");
+  expect_error<InvalidArgument>([&] { DataLoader(nullptr, 2); }, "dataset is null");
+  expect_error<InvalidArgument>([&] { DataLoader(ds, 2).batch(-1, 0); }, "epoch -1");
 }
 
 TEST(DefaultCollate, MismatchesNameColumnAndItems) {
-  using testing::expect_error;
   const Example a{{"x", Tensor::zeros(DType::Float32, {2})}, {"y", Tensor::scalar<int64_t>(1)}};
   const Example wide{{"x", Tensor::zeros(DType::Float32, {3})}, {"y", Tensor::scalar<int64_t>(1)}};
   const Example doubled{{"x", Tensor::zeros(DType::Float64, {2})}, {"y", Tensor::scalar<int64_t>(1)}};
@@ -135,11 +137,11 @@ TEST(DefaultCollate, MismatchesNameColumnAndItems) {
   const Example extra{{"x", Tensor::zeros(DType::Float32, {2})}, {"y", Tensor::scalar<int64_t>(1)},
                       {"w", Tensor::scalar<int64_t>(1)}};
   expect_error<ShapeError>([&] { default_collate({a, a, wide}); },
-                           {"column 'x' has shape [3] in item 2 but [2] in item 0"});
-  expect_error<TypeError>([&] { default_collate({a, doubled}); }, {"column 'x' is double in item 1 but float in item 0"});
-  expect_error<ShapeError>([&] { default_collate({a, no_y}); }, {"item 1 lacks column 'y' that item 0 has"});
-  expect_error<ShapeError>([&] { default_collate({a, extra}); }, {"item 1 has column 'w' that item 0 lacks"});
-  expect_error<InvalidArgument>([&] { default_collate({}); }, {"no items"});
+                           "column 'x' has shape [3] in item 2 but [2] in item 0");
+  expect_error<TypeError>([&] { default_collate({a, doubled}); }, "column 'x' is double in item 1 but float in item 0");
+  expect_error<ShapeError>([&] { default_collate({a, no_y}); }, "item 1 lacks column 'y' that item 0 has");
+  expect_error<ShapeError>([&] { default_collate({a, extra}); }, "item 1 has column 'w' that item 0 lacks");
+  expect_error<InvalidArgument>([&] { default_collate({}); }, "no items");
 }
 
 TEST(DefaultCollate, StridedItemsArePacked) {

@@ -11,14 +11,15 @@
 #include "data_test_util.h"
 #include "kiln/data.h"
 #include "kiln/npy.h"
+#include "test_util.h"
 
 namespace kiln::data {
 namespace {
 
-using testing::expect_error;
+using kiln::test::expect_error;
+
 using testing::read_bytes;
 using testing::run_python;
-using testing::scratch_dir;
 using testing::write_file;
 
 // x: float32 [6, 2] = arange(12) / 4, y: int64 [6] = 0..5 * 3, m: uint8 [6, 3] (a third array).
@@ -70,7 +71,7 @@ void expect_xy(const TensorDataset& ds) {
 }
 
 TEST(Npz, ReadsSavezAndSavezCompressed) {
-  const auto dir = scratch_dir();
+  const kiln::test::TempDir dir;
   for (bool compressed : {false, true}) {
     const std::string path = (dir / (compressed ? "c.npz" : "s.npz")).string();
     write_npz(path, compressed);
@@ -87,7 +88,7 @@ TEST(Npz, ReadsSavezAndSavezCompressed) {
 }
 
 TEST(Npz, CorruptArchivesNameTheFileAndOffset) {
-  const auto dir = scratch_dir();
+  const kiln::test::TempDir dir;
   const std::string good_path = (dir / "good.npz").string();
   write_npz(good_path, false);
   const std::string good = read_bytes(good_path);
@@ -101,8 +102,9 @@ TEST(Npz, CorruptArchivesNameTheFileAndOffset) {
   std::string b = good;
   b[l.directory] = 'X';
   const std::string dir_sig = variant("dirsig.npz", b);
-  expect_error<CorruptFile>([&] { load_npz(dir_sig); },
-                            {dir_sig, "bad zip central directory", "entry 0 of 3 at byte offset " + std::to_string(l.directory)});
+  expect_error<CorruptFile>(
+      [&] { load_npz(dir_sig); },
+      {dir_sig, "bad zip central directory", "entry 0 of 3 at byte offset " + std::to_string(l.directory)});
   // Central directory offset pointing past the end record.
   b = good;
   const uint32_t far = static_cast<uint32_t>(good.size());
@@ -125,7 +127,7 @@ TEST(Npz, CorruptArchivesNameTheFileAndOffset) {
 TEST(Npz, BadNpyInsideTheArchive) {
   // Write the archive ourselves from Python with a broken header for 'x' (stored, so the header's
   // file offset is the member data's offset + 10).
-  const auto dir = scratch_dir();
+  const kiln::test::TempDir dir;
   const std::string path = (dir / "hdr.npz").string();
   run_python(fmt::format(
       "import zipfile, io, numpy as np\n"
@@ -133,9 +135,9 @@ TEST(Npz, BadNpyInsideTheArchive) {
       "raw = raw.replace(b'shape', b'shapf')\n"
       "z = zipfile.ZipFile('{}', 'w'); z.writestr('x.npy', raw); z.close()", path));
   const size_t data = layout(read_bytes(path)).data.at("x.npy");
-  expect_error<CorruptFile>([&] { load_npz(path); },
-                            {path, "member 'x.npy'", "bad .npy array at byte offset " + std::to_string(data + 10),
-                             "lacks 'shape'"});
+  expect_error<CorruptFile>(
+      [&] { load_npz(path); },
+      {path, "member 'x.npy'", "bad .npy array at byte offset " + std::to_string(data + 10), "lacks 'shape'"});
   // Deflated, with the data cut short: offsets are of the decompressed member.
   const std::string short_path = (dir / "short.npz").string();
   run_python(fmt::format(
@@ -156,7 +158,7 @@ TEST(Npz, BadNpyInsideTheArchive) {
 
 TEST(Npz, Zip64EndRecord) {
   // Over 65535 members make Python's zipfile write a zip64 end record and locator.
-  const auto dir = scratch_dir();
+  const kiln::test::TempDir dir;
   const std::string path = (dir / "z64.npz").string();
   run_python(fmt::format(
       "import zipfile, io, numpy as np\n"
@@ -173,7 +175,7 @@ TEST(Npz, Zip64EndRecord) {
 }
 
 TEST(Npy, ColumnsFromFiles) {
-  const auto dir = scratch_dir();
+  const kiln::test::TempDir dir;
   const std::string x = (dir / "x.npy").string();
   const std::string y = (dir / "y.npy").string();
   save_npy(Tensor::from_vector<float>({3, 2}, {1, 2, 3, 4, 5, 6}), x);
@@ -184,8 +186,8 @@ TEST(Npy, ColumnsFromFiles) {
   EXPECT_EQ(ds->get(2).at("labels").data<int64_t>()[0], 9);
 
   save_npy(Tensor::from_vector<int64_t>({4}, {1, 2, 3, 4}), y);
-  expect_error<ShapeError>([&] { load_npy({{"input", x}, {"labels", y}}); }, {"column 'labels' has 4 items"});
-  expect_error<IOError>([&] { load_npy({{"input", (dir / "none.npy").string()}}); }, {"none.npy"});
+  expect_error<ShapeError>([&] { load_npy({{"input", x}, {"labels", y}}); }, "column 'labels' has 4 items");
+  expect_error<IOError>([&] { load_npy({{"input", (dir / "none.npy").string()}}); }, "none.npy");
 
   const std::string good = read_bytes(x);  // version 1.0: 10-byte prefix, the header, then the data
   const std::string data_at = "at byte offset " + std::to_string(10 + le16(good, 8));

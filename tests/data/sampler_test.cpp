@@ -7,9 +7,12 @@
 
 #include "data_test_util.h"
 #include "kiln/data.h"
+#include "test_util.h"
 
 namespace kiln::data {
 namespace {
+
+using kiln::test::expect_error;
 
 bool is_permutation_of_iota(std::vector<size_t> v) {
   std::sort(v.begin(), v.end());
@@ -81,7 +84,7 @@ TEST(Sampler, HuggingFaceSeedRule) {
 }
 
 TEST(Sampler, NegativeEpochIsAnError) {
-  testing::expect_error<InvalidArgument>([] { RandomSampler(1).order(3, -1); }, {"epoch -1"});
+  expect_error<InvalidArgument>([] { RandomSampler(1).order(3, -1); }, "epoch -1");
 }
 
 }  // namespace

@@ -8,11 +8,13 @@
 
 #include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
 
 using namespace test_util;
+using kiln::test::expect_error;
 
 struct ConvCase {
   std::string name;
@@ -126,16 +128,13 @@ TEST(Conv, MatchesReference) {
 
 TEST(Conv, ChannelMismatchNamesBothShapes) {
   ConvCase c{"bad", {1, 3, 8, 8}, {16, 4, 3, 3}, 1};
-  try {
-    run_node(conv_node(c), {random_f32(c.x, 1, -1.f, 1.f), random_f32(c.w, 2, -1.f, 1.f), random_f32({16}, 3, -1.f, 1.f)});
-    FAIL() << "expected ShapeError";
-  } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "input float[1, 3, 8, 8] has 3 channels but weight float[16, 4, 3, 3] expects 4 (group 1)"),
-              std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("node 'conv' (Conv)"), std::string::npos) << e.what();
-  }
+  expect_error<ShapeError>(
+      [&] {
+        run_node(conv_node(c),
+                 {random_f32(c.x, 1, -1.f, 1.f), random_f32(c.w, 2, -1.f, 1.f), random_f32({16}, 3, -1.f, 1.f)});
+      },
+      {"input float[1, 3, 8, 8] has 3 channels but weight float[16, 4, 3, 3] expects 4 (group 1)",
+       "node 'conv' (Conv)"});
   ConvCase too_small{"kernel larger than input", {1, 1, 2, 2}, {1, 1, 3, 3}, 1};
   EXPECT_THROW(run_node(conv_node(too_small), {random_f32(too_small.x, 1, -1.f, 1.f), random_f32(too_small.w, 2, -1.f, 1.f),
                                                random_f32({1}, 3, -1.f, 1.f)}),

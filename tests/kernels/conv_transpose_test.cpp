@@ -9,11 +9,13 @@
 
 #include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
 
 using namespace test_util;
+using kiln::test::expect_error;
 
 struct Case {
   std::string name;
@@ -125,16 +127,10 @@ TEST(ConvTranspose, MatchesReference) {
 TEST(ConvTranspose, BadWeightAndAttributesAreNamed) {
   Tensor x = random_real(DType::Float32, {1, 3, 4, 4}, 1, -1.0, 1.0);
   Case c{"bad", {1, 3, 4, 4}, {4, 2, 3, 3}};
-  try {
-    run_node(node_of(c, false), {x, random_real(DType::Float32, c.w, 2, -1.0, 1.0)});
-    FAIL() << "expected ShapeError";
-  } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("input float[1, 3, 4, 4] has 3 channels but weight float[4, 2, 3, 3] expects "
-                                         "4 (group 1"),
-              std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("node 'deconv' (ConvTranspose)"), std::string::npos) << e.what();
-  }
+  expect_error<ShapeError>(
+      [&] { run_node(node_of(c, false), {x, random_real(DType::Float32, c.w, 2, -1.0, 1.0)}); },
+      {"input float[1, 3, 4, 4] has 3 channels but weight float[4, 2, 3, 3] expects " "4 (group 1",
+       "node 'deconv' (ConvTranspose)"});
   Case bad_pad{"bad output_padding", {1, 3, 4, 4}, {3, 2, 3, 3}, 1, {}, {}, {}, {1}};
   EXPECT_THROW(run_node(node_of(bad_pad, false), {x, random_real(DType::Float32, bad_pad.w, 2, -1.0, 1.0)}), InvalidModel);
   Case bad_bias{"bad bias", {1, 3, 4, 4}, {3, 2, 3, 3}};

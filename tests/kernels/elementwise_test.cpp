@@ -8,11 +8,13 @@
 
 #include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
 
 using namespace test_util;
+using kiln::test::expect_error;
 
 Node make_node(const std::string& op, size_t inputs) {
   Node n;
@@ -117,15 +119,7 @@ TEST(Elementwise, IntegerDivisionTruncatesTowardZero) {
 TEST(Elementwise, IntegerDivisionByZeroIsAnErrorNamingTheDivisor) {
   const Tensor a = Tensor::from_vector<int64_t>({3}, {1, 2, 3});
   const Tensor b = Tensor::from_vector<int64_t>({3}, {1, 5, 0});
-  try {
-    run1("Div", {a, b});
-    FAIL() << "no error";
-  } catch (const InvalidArgument& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("'B'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("element 2"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("node 'n' (Div)"), std::string::npos) << msg;
-  }
+  expect_error<InvalidArgument>([&] { run1("Div", {a, b}); }, {"'B'", "element 2", "node 'n' (Div)"});
   // Floats follow IEEE: no error.
   const Tensor f = run1("Div", {Tensor::from_vector<float>({2}, {1.f, -1.f}), Tensor::scalar<float>(0.f)});
   EXPECT_EQ(f.data<float>()[0], std::numeric_limits<float>::infinity());
@@ -145,14 +139,9 @@ TEST(Elementwise, IntegerArithmeticWrapsLikeNumpy) {
 }
 
 TEST(Elementwise, IncompatibleBroadcastNamesBothInputsAndShapes) {
-  try {
-    run1("Add", {Tensor::zeros(DType::Float32, {2, 3}), Tensor::zeros(DType::Float32, {4})});
-    FAIL() << "no error";
-  } catch (const ShapeError& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("'A' [2, 3]"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("'B' [4]"), std::string::npos) << msg;
-  }
+  expect_error<ShapeError>(
+      [&] { run1("Add", {Tensor::zeros(DType::Float32, {2, 3}), Tensor::zeros(DType::Float32, {4})}); },
+      {"'A' [2, 3]", "'B' [4]"});
 }
 
 TEST(Elementwise, MixedDtypesAreATypeError) {
@@ -342,19 +331,12 @@ TEST(Mod, FloatIsCFmodAndNeedsFmod1) {
   const Tensor h = run_mod(Tensor::from_vector<Half>({1}, {float_to_half(-7.5f)}),
                            Tensor::from_vector<Half>({1}, {float_to_half(2.f)}), 1);
   EXPECT_EQ(h.item_as_double(), -1.5);
-  try {
-    run_mod(Tensor::zeros(DType::Float32, {2}), Tensor::zeros(DType::Float32, {2}), 0);
-    FAIL() << "no error";
-  } catch (const InvalidModel& e) {
-    EXPECT_NE(std::string(e.what()).find("fmod=0 (integer remainder) given for float inputs 'A' and 'B'"),
-              std::string::npos) << e.what();
-  }
-  try {
-    run_mod(Tensor::from_vector<int64_t>({2}, {1, 2}), Tensor::from_vector<int64_t>({2}, {1, 0}), 0);
-    FAIL() << "no error";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("divisor 'B' (int64[2]) is 0 at element 1"), std::string::npos) << e.what();
-  }
+  expect_error<InvalidModel>(
+      [&] { run_mod(Tensor::zeros(DType::Float32, {2}), Tensor::zeros(DType::Float32, {2}), 0); },
+      "fmod=0 (integer remainder) given for float inputs 'A' and 'B'");
+  expect_error<InvalidArgument>(
+      [&] { run_mod(Tensor::from_vector<int64_t>({2}, {1, 2}), Tensor::from_vector<int64_t>({2}, {1, 0}), 0); },
+      "divisor 'B' (int64[2]) is 0 at element 1");
   EXPECT_THROW(run_mod(Tensor::zeros(DType::Int32, {2}), Tensor::zeros(DType::Int64, {2}), 1), TypeError);
 }
 
@@ -408,12 +390,7 @@ TEST(BitShift, BothDirectionsAndOversizedShifts) {
   EXPECT_EQ(y.data<uint64_t>()[1], 0u);
   Node bad = left;
   bad.attrs["direction"] = Attribute::of_string("left");
-  try {
-    run_node(bad, {x, s}, 11);
-    FAIL() << "no error";
-  } catch (const InvalidModel& e) {
-    EXPECT_NE(std::string(e.what()).find("direction is 'left'"), std::string::npos) << e.what();
-  }
+  expect_error<InvalidModel>([&] { run_node(bad, {x, s}, 11); }, "direction is 'left'");
   EXPECT_THROW(run_node(left, {Tensor::zeros(DType::Int32, {2}), Tensor::zeros(DType::Int32, {2})}, 11), Unsupported);
 }
 

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -111,25 +110,6 @@ inline int64_t source_index(const Shape& s, const Shape& out, int64_t linear) {
     }
   }
   return offset;
-}
-
-inline void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    FAIL() << "no error; expected one containing: " << fragment;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
-
-// The message run_node throws, or "(no error)".
-inline std::string error_of(const Node& n, const std::vector<Tensor>& inputs, int64_t opset) {
-  try {
-    run_node(n, inputs, opset);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 inline void expect_bytes_equal(const Tensor& got, const Tensor& want) {

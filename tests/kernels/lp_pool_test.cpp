@@ -8,11 +8,13 @@
 
 #include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
 
 using namespace test_util;
+using kiln::test::expect_error;
 
 Node pool_node(const std::string& op, std::map<std::string, Attribute> attrs) {
   Node n;
@@ -102,15 +104,12 @@ TEST(GlobalLpPool, MatchesReferenceAnyRank) {
 }
 
 TEST(LpPool, BadKernelIsNamed) {
-  try {
-    run_node(pool_node("LpPool", {{"kernel_shape", Attribute::of_ints({2})}}), {random_real(DType::Float32, {1, 2, 4, 4}, 1, -2.0, 2.0)});
-    FAIL() << "expected ShapeError";
-  } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("kernel_shape [2] has 1 dims but input float[1, 2, 4, 4] has 2 spatial dims"),
-              std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("node 'lp' (LpPool)"), std::string::npos) << e.what();
-  }
+  expect_error<ShapeError>(
+      [&] {
+        run_node(pool_node("LpPool", {{"kernel_shape", Attribute::of_ints({2})}}),
+                 {random_real(DType::Float32, {1, 2, 4, 4}, 1, -2.0, 2.0)});
+      },
+      {"kernel_shape [2] has 1 dims but input float[1, 2, 4, 4] has 2 spatial dims", "node 'lp' (LpPool)"});
   EXPECT_THROW(run_node(pool_node("LpPool", {}), {random_real(DType::Float32, {1, 2, 4, 4}, 1, -2.0, 2.0)}), InvalidModel);
   EXPECT_THROW(run_node(pool_node("GlobalLpPool", {}), {random_real(DType::Float32, {1, 2}, 1, -2.0, 2.0)}), ShapeError);
 }

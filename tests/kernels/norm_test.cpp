@@ -8,11 +8,13 @@
 
 #include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
 
 using namespace test_util;
+using kiln::test::expect_error;
 
 Node bn_node(std::map<std::string, Attribute> attrs = {}, std::vector<std::string> outputs = {"y"}) {
   Node n;
@@ -51,21 +53,11 @@ TEST(BatchNormalization, MatchesFormulaForEveryRank) {
 TEST(BatchNormalization, TrainingOutputsAndBadShapesAreNamed) {
   Tensor x = random_f32({2, 3, 4}, 1, -1.f, 1.f), p = random_f32({3}, 2, -1.f, 1.f);
   // Training mode itself is tested in batch_norm_training_test.cpp; here its outputs without it.
-  try {
-    run_node(bn_node({}, {"y", "running_mean", "running_var"}), {x, p, p, p, p}, 15);
-    FAIL() << "expected Unsupported";
-  } catch (const Unsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("exists only in training mode"), std::string::npos) << e.what();
-  }
-  try {
-    run_node(bn_node(), {x, p, random_f32({4}, 3, -1.f, 1.f), p, p}, 15);
-    FAIL() << "expected ShapeError";
-  } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("B float[4] must be [3], one value per channel of X float[2, 3, 4]"),
-              std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("node 'bn' (BatchNormalization)"), std::string::npos) << e.what();
-  }
+  expect_error<Unsupported>([&] { run_node(bn_node({}, {"y", "running_mean", "running_var"}), {x, p, p, p, p}, 15); },
+                            "exists only in training mode");
+  expect_error<ShapeError>(
+      [&] { run_node(bn_node(), {x, p, random_f32({4}, 3, -1.f, 1.f), p, p}, 15); },
+      {"B float[4] must be [3], one value per channel of X float[2, 3, 4]", "node 'bn' (BatchNormalization)"});
 }
 
 Tensor convert(const Tensor& t, DType dt) {
@@ -108,14 +100,8 @@ TEST(BatchNormalization, Float64AndMixedParameterDtypes) {
     EXPECT_LE(err, c.x == DType::Float64 ? 1e-6 : 1e-5);  // epsilon is a float attribute (1e-5f)
   }
   // Before opset 14 every input shares X's dtype.
-  try {
-    run_node(bn_node(), {x, scale, b, convert(mean, DType::Float64), var}, 13);
-    FAIL() << "expected TypeError";
-  } catch (const TypeError& e) {
-    EXPECT_NE(std::string(e.what()).find("input_mean double[3] must have the dtype of X float[2, 3, 4, 5] (opset 13)"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error<TypeError>([&] { run_node(bn_node(), {x, scale, b, convert(mean, DType::Float64), var}, 13); },
+                          "input_mean double[3] must have the dtype of X float[2, 3, 4, 5] (opset 13)");
 }
 
 Node in_node() {
@@ -149,14 +135,12 @@ TEST(InstanceNormalization, MatchesFormula) {
       }
       EXPECT_LE(err, dt == DType::Float32 ? 1e-5 : 1e-12);
     }
-  try {
-    run_node(in_node(), {random_f32({2, 3, 4}, 1, -1.f, 1.f), random_f32({4}, 2, -1.f, 1.f), random_f32({3}, 3, -1.f, 1.f)});
-    FAIL() << "expected ShapeError";
-  } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("scale float[4] must be float[3], one value per channel of input float[2, 3, 4]"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error<ShapeError>(
+      [&] {
+        run_node(in_node(),
+                 {random_f32({2, 3, 4}, 1, -1.f, 1.f), random_f32({4}, 2, -1.f, 1.f), random_f32({3}, 3, -1.f, 1.f)});
+      },
+      "scale float[4] must be float[3], one value per channel of input float[2, 3, 4]");
 }
 
 }  // namespace

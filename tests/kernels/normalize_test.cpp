@@ -8,11 +8,13 @@
 
 #include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
 
 using namespace test_util;
+using kiln::test::expect_error;
 
 Node node(const std::string& op, std::map<std::string, Attribute> attrs) {
   Node n;
@@ -64,14 +66,12 @@ TEST(MeanVarianceNormalization, MatchesFormulaOverAxes) {
       }
       EXPECT_LE(max_err(y, ref), dt == DType::Float32 ? 1e-5 : 1e-12);  // |ref| <= ~4
     }
-  try {
-    run_node(node("MeanVarianceNormalization", {{"axes", Attribute::of_ints({0, 4})}}), {random_real(DType::Float32, shape, 1, -2.0, 2.0)});
-    FAIL() << "expected ShapeError";
-  } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("axes [0, 4] must be distinct and in range for input float[3, 4, 2, 5]"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error<ShapeError>(
+      [&] {
+        run_node(node("MeanVarianceNormalization", {{"axes", Attribute::of_ints({0, 4})}}),
+                 {random_real(DType::Float32, shape, 1, -2.0, 2.0)});
+      },
+      "axes [0, 4] must be distinct and in range for input float[3, 4, 2, 5]");
 }
 
 TEST(LpNormalization, L1AndL2AlongAxis) {
@@ -139,12 +139,11 @@ TEST(LRN, MatchesOnnxFormulaForOddAndEvenSizes) {
       }
   EXPECT_THROW(run_node(node("LRN", {{"size", Attribute::of_int(0)}}), {random_real(DType::Float32, {1, 3, 2, 2}, 1, -2.0, 2.0)}),
                InvalidModel);
-  try {
-    run_node(node("LRN", {{"size", Attribute::of_int(3)}}), {random_real(DType::Float32, {4}, 1, -2.0, 2.0)});
-    FAIL() << "expected ShapeError";
-  } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("LRN: input float[4] must be [N, C, ...]"), std::string::npos) << e.what();
-  }
+  expect_error<ShapeError>(
+      [&] {
+        run_node(node("LRN", {{"size", Attribute::of_int(3)}}), {random_real(DType::Float32, {4}, 1, -2.0, 2.0)});
+      },
+      "LRN: input float[4] must be [N, C, ...]");
 }
 
 }  // namespace

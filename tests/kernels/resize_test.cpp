@@ -8,9 +8,12 @@
 #include <cmath>
 
 #include "kiln/kernel.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
+
+using kiln::test::expect_error;
 
 Node resize_node(std::map<std::string, Attribute> attrs, std::vector<std::string> inputs = {"X", "", "scales"}) {
   Node n;
@@ -136,38 +139,24 @@ TEST(Resize, NearestFloorAndCeilModesByHand) {
   expect_close(run("round_prefer_floor"), {6}, {10, 20, 20, 30, 40, 40});
 }
 
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    FAIL() << "no error; expected one containing: " << fragment;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
-
 TEST(Resize, RejectsBadInputsWithClearMessages) {
   const Tensor x = Tensor::zeros(DType::Float32, {1, 1, 2, 2});
-  expect_error(
+  expect_error<InvalidModel>(
       [&] {
         run_node(resize_node({}, {"X", "", "scales", "sizes"}),
                  {x, Tensor(), scales({1, 1, 2, 2}), sizes({1, 1, 4, 4})}, 13);
       },
       "exactly one of scales and sizes must be given (non-empty); got both");
-  expect_error(
-      [&] {
-        run_node(resize_node({}), {x, Tensor(), scales({1, 2})}, 13);
-      },
-      "must be float with one entry per dimension of input [1, 1, 2, 2]");
-  expect_error(
+  expect_error<ShapeError>([&] { run_node(resize_node({}), {x, Tensor(), scales({1, 2})}, 13); },
+                           "must be float with one entry per dimension of input [1, 1, 2, 2]");
+  expect_error<Unsupported>(
       [&] {
         run_node(resize_node({{"mode", str("linear")}}),
                  {Tensor::zeros(DType::Int32, {2, 2}), Tensor(), scales({2, 2})}, 13);
       },
       "linear interpolation of int32 input [2, 2] is not supported");
-  expect_error(
-      [&] {
-        run_node(resize_node({{"mode", str("area")}}), {x, Tensor(), scales({1, 1, 2, 2})}, 13);
-      },
+  expect_error<Unsupported>(
+      [&] { run_node(resize_node({{"mode", str("area")}}), {x, Tensor(), scales({1, 1, 2, 2})}, 13); },
       "mode 'area' is not supported");
   EXPECT_THROW(run_node(resize_node({{"mode", str("area")}}), {x, Tensor(), scales({1, 1, 2, 2})}, 13), Unsupported);
 }

@@ -4,9 +4,12 @@
 
 #include "kiln/autodiff.h"
 #include "kiln/kernel.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
+
+using kiln::test::expect_error;
 
 Tensor iota(Shape shape) {
   Tensor t = Tensor::empty(DType::Float32, std::move(shape));
@@ -56,13 +59,7 @@ TEST(SumToShapeOf, MatchesBroadcastSums) {
 }
 
 TEST(SumToShapeOf, RejectsATargetThatDoesNotBroadcast) {
-  try {
-    sum_to(iota({2, 3}), {4});
-    FAIL();
-  } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("gradient [2, 3] does not broadcast from target [4]"), std::string::npos)
-        << e.what();
-  }
+  expect_error<ShapeError>([&] { sum_to(iota({2, 3}), {4}); }, "gradient [2, 3] does not broadcast from target [4]");
 }
 
 }  // namespace

@@ -8,18 +8,21 @@
 
 #include "kiln/onnx_io.h"
 #include "onnx/onnx_test_util.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
 
 using namespace onnx_test;
+using kiln::test::expect_error;
+using kiln::test::TempDir;
 
 namespace fs = std::filesystem;
 
 // A scratch folder with the model's own folder "model" inside, so that paths can escape it.
 struct ModelDir : TempDir {
-  ModelDir() : TempDir("ext") { fs::create_directories(model_dir()); }
-  fs::path model_dir() const { return path / "model"; }
+  ModelDir() { fs::create_directories(model_dir()); }
+  fs::path model_dir() const { return path() / "model"; }
 };
 
 // 16 bytes of junk, then float[2, 3] = {0.5, 1.5, ..., 5.5}, then 8 bytes of junk.
@@ -72,21 +75,6 @@ std::string write_model(const fs::path& dir, const std::string& location, const 
   return path.string();
 }
 
-template <class E, class F>
-std::string expect_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const E& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    return msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-  return "";
-}
-
 void expect_weights(const Model& m) {
   const Tensor& w = m.graph.initializers.at("w");
   ASSERT_EQ(w.describe(), "float[2, 3]");
@@ -116,15 +104,17 @@ TEST(OnnxExternalData, SymlinkInsideTheFolderIsAllowed) {
 TEST(OnnxExternalData, MissingFile) {
   ModelDir dir;
   const std::string path = write_model(dir.model_dir(), "nope.bin");
-  expect_error<IOError>([&] { load_model(path); },
-                        {"external data file 'nope.bin' for tensor 'w' not found in '" + dir.model_dir().string() + "'"});
+  expect_error<IOError>(
+      [&] { load_model(path); },
+      {"external data file 'nope.bin' for tensor 'w' not found in '" + dir.model_dir().string() + "'"});
 }
 
 TEST(OnnxExternalData, DotDotIsRefused) {
   ModelDir dir;
-  write_file(dir.path / "x.bin", weights_file());  // exists, so only the path rule can refuse it
+  write_file(dir / "x.bin", weights_file());  // exists, so only the path rule can refuse it
   const std::string path = write_model(dir.model_dir(), "../x.bin");
-  expect_error<InvalidModel>([&] { load_model(path); }, {path, "tensor 'w'", "'../x.bin'", "outside the model's folder"});
+  expect_error<InvalidModel>([&] { load_model(path); },
+                             {path, "tensor 'w'", "'../x.bin'", "outside the model's folder"});
   const std::string nested = write_model(dir.model_dir(), "data/../../x.bin");
   expect_error<InvalidModel>([&] { load_model(nested); }, {"'data/../../x.bin'", "outside the model's folder"});
 }
@@ -140,9 +130,9 @@ TEST(OnnxExternalData, AbsolutePathIsRefused) {
 
 TEST(OnnxExternalData, SymlinkEscapingTheFolderIsRefused) {
   ModelDir dir;
-  write_file(dir.path / "secret" / "w.bin", weights_file());
-  fs::create_symlink(dir.path / "secret" / "w.bin", dir.model_dir() / "link.bin");
-  fs::create_directory_symlink(dir.path / "secret", dir.model_dir() / "linkdir");
+  write_file(dir / "secret" / "w.bin", weights_file());
+  fs::create_symlink(dir / "secret" / "w.bin", dir.model_dir() / "link.bin");
+  fs::create_directory_symlink(dir / "secret", dir.model_dir() / "linkdir");
   const std::string path = write_model(dir.model_dir(), "link.bin");
   expect_error<InvalidModel>([&] { load_model(path); }, {"tensor 'w'", "'link.bin'", "outside the model's folder"});
   const std::string via_dir = write_model(dir.model_dir(), "linkdir/w.bin");

@@ -3,7 +3,8 @@
 #include <filesystem>
 
 #include "kiln/onnx_io.h"
-#include "models/graph_builder.h"
+#include "graph_builder.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
@@ -15,7 +16,8 @@ TEST(OnnxIrVersion, NewerIrVersionsLoadAndCheck) {
   b.output(b.op("Relu", {x}), "y", DType::Float32, {-1, 4});
   Model m = b.build();
   m.ir_version = 10;
-  const auto path = std::filesystem::temp_directory_path() / "kiln_ir10.onnx";
+  const kiln::test::TempDir tmp;
+  const auto path = tmp / "ir10.onnx";
   save_model(m, path.string());
   Model loaded = load_model(path.string());
   EXPECT_EQ(loaded.ir_version, 10);

@@ -6,31 +6,30 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <source_location>
+#include <string>
+#include <utility>
 
 #include "core/atomic_file.h"
 #include "kiln/onnx_io.h"
 #include "onnx/onnx_test_util.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
 
 using namespace onnx_test;
+using kiln::test::expect_error;
+using kiln::test::TempDir;
 
 namespace fs = std::filesystem;
 
-// Runs `f`, expecting exception type E whose message contains every string in `parts`.
+// Load and save errors are one line that names the file: expect_error, and no line break.
 template <class E, class F>
-void expect_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const E& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << "multi-line message: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
+void expect_one_line_error(F&& f, std::initializer_list<std::string> parts,
+                           const std::source_location& where = std::source_location::current()) {
+  const std::string msg = expect_error<E>(std::forward<F>(f), parts, where);
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "multi-line message (line " << where.line() << "): " << msg;
 }
 
 // Identity over a 1000-float initializer: big enough that cutting the file in half cuts a tensor.
@@ -59,61 +58,61 @@ onnx::ModelProto small_model() {
 }
 
 TEST(OnnxLoadErrors, MissingFileIsIOErrorNamingIt) {
-  TempDir dir("err");
-  const std::string path = (dir.path / "absent.onnx").string();
-  expect_error<IOError>([&] { load_model(path); }, {"cannot open model '" + path + "'", "No such file"});
+  TempDir dir;
+  const std::string path = (dir / "absent.onnx").string();
+  expect_one_line_error<IOError>([&] { load_model(path); }, {"cannot open model '" + path + "'", "No such file"});
 }
 
 TEST(OnnxLoadErrors, FolderIsIOError) {
-  TempDir dir("err");
-  expect_error<IOError>([&] { load_model(dir.path.string()); }, {dir.path.string(), "Is a directory"});
+  TempDir dir;
+  expect_one_line_error<IOError>([&] { load_model(dir.path().string()); }, {dir.path().string(), "Is a directory"});
 }
 
 TEST(OnnxLoadErrors, EmptyFile) {
-  TempDir dir("err");
-  const std::string path = dir.file("empty.onnx", "");
-  expect_error<InvalidModel>([&] { load_model(path); }, {"'" + path + "' is not a valid ONNX model", "empty"});
+  TempDir dir;
+  const std::string path = write_file(dir / "empty.onnx", "");
+  expect_one_line_error<InvalidModel>([&] { load_model(path); }, {"'" + path + "' is not a valid ONNX model", "empty"});
 }
 
 TEST(OnnxLoadErrors, TruncatedFile) {
-  TempDir dir("err");
+  TempDir dir;
   const std::string bytes = small_model().SerializeAsString();
-  ASSERT_NO_THROW(load_model(dir.file("whole.onnx", bytes)));  // the uncut model is fine
-  const std::string path = dir.file("half.onnx", bytes.substr(0, bytes.size() / 2));
-  expect_error<InvalidModel>([&] { load_model(path); },
-                             {"'" + path + "' is not a valid ONNX model", "do not parse", "truncated"});
+  ASSERT_NO_THROW(load_model(write_file(dir / "whole.onnx", bytes)));  // the uncut model is fine
+  const std::string path = write_file(dir / "half.onnx", bytes.substr(0, bytes.size() / 2));
+  expect_one_line_error<InvalidModel>([&] { load_model(path); },
+                                      {"'" + path + "' is not a valid ONNX model", "do not parse", "truncated"});
 }
 
 TEST(OnnxLoadErrors, RandomBytes) {
-  TempDir dir("err");
+  TempDir dir;
   for (unsigned seed : {1u, 2u, 3u, 42u}) {
     std::mt19937 rng(seed);
     std::string bytes(4096, '\0');
     for (char& c : bytes) c = static_cast<char>(rng() & 0xff);
-    const std::string path = dir.file("noise" + std::to_string(seed) + ".onnx", bytes);
-    expect_error<InvalidModel>([&] { load_model(path); }, {"'" + path + "' is not a valid ONNX model"});
+    const std::string path = write_file(dir / ("noise" + std::to_string(seed) + ".onnx"), bytes);
+    expect_one_line_error<InvalidModel>([&] { load_model(path); }, {"'" + path + "' is not a valid ONNX model"});
   }
 }
 
 TEST(OnnxLoadErrors, ParsableButNotAModel) {
   // Field 1 (ir_version) = 5 and nothing else: valid protobuf, no graph.
-  expect_error<InvalidModel>([&] { load_model_from_bytes(std::string("\x08\x05", 2), "", {}, "tiny.onnx"); },
-                             {"'tiny.onnx' is not a valid ONNX model", "no graph"});
+  expect_one_line_error<InvalidModel>([&] { load_model_from_bytes(std::string("\x08\x05", 2), "", {}, "tiny.onnx"); },
+                                      {"'tiny.onnx' is not a valid ONNX model", "no graph"});
   onnx::ModelProto m = small_model();
   m.clear_opset_import();
-  expect_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "noopset.onnx"); },
-                             {"'noopset.onnx'", "opset_import"});
+  expect_one_line_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "noopset.onnx"); },
+                                      {"'noopset.onnx'", "opset_import"});
   m = small_model();
   m.clear_ir_version();
-  expect_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "noir.onnx"); },
-                             {"'noir.onnx'", "ir_version is 0"});
+  expect_one_line_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "noir.onnx"); },
+                                      {"'noir.onnx'", "ir_version is 0"});
 }
 
 TEST(OnnxLoadErrors, CheckerFailureIsOneLineNamingTheFile) {
   onnx::ModelProto m = small_model();
   m.mutable_graph()->mutable_node(0)->set_op_type("NoSuchOp");
-  expect_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "bad.onnx"); },
-                             {"'bad.onnx' is not a valid ONNX model", "ONNX checker", "NoSuchOp"});
+  expect_one_line_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "bad.onnx"); },
+                                      {"'bad.onnx' is not a valid ONNX model", "ONNX checker", "NoSuchOp"});
   // Without the checker the same model loads (the op is only unknown to a session).
   LoadOptions lenient;
   lenient.run_checker = false;
@@ -123,8 +122,9 @@ TEST(OnnxLoadErrors, CheckerFailureIsOneLineNamingTheFile) {
 TEST(OnnxLoadErrors, RawDataOfWrongLengthNamesTheTensor) {
   onnx::ModelProto m = small_model();
   m.mutable_graph()->mutable_initializer(0)->set_raw_data(std::string(3999, '\0'));
-  expect_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "short.onnx"); },
-                             {"'short.onnx'", "tensor 'w' (float[1000])", "3999 bytes of raw_data, expected 4000"});
+  expect_one_line_error<InvalidModel>(
+      [&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "short.onnx"); },
+      {"'short.onnx'", "tensor 'w' (float[1000])", "3999 bytes of raw_data, expected 4000"});
 }
 
 TEST(OnnxLoadErrors, TypedFieldOfWrongLengthNamesTheTensor) {
@@ -132,8 +132,8 @@ TEST(OnnxLoadErrors, TypedFieldOfWrongLengthNamesTheTensor) {
   auto* w = m.mutable_graph()->mutable_initializer(0);
   w->clear_raw_data();
   for (int i = 0; i < 999; ++i) w->add_float_data(1.f);
-  expect_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "typed.onnx"); },
-                             {"tensor 'w'", "999 values in float_data, expected 1000"});
+  expect_one_line_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", {}, "typed.onnx"); },
+                                      {"tensor 'w'", "999 values in float_data, expected 1000"});
 }
 
 TEST(OnnxLoadErrors, StringAndComplexTensorsAreUnsupported) {
@@ -154,36 +154,37 @@ TEST(OnnxLoadErrors, StringAndComplexTensorsAreUnsupported) {
     m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
     LoadOptions o;
     o.run_checker = false;
-    expect_error<Unsupported>([&] { load_model_from_bytes(m.SerializeAsString(), "", o, "s.onnx"); },
-                              {"'s.onnx'", "tensor 'w'", type == onnx::TensorProto::STRING ? "string" : "complex64"});
+    expect_one_line_error<Unsupported>(
+        [&] { load_model_from_bytes(m.SerializeAsString(), "", o, "s.onnx"); },
+        {"'s.onnx'", "tensor 'w'", type == onnx::TensorProto::STRING ? "string" : "complex64"});
   }
 }
 
 TEST(OnnxSaveErrors, MissingFolderIsIOErrorAndLeavesNoTempFile) {
-  TempDir dir("err");
+  TempDir dir;
   Model m;
   m.opsets[""] = 17;
-  const std::string path = (dir.path / "no" / "such" / "model.onnx").string();
-  expect_error<IOError>([&] { save_model(m, path); }, {"'" + path + "'", "No such file"});
-  EXPECT_TRUE(fs::is_empty(dir.path));
-  expect_error<IOError>([&] { save_tensor_proto(Tensor::scalar<float>(1), "t", path); }, {"'" + path + "'"});
+  const std::string path = (dir / "no" / "such" / "model.onnx").string();
+  expect_one_line_error<IOError>([&] { save_model(m, path); }, {"'" + path + "'", "No such file"});
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+  expect_one_line_error<IOError>([&] { save_tensor_proto(Tensor::scalar<float>(1), "t", path); }, {"'" + path + "'"});
 }
 
 TEST(OnnxSaveErrors, TargetThatIsAFolderLeavesNoTempFile) {
-  TempDir dir("err");
-  fs::create_directory(dir.path / "taken");
+  TempDir dir;
+  fs::create_directory(dir / "taken");
   Model m;
   m.opsets[""] = 17;
-  const std::string path = (dir.path / "taken").string();
-  expect_error<IOError>([&] { save_model(m, path); }, {"'" + path + "'", "rename"});
+  const std::string path = (dir / "taken").string();
+  expect_one_line_error<IOError>([&] { save_model(m, path); }, {"'" + path + "'", "rename"});
   size_t entries = 0;
-  for (const auto& e : fs::directory_iterator(dir.path)) entries += e.path().filename() == "taken" ? 0 : 1;
+  for (const auto& e : fs::directory_iterator(dir.path())) entries += e.path().filename() == "taken" ? 0 : 1;
   EXPECT_EQ(entries, 0u) << "a temporary file was left behind";
 }
 
 TEST(AtomicFile, UncommittedWriteLeavesTargetUntouched) {
-  TempDir dir("err");
-  const std::string path = dir.file("data.bin", "old");
+  TempDir dir;
+  const std::string path = write_file(dir / "data.bin", "old");
   std::string temp;
   {
     AtomicFile f(path);

@@ -11,11 +11,13 @@
 #include "kiln/onnx_io.h"
 #include "onnx/onnx_test_util.h"
 #include "onnx/tensor_proto.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
 
 using namespace onnx_test;
+using kiln::test::TempDir;
 
 namespace fs = std::filesystem;
 
@@ -71,7 +73,7 @@ def values(name):
 
 TEST(OnnxReference, LoadsTensorsWrittenByPythonOnnx) {
   if (!python_has_onnx()) GTEST_SKIP() << "/usr/bin/python3 with onnx and numpy is not available";
-  TempDir dir("ref");
+  TempDir dir;
   const std::string script = std::string(kPythonPrelude) + R"PY(
 inits = []
 for name, t in TYPES.items():
@@ -89,22 +91,22 @@ onnx.save(model, os.path.join(d, "model.onnx"))
 x = numpy_helper.from_array((np.arange(6, dtype=np.float32) * 0.25).reshape(2, 3), "x")
 open(os.path.join(d, "input_0.pb"), "wb").write(x.SerializeToString())
 )PY";
-  ASSERT_EQ(run_python(dir.path, script), 0);
-  const Model m = load_model((dir.path / "model.onnx").string());
+  ASSERT_EQ(run_python(dir.path(), script), 0);
+  const Model m = load_model((dir / "model.onnx").string());
   for (DType d : kAllDtypes) {
     const std::string name = dtype_name(d);
     ASSERT_TRUE(m.graph.initializers.count("typed_" + name)) << name;
     expect_values(m.graph.initializers.at("typed_" + name), d, "typed_" + name);
     if (d != DType::BFloat16) expect_values(m.graph.initializers.at("raw_" + name), d, "raw_" + name);
   }
-  const Tensor x = load_tensor_proto((dir.path / "input_0.pb").string());
+  const Tensor x = load_tensor_proto((dir / "input_0.pb").string());
   ASSERT_EQ(x.describe(), "float[2, 3]");
   for (int i = 0; i < 6; ++i) EXPECT_EQ(x.data<float>()[i], 0.25f * static_cast<float>(i));
 }
 
 TEST(OnnxReference, PythonOnnxReadsWhatKilnWrites) {
   if (!python_has_onnx()) GTEST_SKIP() << "/usr/bin/python3 with onnx and numpy is not available";
-  TempDir dir("ref");
+  TempDir dir;
   Model m;
   m.opsets[""] = 17;
   m.graph.name = "g";
@@ -116,7 +118,7 @@ TEST(OnnxReference, PythonOnnxReadsWhatKilnWrites) {
       for (int i = 0; i < 6; ++i) t.data<T>()[i] = from_double<T>(v[static_cast<size_t>(i)]);
     });
     m.graph.initializers[std::string("w_") + dtype_name(d)] = t;
-    save_tensor_proto(t, dtype_name(d), (dir.path / (std::string(dtype_name(d)) + ".pb")).string());
+    save_tensor_proto(t, dtype_name(d), (dir / (std::string(dtype_name(d)) + ".pb")).string());
   }
   Node n;
   n.op_type = "Identity";
@@ -128,7 +130,7 @@ TEST(OnnxReference, PythonOnnxReadsWhatKilnWrites) {
   y.has_type = y.has_shape = true;
   y.dims = {{2, ""}, {3, ""}};
   m.graph.outputs.push_back(y);
-  save_model(m, (dir.path / "model.onnx").string());
+  save_model(m, (dir / "model.onnx").string());
   const std::string script = std::string(kPythonPrelude) + R"PY(
 model = onnx.load(os.path.join(d, "model.onnx"))
 onnx.checker.check_model(model)
@@ -145,7 +147,7 @@ for name, t in TYPES.items():
         want = np.array(values(name), dtype=np.float64).reshape(2, 3)
         assert np.array_equal(arr.astype(np.float64), want), (name, arr, want)
 )PY";
-  EXPECT_EQ(run_python(dir.path, script), 0);
+  EXPECT_EQ(run_python(dir.path(), script), 0);
 }
 
 // onnx.helper's encodings without Python: 16-bit floats as bit patterns in int32_data.

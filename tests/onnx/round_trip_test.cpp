@@ -9,11 +9,13 @@
 
 #include "kiln/onnx_io.h"
 #include "onnx/onnx_test_util.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
 
 using namespace onnx_test;
+using kiln::test::TempDir;
 
 namespace fs = std::filesystem;
 
@@ -223,9 +225,9 @@ void expect_graph_eq(const Graph& a, const Graph& b) {
 }
 
 TEST(OnnxRoundTrip, SaveCheckLoadKeepsEverything) {
-  TempDir dir("rt");
+  TempDir dir;
   const Model original = build_model();
-  const std::string path = (dir.path / "model.onnx").string();
+  const std::string path = (dir / "model.onnx").string();
   save_model(original, path);
   EXPECT_NO_THROW(onnx::checker::check_model(path));
 
@@ -242,7 +244,7 @@ TEST(OnnxRoundTrip, SaveCheckLoadKeepsEverything) {
   expect_graph_eq(original.graph, loaded.graph);
 
   // Saving what was loaded reproduces the file exactly.
-  const std::string again = (dir.path / "again.onnx").string();
+  const std::string again = (dir / "again.onnx").string();
   save_model(loaded, again);
   EXPECT_EQ(read_bytes(path), read_bytes(again));
   EXPECT_EQ(serialize_model(loaded), read_bytes(path));
@@ -263,7 +265,7 @@ TEST(OnnxRoundTrip, ShapeInferenceFillsValueInfo) {
 
 // Protobuf's default 64 MiB parse limit must not apply to model files.
 TEST(OnnxRoundTrip, LoadsModelsLargerThan64MiB) {
-  TempDir dir("rt");
+  TempDir dir;
   Model m;
   m.opsets[""] = 17;
   m.graph.name = "big";
@@ -277,7 +279,7 @@ TEST(OnnxRoundTrip, LoadsModelsLargerThan64MiB) {
   n.outputs = {"y"};
   m.graph.nodes.push_back(n);
   m.graph.outputs.push_back(tensor_info("y", DType::Float32, {{18 << 20, ""}}));
-  const std::string path = (dir.path / "big.onnx").string();
+  const std::string path = (dir / "big.onnx").string();
   save_model(m, path);
   ASSERT_GT(fs::file_size(path), 64u << 20);
   const Model loaded = load_model(path);
@@ -287,15 +289,15 @@ TEST(OnnxRoundTrip, LoadsModelsLargerThan64MiB) {
 }
 
 TEST(OnnxRoundTrip, OverwritesAtomicallyWithoutTempFiles) {
-  TempDir dir("rt");
-  const std::string path = (dir.path / "model.onnx").string();
+  TempDir dir;
+  const std::string path = (dir / "model.onnx").string();
   {
     std::ofstream(path) << "old contents";
   }
   save_model(build_model(), path);
   EXPECT_EQ(read_bytes(path), serialize_model(build_model()));
   size_t files = 0;
-  for (const auto& e : fs::directory_iterator(dir.path)) {
+  for (const auto& e : fs::directory_iterator(dir.path())) {
     ++files;
     EXPECT_EQ(e.path().filename(), "model.onnx");
   }
@@ -303,18 +305,18 @@ TEST(OnnxRoundTrip, OverwritesAtomicallyWithoutTempFiles) {
 }
 
 TEST(OnnxRoundTrip, TensorProtoFilesRoundTripEveryDtype) {
-  TempDir dir("rt");
+  TempDir dir;
   int seed = 100;
   for (DType d : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int64, DType::Int32,
                   DType::Int16, DType::Int8, DType::Uint64, DType::Uint32, DType::Uint16, DType::Uint8, DType::Bool}) {
     const Tensor t = sample(d, {2, 3}, ++seed);
-    const std::string path = (dir.path / (std::string(dtype_name(d)) + ".pb")).string();
+    const std::string path = (dir / (std::string(dtype_name(d)) + ".pb")).string();
     save_tensor_proto(t, "input_0", path);
     expect_tensor_eq(t, load_tensor_proto(path), dtype_name(d));
   }
   // A strided view is written in logical order.
   const Tensor m = Tensor::from_vector<int32_t>({2, 3}, {1, 2, 3, 4, 5, 6});
-  const std::string path = (dir.path / "t.pb").string();
+  const std::string path = (dir / "t.pb").string();
   save_tensor_proto(m.permute({1, 0}), "t", path);
   const Tensor back = load_tensor_proto(path);
   EXPECT_EQ(back.shape(), (Shape{3, 2}));

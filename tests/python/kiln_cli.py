@@ -25,6 +25,16 @@ def run_kiln(*args, timeout=300):
     return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
+def run_nn_export(*args, timeout=300):
+    """Runs `kiln-nn-export ARGS...` (tools/nn_export: the Kiln side of the torch.nn and zoo parity
+    tests), asserting success; returns the CompletedProcess."""
+    exe = build_dir() / "bin" / "kiln-nn-export"
+    assert exe.exists(), f"{exe} does not exist: build the kiln_nn_export target or set KILN_BUILD_DIR"
+    proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"kiln-nn-export {' '.join(map(str, args))}: exit {proc.returncode}\n{proc.stderr}"
+    return proc
+
+
 def run_onnx(path, feeds, out_dir, *extra):
     """`kiln run PATH` on numpy feeds (saved as OUT_DIR/<name>.npy; outputs in OUT_DIR/out), asserting
     success. Returns a function that loads an output by name, and the CompletedProcess."""

@@ -15,7 +15,6 @@ Models (small sizes, so that the file runs in about two minutes on two cores):
 import numpy as np
 import pytest
 import torch
-
 import torch_models
 import zoo_models
 from kiln_cli import run_kiln

@@ -26,13 +26,20 @@ import onnx
 import onnx.numpy_helper
 import pytest
 import torch
-from torch import nn
-
 import torch_models
 import zoo_models
 from kiln_cli import REPO, run_kiln
-from training_parity import (export_forward, generate_artifacts, perturb, perturb_batchnorm_stats, read_safetensors,
-                             run_train_steps, weight_error, write_manifest)
+from torch import nn
+from training_parity import (
+    export_forward,
+    generate_artifacts,
+    perturb,
+    perturb_batchnorm_stats,
+    read_safetensors,
+    run_train_steps,
+    weight_error,
+    write_manifest,
+)
 
 TOL = 1e-5
 STEPS = 3
@@ -126,7 +133,8 @@ def test_exported_inference_model_matches_eval_model(tmp_path, node, name):
         assert want.shape == (shape[0], classes)
         np.save(tmp_path / f"x{b}.npy", feeds["input"])
 
-        proc = run_kiln("run", exported, "--input", f"input={tmp_path / f'x{b}.npy'}", "--output-dir", tmp_path / f"k{b}")
+        proc = run_kiln("run", exported, "--input", f"input={tmp_path / f'x{b}.npy'}",
+                        "--output-dir", tmp_path / f"k{b}")
         assert proc.returncode == 0, proc.stderr
         got_kiln = np.load(tmp_path / f"k{b}" / "logits.npy")
         assert close(got_kiln, want), f"kiln run of the export vs eval model: {weight_error(got_kiln, want):.2e}"

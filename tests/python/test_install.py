@@ -6,7 +6,6 @@ import sys
 
 import numpy as np
 import torch
-
 import torch_models
 from kiln_cli import build_dir
 

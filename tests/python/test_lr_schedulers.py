@@ -15,11 +15,10 @@ import os
 import subprocess
 from functools import partial
 
+import kiln_cli
 import numpy as np
 import pytest
 import torch
-
-import kiln_cli
 
 STEPS = 100  # every rate of a 100-step schedule, and 20 steps past its end
 

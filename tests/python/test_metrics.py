@@ -11,11 +11,10 @@ import math
 import os
 import subprocess
 
+import kiln_cli
 import numpy as np
 import pytest
 from sklearn import metrics as skm
-
-import kiln_cli
 
 SEEDS = [0, 1, 2, 3]
 REL = 1e-12

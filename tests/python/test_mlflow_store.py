@@ -1,4 +1,4 @@
-"""Kiln's MLflow file store (src/trainer/mlflow_store.cpp, MLflowCallback) read the way MLflow's
+"""Kiln's MLflow file store (src/trainer/loggers/mlflow_store.cpp, MLflowCallback) read the way MLflow's
 FileStore reads it (mlflow/store/tracking/file_store.py): meta.yaml files with PyYAML (MLflow's
 read_yaml is yaml.safe_load), params and tags as whole files, metric lines split on spaces into
 int(timestamp), float(value), int(step). MLflow itself is not installed; the expected layout, keys
@@ -18,10 +18,9 @@ import re
 import subprocess
 import uuid
 
+import kiln_cli
 import numpy as np
 import yaml
-
-import kiln_cli
 
 EXPERIMENT_KEYS = {"artifact_location", "creation_time", "experiment_id", "last_update_time", "lifecycle_stage", "name"}
 RUN_KEYS = {"artifact_uri", "end_time", "entry_point_name", "experiment_id", "lifecycle_stage", "run_id", "run_name",

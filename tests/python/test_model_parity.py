@@ -6,7 +6,6 @@ for the token models, so that one exported graph serves several shapes)."""
 import numpy as np
 import onnx
 import pytest
-
 import zoo_models
 from kiln_cli import run_onnx
 

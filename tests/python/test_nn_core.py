@@ -1,7 +1,7 @@
 """Parity of kiln::nn's core (Tracer, Module::state_dict, operator() with training-mode BatchNorm)
 with torch.nn (python3-torch 1.13), and the exported files against onnx.checker (full check).
 
-The gtest NnCoreExport.FilesForPythonInEnvironment (tests/models/nn/core_export.cpp) builds
+`kiln-nn-export core-files DIR` (tools/nn_export/core_files.cpp) builds
 Linear(4, 5) -> BatchNorm1d(5) -> ReLU -> Linear(5, 3) from test-only modules written against
 module.h, saves its initial state_dict, runs it twice in training mode and once in eval mode, and
 exports it in both modes. Here the same torch model loads the initial weights and repeats the runs.
@@ -10,29 +10,20 @@ Tolerance: max |kiln - torch| <= 1e-5 * max(1, max |torch|) (float32 on both sid
 num_batches_tracked exactly.
 """
 import json
-import os
 import struct
-import subprocess
 
 import numpy as np
 import onnx
 import torch
+from kiln_cli import run_nn_export
 from torch import nn
-
-from kiln_cli import build_dir
 from training_parity import read_safetensors
 
 TOL = 1e-5
 
 
 def run_export(out_dir):
-    exe = build_dir() / "bin" / "kiln_tests"
-    assert exe.exists(), f"{exe} does not exist: build the kiln_tests target or set KILN_BUILD_DIR"
-    env = dict(os.environ, KILN_NN_CORE_OUT=str(out_dir))
-    proc = subprocess.run([str(exe), "--gtest_filter=NnCoreExport.FilesForPythonInEnvironment"],
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "[  PASSED  ] 1 test" in proc.stdout, proc.stdout
+    run_nn_export("core-files", out_dir)
 
 
 def keys_in_file_order(path):

@@ -20,7 +20,6 @@ import numpy as np
 import onnx
 import pytest
 import torch
-
 from kiln_cli import build_dir, run_kiln
 
 RTOL = 1e-5  # max |kiln - torch| / max |torch|
@@ -86,7 +85,8 @@ CASES = [
                     "dilation": [2, 1], "groups": 2, "bias": False}, (2, 4, 9, 7), tag="-grouped"),
     Case("Conv2d", {"in_channels": 3, "out_channels": 5, "kernel_size": 4, "padding": "same", "dilation": 2},
          (2, 3, 9, 9), dynamic=(0, 2, 3), tag="-same"),
-    Case("Conv2d", {"in_channels": 3, "out_channels": 5, "kernel_size": 3, "padding": "valid"}, (1, 3, 6, 6), tag="-valid"),
+    Case("Conv2d", {"in_channels": 3, "out_channels": 5, "kernel_size": 3, "padding": "valid"}, (1, 3, 6, 6),
+         tag="-valid"),
     Case("ConvTranspose2d", {"in_channels": 4, "out_channels": 6, "kernel_size": 3, "stride": 2, "padding": 1,
                              "output_padding": 1}, (2, 4, 5, 5)),
     Case("ConvTranspose2d", {"in_channels": 4, "out_channels": 6, "kernel_size": [3, 2], "groups": 2, "dilation": 2,
@@ -100,7 +100,8 @@ CASES = [
     Case("LayerNorm", {"normalized_shape": [3, 6], "eps": 1e-3}, (2, 3, 6), tag="-2d"),
     Case("LayerNorm", {"normalized_shape": [6], "elementwise_affine": False}, (2, 6), tag="-noaffine"),
     Case("GroupNorm", {"num_groups": 2, "num_channels": 6}, (2, 6, 4, 4)),
-    Case("GroupNorm", {"num_groups": 3, "num_channels": 6, "affine": False}, (2, 6, 5), dynamic=(0, 2), tag="-noaffine"),
+    Case("GroupNorm", {"num_groups": 3, "num_channels": 6, "affine": False}, (2, 6, 5), dynamic=(0, 2),
+         tag="-noaffine"),
     Case("GroupNorm", {"num_groups": 1, "num_channels": 4, "eps": 1e-3}, (3, 4), tag="-2d"),
     Case("Embedding", {"num_embeddings": 10, "embedding_dim": 4}, (2, 5), dtype="int64", dynamic=(0, 1)),
     Case("Embedding", {"num_embeddings": 10, "embedding_dim": 4, "padding_idx": -1}, (2, 5), dtype="int64", tag="-pad"),
@@ -113,7 +114,8 @@ CASES = [
     Case("Dropout", {"p": 0.3}, (2, 3, 4), tag="-eval"),
     Case("MaxPool2d", {"kernel_size": 2}, (2, 3, 8, 8)),
     Case("MaxPool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 9, 9), tag="-padded"),
-    Case("MaxPool2d", {"kernel_size": [3, 2], "stride": 2, "ceil_mode": True, "dilation": [1, 2]}, (1, 2, 8, 9), tag="-ceil"),
+    Case("MaxPool2d", {"kernel_size": [3, 2], "stride": 2, "ceil_mode": True, "dilation": [1, 2]}, (1, 2, 8, 9),
+         tag="-ceil"),
     Case("MaxPool2d", {"kernel_size": 2}, (3, 8, 8), dynamic=(), tag="-unbatched"),
     Case("AvgPool2d", {"kernel_size": 2}, (2, 3, 8, 8)),
     Case("AvgPool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 9, 9), tag="-padded"),
@@ -184,7 +186,8 @@ def run_case(case, mode, tmp_path):
 
 
 # Layers whose train and eval modes export the same graph run in eval mode only.
-@pytest.mark.parametrize("case,mode", [(c, m) for c in CASES for m in c.modes], ids=lambda v: v if isinstance(v, str) else v.id())
+@pytest.mark.parametrize("case,mode", [(c, m) for c in CASES for m in c.modes],
+                         ids=lambda v: v if isinstance(v, str) else v.id())
 def test_layer_matches_torch(case, mode, tmp_path):
     m, state = run_case(case, mode, tmp_path)
     # After one call, Kiln's buffers equal torch's: updated running statistics and
@@ -271,7 +274,8 @@ def test_sequential_of_layers_matches_torch(tmp_path):
     ({"type": "Linear", "args": {"in_features": 4, "out_features": 2}}, "2,5", "in_features=4"),
     ({"type": "AdaptiveAvgPool2d", "args": {"output_size": 3}}, "1,2,7,7", "divisible"),
     ({"type": "BatchNorm2d", "args": {"num_features": 3}}, "2,3,4", "expected 4D input (got 3D input"),
-    ({"type": "GroupNorm", "args": {"num_groups": 4, "num_channels": 6}}, "2,6", "num_channels must be divisible by num_groups"),
+    ({"type": "GroupNorm", "args": {"num_groups": 4, "num_channels": 6}}, "2,6",
+     "num_channels must be divisible by num_groups"),
 ])
 def test_invalid_layers_fail_with_torchs_message(spec, shape, needle, tmp_path):
     proc = nn_export("--spec", json.dumps(spec), "--input-shape", shape, "--out", tmp_path / "m.onnx")
@@ -285,11 +289,14 @@ GRAD_RTOL = 1e-4  # gradients: max |kiln - torch| / max |torch| per parameter (f
 @pytest.mark.parametrize("specs,shape,dtype", [
     ([("Conv2d", {"in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": False}),
       ("BatchNorm2d", {"num_features": 8}), ("GELU", {}), ("GroupNorm", {"num_groups": 2, "num_channels": 8}),
-      ("SiLU", {}), ("MaxPool2d", {"kernel_size": 2}), ("ConvTranspose2d", {"in_channels": 8, "out_channels": 4, "kernel_size": 2, "stride": 2}),
-      ("Tanh", {}), ("AvgPool2d", {"kernel_size": 2}), ("Flatten", {"start_dim": 1, "end_dim": 2}), ("LayerNorm", {"normalized_shape": [4]}),
+      ("SiLU", {}), ("MaxPool2d", {"kernel_size": 2}),
+      ("ConvTranspose2d", {"in_channels": 8, "out_channels": 4, "kernel_size": 2, "stride": 2}),
+      ("Tanh", {}), ("AvgPool2d", {"kernel_size": 2}), ("Flatten", {"start_dim": 1, "end_dim": 2}),
+      ("LayerNorm", {"normalized_shape": [4]}),
       ("Flatten", {}), ("Dropout", {"p": 0.0}), ("Linear", {"in_features": 64, "out_features": 5})],
      (4, 3, 8, 8), "float"),
-    ([("Embedding", {"num_embeddings": 10, "embedding_dim": 6, "padding_idx": 0}), ("Linear", {"in_features": 6, "out_features": 6}),
+    ([("Embedding", {"num_embeddings": 10, "embedding_dim": 6, "padding_idx": 0}),
+      ("Linear", {"in_features": 6, "out_features": 6}),
       ("Tanh", {}), ("Flatten", {}), ("BatchNorm1d", {"num_features": 18, "track_running_stats": False}),
       ("Identity", {}),
       ("Sigmoid", {}), ("Linear", {"in_features": 18, "out_features": 5}), ("ReLU", {})],

@@ -12,7 +12,6 @@ import numpy as np
 import onnx
 import pytest
 import torch
-
 from kiln_package import import_kiln
 
 kiln = import_kiln()

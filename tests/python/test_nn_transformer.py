@@ -2,8 +2,8 @@
 torch.nn's (python3-torch 1.13), in eval mode, with torch's state_dict loaded into Kiln.
 
 Each case: a seeded torch module with perturbed parameters (non-zero biases, non-unit LayerNorm
-weights) saves its state_dict as safetensors; the gtest NnTransformerExport.FromSpecInEnvironment
-(tests/models/nn/transformer_export.cpp) builds the Kiln module from the same arguments, loads the
+weights) saves its state_dict as safetensors; `kiln-nn-export transformer-layers SPEC`
+(tools/nn_export/transformer_layers.cpp) builds the Kiln module from the same arguments, loads the
 weights strictly and exports ONNX with dynamic batch and sequence dims; `kiln run` runs it and the
 outputs are compared with torch's. Every exported file passes onnx.checker (full check).
 
@@ -15,18 +15,14 @@ loss and compares one SGD step (lr 1, so the update is the gradient) with torch'
 1e-4 of each tensor's largest gradient, then checks that the loss falls over a few steps.
 """
 import json
-import os
 import struct
-import subprocess
-import warnings
 
 import numpy as np
 import onnx
 import pytest
 import torch
+from kiln_cli import run_nn_export, run_onnx
 from torch import nn
-
-from kiln_cli import build_dir, run_onnx
 from training_parity import generate_artifacts, read_safetensors, run_train_steps, write_manifest
 
 TOL = 1e-5
@@ -61,17 +57,8 @@ def perturb(module, seed):
     return module
 
 
-def kiln_tests_path():
-    return build_dir() / "bin" / "kiln_tests"
-
-
 def export_with_kiln(spec_path):
-    exe = kiln_tests_path()
-    assert exe.exists(), f"{exe} does not exist: build the kiln_tests target or set KILN_BUILD_DIR"
-    env = dict(os.environ, KILN_NN_TRANSFORMER_SPEC=str(spec_path))
-    proc = subprocess.run([str(exe), "--gtest_filter=NnTransformerExport.FromSpecInEnvironment"],
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0 and "[  PASSED  ] 1 test" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
+    run_nn_export("transformer-layers", spec_path, timeout=600)
 
 
 def scaled_error(got, want):
@@ -175,14 +162,20 @@ def seq(x, batch_first):
     return x if batch_first else x.transpose(0, 1).contiguous()
 
 
+def call_with_names(names):
+    """Calls the torch layer with the case's inputs as keyword arguments."""
+    return lambda m, *args: m(**dict(zip(names, args)))
+
+
 def encoder_cases():
     cases = []
-    for i, (bf, nf, act) in enumerate([(b, n, a) for b in (False, True) for n in (False, True) for a in ("relu", "gelu")]):
+    variants = [(b, n, a) for b in (False, True) for n in (False, True) for a in ("relu", "gelu")]
+    for i, (bf, nf, act) in enumerate(variants):
         o = layer_options(bf, nf, act)
-        n, l = 3, 6
-        src = seq(rand(20 + i, n, l, 16), bf)
-        kpm = padding_mask(n, l, 30 + i)
-        mask = causal_bool(l) if i % 2 == 0 else causal_float(l)
+        n, length = 3, 6
+        src = seq(rand(20 + i, n, length, 16), bf)
+        kpm = padding_mask(n, length, 30 + i)
+        mask = causal_bool(length) if i % 2 == 0 else causal_float(length)
         cases.append(Case(f"encoder_bf{int(bf)}_nf{int(nf)}_{act}", "TransformerEncoderLayer", o,
                           torch_layer(nn.TransformerEncoderLayer, o, 40 + i),
                           [("src", src, [0]), ("src_mask", mask, [1]), ("src_key_padding_mask", kpm, [2])],
@@ -201,7 +194,8 @@ def encoder_cases():
 
 def decoder_cases():
     cases = []
-    for i, (bf, nf, act) in enumerate([(b, n, a) for b in (False, True) for n in (False, True) for a in ("relu", "gelu")]):
+    variants = [(b, n, a) for b in (False, True) for n in (False, True) for a in ("relu", "gelu")]
+    for i, (bf, nf, act) in enumerate(variants):
         o = layer_options(bf, nf, act)
         n, t, s = 2, 5, 7
         tgt, memory = seq(rand(60 + i, n, t, 16), bf), seq(rand(70 + i, n, s, 16), bf)
@@ -216,7 +210,7 @@ def decoder_cases():
         names = [name for name, _, _ in inputs]
         cases.append(Case(f"decoder_bf{int(bf)}_nf{int(nf)}_{act}", "TransformerDecoderLayer", o,
                           torch_layer(nn.TransformerDecoderLayer, o, 100 + i), inputs,
-                          (lambda names: lambda m, *args: m(**dict(zip(names, args))))(names), ["output"]))
+                          call_with_names(names), ["output"]))
     o = layer_options(True, True, "relu")
     tgt, memory = rand(110, 2, 4, 16), rand(111, 2, 6, 16)
     cases.append(Case("decoder_tgt_is_causal", "TransformerDecoderLayer", o,

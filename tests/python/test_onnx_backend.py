@@ -3,7 +3,8 @@
 Every case builds its model the way ONNX ships it (model.onnx plus test_data_set_*/), prepares it
 with kiln.backend.prepare, feeds the inputs positionally and compares each output with numpy at
 ONNX's tolerances (rtol 1e-3, atol 1e-7, dtypes equal). Cases Kiln is known not to pass are listed,
-grouped by reason, in backend_expectations.py. The runner also makes a `_cuda` twin of each case,
+grouped by reason, in tools/conformance/known_bad.txt (read by backend_expectations.py here and by
+the C++ conformance runner). The runner also makes a `_cuda` twin of each case,
 which it skips because kiln.backend supports only the CPU. Below the runner's cases: tests of
 kiln.backend's own API (dict inputs, bytes and paths, devices, options, errors) and run_node over
 every single-node case at the same tolerances.
@@ -28,6 +29,7 @@ import unittest
 import warnings
 from pathlib import Path
 
+import backend_expectations
 import numpy as np
 import onnx
 import onnx.backend.test
@@ -35,15 +37,13 @@ import onnx.backend.test.runner as onnx_runner
 import onnx.external_data_helper
 import onnx.numpy_helper
 import pytest
+from kiln_cli import REPO, build_dir
+from kiln_package import import_kiln
 from onnx import TensorProto, helper
 from onnx.backend.test.loader import load_model_tests
 
-import backend_expectations
-from kiln_cli import REPO, build_dir
-from kiln_package import import_kiln
-
 kiln = import_kiln()
-import kiln.backend  # noqa: E402
+import kiln.backend  # noqa: E402, F811 (the package import_kiln() loaded)
 import kiln.errors  # noqa: E402
 
 # onnx 1.12's runner compares dtypes with np.object, an alias numpy 1.24 removed.
@@ -88,7 +88,7 @@ with warnings.catch_warnings():
 
 
 def apply_expectations(cases):
-    """Marks the cases listed in backend_expectations with their group's reason: a group that
+    """Marks the cases of the known-bad list with their group's reason: a group that
     names an error runs as a strict xfail that must raise it (a case that starts passing, or fails
     some other way, is reported), the others are skipped. Returns the listed names that no
     category holds, so that a stale list is caught."""
@@ -117,7 +117,7 @@ globals().update(test_cases)
 
 def test_expectations_name_existing_cases():
     assert not UNKNOWN_EXPECTATIONS, \
-        f"backend_expectations lists cases ONNX's runner does not have: {UNKNOWN_EXPECTATIONS}"
+        f"tools/conformance/known_bad.txt lists cases ONNX's runner does not have: {UNKNOWN_EXPECTATIONS}"
 
 
 # --- kiln.backend's own API: what ONNX's runner does not exercise -------------------------------

@@ -18,10 +18,9 @@ import onnx
 import onnx.numpy_helper
 import pytest
 import torch
-from onnx import TensorProto, helper
-
 from kiln_cli import run_kiln
 from kiln_package import import_kiln
+from onnx import TensorProto, helper
 
 import_kiln()  # the package as built (build/python), as every test of the package imports it
 from kiln.training import onnxblock  # noqa: E402

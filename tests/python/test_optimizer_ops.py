@@ -14,9 +14,8 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import TensorProto, helper
-
 from kiln_cli import run_kiln
+from onnx import TensorProto, helper
 
 KILN_DOMAIN = "ai.kiln"
 STEPS = 10

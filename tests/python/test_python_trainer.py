@@ -9,9 +9,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from torch import nn
-
 from kiln_package import import_kiln
+from torch import nn
 
 kiln = import_kiln()
 

@@ -14,10 +14,9 @@ import struct
 import subprocess
 
 import crc32c
+import kiln_cli
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-import kiln_cli
 
 # The scalars of TensorBoardDump.Write (tests/trainer/tensorboard_test.cpp): tag, value, step, wall_time.
 SCALARS = [

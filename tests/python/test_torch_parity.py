@@ -4,7 +4,6 @@
 import numpy as np
 import pytest
 import torch
-
 import torch_models
 from kiln_cli import run_kiln
 

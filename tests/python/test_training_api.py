@@ -10,7 +10,6 @@ import numpy as np
 import onnx
 import pytest
 import torch
-
 import torch_models
 import zoo_models
 from kiln_package import import_kiln

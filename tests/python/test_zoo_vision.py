@@ -22,7 +22,6 @@ import onnx
 import pytest
 import torch
 import torchvision
-
 from kiln_cli import build_dir, run_kiln
 
 RTOL = 1e-4  # max |kiln - torch| / max |torch|
@@ -100,7 +99,8 @@ def test_resnet50_backbone_matches_torchvision_intermediates(tmp_path):
         model(torch.from_numpy(x))
     for h in hooks:
         h.remove()
-    report = nn_export("--backbone", "resnet50", "--out-indices", "0,1,2,3,4", "--weights", tmp_path / "w.npz", "--eval",
+    report = nn_export("--backbone", "resnet50", "--out-indices", "0,1,2,3,4", "--weights", tmp_path / "w.npz",
+                       "--eval",
                        "--input-shape", "1,3,224,224", "--out", tmp_path / "bb.onnx")
     assert report["keys"] == [k for k in model.state_dict() if not k.startswith("fc.")]
     proc = run_kiln("run", tmp_path / "bb.onnx", "--input", f"pixel_values={tmp_path / 'x.npy'}", "--output-dir",

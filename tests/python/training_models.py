@@ -10,8 +10,8 @@ from typing import Dict
 
 import numpy as np
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 
 def lm_loss(logits, ids):

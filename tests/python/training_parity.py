@@ -17,9 +17,8 @@ import onnx
 import onnx.numpy_helper
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from kiln_cli import build_dir, run_kiln
+from torch import nn
 
 # ----------------------------------------------------------------------------------- safetensors
 
@@ -75,7 +74,9 @@ def relative_error(got, want):
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     assert got.shape == want.shape, f"shapes differ: kiln {got.shape}, torch {want.shape}"
     scale = float(np.max(np.abs(want), initial=0.0))
-    return float(np.max(np.abs(got - want), initial=0.0) / scale) if scale > 0 else float(np.max(np.abs(got), initial=0.0))
+    if scale > 0:
+        return float(np.max(np.abs(got - want), initial=0.0) / scale)
+    return float(np.max(np.abs(got), initial=0.0))
 
 
 # ------------------------------------------------------------------------------------ torch side

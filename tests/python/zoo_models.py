@@ -16,7 +16,6 @@ import torch
 import torchvision
 from torch import nn
 
-
 # --------------------------------------------------------------------------------------- ResNet-18
 
 def resnet18(num_classes=1000):

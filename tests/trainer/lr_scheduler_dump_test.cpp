@@ -10,7 +10,6 @@
 // response: {"schedules": [{"lr": [...], "stepped": [...]} | {"error": message}],
 //            "clips": [{"total_norm": x}]}   non-finite numbers as "inf" / "-inf" / "nan"
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -19,6 +18,7 @@
 
 #include "kiln/lr_schedulers.h"
 #include "kiln/npy.h"
+#include "test_util.h"
 
 namespace kiln::trainer {
 namespace {
@@ -94,8 +94,8 @@ TEST(LRSchedulerDump, Request) {
     EXPECT_EQ(response["schedules"].size(), Json::parse(std::ifstream(fs::path(dir) / "request.json"))["schedules"].size());
     return;
   }
-  const fs::path dir = fs::temp_directory_path() / ("kiln-lr-dump-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const kiln::test::TempDir tmp;
+  const fs::path& dir = tmp.path();
   save_npy(Tensor::from_vector<float>({2}, {3.f, 4.f}), (dir / "g.npy").string());
   const Json request = {
       {"schedules",
@@ -112,7 +112,6 @@ TEST(LRSchedulerDump, Request) {
   EXPECT_NE(r["schedules"][2]["error"].get<std::string>().find("'nope'"), std::string::npos);
   EXPECT_EQ(r["clips"][0]["total_norm"], 5.0);
   EXPECT_EQ(load_npy((dir / "o.npy").string()).data<float>()[1], 4.f * static_cast<float>(1.0 / (5.0 + 1e-6)));
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -19,22 +19,20 @@
 #include <string>
 #include <vector>
 
-#include "error_test_util.h"
+#include "test_util.h"
 #include "kiln/error.h"
 #include "kiln/integrations.h"
 #include "trainer/trainer_fixtures.h"
-#include "trainer/mlflow_store.h"
+#include "trainer/loggers/mlflow_store.h"
 
 namespace kiln::trainer {
 namespace {
 
 namespace fs = std::filesystem;
-using kiln::testing::error_of;
-using kiln::testing::has;
-
-struct TempDir : testing::TempDir {
-  TempDir() : testing::TempDir("kiln-mlflow-test") {}
-};
+using kiln::test::error_message;
+using kiln::test::expect_error;
+using kiln::test::has;
+using kiln::test::TempDir;
 
 // Sets the variables the callback reads (unset unless given) and restores them afterwards.
 class Env {
@@ -110,9 +108,9 @@ std::string metric_value(const std::string& line, int64_t step, int64_t t0, int6
 
 TEST(MLflowCallback, WritesMLflowsFileStoreLayout) {
   TempDir tmp;
-  const fs::path root = tmp.path / "mlruns";
+  const fs::path root = tmp / "mlruns";
   Env env({{"MLFLOW_TRACKING_URI", root.string()}});
-  Driver d(tmp.path / "out");
+  Driver d(tmp / "out");
   d.args.run_name = "my-run";
   d.args.report_to = {"mlflow"};
   d.args.learning_rate = 3e-4;
@@ -214,8 +212,8 @@ TEST(MLflowCallback, WritesMLflowsFileStoreLayout) {
 
 TEST(MLflowCallback, RunNameIsGeneratedLikeMLflowsWhenUnset) {
   TempDir tmp;
-  Env env({{"MLFLOW_TRACKING_URI", tmp.path.string()}});
-  Driver d(tmp.path / "out");
+  Env env({{"MLFLOW_TRACKING_URI", tmp.path().string()}});
+  Driver d(tmp / "out");
   d.begin();
   const std::string name = read(fs::path(d.cb->run_dir()) / "tags" / "mlflow.runName");
   EXPECT_TRUE(std::regex_match(name, std::regex("[a-z]+-[a-z]+-\\d{1,4}"))) << name;
@@ -226,71 +224,70 @@ TEST(MLflowCallback, RunNameIsGeneratedLikeMLflowsWhenUnset) {
 
 TEST(MLflowCallback, TrackingUriForms) {
   TempDir tmp;
-  const fs::path spaced = tmp.path / "my runs";
+  const fs::path spaced = tmp / "my runs";
   {
-    Env env({{"MLFLOW_TRACKING_URI", "file://" + tmp.path.string() + "/my%20runs"}});
-    Driver d(tmp.path / "out");
+    Env env({{"MLFLOW_TRACKING_URI", "file://" + tmp.path().string() + "/my%20runs"}});
+    Driver d(tmp / "out");
     d.begin();
     EXPECT_EQ(fs::path(d.cb->run_dir()).parent_path().parent_path(), spaced);
     EXPECT_EQ(mlflow::read_flat_yaml(spaced / "0" / "meta.yaml").at("artifact_location"),
-              "file://" + tmp.path.string() + "/my%20runs/0");
+              "file://" + tmp.path().string() + "/my%20runs/0");
   }
-  EXPECT_EQ(mlflow::tracking_root("file:" + tmp.path.string() + "/x"), tmp.path / "x");
-  EXPECT_EQ(mlflow::tracking_root("file://localhost" + tmp.path.string()), tmp.path);
+  EXPECT_EQ(mlflow::tracking_root("file:" + tmp.path().string() + "/x"), tmp / "x");
+  EXPECT_EQ(mlflow::tracking_root("file://localhost" + tmp.path().string()), tmp.path());
   EXPECT_EQ(mlflow::tracking_root(""), fs::current_path() / "mlruns");
   EXPECT_EQ(mlflow::tracking_root("rel/dir"), fs::current_path() / "rel/dir");
   for (const char* uri :
        {"http://localhost:5000", "https://mlflow.example.com", "databricks://profile", "sqlite:///mlflow.db"}) {
     Env env({{"MLFLOW_TRACKING_URI", std::string(uri)}});
-    Driver d(tmp.path / "out");
-    const std::string msg = error_of<Unsupported>([&] { d.begin(); });
+    Driver d(tmp / "out");
+    const std::string msg = error_message<Unsupported>([&] { d.begin(); });
     EXPECT_TRUE(has(msg, std::string("MLFLOW_TRACKING_URI '") + uri + "'")) << msg;
     EXPECT_TRUE(has(msg, "local MLflow file stores")) << msg;
   }
-  const std::string msg = error_of<Unsupported>([&] { mlflow::tracking_root("file://otherhost/x"); });
-  EXPECT_TRUE(has(msg, "host 'otherhost'")) << msg;
+  expect_error<Unsupported>([&] { mlflow::tracking_root("file://otherhost/x"); }, "host 'otherhost'");
 }
 
 TEST(MLflowCallback, NamedExperimentIsCreatedOnceAndReused) {
   TempDir tmp;
-  Env env({{"MLFLOW_TRACKING_URI", tmp.path.string()}, {"MLFLOW_EXPERIMENT_NAME", "kiln: exp #1"}});
-  Driver a(tmp.path / "out"), b(tmp.path / "out");
+  const fs::path root = tmp / "mlruns";  // a new store: MLflow creates the Default experiment in it
+  Env env({{"MLFLOW_TRACKING_URI", root.string()}, {"MLFLOW_EXPERIMENT_NAME", "kiln: exp #1"}});
+  Driver a(tmp / "out"), b(tmp / "out");
   a.begin();
   b.begin();
   const std::string id = a.cb->experiment_id();
   EXPECT_TRUE(std::regex_match(id, std::regex("[1-9][0-9]{17}"))) << id;  // MLflow's 18-digit ids
   EXPECT_EQ(b.cb->experiment_id(), id);
   EXPECT_NE(a.cb->run_id(), b.cb->run_id());
-  const auto meta = mlflow::read_flat_yaml(tmp.path / id / "meta.yaml");
+  const auto meta = mlflow::read_flat_yaml(root / id / "meta.yaml");
   EXPECT_EQ(meta.at("name"), "kiln: exp #1");  // quoted in the YAML, read back whole
   EXPECT_EQ(meta.at("experiment_id"), id);
-  EXPECT_EQ(mlflow::read_flat_yaml(tmp.path / "0" / "meta.yaml").at("name"), "Default");
+  EXPECT_EQ(mlflow::read_flat_yaml(root / "0" / "meta.yaml").at("name"), "Default");
   EXPECT_EQ(mlflow::read_flat_yaml(fs::path(a.cb->run_dir()) / "meta.yaml").at("experiment_id"), id);
 
   a.end();
   b.end();
   // A deleted experiment of that name (in .trash) is not silently recreated.
-  fs::rename(tmp.path / id, tmp.path / ".trash" / id);
-  Driver c(tmp.path / "out");
-  const std::string msg = error_of<InvalidArgument>([&] { c.begin(); });
-  EXPECT_TRUE(has(msg, "'kiln: exp #1' was deleted")) << msg;
+  fs::rename(root / id, root / ".trash" / id);
+  Driver c(tmp / "out");
+  expect_error<InvalidArgument>([&] { c.begin(); }, "'kiln: exp #1' was deleted");
 }
 
 TEST(MLflowCallback, RunIdReattachesAndAppends) {
   TempDir tmp;
-  Env env({{"MLFLOW_TRACKING_URI", tmp.path.string()}});
+  Env env({{"MLFLOW_TRACKING_URI", tmp.path().string()}});
   std::string id;
   {
-    Driver d(tmp.path / "out");
+    Driver d(tmp / "out");
     d.args.learning_rate = 1e-3;
     d.begin();
     d.log(5, {{"loss", 2.0}});
     d.end();
     id = d.cb->run_id();
   }
-  const fs::path run = tmp.path / "0" / id;
+  const fs::path run = tmp / "0" / id;
   env.set("MLFLOW_RUN_ID", id);
-  Driver d(tmp.path / "out");
+  Driver d(tmp / "out");
   d.args.learning_rate = 2e-3;                         // changed: MLflow params cannot change
   d.args.resume_from_checkpoint = "out/checkpoint-5";  // new on resume
   d.state.global_step = 5;
@@ -309,27 +306,27 @@ TEST(MLflowCallback, RunIdReattachesAndAppends) {
   EXPECT_TRUE(has(loss[1], " 1.0 10")) << loss[1];
   EXPECT_EQ(mlflow::read_flat_yaml(run / "meta.yaml").at("status"), "3");
   size_t runs = 0;
-  for (const auto& e : fs::directory_iterator(tmp.path / "0")) runs += e.is_directory();
+  for (const auto& e : fs::directory_iterator(tmp / "0")) runs += e.is_directory();
   EXPECT_EQ(runs, 1u);
 
   env.set("MLFLOW_RUN_ID", "0123456789abcdef0123456789abcdef");
-  Driver missing(tmp.path / "out");
-  std::string msg = error_of<InvalidArgument>([&] { missing.begin(); });
+  Driver missing(tmp / "out");
+  std::string msg = error_message<InvalidArgument>([&] { missing.begin(); });
   EXPECT_TRUE(has(msg, "MLFLOW_RUN_ID '0123456789abcdef0123456789abcdef': no such run")) << msg;
   env.set("MLFLOW_RUN_ID", "../etc");
-  msg = error_of<InvalidArgument>([&] { missing.begin(); });
+  msg = error_message<InvalidArgument>([&] { missing.begin(); });
   EXPECT_TRUE(has(msg, "'../etc' is not an MLflow run id")) << msg;
   env.set("MLFLOW_RUN_ID", id);
   env.set("MLFLOW_EXPERIMENT_NAME", "other");
-  msg = error_of<InvalidArgument>([&] { missing.begin(); });
+  msg = error_message<InvalidArgument>([&] { missing.begin(); });
   EXPECT_TRUE(has(msg, "is a run of experiment 0, not of MLFLOW_EXPERIMENT_NAME 'other'")) << msg;
 }
 
 TEST(MLflowCallback, TagsFromMLFLOW_TAGS) {
   TempDir tmp;
-  Env env({{"MLFLOW_TRACKING_URI", tmp.path.string()},
+  Env env({{"MLFLOW_TRACKING_URI", tmp.path().string()},
            {"MLFLOW_TAGS", R"({"release.candidate": "RC1", "n": 3, "ok": true, "mlflow.runName": "renamed"})"}});
-  Driver d(tmp.path / "out");
+  Driver d(tmp / "out");
   d.begin();
   const fs::path run = d.cb->run_dir();
   EXPECT_EQ(read(run / "tags" / "release.candidate"), "RC1");
@@ -340,21 +337,20 @@ TEST(MLflowCallback, TagsFromMLFLOW_TAGS) {
 
   for (const char* bad : {"{not json", "[1, 2]"}) {
     env.set("MLFLOW_TAGS", bad);
-    Driver e(tmp.path / "out");
-    const std::string msg = error_of<InvalidArgument>([&] { e.begin(); });
+    Driver e(tmp / "out");
+    const std::string msg = error_message<InvalidArgument>([&] { e.begin(); });
     EXPECT_TRUE(has(msg, "MLFLOW_TAGS")) << msg;
   }
   env.set("MLFLOW_TAGS", R"({"a/../b": "x"})");
-  Driver e(tmp.path / "out");
-  const std::string msg = error_of<InvalidArgument>([&] { e.begin(); });
-  EXPECT_TRUE(has(msg, "invalid MLflow tag name 'a/../b'")) << msg;
+  Driver e(tmp / "out");
+  expect_error<InvalidArgument>([&] { e.begin(); }, "invalid MLflow tag name 'a/../b'");
 }
 
 TEST(MLflowCallback, ParamsFlattenedDroppedAndCapped) {
   TempDir tmp;
-  Env env({{"MLFLOW_TRACKING_URI", tmp.path.string()}});
+  Env env({{"MLFLOW_TRACKING_URI", tmp.path().string()}});
   {
-    Driver d(tmp.path / "out");
+    Driver d(tmp / "out");
     d.args.lr_scheduler_kwargs = {
         {"power", 2.0}, {"nested", {{"a", 1}, {"it's", "x"}}}, {"empty", nlohmann::json::object()}};
     d.begin();
@@ -363,7 +359,7 @@ TEST(MLflowCallback, ParamsFlattenedDroppedAndCapped) {
   }
   {
     env.set("MLFLOW_FLATTEN_PARAMS", "1");
-    Driver d(tmp.path / "out");
+    Driver d(tmp / "out");
     d.args.lr_scheduler_kwargs = {
         {"power", 2.0}, {"nested", {{"a", 1}, {"b(c)", "x"}}}, {"empty", nlohmann::json::object()}};
     d.begin();
@@ -376,11 +372,11 @@ TEST(MLflowCallback, ParamsFlattenedDroppedAndCapped) {
     env.set("MLFLOW_FLATTEN_PARAMS", "false");
   }
   {
-    Driver d(tmp.path / "out");
+    Driver d(tmp / "out");
     d.args.lr_scheduler_kwargs = {{"x", std::string(5991, 'a')}};  // "{'x': '" + 5991 + "'}": 6000, kept
     d.begin();
     EXPECT_EQ(read(fs::path(d.cb->run_dir()) / "params" / "lr_scheduler_kwargs").size(), 6000u);
-    Driver e(tmp.path / "out");
+    Driver e(tmp / "out");
     e.args.lr_scheduler_kwargs = {{"x", std::string(5992, 'a')}};  // 6001: dropped, as HF drops it
     e.begin();
     EXPECT_FALSE(fs::exists(fs::path(e.cb->run_dir()) / "params" / "lr_scheduler_kwargs"));
@@ -388,7 +384,7 @@ TEST(MLflowCallback, ParamsFlattenedDroppedAndCapped) {
   }
   {
     env.set("MLFLOW_MAX_LOG_PARAMS", "3");
-    Driver d(tmp.path / "out");
+    Driver d(tmp / "out");
     d.begin();
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(fs::path(d.cb->run_dir()) / "params"))
@@ -405,15 +401,15 @@ TEST(MLflowCallback, ParamsFlattenedDroppedAndCapped) {
 
 TEST(MLflowCallback, UnsupportedArtifactLoggingAndBadMetricNames) {
   TempDir tmp;
-  Env env({{"MLFLOW_TRACKING_URI", tmp.path.string()}, {"HF_MLFLOW_LOG_ARTIFACTS", "True"}});
-  Driver d(tmp.path / "out");
-  std::string msg = error_of<Unsupported>([&] { d.begin(); });
+  Env env({{"MLFLOW_TRACKING_URI", tmp.path().string()}, {"HF_MLFLOW_LOG_ARTIFACTS", "True"}});
+  Driver d(tmp / "out");
+  std::string msg = error_message<Unsupported>([&] { d.begin(); });
   EXPECT_TRUE(has(msg, "HF_MLFLOW_LOG_ARTIFACTS")) << msg;
   env.set("HF_MLFLOW_LOG_ARTIFACTS", "0");
   d.begin();
-  msg = error_of<InvalidArgument>([&] { d.log(1, {{"eval//x", 1.0}}); });
+  msg = error_message<InvalidArgument>([&] { d.log(1, {{"eval//x", 1.0}}); });
   EXPECT_TRUE(has(msg, "invalid MLflow metric name 'eval//x'")) << msg;
-  msg = error_of<InvalidArgument>([&] { d.log(1, {{std::string(251, 'k'), 1.0}}); });
+  msg = error_message<InvalidArgument>([&] { d.log(1, {{std::string(251, 'k'), 1.0}}); });
   EXPECT_TRUE(has(msg, "has 251 characters; MLflow allows at most 250")) << msg;
 }
 
@@ -426,16 +422,16 @@ TEST(MLflowCallback, MetricNamesFollowHFsRule) {
 
 TEST(MLflowCallback, InterruptedTrainingIsFailedAndEvaluateAloneIsFinished) {
   TempDir tmp;
-  Env env({{"MLFLOW_TRACKING_URI", tmp.path.string()}});
+  Env env({{"MLFLOW_TRACKING_URI", tmp.path().string()}});
   fs::path train_run, eval_run;
   {
-    Driver d(tmp.path / "out");
+    Driver d(tmp / "out");
     d.begin();
     d.log(1, {{"loss", 1.0}});
     train_run = d.cb->run_dir();
   }  // destroyed without on_train_end: train() threw
   {
-    Driver d(tmp.path / "out");
+    Driver d(tmp / "out");
     d.log(0, {{"eval_loss", 1.0}});  // evaluate() without train(): HF sets up here
     eval_run = d.cb->run_dir();
     EXPECT_TRUE(fs::exists(eval_run / "params" / "learning_rate"));
@@ -449,7 +445,7 @@ TEST(MLflowCallback, InterruptedTrainingIsFailedAndEvaluateAloneIsFinished) {
 
 TEST(MLflowCallback, YamlScalarsReadBackAsWritten) {
   TempDir tmp;
-  fs::create_directories(tmp.path);
+  fs::create_directories(tmp.path());
   const std::vector<std::string> values = {"plain",       "0",         "123456789012345678",
                                            "3f2a9c",      "0b101",     "true",
                                            "No",          "null",      "~",
@@ -460,17 +456,16 @@ TEST(MLflowCallback, YamlScalarsReadBackAsWritten) {
   std::string text;
   for (size_t i = 0; i < values.size(); ++i)
     text += "k" + std::to_string(i) + ": " + mlflow::yaml_string(values[i]) + "\n";
-  std::ofstream(tmp.path / "m.yaml") << text;
-  const auto back = mlflow::read_flat_yaml(tmp.path / "m.yaml");
+  std::ofstream(tmp / "m.yaml") << text;
+  const auto back = mlflow::read_flat_yaml(tmp / "m.yaml");
   for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(back.at("k" + std::to_string(i)), values[i]) << text;
   EXPECT_EQ(mlflow::yaml_string("3f2a9c"), "3f2a9c");  // run ids stay plain, as PyYAML leaves them
   EXPECT_EQ(mlflow::yaml_string("0"), "'0'");          // experiment ids are quoted, as PyYAML quotes them
   // A folded long line (PyYAML wraps at 80 columns) is joined with a space.
-  std::ofstream(tmp.path / "f.yaml") << "name: 'a long\n  name'\nb: 1\n";
-  EXPECT_EQ(mlflow::read_flat_yaml(tmp.path / "f.yaml").at("name"), "a long name");
-  std::ofstream(tmp.path / "bad.yaml") << "name Default\n";
-  const std::string msg = error_of<CorruptFile>([&] { mlflow::read_flat_yaml(tmp.path / "bad.yaml"); });
-  EXPECT_TRUE(has(msg, (tmp.path / "bad.yaml").string() + " line 1")) << msg;
+  std::ofstream(tmp / "f.yaml") << "name: 'a long\n  name'\nb: 1\n";
+  EXPECT_EQ(mlflow::read_flat_yaml(tmp / "f.yaml").at("name"), "a long name");
+  std::ofstream(tmp / "bad.yaml") << "name Default\n";
+  expect_error<CorruptFile>([&] { mlflow::read_flat_yaml(tmp / "bad.yaml"); }, (tmp / "bad.yaml").string() + " line 1");
 }
 
 // The store tests/python/test_mlflow_store.py reads: into $KILN_MLFLOW_DUMP when set, else a
@@ -478,11 +473,11 @@ TEST(MLflowCallback, YamlScalarsReadBackAsWritten) {
 TEST(MLflowDump, Write) {
   TempDir tmp;
   const char* dump = std::getenv("KILN_MLFLOW_DUMP");
-  const fs::path root = dump && *dump ? fs::path(dump) : tmp.path / "mlruns";
+  const fs::path root = dump && *dump ? fs::path(dump) : tmp / "mlruns";
   Env env({{"MLFLOW_TRACKING_URI", root.string()},
            {"MLFLOW_EXPERIMENT_NAME", "kiln-dump"},
            {"MLFLOW_TAGS", R"({"team": "kiln", "attempt": 2})"}});
-  Driver d(tmp.path / "out");
+  Driver d(tmp / "out");
   d.args.run_name = "dump-run";
   d.args.learning_rate = 0.001;
   d.args.report_to = {"mlflow", "jsonl"};

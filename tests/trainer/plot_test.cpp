@@ -3,7 +3,6 @@
 #include "kiln/plot.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,17 +12,18 @@
 #include <sstream>
 
 #include "core/png_reader.h"
-#include "error_test_util.h"
 #include "kiln/error.h"
-#include "trainer/plot_axes.h"
-#include "trainer/plot_font.h"
+#include "test_util.h"
+#include "trainer/plot/plot_axes.h"
+#include "trainer/plot/plot_font.h"
 
 namespace kiln::trainer {
 namespace {
 
 namespace fs = std::filesystem;
-using kiln::testing::error_of;
-using kiln::testing::has;
+using kiln::test::expect_error;
+using kiln::test::has;
+using kiln::test::TempDir;
 using nlohmann::json;
 
 using Labels = std::vector<std::string>;
@@ -53,7 +53,7 @@ TEST(PlotAxes, OneValueGetsAVisibleRange) {
   EXPECT_LT(a.lo, 0.7);
   EXPECT_GT(a.hi, 0.7);
   EXPECT_GE(a.ticks.size(), 2u);
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { plot::make_axis(-1e308, 1e308, 5, 0.05, false); }), "-1e+308"));
+  expect_error<InvalidArgument>([] { plot::make_axis(-1e308, 1e308, 5, 0.05, false); }, "-1e+308");
   const plot::Axis s = plot::make_axis(10, 10, 5, 0.02, true);
   EXPECT_EQ(s.labels, (Labels{"9", "10", "11"}));
 }
@@ -161,24 +161,18 @@ TEST(PlotRender, NonFiniteValuesLeaveAGap) {
 }
 
 TEST(PlotRender, NothingToPlotAndBadEntriesAreNamed) {
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { render_log_history({}, {}, "run/x.json"); }),
-                  "run/x.json: log_history has no loss or eval metrics"));
+  expect_error<InvalidArgument>([] { render_log_history({}, {}, "run/x.json"); },
+                                "run/x.json: log_history has no loss or eval metrics");
   const std::vector<json> nan_only{{{"loss", nullptr}, {"step", 1}}, {{"train_loss", 0.3}, {"step", 1}}};
-  EXPECT_TRUE(has(error_of<InvalidArgument>([&] { render_log_history(nan_only, {}); }), "no loss or eval metrics"));
-  EXPECT_TRUE(has(error_of<CorruptFile>([] { render_log_history({json(3)}, {}); }), "log_history[0] is 3"));
-  EXPECT_TRUE(has(error_of<CorruptFile>([] { render_log_history({{{"loss", "low"}, {"step", 1}}}, {}); }),
-                  "log_history[0][\"loss\"] is \"low\""));
-  EXPECT_TRUE(has(error_of<CorruptFile>([] { render_log_history({{{"loss", 1.0}}}, {}); }), "no numeric \"step\""));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { render_log_history(linear_run(20), {100, 800, ""}); }), "100x800"));
+  expect_error<InvalidArgument>([&] { render_log_history(nan_only, {}); }, "no loss or eval metrics");
+  expect_error<CorruptFile>([] { render_log_history({json(3)}, {}); }, "log_history[0] is 3");
+  expect_error<CorruptFile>([] { render_log_history({{{"loss", "low"}, {"step", 1}}}, {}); },
+                            "log_history[0][\"loss\"] is \"low\"");
+  expect_error<CorruptFile>([] { render_log_history({{{"loss", 1.0}}}, {}); }, "no numeric \"step\"");
+  expect_error<InvalidArgument>([] { render_log_history(linear_run(20), {100, 800, ""}); }, "100x800");
 }
 
 // ---- files ----
-
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("kiln_plot_test_" + std::to_string(::getpid()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 void write_text(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
@@ -189,12 +183,11 @@ std::string state_with(const std::vector<json>& history) { return json{{"log_his
 
 TEST(PlotRun, FindsTheStateOfTheRunOrOfItsNewestCheckpoint) {
   TempDir t;
-  const fs::path run = t.path / "run";
-  const std::string where = error_of<IOError>([&] { find_trainer_state((t.path / "nothing").string()); });
-  EXPECT_TRUE(has(where, (t.path / "nothing").string()) && has(where, "does not exist"));
+  const fs::path run = t / "run";
+  expect_error<IOError>([&] { find_trainer_state((t / "nothing").string()); },
+                        {(t / "nothing").string(), "does not exist"});
   fs::create_directories(run);
-  const std::string looked = error_of<IOError>([&] { find_trainer_state(run.string()); });
-  EXPECT_TRUE(has(looked, "checkpoint-*")) << looked;
+  expect_error<IOError>([&] { find_trainer_state(run.string()); }, "checkpoint-*");
   write_text(run / "checkpoint-9" / "trainer_state.json", state_with(linear_run(20)));
   write_text(run / "checkpoint-20" / "trainer_state.json", state_with(linear_run(20)));
   EXPECT_EQ(find_trainer_state(run.string()), (run / "checkpoint-20" / "trainer_state.json").string());
@@ -206,9 +199,9 @@ TEST(PlotRun, FindsTheStateOfTheRunOrOfItsNewestCheckpoint) {
 
 TEST(PlotRun, WritesADecodablePngOfTheRequestedSize) {
   TempDir t;
-  write_text(t.path / "run" / "trainer_state.json", state_with(linear_run(100)));
-  const fs::path png_path = t.path / "curves.png";
-  plot_run((t.path / "run").string(), png_path.string(), {640, 480, ""});
+  write_text(t / "run" / "trainer_state.json", state_with(linear_run(100)));
+  const fs::path png_path = t / "curves.png";
+  plot_run((t / "run").string(), png_path.string(), {640, 480, ""});
   std::ifstream in(png_path, std::ios::binary);
   std::stringstream bytes;
   bytes << in.rdbuf();
@@ -220,19 +213,19 @@ TEST(PlotRun, WritesADecodablePngOfTheRequestedSize) {
 
 TEST(PlotRun, CorruptOrUnwritableFilesAreNamed) {
   TempDir t;
-  const fs::path bad = t.path / "bad" / "trainer_state.json";
+  const fs::path bad = t / "bad" / "trainer_state.json";
   write_text(bad, "{\"log_history\": [");
-  EXPECT_TRUE(has(error_of<CorruptFile>([&] { plot_run(bad.parent_path().string(), (t.path / "a.png").string()); }),
-                  bad.string() + "' is not valid JSON"));
-  const fs::path other = t.path / "other" / "trainer_state.json";
+  expect_error<CorruptFile>([&] { plot_run(bad.parent_path().string(), (t / "a.png").string()); },
+                            bad.string() + "' is not valid JSON");
+  const fs::path other = t / "other" / "trainer_state.json";
   write_text(other, "{\"global_step\": 3}");
-  EXPECT_TRUE(has(error_of<CorruptFile>([&] { plot_run(other.string(), (t.path / "a.png").string()); }),
-                  other.string() + "' has no log_history"));
-  const fs::path good = t.path / "good" / "trainer_state.json";
+  expect_error<CorruptFile>([&] { plot_run(other.string(), (t / "a.png").string()); },
+                            other.string() + "' has no log_history");
+  const fs::path good = t / "good" / "trainer_state.json";
   write_text(good, state_with(linear_run(40)));
-  const std::string unwritable = (t.path / "missing_folder" / "a.png").string();
-  EXPECT_TRUE(has(error_of<IOError>([&] { plot_run(good.string(), unwritable); }), unwritable));
-  EXPECT_FALSE(fs::exists(t.path / "a.png"));
+  const std::string unwritable = (t / "missing_folder" / "a.png").string();
+  expect_error<IOError>([&] { plot_run(good.string(), unwritable); }, unwritable);
+  EXPECT_FALSE(fs::exists(t / "a.png"));
 }
 
 }  // namespace

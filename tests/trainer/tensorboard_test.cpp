@@ -17,16 +17,16 @@
 #include <sstream>
 #include <vector>
 
-#include "error_test_util.h"
 #include "kiln/error.h"
 #include "kiln/tensorboard.h"
+#include "test_util.h"
 
 namespace kiln::trainer {
 namespace {
 
 namespace fs = std::filesystem;
-using kiln::testing::error_of;
-using kiln::testing::has;
+using kiln::test::expect_error;
+using kiln::test::TempDir;
 
 // ---- a reader written from the spec, independent of the writer's encoding helpers ----
 
@@ -141,12 +141,6 @@ std::vector<Event> read_events(const std::string& path) {
   return events;
 }
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("kiln-tb-test-" + std::to_string(::getpid()));
-  TempDir() { fs::remove_all(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
-
 // The scalars of TensorBoardDump.Write; test_tensorboard.py holds the same list.
 struct Scalar {
   const char* tag;
@@ -189,7 +183,7 @@ TEST(TensorBoardCrc, MaskedValue) {
 
 TEST(TensorBoardWriter, FileNameAndVersionRecord) {
   TempDir tmp;
-  const fs::path logdir = tmp.path / "runs" / "exp1";  // parents are created
+  const fs::path logdir = tmp / "runs" / "exp1";  // parents are created
   const double before = static_cast<double>(::time(nullptr));
   std::string path;
   {
@@ -221,13 +215,13 @@ TEST(TensorBoardWriter, FileNameAndVersionRecord) {
 
 TEST(TensorBoardWriter, TwoWritersInOneFolderGetTwoFiles) {
   TempDir tmp;
-  TensorBoardWriter a(tmp.path.string()), b(tmp.path.string());
+  TensorBoardWriter a(tmp.path().string()), b(tmp.path().string());
   EXPECT_NE(a.path(), b.path());
 }
 
 TEST(TensorBoardWriter, ScalarsReadBack) {
   TempDir tmp;
-  TensorBoardWriter w(tmp.path.string());
+  TensorBoardWriter w(tmp.path().string());
   for (const Scalar& s : kDumpScalars) w.add_scalar(s.tag, s.value, s.step, s.wall_time);
   const double before = static_cast<double>(::time(nullptr));
   w.add_scalar("default/wall_time", 1.5, 3);
@@ -255,7 +249,7 @@ TEST(TensorBoardWriter, ScalarsReadBack) {
 
 TEST(TensorBoardWriter, NonFiniteValues) {
   TempDir tmp;
-  TensorBoardWriter w(tmp.path.string());
+  TensorBoardWriter w(tmp.path().string());
   w.add_scalar("inf", std::numeric_limits<double>::infinity(), 1, 1.0);
   w.add_scalar("nan", std::numeric_limits<double>::quiet_NaN(), 2, 1.0);
   w.add_scalar("overflow", 1e300, 3, 1.0);  // beyond float: +inf, as a float cast gives
@@ -269,18 +263,14 @@ TEST(TensorBoardWriter, NonFiniteValues) {
 
 TEST(TensorBoardWriter, Errors) {
   TempDir tmp;
-  fs::create_directories(tmp.path);
-  const fs::path blocker = tmp.path / "not_a_folder";
+  fs::create_directories(tmp.path());
+  const fs::path blocker = tmp / "not_a_folder";
   std::ofstream(blocker) << "x";
-  const std::string msg = error_of<IOError>([&] { TensorBoardWriter w(blocker.string()); });
-  EXPECT_TRUE(has(msg, blocker.string())) << msg;
-  const std::string nested = error_of<IOError>([&] { TensorBoardWriter w((blocker / "sub").string()); });
-  EXPECT_TRUE(has(nested, (blocker / "sub").string())) << nested;
+  expect_error<IOError>([&] { TensorBoardWriter w(blocker.string()); }, blocker.string());
+  expect_error<IOError>([&] { TensorBoardWriter w((blocker / "sub").string()); }, (blocker / "sub").string());
 
-  TensorBoardWriter w((tmp.path / "ok").string());
-  const std::string empty = error_of<InvalidArgument>([&] { w.add_scalar("", 1.0, 4); });
-  EXPECT_TRUE(has(empty, "empty tag")) << empty;
-  EXPECT_TRUE(has(empty, w.path())) << empty;
+  TensorBoardWriter w((tmp / "ok").string());
+  expect_error<InvalidArgument>([&] { w.add_scalar("", 1.0, 4); }, {"empty tag", w.path()});
 }
 
 // Writes the scalars of kDumpScalars to $KILN_TB_DUMP (for test_tensorboard.py) or, when unset, to
@@ -288,7 +278,7 @@ TEST(TensorBoardWriter, Errors) {
 TEST(TensorBoardDump, Write) {
   TempDir tmp;
   const char* env = std::getenv("KILN_TB_DUMP");
-  const fs::path dir = env && *env ? fs::path(env) : tmp.path;
+  const fs::path dir = env && *env ? fs::path(env) : tmp.path();
   std::string path;
   {
     TensorBoardWriter w(dir.string());

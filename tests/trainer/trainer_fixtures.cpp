@@ -2,12 +2,10 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <random>
 
 #include "kiln/onnx_io.h"
-#include "models/graph_builder.h"
+#include "graph_builder.h"
 
 namespace kiln::trainer::testing {
 
@@ -55,12 +53,5 @@ TrainingArguments base_args(const fs::path& out) {
                                                        "--report_to", "none"});
   return a;
 }
-
-TempDir::TempDir(const std::string& name)
-    : path(fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()))) {
-  fs::remove_all(path);
-}
-
-TempDir::~TempDir() { fs::remove_all(path); }
 
 }  // namespace kiln::trainer::testing

@@ -17,12 +17,6 @@ std::filesystem::path fresh(const std::string& name);
 std::filesystem::path write_model(const std::filesystem::path& dir, bool dropout);
 // n examples of "input" [6] and "labels" (3 classes from a linear score), seeded.
 std::shared_ptr<data::TensorDataset> dataset(int64_t n, uint64_t seed);
-// A folder under the system temp dir, removed before and after the test: name + the pid.
-struct TempDir {
-  explicit TempDir(const std::string& name);
-  ~TempDir();
-  std::filesystem::path path;
-};
 
 // lr 0.01, a log every step, no saving, no reporting.
 TrainingArguments base_args(const std::filesystem::path& out);

@@ -3,7 +3,6 @@
 #include "kiln/training_args.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -13,6 +12,7 @@
 #include <set>
 
 #include "kiln/error.h"
+#include "test_util.h"
 
 namespace kiln::trainer {
 namespace {
@@ -20,30 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using Argv = std::vector<std::string>;
-
-// Runs `fn`, expects an exception of type E whose message equals `message` exactly.
-template <class E, class Fn>
-void expect_error(Fn&& fn, const std::string& message) {
-  try {
-    fn();
-    ADD_FAILURE() << "no exception; expected: " << message;
-  } catch (const E& e) {
-    EXPECT_EQ(std::string(e.what()), message);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
-
-template <class E, class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no exception";
-  return {};
-}
+using kiln::test::error_message;
+using kiln::test::expect_error;
 
 TrainingArguments validated(TrainingArguments a) {
   a.validate();
@@ -167,9 +145,8 @@ TEST(TrainingArguments, EnumNamesRoundTrip) {
   EXPECT_EQ(to_string(SchedulerType::cosine_with_restarts), "cosine_with_restarts");
   EXPECT_EQ(to_string(SaveStrategy::best), "best");
   EXPECT_EQ(to_string(OptimizerName::adamw_hf), "adamw_hf");
-  expect_error<InvalidArgument>(
-      [] { enum_from_string<SaveStrategy>("always", "save_strategy"); },
-      "save_strategy: always is not a valid SaveStrategy, please select one of ['no', 'steps', 'epoch', 'best']");
+  EXPECT_EQ(error_message<InvalidArgument>([] { enum_from_string<SaveStrategy>("always", "save_strategy"); }),
+            "save_strategy: always is not a valid SaveStrategy, please select one of ['no', 'steps', 'epoch', 'best']");
 }
 
 // ---- Command line -------------------------------------------------------------------------------
@@ -200,14 +177,13 @@ TEST(TrainingArgumentsCli, Booleans) {
   // --no_<flag> exists for the booleans whose default is true, and only for them.
   EXPECT_FALSE(TrainingArguments::parse_args({"--no_logging_nan_inf_filter"}).logging_nan_inf_filter);
   EXPECT_FALSE(TrainingArguments::parse_args({"--no-skip-memory-metrics"}).skip_memory_metrics);
-  EXPECT_NE(error_of<InvalidArgument>([] { TrainingArguments::parse_args({"--no_do_train"}); })
-                .find("Some specified arguments are not used by the HfArgumentParser: ['--no_do_train']"),
-            std::string::npos);
+  expect_error<InvalidArgument>([] { TrainingArguments::parse_args({"--no_do_train"}); },
+                                "Some specified arguments are not used by the HfArgumentParser: ['--no_do_train']");
   // Optional booleans take the same forms.
   EXPECT_EQ(TrainingArguments::parse_args({"--disable_tqdm"}).disable_tqdm, true);
   EXPECT_EQ(TrainingArguments::parse_args({"--greater_is_better", "no"}).greater_is_better, false);
-  expect_error<InvalidArgument>(
-      [] { TrainingArguments::parse_args({"--do_train", "maybe"}); },
+  EXPECT_EQ(
+      error_message<InvalidArgument>([] { TrainingArguments::parse_args({"--do_train", "maybe"}); }),
       "argument --do_train: Truthy value expected: got maybe but expected one of yes/no, true/false, t/f, y/n, 1/0 "
       "(case insensitive).");
 }
@@ -250,45 +226,43 @@ TEST(TrainingArgumentsCli, EvaluationStrategyAlias) {
 }
 
 TEST(TrainingArgumentsCli, BadValues) {
-  expect_error<InvalidArgument>([] { TrainingArguments::parse_args({"--max_steps", "abc"}); },
-                                "argument --max_steps: invalid int value: 'abc'");
-  expect_error<InvalidArgument>([] { TrainingArguments::parse_args({"--max_steps", "1.5"}); },
-                                "argument --max_steps: invalid int value: '1.5'");
-  expect_error<InvalidArgument>([] { TrainingArguments::parse_args({"--learning_rate", "fast"}); },
-                                "argument --learning_rate: invalid float value: 'fast'");
-  expect_error<InvalidArgument>([] { TrainingArguments::parse_args({"--learning_rate"}); },
-                                "argument --learning_rate: expected one argument");
-  expect_error<InvalidArgument>([] { TrainingArguments::parse_args({"--learning_rate", "--seed", "3"}); },
-                                "argument --learning_rate: expected one argument");
-  expect_error<InvalidArgument>([] { TrainingArguments::parse_args({"--report_to"}); },
-                                "argument --report_to: expected at least one argument");
-  expect_error<InvalidArgument>(
-      [] { TrainingArguments::parse_args({"--eval_strategy", "sometimes"}); },
-      "argument --eval_strategy: sometimes is not a valid IntervalStrategy, please select one of ['no', 'steps', "
-      "'epoch']");
-  expect_error<InvalidArgument>(
-      [] { TrainingArguments::parse_args({"--optim", "adafactor"}); },
-      "argument --optim: adafactor is not a valid OptimizerNames, please select one of ['adamw_torch', "
-      "'adamw_torch_fused', 'adamw_hf', 'sgd']");
-  expect_error<InvalidArgument>(
-      [] { TrainingArguments::parse_args({"--lr_scheduler_kwargs", "num_cycles=2"}); },
+  EXPECT_EQ(error_message<InvalidArgument>([] { TrainingArguments::parse_args({"--max_steps", "abc"}); }),
+            "argument --max_steps: invalid int value: 'abc'");
+  EXPECT_EQ(error_message<InvalidArgument>([] { TrainingArguments::parse_args({"--max_steps", "1.5"}); }),
+            "argument --max_steps: invalid int value: '1.5'");
+  EXPECT_EQ(error_message<InvalidArgument>([] { TrainingArguments::parse_args({"--learning_rate", "fast"}); }),
+            "argument --learning_rate: invalid float value: 'fast'");
+  EXPECT_EQ(error_message<InvalidArgument>([] { TrainingArguments::parse_args({"--learning_rate"}); }),
+            "argument --learning_rate: expected one argument");
+  EXPECT_EQ(error_message<InvalidArgument>([] { TrainingArguments::parse_args({"--learning_rate", "--seed", "3"}); }),
+            "argument --learning_rate: expected one argument");
+  EXPECT_EQ(error_message<InvalidArgument>([] { TrainingArguments::parse_args({"--report_to"}); }),
+            "argument --report_to: expected at least one argument");
+  EXPECT_EQ(error_message<InvalidArgument>([] { TrainingArguments::parse_args({"--eval_strategy", "sometimes"}); }),
+            "argument --eval_strategy: sometimes is not a valid IntervalStrategy, please select one of ['no', 'steps', "
+            "'epoch']");
+  EXPECT_EQ(error_message<InvalidArgument>([] { TrainingArguments::parse_args({"--optim", "adafactor"}); }),
+            "argument --optim: adafactor is not a valid OptimizerNames, please select one of ['adamw_torch', "
+            "'adamw_torch_fused', 'adamw_hf', 'sgd']");
+  EXPECT_EQ(
+      error_message<InvalidArgument>([] { TrainingArguments::parse_args({"--lr_scheduler_kwargs", "num_cycles=2"}); }),
       "argument --lr_scheduler_kwargs: expected a JSON object such as '{\"num_cycles\": 2}', got 'num_cycles=2'");
 }
 
 TEST(TrainingArgumentsCli, UnknownOptionsSuggestTheClosest) {
-  expect_error<InvalidArgument>(
-      [] { TrainingArguments::parse_args({"--learnin_rate", "3e-4", "--seed", "1"}); },
+  EXPECT_EQ(
+      error_message<InvalidArgument>([] { TrainingArguments::parse_args({"--learnin_rate", "3e-4", "--seed", "1"}); }),
       "Some specified arguments are not used by the HfArgumentParser: ['--learnin_rate', '3e-4']. Did you mean "
       "--learning_rate for --learnin_rate?");
-  expect_error<InvalidArgument>(
-      [] { TrainingArguments::parse_args({"--per-device-train-batchsize=4"}); },
+  EXPECT_EQ(
+      error_message<InvalidArgument>([] { TrainingArguments::parse_args({"--per-device-train-batchsize=4"}); }),
       "Some specified arguments are not used by the HfArgumentParser: ['--per-device-train-batchsize=4']. Did you "
       "mean --per_device_train_batch_size for --per-device-train-batchsize=4?");
   // Nothing near: no suggestion.
-  expect_error<InvalidArgument>([] { TrainingArguments::parse_args({"--zzzzzzzzzzzz"}); },
-                                "Some specified arguments are not used by the HfArgumentParser: ['--zzzzzzzzzzzz']");
-  expect_error<InvalidArgument>([] { TrainingArguments::parse_args({"stray"}); },
-                                "Some specified arguments are not used by the HfArgumentParser: ['stray']");
+  EXPECT_EQ(error_message<InvalidArgument>([] { TrainingArguments::parse_args({"--zzzzzzzzzzzz"}); }),
+            "Some specified arguments are not used by the HfArgumentParser: ['--zzzzzzzzzzzz']");
+  EXPECT_EQ(error_message<InvalidArgument>([] { TrainingArguments::parse_args({"stray"}); }),
+            "Some specified arguments are not used by the HfArgumentParser: ['stray']");
 }
 
 TEST(TrainingArgumentsCli, RemainingCollectsForeignOptions) {
@@ -305,14 +279,9 @@ TEST(TrainingArgumentsCli, RemainingCollectsForeignOptions) {
 
 class TrainingArgumentsJson : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kiln-training-args-test-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   void write(const std::string& name, const std::string& text) const { std::ofstream(path(name)) << text; }
-  fs::path dir_;
+  kiln::test::TempDir dir_;
 };
 
 TEST_F(TrainingArgumentsJson, FileRoundTripIsExact) {
@@ -330,7 +299,7 @@ TEST_F(TrainingArgumentsJson, FileRoundTripIsExact) {
   // The file is what to_json says, and nothing else is left in the folder (atomic write).
   std::ifstream in(path("training_args.json"));
   EXPECT_EQ(Json::parse(in), a.to_json());
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_.path()), fs::directory_iterator()), 1);
   // Defaults round-trip too.
   auto d = validated(TrainingArguments());
   EXPECT_EQ(TrainingArguments::from_json(d.to_json()), d);
@@ -349,32 +318,32 @@ TEST_F(TrainingArgumentsJson, IntegersStayIntegers) {
 
 TEST_F(TrainingArgumentsJson, UnknownKeysAsHfArgumentParser) {
   Json j = {{"learning_rate", 1e-3}, {"fp16", true}, {"deepspeed", nullptr}};
-  expect_error<InvalidArgument>([&] { TrainingArguments::from_json(j); },
-                                "Some keys are not used by the HfArgumentParser: ['deepspeed', 'fp16']");
+  EXPECT_EQ(error_message<InvalidArgument>([&] { TrainingArguments::from_json(j); }),
+            "Some keys are not used by the HfArgumentParser: ['deepspeed', 'fp16']");
   EXPECT_EQ(TrainingArguments::from_json(j, /*allow_extra_keys=*/true).learning_rate, 1e-3);
   write("extra.json", j.dump());
-  expect_error<InvalidArgument>([&] { TrainingArguments::from_json_file(path("extra.json")); },
-                                path("extra.json") + ": Some keys are not used by the HfArgumentParser: "
-                                                     "['deepspeed', 'fp16']");
+  EXPECT_EQ(error_message<InvalidArgument>([&] { TrainingArguments::from_json_file(path("extra.json")); }),
+            path("extra.json") + ": Some keys are not used by the HfArgumentParser: "
+                                 "['deepspeed', 'fp16']");
 }
 
 TEST_F(TrainingArgumentsJson, BadFilesAndValuesNameTheirSource) {
-  expect_error<IOError>([&] { TrainingArguments::from_json_file(path("missing.json")); },
-                        path("missing.json") + ": cannot open the training arguments file");
+  EXPECT_EQ(error_message<IOError>([&] { TrainingArguments::from_json_file(path("missing.json")); }),
+            path("missing.json") + ": cannot open the training arguments file");
   write("broken.json", R"({"seed": 1,)");
-  expect_error<InvalidArgument>([&] { TrainingArguments::from_json_file(path("broken.json")); },
-                                path("broken.json") + ": not a valid JSON file");
-  expect_error<InvalidArgument>([] { TrainingArguments::from_json({{"seed", "x"}}); },
-                                "key 'seed': expected an integer, got \"x\"");
-  expect_error<InvalidArgument>([] { TrainingArguments::from_json({{"do_train", 1}}); },
-                                "key 'do_train': expected true or false, got 1");
-  expect_error<InvalidArgument>([] { TrainingArguments::from_json({{"report_to", {"a", 1}}}); },
-                                "key 'report_to': expected a list of strings, got [\"a\",1]");
-  expect_error<InvalidArgument>([] { TrainingArguments::from_json(Json::array()); },
-                                "training arguments must be a JSON object, got []");
+  EXPECT_EQ(error_message<InvalidArgument>([&] { TrainingArguments::from_json_file(path("broken.json")); }),
+            path("broken.json") + ": not a valid JSON file");
+  EXPECT_EQ(error_message<InvalidArgument>([] { TrainingArguments::from_json({{"seed", "x"}}); }),
+            "key 'seed': expected an integer, got \"x\"");
+  EXPECT_EQ(error_message<InvalidArgument>([] { TrainingArguments::from_json({{"do_train", 1}}); }),
+            "key 'do_train': expected true or false, got 1");
+  EXPECT_EQ(error_message<InvalidArgument>([] { TrainingArguments::from_json({{"report_to", {"a", 1}}}); }),
+            "key 'report_to': expected a list of strings, got [\"a\",1]");
+  EXPECT_EQ(error_message<InvalidArgument>([] { TrainingArguments::from_json(Json::array()); }),
+            "training arguments must be a JSON object, got []");
   write("bad_rule.json", R"({"logging_steps": 0})");
-  expect_error<InvalidArgument>([&] { TrainingArguments::from_json_file(path("bad_rule.json")); },
-                                path("bad_rule.json") + ": logging strategy steps requires non-zero --logging_steps");
+  EXPECT_EQ(error_message<InvalidArgument>([&] { TrainingArguments::from_json_file(path("bad_rule.json")); }),
+            path("bad_rule.json") + ": logging strategy steps requires non-zero --logging_steps");
 }
 
 TEST_F(TrainingArgumentsJson, ReadsHuggingFaceV4Files) {
@@ -411,7 +380,7 @@ TEST_F(TrainingArgumentsJson, ReadsHuggingFaceV4Files) {
 // ---- validate(): HF's rules and messages ---------------------------------------------------------
 
 void expect_invalid(const Argv& argv, const std::string& message) {
-  expect_error<InvalidArgument>([&] { TrainingArguments::parse_args(argv); }, message);
+  EXPECT_EQ(error_message<InvalidArgument>([&] { TrainingArguments::parse_args(argv); }), message);
 }
 
 TEST(TrainingArgumentsValidate, StepsRules) {
@@ -533,9 +502,8 @@ TEST(TrainingArgumentsValidate, KilnChecks) {
   EXPECT_EQ(TrainingArguments::parse_args({"--optim", "sgd", "--adam_beta1", "1"}).adam_beta1, 1);  // unused by SGD
   TrainingArguments tokens;
   tokens.include_num_input_tokens_seen = "some";
-  expect_error<InvalidArgument>(
-      [&] { tokens.validate(); },
-      "include_num_input_tokens_seen must be one of ['all', 'non_padding', 'no'] or a boolean, got 'some'");
+  EXPECT_EQ(error_message<InvalidArgument>([&] { tokens.validate(); }),
+            "include_num_input_tokens_seen must be one of ['all', 'non_padding', 'no'] or a boolean, got 'some'");
 }
 
 // ---- Derived values -------------------------------------------------------------------------------

@@ -8,10 +8,13 @@
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
 #include "kiln/session.h"
+#include "test_util.h"
 #include "training/training_test_util.h"
 
 namespace kiln::training {
 namespace {
+
+using kiln::test::expect_error;
 
 using kiln::testing::make_bn_mlp;
 
@@ -77,13 +80,8 @@ TEST(Artifacts, BadOptionsAreClearErrors) {
   ArtifactOptions o = ce_adamw();
   o.requires_grad = {"fc1.weight"};
   o.frozen_params = {"fc1.weight"};
-  try {
-    build_artifacts(make_bn_mlp(), o);
-    FAIL();
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("'fc1.weight' is listed both in requires_grad and in frozen_params"),
-              std::string::npos) << e.what();
-  }
+  expect_error<InvalidArgument>([&] { build_artifacts(make_bn_mlp(), o); },
+                                "'fc1.weight' is listed both in requires_grad and in frozen_params");
   o = ce_adamw();
   o.requires_grad = {"nope"};
   EXPECT_THROW(build_artifacts(make_bn_mlp(), o), InvalidArgument);

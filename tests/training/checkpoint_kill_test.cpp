@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "kiln/checkpoint.h"
+#include "test_util.h"
 
 namespace kiln::training {
 namespace {
@@ -93,13 +94,8 @@ int64_t check_consistent(const CheckpointState& s) {
 }
 
 TEST(CheckpointKill, SigkillWhileSavingLeavesACompleteCheckpoint) {
-  const fs::path dir = fs::temp_directory_path() / ("kiln-checkpoint-kill-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  struct RemoveOnExit {
-    fs::path dir;
-    ~RemoveOnExit() { fs::remove_all(dir); }  // also when an ASSERT leaves the test early
-  } cleanup{dir};
+  const kiln::test::TempDir tmp;  // removed also when an ASSERT leaves the test early
+  const fs::path& dir = tmp.path();
   const std::string path = (dir / "checkpoint").string();
   std::mt19937 rng(6);  // fixed: the same delays every run
   std::uniform_int_distribution<int> delay_ms(1, 30);

@@ -8,10 +8,13 @@
 #include "kiln/onnx_io.h"
 #include "kiln/session.h"
 #include "kiln/training.h"
+#include "test_util.h"
 #include "training/training_test_util.h"
 
 namespace kiln::training {
 namespace {
+
+using kiln::test::expect_error;
 
 using kiln::testing::class_labels;
 using kiln::testing::random_tensor;
@@ -144,12 +147,7 @@ TEST(Module, ContiguousParametersRoundTripAndNominalCheckpoint) {
   TrainingRun nominal(ndir, false);
   EXPECT_TRUE(nominal.state.is_nominal());
   const std::vector<Tensor> batch{random_tensor({8, 4}, 1), class_labels(8, 3, 2)};
-  try {
-    (*nominal.module)(batch);
-    FAIL() << "a nominal module trained";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("nominal"), std::string::npos) << e.what();
-  }
+  expect_error<InvalidArgument>([&] { (*nominal.module)(batch); }, "nominal");
   nominal.module->copy_buffer_to_parameters(all, false);
   EXPECT_EQ(values(nominal.module->get_contiguous_parameters(false)), values(all));
   const float a = (*nominal.module)(batch)[0].data<float>()[0];
@@ -169,15 +167,8 @@ TEST(Module, CheckpointOfAnotherModelNamesTheParameterAndBothShapes) {
     else other.add_parameter(Parameter(name, q.data().clone(), q.requires_grad()));
   }
   (void)p;
-  try {
-    Module m((dir / "training_model.onnx").string(), other);
-    FAIL();
-  } catch (const ShapeError& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("'fc2.weight'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("[5, 6]"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("[3, 6]"), std::string::npos) << msg;
-  }
+  expect_error<ShapeError>([&] { Module m((dir / "training_model.onnx").string(), other); },
+                           {"'fc2.weight'", "[5, 6]", "[3, 6]"});
   CheckpointState missing;
   missing.add_parameter(Parameter("fc1.weight", state.parameter("fc1.weight").data().clone(), true));
   EXPECT_THROW(Module((dir / "training_model.onnx").string(), missing), KeyError);
@@ -186,12 +177,8 @@ TEST(Module, CheckpointOfAnotherModelNamesTheParameterAndBothShapes) {
 TEST(Module, AModelWithoutGradientOutputsIsNoTrainingModel) {
   const auto dir = kiln::testing::write_bn_mlp_artifacts("nogradients", OptimType::AdamW);
   CheckpointState state = CheckpointState::load_checkpoint((dir / "checkpoint").string());
-  try {
-    Module m((dir / "eval_model.onnx").string(), state);
-    FAIL();
-  } catch (const InvalidModel& e) {
-    EXPECT_NE(std::string(e.what()).find("no gradient output 'fc1.weight_grad'"), std::string::npos) << e.what();
-  }
+  expect_error<InvalidModel>([&] { Module m((dir / "eval_model.onnx").string(), state); },
+                             "no gradient output 'fc1.weight_grad'");
 }
 
 TEST(Module, WrongInputsAreClearErrors) {

@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "models/graph_builder.h"
+#include "graph_builder.h"
 
 namespace kiln::testing {
 

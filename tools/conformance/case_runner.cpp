@@ -6,8 +6,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <new>
+#include <optional>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -90,38 +93,6 @@ Tensor as_bfloat16_if(const Tensor& t, bool want_bfloat16) {
   return Tensor::view_of(t.storage(), t.byte_offset(), DType::BFloat16, t.shape());
 }
 
-// Cases Kiln does not compare, each with its reason: data that is wrong in ONNX 1.12's generator
-// (checked by hand), outputs drawn from numpy's random generator, and deliberate differences.
-const std::map<std::string, std::string>& known_bad_cases() {
-  static const std::map<std::string, std::string> cases = [] {
-    const std::string like = "ONNX 1.12's test data feeds 'like' with shape [1] but the model declares [3, 4]";
-    const std::string bn = "deliberate difference: Kiln updates running_var with the unbiased batch variance, as "
-                           "PyTorch (and cuDNN) do, where ONNX's reference uses the population variance "
-                           "(Y and running_mean match; see src/kernels/cpu/norm.cpp)";
-    const std::string dropout = "the expected mask comes from numpy's random generator, which Kiln does not "
-                                "reproduce (Kiln's masks come from its own seeded generator)";
-    return std::map<std::string, std::string>{{"test_castlike_FLOAT_to_BFLOAT16", like},
-                                              {"test_castlike_FLOAT_to_BFLOAT16_expanded", like},
-                                              {"test_castlike_BFLOAT16_to_FLOAT", like},
-                                              {"test_castlike_BFLOAT16_to_FLOAT_expanded", like},
-                                              {"test_cast_FLOAT_to_BFLOAT16",
-                                               "ONNX 1.12's expected data truncates float to bfloat16; Kiln rounds to "
-                                               "nearest even, as onnx.helper.float32_to_bfloat16 and ONNX Runtime do "
-                                               "(onnx/onnx#3876)"},
-                                              {"test_batchnorm_example_training_mode", bn},
-                                              {"test_batchnorm_epsilon_training_mode", bn},
-                                              {"test_training_dropout", dropout},
-                                              {"test_training_dropout_default", dropout},
-                                              {"test_training_dropout_default_mask", dropout},
-                                              {"test_training_dropout_mask", dropout},
-                                              {"test_adam_multiple",
-                                               "ONNX 1.12's generator computes the expected outputs with epsilon = "
-                                               "1e-2 but the Adam node omits the attribute, so the schema default "
-                                               "applies (onnx/onnx#7749); with epsilon = 1e-2 added the case passes"}};
-  }();
-  return cases;
-}
-
 // Runs one data set; returns the first mismatch, if any.
 std::optional<std::string> run_data_set(Session& session, const fs::path& set, const Tolerance& tol) {
   const std::vector<fs::path> input_files = numbered_files(set, "input_");
@@ -185,9 +156,56 @@ std::optional<std::string> compare_tensors(const std::string& name, const Tensor
                      element_string(want, first), detail, count, n);
 }
 
+namespace {
+
+std::string trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t\r");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+// "[skip] REASON" or "[raises ERROR] REASON"; nullopt for any other line or an empty reason.
+std::optional<KnownBad> parse_header(const std::string& line) {
+  const size_t close = line.find(']');
+  if (line.empty() || line[0] != '[' || close == std::string::npos) return std::nullopt;
+  const std::string tag = line.substr(1, close - 1);
+  KnownBad group;
+  group.reason = trimmed(line.substr(close + 1));
+  if (tag == "skip")
+    group.skip = true;
+  else if (tag.starts_with("raises ") && tag.size() > 7)
+    group.raises = tag.substr(7);
+  else
+    return std::nullopt;
+  if (group.reason.empty()) return std::nullopt;
+  return group;
+}
+
+}  // namespace
+
+std::map<std::string, KnownBad> load_known_bad(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(fmt::format("cannot read the known-bad list '{}'", path));
+  std::map<std::string, KnownBad> cases;
+  std::optional<KnownBad> group;
+  std::string raw;
+  for (int number = 1; std::getline(in, raw); ++number) {
+    const std::string line = trimmed(raw);
+    if (line.empty() || line[0] == '#') continue;
+    const std::string where = fmt::format("{}:{}: ", path, number);
+    if (line[0] == '[') {
+      group = parse_header(line);
+      if (!group) throw std::runtime_error(where + fmt::format("'{}' is not a [skip] or [raises ERROR] header "
+                                                               "followed by a reason", line));
+    } else if (!group) {
+      throw std::runtime_error(where + fmt::format("case '{}' comes before any [skip] or [raises ERROR] header", line));
+    } else if (!cases.emplace(line, *group).second) {
+      throw std::runtime_error(where + fmt::format("case '{}' is listed twice", line));
+    }
+  }
+  return cases;
+}
+
 CaseResult run_case(const std::string& case_dir, const Tolerance& tol) {
-  const std::string name = fs::path(case_dir).filename().string();
-  if (auto it = known_bad_cases().find(name); it != known_bad_cases().end()) return {Status::Skipped, it->second};
   try {
     Session session(load_model((fs::path(case_dir) / "model.onnx").string()));
     const std::vector<fs::path> sets = data_sets(case_dir);

@@ -3,6 +3,7 @@
 // with ONNX's own tolerances.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 
@@ -26,6 +27,17 @@ struct Tolerance {
 
 // Never throws: kiln::Unsupported makes the case skipped, any other failure makes it failed.
 CaseResult run_case(const std::string& case_dir, const Tolerance& tol = {});
+
+// One entry of the known-bad list, tools/conformance/known_bad.txt (the format is described at its
+// top; tests/python/backend_expectations.py reads the same file).
+struct KnownBad {
+  bool skip = false;   // [skip]: not run; the case is reported as skipped with `reason`
+  std::string raises;  // [raises ERROR]: the kiln error the Python backend test expects; run as any case
+  std::string reason;
+};
+
+// Case name -> entry. Throws std::runtime_error naming the file and line of a malformed entry.
+std::map<std::string, KnownBad> load_known_bad(const std::string& path);
 
 // nullopt when `got` matches `expected`: same dtype and shape; floats within
 // |got - expected| <= atol + rtol * |expected| with NaN equal to NaN; integers and bools exact.

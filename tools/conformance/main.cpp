@@ -1,8 +1,10 @@
 // kiln-conformance NODE_DIR [--list FILE] [--strict] [--filter SUBSTR] [--timeout S] [--in-process]
+//                  [--known-bad FILE]
 //
 // Runs ONNX's backend node cases (from scripts/gen-onnx-node-tests) through kiln::Session. Each case
 // runs in a forked child by default, so a crash or a hang in one kernel is reported as that case's
-// failure instead of ending the run.
+// failure instead of ending the run. The cases the known-bad list (tools/conformance/known_bad.txt,
+// shared with the Python backend test) marks [skip] are not run and count as skipped, with its reason.
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
@@ -15,11 +17,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include "case_runner.h"
 
 namespace fs = std::filesystem;
 using kiln::conformance::CaseResult;
+using kiln::conformance::KnownBad;
 using kiln::conformance::Status;
 
 namespace {
@@ -28,6 +32,7 @@ struct Options {
   std::string node_dir;
   std::string list_file;
   std::string filter;
+  std::string known_bad = KILN_CONFORMANCE_KNOWN_BAD;
   bool strict = false;
   bool in_process = false;
   int timeout_s = 120;
@@ -102,6 +107,13 @@ CaseResult run_isolated(const fs::path& dir, int timeout_s) {
   return {static_cast<Status>(message[0] - '0'), message.substr(1)};
 }
 
+// A [skip] case of the known-bad list is not run; any other runs in this process or a child.
+CaseResult run_one(const Options& o, const fs::path& dir, const std::map<std::string, KnownBad>& known_bad) {
+  const auto bad = known_bad.find(dir.filename().string());
+  if (bad != known_bad.end() && bad->second.skip) return {Status::Skipped, bad->second.reason};
+  return o.in_process ? kiln::conformance::run_case(dir.string()) : run_isolated(dir, o.timeout_s);
+}
+
 int run(const Options& o) {
   const std::vector<fs::path> cases = find_cases(o);
   std::ofstream list;
@@ -109,9 +121,10 @@ int run(const Options& o) {
     list.open(o.list_file, std::ios::trunc);
     if (!list) throw std::runtime_error(fmt::format("cannot write the list file '{}'", o.list_file));
   }
+  const auto known_bad = kiln::conformance::load_known_bad(o.known_bad);
   int counts[3] = {0, 0, 0};
   for (const fs::path& dir : cases) {
-    const CaseResult r = o.in_process ? kiln::conformance::run_case(dir.string()) : run_isolated(dir, o.timeout_s);
+    const CaseResult r = run_one(o, dir, known_bad);
     ++counts[static_cast<int>(r.status)];
     std::string line = fmt::format("{} {}", status_name(r.status), dir.filename().string());
     if (!r.reason.empty()) line += "  " + one_line(r.reason);
@@ -137,6 +150,7 @@ int main(int argc, char** argv) {
   app.add_option("--filter", o.filter, "Run only cases whose name contains SUBSTR");
   app.add_option("--timeout", o.timeout_s, "Seconds a case may take before it counts as failed")
       ->check(CLI::PositiveNumber);
+  app.add_option("--known-bad", o.known_bad, "The known-bad list (default: the source tree's known_bad.txt)");
   app.add_flag("--in-process", o.in_process, "Run cases in this process (for debuggers); a crash ends the run");
   try {
     app.parse(argc, argv);

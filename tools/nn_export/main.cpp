@@ -10,12 +10,18 @@
 // "pixel_values" or the entry's input name, output "logits" and the entry's dynamic axes), and
 // `--backbone NAME [--config JSON] [--out-indices 0,1,..]` an AutoBackbone (outputs named by its
 // out_features); the zoo parity tests (tests/python/test_zoo_vision.py) drive these.
-// Prints one JSON line: {"repr": ..., "state_dict": {key: shape}, "keys": [key, ... in order]}. Errors: one line
-// `kiln-nn-export: error: ...`, exit 1.
+// Prints one JSON line: {"repr": ..., "state_dict": {key: shape}, "keys": [key, ... in order]}.
+//
+// Subcommands for the other parity tests (spec_exports.h):
+//   kiln-nn-export core-files DIR                 the nn core's files (tests/python/test_nn_core.py)
+//   kiln-nn-export transformer-layers SPEC_FILE   attention and transformer layers (test_nn_transformer.py)
+//   kiln-nn-export zoo-transformers SPEC_FILE     bert, gpt2, vit (test_zoo_transformers.py)
+// Errors: one line `kiln-nn-export: error: ...`, exit 1.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -31,6 +37,7 @@
 #include "kiln/nn/zoo.h"
 #include "kiln/npy.h"
 #include "kiln/safetensors.h"
+#include "spec_exports.h"
 
 namespace {
 
@@ -205,51 +212,58 @@ Built build_model(const std::string& spec_text, const std::string& zoo_name, con
   return b;
 }
 
-int run(int argc, char** argv) {
-  CLI::App app{"Build a kiln::nn layer from a JSON spec (or a zoo model or backbone), load torch weights, export ONNX, run it"};
-  std::string spec_text, zoo_name, backbone, config_text, out, weights, input_shape, input_dtype = "float", run_input, out_dir;
+// The options of a module export (no subcommand).
+struct ModuleOptions {
+  std::string spec_text, zoo_name, backbone, config_text, out, weights, input_shape, input_dtype = "float", run_input,
+      out_dir;
   std::vector<int64_t> dynamic, out_indices;
   bool eval = false;
   uint64_t seed = 0;
-  app.add_option("--spec", spec_text, "The module as JSON");
-  app.add_option("--zoo", zoo_name, "A model zoo entry (resnet18, convnext_tiny, ...) instead of a spec");
-  app.add_option("--backbone", backbone, "An AutoBackbone (resnet50, ...) instead of a spec");
-  app.add_option("--config", config_text, "With --zoo / --backbone: config overrides as JSON");
-  app.add_option("--out-indices", out_indices, "With --backbone: the stages to output")->delimiter(',');
-  app.add_option("--input-shape", input_shape, "The example input shape, as 2,3,8,8")->required();
-  app.add_option("--input-dtype", input_dtype, "float, double or int64");
-  app.add_option("--dynamic", dynamic, "Input dims exported as dynamic");
-  app.add_option("--weights", weights, "A state_dict as .npz or safetensors, loaded strictly");
-  app.add_option("--out", out, "Write the ONNX model here");
-  app.add_flag("--eval", eval, "Export / run in eval mode");
-  app.add_option("--seed", seed, "manual_seed before building");
-  app.add_option("--run", run_input, "Run the module in Kiln on this .npy input");
-  app.add_option("--out-dir", out_dir,
+};
+
+void add_module_options(CLI::App& app, ModuleOptions& o) {
+  app.add_option("--spec", o.spec_text, "The module as JSON");
+  app.add_option("--zoo", o.zoo_name, "A model zoo entry (resnet18, convnext_tiny, ...) instead of a spec");
+  app.add_option("--backbone", o.backbone, "An AutoBackbone (resnet50, ...) instead of a spec");
+  app.add_option("--config", o.config_text, "With --zoo / --backbone: config overrides as JSON");
+  app.add_option("--out-indices", o.out_indices, "With --backbone: the stages to output")->delimiter(',');
+  app.add_option("--input-shape", o.input_shape, "The example input shape, as 2,3,8,8 (required without a subcommand)");
+  app.add_option("--input-dtype", o.input_dtype, "float, double or int64");
+  app.add_option("--dynamic", o.dynamic, "Input dims exported as dynamic");
+  app.add_option("--weights", o.weights, "A state_dict as .npz or safetensors, loaded strictly");
+  app.add_option("--out", o.out, "Write the ONNX model here");
+  app.add_flag("--eval", o.eval, "Export / run in eval mode");
+  app.add_option("--seed", o.seed, "manual_seed before building");
+  app.add_option("--run", o.run_input, "Run the module in Kiln on this .npy input");
+  app.add_option("--out-dir", o.out_dir,
                  "With --run: write output.npy (the first output), output<i>.npy (each one) and, for a --spec, "
                  "state.safetensors (the state_dict after the run)");
-  CLI11_PARSE(app, argc, argv);
+}
 
-  manual_seed(seed);
-  Built b = build_model(spec_text, zoo_name, backbone, config_text, out_indices);
+int export_module(const ModuleOptions& o) {
+  if (o.input_shape.empty()) throw kiln::InvalidArgument("--input-shape is required");
+  manual_seed(o.seed);
+  Built b = build_model(o.spec_text, o.zoo_name, o.backbone, o.config_text, o.out_indices);
   ModulePtr m = b.module;
-  if (!weights.empty()) m->load_state_dict(load_weights_file(weights), true);
-  m->train(!eval);
+  if (!o.weights.empty()) m->load_state_dict(load_weights_file(o.weights), true);
+  m->train(!o.eval);
   const std::map<std::string, kiln::DType> dtypes{
       {"float", kiln::DType::Float32}, {"double", kiln::DType::Float64}, {"int64", kiln::DType::Int64}};
-  if (!dtypes.count(input_dtype)) throw kiln::InvalidArgument(fmt::format("--input-dtype '{}' is not float, double or int64", input_dtype));
+  if (!dtypes.count(o.input_dtype))
+    throw kiln::InvalidArgument(fmt::format("--input-dtype '{}' is not float, double or int64", o.input_dtype));
   ExportOptions options;
-  options.input_dtypes = {dtypes.at(input_dtype)};
+  options.input_dtypes = {dtypes.at(o.input_dtype)};
   options.output_names = b.outputs;
   DynamicAxes axes = b.axes;
-  for (int64_t d : dynamic) axes[b.input][d] = fmt::format("dim{}", d);
-  if (!out.empty()) m->export_onnx(out, {{b.input, parse_shape(input_shape)}}, axes, options);
+  for (int64_t d : o.dynamic) axes[b.input][d] = fmt::format("dim{}", d);
+  if (!o.out.empty()) m->export_onnx(o.out, {{b.input, parse_shape(o.input_shape)}}, axes, options);
 
-  if (!run_input.empty()) {
-    const std::vector<kiln::Tensor> y = (*m)({kiln::load_npy(run_input)});
-    std::filesystem::create_directories(out_dir);
-    kiln::save_npy(y.at(0), out_dir + "/output.npy");
-    for (size_t i = 0; i < y.size(); ++i) kiln::save_npy(y[i], fmt::format("{}/output{}.npy", out_dir, i));
-    if (!spec_text.empty()) kiln::write_safetensors(out_dir + "/state.safetensors", m->state_dict());
+  if (!o.run_input.empty()) {
+    const std::vector<kiln::Tensor> y = (*m)({kiln::load_npy(o.run_input)});
+    std::filesystem::create_directories(o.out_dir);
+    kiln::save_npy(y.at(0), o.out_dir + "/output.npy");
+    for (size_t i = 0; i < y.size(); ++i) kiln::save_npy(y[i], fmt::format("{}/output{}.npy", o.out_dir, i));
+    if (!o.spec_text.empty()) kiln::write_safetensors(o.out_dir + "/state.safetensors", m->state_dict());
   }
   json report{{"repr", m->repr()}, {"state_dict", json::object()}, {"keys", json::array()}};
   for (const auto& [key, t] : m->state_dict()) {
@@ -260,7 +274,48 @@ int run(int argc, char** argv) {
   return 0;
 }
 
+int run(int argc, char** argv) {
+  CLI::App app{"Build a kiln::nn layer from a JSON spec (or a zoo model or backbone), load torch weights, export ONNX, run it"};
+  ModuleOptions module;
+  add_module_options(app, module);
+  std::string core_dir, layers_spec, zoo_spec;
+  CLI::App* core = app.add_subcommand("core-files", "Write the nn core's files for tests/python/test_nn_core.py");
+  core->add_option("dir", core_dir, "The folder to write them in")->required();
+  CLI::App* layers =
+      app.add_subcommand("transformer-layers", "Export the attention and transformer layer cases of a spec");
+  layers->add_option("spec_file", layers_spec, "The JSON spec (tools/nn_export/transformer_layers.cpp)")->required();
+  CLI::App* zoo = app.add_subcommand("zoo-transformers", "Export the zoo transformer cases of a spec, with reports");
+  zoo->add_option("spec_file", zoo_spec, "The JSON spec (tools/nn_export/zoo_transformers.cpp)")->required();
+  app.require_subcommand(0, 1);
+  CLI11_PARSE(app, argc, argv);
+
+  if (*core) kiln::nn_export::write_core_files(core_dir);
+  else if (*layers) kiln::nn_export::for_each_case(layers_spec, kiln::nn_export::export_transformer_layer);
+  else if (*zoo) kiln::nn_export::for_each_case(zoo_spec, kiln::nn_export::export_zoo_transformer);
+  else return export_module(module);
+  return 0;
+}
+
 }  // namespace
+
+namespace kiln::nn_export {
+
+void for_each_case(const std::string& spec_path, const std::function<void(const nlohmann::json&)>& export_case) {
+  std::ifstream f(spec_path);
+  if (!f) throw kiln::IOError(fmt::format("cannot open the spec file '{}'", spec_path));
+  const json spec = json::parse(f);
+  size_t i = 0;
+  for (const json& c : spec.at("cases")) {
+    try {
+      export_case(c);
+    } catch (const std::exception& e) {
+      throw kiln::Error(fmt::format("{}: case {} ({}): {}", spec_path, i, c.value("onnx", "no onnx path"), e.what()));
+    }
+    ++i;
+  }
+}
+
+}  // namespace kiln::nn_export
 
 int main(int argc, char** argv) {
   try {

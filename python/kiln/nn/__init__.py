@@ -24,15 +24,41 @@ A module passed to kiln.Trainer(model=net, ...) is exported in training mode wit
 the first training example (batch dim dynamic), trained, and its weights loaded back.
 """
 from kiln._core import core
-from kiln.nn import functional  # noqa: F401
+from kiln.nn import (
+    functional,  # noqa: F401
+    zoo,  # noqa: F401
+)
 from kiln.nn.backbone import AutoBackbone, Backbone
-from kiln.nn.layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose2d,
-                            Dropout, Embedding, Flatten, GELU, GroupNorm, Identity, LayerNorm, Linear, MaxPool2d,
-                            ModuleDict, ModuleList, MultiheadAttention, ReLU, Sequential, Sigmoid, SiLU, Tanh,
-                            TransformerDecoderLayer, TransformerEncoderLayer)
+from kiln.nn.layers import (
+    GELU,
+    AdaptiveAvgPool2d,
+    AvgPool2d,
+    BatchNorm1d,
+    BatchNorm2d,
+    Conv1d,
+    Conv2d,
+    ConvTranspose2d,
+    Dropout,
+    Embedding,
+    Flatten,
+    GroupNorm,
+    Identity,
+    LayerNorm,
+    Linear,
+    MaxPool2d,
+    ModuleDict,
+    ModuleList,
+    MultiheadAttention,
+    ReLU,
+    Sequential,
+    Sigmoid,
+    SiLU,
+    Tanh,
+    TransformerDecoderLayer,
+    TransformerEncoderLayer,
+)
 from kiln.nn.module import Module, NativeModule, Parameter, RemovableHandle, StateDictError
 from kiln.nn.var import Size, SymDim, Var
-from kiln.nn import zoo  # noqa: F401
 
 __all__ = ["AdaptiveAvgPool2d", "AutoBackbone", "AvgPool2d", "Backbone", "BatchNorm1d", "BatchNorm2d", "Conv1d",
            "Conv2d", "ConvTranspose2d", "Dropout", "Embedding", "Flatten", "GELU", "GroupNorm", "Identity",

@@ -178,7 +178,8 @@ class Module:
 
     def register_parameter(self, name, param):
         if param is None:
-            raise Unsupported(f"{type(self).__name__}.register_parameter('{name}', None): kiln.nn has no empty parameters")
+            raise Unsupported(f"{type(self).__name__}.register_parameter('{name}', None): "
+                              "kiln.nn has no empty parameters")
         if not isinstance(param, Parameter):
             raise TypeError(f"cannot assign '{type(param).__name__}' object to parameter '{name}' "
                             "(kiln.nn.Parameter or None required)")
@@ -446,7 +447,8 @@ def _export_args(input_shapes, dynamic_axes, input_dtypes, output_names, opset):
     elif isinstance(input_dtypes, dict):
         unknown = set(input_dtypes) - {n for n, _ in inputs}
         if unknown:
-            raise InvalidArgument(f"input_dtypes names {sorted(unknown)}, which are not inputs ({[n for n, _ in inputs]})")
+            raise InvalidArgument(f"input_dtypes names {sorted(unknown)}, "
+                                  f"which are not inputs ({[n for n, _ in inputs]})")
         dtypes = [onnx_dtype(input_dtypes.get(n, np.float32)) for n, _ in inputs]
     else:
         dtypes = [onnx_dtype(d) for d in input_dtypes]

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/parallel.h"
-#include "kiln/autodiff.h"
+#include "kiln/graph.h"
 #include "kiln/kernel.h"
 
 namespace kiln {

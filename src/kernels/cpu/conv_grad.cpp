@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "kernels/cpu/conv_common.h"
-#include "kiln/autodiff.h"
+#include "kiln/graph.h"
 #include "kiln/kernel.h"
 
 namespace kiln {

@@ -7,18 +7,17 @@
 // successive runs draw different masks, and a resumed run (Session::set_run_count) draws the masks
 // the interrupted one would have. ratio = 0 is the identity in both modes, as the spec says.
 //
-// ai.kiln.DropoutGrad(dY, mask, ratio, training_mode) -> dX reuses the forward's mask, so the
-// gradient sees exactly the elements the forward kept (see autodiff/dropout.cpp).
+// Its gradient, ai.kiln.DropoutGrad, is in dropout_grad.cpp.
 #include <fmt/format.h>
 
 #include <cstring>
 
-#include "kiln/autodiff.h"
+#include "kernels/cpu/dropout_common.h"
+#include "kiln/graph.h"
 #include "kiln/kernel.h"
 #include "kiln/random.h"
 
-namespace kiln {
-namespace {
+namespace kiln::dropout {
 
 void check_ratio(double ratio) {
   if (!(ratio >= 0.0 && ratio < 1.0)) throw InvalidModel(fmt::format("ratio must be in [0, 1), got {}", ratio));
@@ -44,16 +43,15 @@ void check_mode_inputs(const InferContext& ctx, size_t r) {
   if (ctx.has_value(r)) check_ratio(ctx.input(r).value.contiguous().item_as_double(0));
 }
 
-template <class F>
-void visit_float(DType dt, const char* what, F&& f) {
-  visit_dtype(dt, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>)
-      f(tag);
-    else
-      throw TypeError(fmt::format("{} in training mode needs a float input, got {}", what, dtype_name(dt)));
-  });
-}
+}  // namespace kiln::dropout
+
+namespace kiln {
+namespace {
+
+using dropout::check_mode_inputs;
+using dropout::check_ratio;
+using dropout::drop_ratio;
+using dropout::visit_float;
 
 class DropoutKernel : public Kernel {
  public:
@@ -116,48 +114,7 @@ class DropoutKernel : public Kernel {
   uint64_t seed_;  // the node's; a run's draws come from derive_seed(seed_, run index)
 };
 
-// dX = dY * mask / (1 - ratio) in training mode, dY otherwise (the forward was the identity).
-class DropoutGradKernel : public Kernel {
- public:
-  using Kernel::Kernel;
-  std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    const TensorMeta& dy = ctx.input(0);
-    if (ctx.dtype(1) != DType::Bool || ctx.shape(1) != dy.shape)
-      throw ShapeError(fmt::format("DropoutGrad: mask {}{} must be bool with the shape of dY {}{}", dtype_name(ctx.dtype(1)),
-                                   to_string(ctx.shape(1)), dtype_name(dy.dtype), to_string(dy.shape)));
-    check_mode_inputs(ctx, 2);
-    return {{dy.dtype, dy.shape, dy.dynamic, Tensor()}};
-  }
-  void compute(ComputeContext& ctx) override {
-    const double ratio = drop_ratio(ctx.has_input(2) ? &ctx.input(2) : nullptr, ctx.has_input(3) ? &ctx.input(3) : nullptr);
-    const Tensor& dy = ctx.input(0);
-    Tensor& dx = ctx.output(0);
-    if (ratio == 0.0) {
-      if (dx.raw_data() != dy.raw_data() && dy.nbytes() > 0) std::memcpy(dx.raw_data(), dy.raw_data(), dy.nbytes());
-      return;
-    }
-    const double scale = 1.0 / (1.0 - ratio);
-    const bool* m = ctx.input(1).data<bool>();
-    visit_float(dy.dtype(), "DropoutGrad", [&](auto tag) {
-      using T = decltype(tag);
-      const T* g = dy.data<T>();
-      T* out = dx.data<T>();
-      for (int64_t i = 0; i < dy.numel(); ++i) out[i] = m[i] ? from_double<T>(to_double(g[i]) * scale) : from_double<T>(0.0);
-    });
-  }
-  std::optional<size_t> inplace_input() const override { return 0; }
-};
-
 const KernelRegistrar reg_dropout({"", "Dropout", 7, kMaxOpset, {}},
                                   [](const Node& n) { return std::make_unique<DropoutKernel>(n); });
-const KernelRegistrar reg_grad({kKilnDomain, "DropoutGrad", 1, kMaxOpset, {DType::Float32, DType::Float64, DType::Float16}},
-                               [](const Node& n) { return std::make_unique<DropoutGradKernel>(n); });
-const OpDocRegistrar doc({kKilnDomain, "DropoutGrad", "Gradient of Dropout through the mask the forward drew.",
-                          {"dY: gradient of Dropout's output", "mask: bool, Dropout's mask output (true = kept)",
-                           "ratio (optional): Dropout's ratio input, default 0.5",
-                           "training_mode (optional): Dropout's training_mode input, default false"},
-                          {"dX: gradient of Dropout's input, with dY's shape and dtype"},
-                          "dX = training_mode && ratio > 0 ? dY * mask / (1 - ratio) : dY"});
-
 }  // namespace
 }  // namespace kiln

@@ -1,7 +1,8 @@
 // Ops that build a larger (or rearranged) tensor from one input by moving bytes: Expand and Tile
 // (stride-0 repeats), DepthToSpace and SpaceToDepth (permuted reshapes), all as one strided copy;
 // and Pad, whose borders come from a constant or from the input (edge, reflect). Every dtype.
-// ai.kiln.PadGrad adds Pad's gradient back onto the input elements each output copied.
+// Pad's gradient, ai.kiln.PadGrad, and the broadcasting gradient ai.kiln.SumToShapeOf are in
+// expand_grad.cpp.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,19 +10,84 @@
 #include <type_traits>
 
 #include "core/parallel.h"
+#include "kernels/cpu/expand_common.h"
 #include "kernels/cpu/int_values.h"
 #include "kernels/cpu/strided_copy.h"
-#include "kiln/autodiff.h"
+#include "kiln/graph.h"
 #include "kiln/kernel.h"
 
-namespace kiln {
-namespace {
+namespace kiln::pad {
 
 bool any_dynamic(const InferContext& ctx) {
   for (size_t i = 0; i < ctx.num_inputs(); ++i)
     if (ctx.has_input(i) && ctx.input(i).dynamic) return true;
   return false;
 }
+
+const char* node_mode_name(PadMode m) {
+  return m == PadMode::Constant ? "constant" : m == PadMode::Reflect ? "reflect" : "edge";
+}
+
+int64_t map_coordinate(int64_t i, int64_t dim, PadMode mode) {
+  if (i >= 0 && i < dim) return i;
+  if (mode == PadMode::Constant || dim == 0) return -1;
+  if (mode == PadMode::Edge || dim == 1) return std::clamp<int64_t>(i, 0, dim - 1);
+  // Reflect without repeating the edge (numpy's "reflect"), any number of times over.
+  const int64_t period = 2 * (dim - 1);
+  int64_t m = ((i % period) + period) % period;
+  return m < dim ? m : period - m;
+}
+
+PadMode parse_pad_mode(const Node& node) {
+  const std::string mode = node.attr_string("mode", "constant");
+  if (mode == "constant") return PadMode::Constant;
+  if (mode == "reflect") return PadMode::Reflect;
+  if (mode == "edge") return PadMode::Edge;
+  throw Unsupported(fmt::format("mode '{}' is not supported (constant, reflect, edge)", mode));
+}
+
+// The padded shape of `s` and the pad before each dimension; `axes_input` is the index of the
+// optional axes input (opset 18), or 0 for none.
+Shape pad_geometry(const Shape& s, const std::vector<int64_t>& pads, const InferContext& ctx, size_t axes_input,
+                   PadMode mode, std::vector<int64_t>& begin) {
+  const int64_t rank = static_cast<int64_t>(s.size());
+  std::vector<int64_t> axes(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) axes[d] = d;
+  if (axes_input > 0 && ctx.has_input(axes_input)) {
+    const Tensor& a = ctx.value(axes_input);
+    if (a.dtype() != DType::Int64 && a.dtype() != DType::Int32)
+      throw TypeError(fmt::format("axes must be int32 or int64, got {}", a.describe()));
+    axes = a.to_int64_vector();
+    for (int64_t& x : axes) x = normalize_axis(x, rank, "axes");
+  }
+  const size_t k = axes.size();
+  if (pads.size() != 2 * k)
+    throw ShapeError(fmt::format("pads {} must have 2 * {} entries for input {}", to_string(pads), k, to_string(s)));
+  begin.assign(s.size(), 0);
+  Shape out = s;
+  for (size_t j = 0; j < k; ++j) {
+    const int64_t d = axes[j];
+    begin[d] = pads[j];
+    out[d] = s[d] + pads[j] + pads[j + k];
+    if (out[d] < 0)
+      throw ShapeError(fmt::format("pads {} crop axis {} of input {} below zero", to_string(pads), d, to_string(s)));
+    if (mode != PadMode::Constant && s[d] == 0 && out[d] > 0)
+      throw ShapeError(fmt::format("cannot pad the empty axis {} of input {} in mode '{}'", d, to_string(s),
+                                   node_mode_name(mode)));
+  }
+  return out;
+}
+
+}  // namespace kiln::pad
+
+namespace kiln {
+namespace {
+
+using pad::any_dynamic;
+using pad::map_coordinate;
+using pad::pad_geometry;
+using pad::PadMode;
+using pad::parse_pad_mode;
 
 class ExpandKernel : public Kernel {
  public:
@@ -159,64 +225,6 @@ class SpaceToDepthKernel : public Kernel {
   int64_t b_ = 1;
 };
 
-// Pad. Each output coordinate maps, per dimension, to an input coordinate or to "outside" (-1,
-// constant mode only); an output row is a contiguous run of the input plus mapped borders.
-enum class PadMode { Constant, Reflect, Edge };
-
-const char* node_mode_name(PadMode m) {
-  return m == PadMode::Constant ? "constant" : m == PadMode::Reflect ? "reflect" : "edge";
-}
-
-int64_t map_coordinate(int64_t i, int64_t dim, PadMode mode) {
-  if (i >= 0 && i < dim) return i;
-  if (mode == PadMode::Constant || dim == 0) return -1;
-  if (mode == PadMode::Edge || dim == 1) return std::clamp<int64_t>(i, 0, dim - 1);
-  // Reflect without repeating the edge (numpy's "reflect"), any number of times over.
-  const int64_t period = 2 * (dim - 1);
-  int64_t m = ((i % period) + period) % period;
-  return m < dim ? m : period - m;
-}
-
-PadMode parse_pad_mode(const Node& node) {
-  const std::string mode = node.attr_string("mode", "constant");
-  if (mode == "constant") return PadMode::Constant;
-  if (mode == "reflect") return PadMode::Reflect;
-  if (mode == "edge") return PadMode::Edge;
-  throw Unsupported(fmt::format("mode '{}' is not supported (constant, reflect, edge)", mode));
-}
-
-// The padded shape of `s` and the pad before each dimension; `axes_input` is the index of the
-// optional axes input (opset 18), or 0 for none.
-Shape pad_geometry(const Shape& s, const std::vector<int64_t>& pads, const InferContext& ctx, size_t axes_input,
-                   PadMode mode, std::vector<int64_t>& begin) {
-  const int64_t rank = static_cast<int64_t>(s.size());
-  std::vector<int64_t> axes(static_cast<size_t>(rank));
-  for (int64_t d = 0; d < rank; ++d) axes[d] = d;
-  if (axes_input > 0 && ctx.has_input(axes_input)) {
-    const Tensor& a = ctx.value(axes_input);
-    if (a.dtype() != DType::Int64 && a.dtype() != DType::Int32)
-      throw TypeError(fmt::format("axes must be int32 or int64, got {}", a.describe()));
-    axes = a.to_int64_vector();
-    for (int64_t& x : axes) x = normalize_axis(x, rank, "axes");
-  }
-  const size_t k = axes.size();
-  if (pads.size() != 2 * k)
-    throw ShapeError(fmt::format("pads {} must have 2 * {} entries for input {}", to_string(pads), k, to_string(s)));
-  begin.assign(s.size(), 0);
-  Shape out = s;
-  for (size_t j = 0; j < k; ++j) {
-    const int64_t d = axes[j];
-    begin[d] = pads[j];
-    out[d] = s[d] + pads[j] + pads[j + k];
-    if (out[d] < 0)
-      throw ShapeError(fmt::format("pads {} crop axis {} of input {} below zero", to_string(pads), d, to_string(s)));
-    if (mode != PadMode::Constant && s[d] == 0 && out[d] > 0)
-      throw ShapeError(fmt::format("cannot pad the empty axis {} of input {} in mode '{}'", d, to_string(s),
-                                   node_mode_name(mode)));
-  }
-  return out;
-}
-
 class PadKernel : public Kernel {
  public:
   using Kernel::Kernel;
@@ -315,77 +323,6 @@ class PadKernel : public Kernel {
   std::vector<int64_t> begin_;
 };
 
-// ai.kiln.PadGrad(dY, shape, pads[, axes]): every element of dY is added to the input element
-// Pad copied it from (none for constant borders; several for reflect/edge borders, which is why
-// those run serially, while constant mode, one-to-one, runs rows in parallel).
-class PadGradKernel : public Kernel {
- public:
-  using Kernel::Kernel;
-  std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    mode_ = parse_pad_mode(node_);
-    const std::vector<int64_t> shape = int64_values(ctx.value(1), "shape");
-    const Shape out = pad_geometry(shape, int64_values(ctx.value(2), "pads"), ctx, 3, mode_, begin_);
-    if (ctx.shape(0) != out)
-      throw ShapeError(fmt::format("dY {} must have the padded shape {} (of input {})", to_string(ctx.shape(0)),
-                                   to_string(out), to_string(shape)));
-    return {{ctx.dtype(0), shape, any_dynamic(ctx), Tensor()}};
-  }
-  void compute(ComputeContext& ctx) override {
-    Tensor& dx = ctx.output(0);
-    visit_dtype(dx.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) run<T>(ctx.input(0), dx);
-      else throw TypeError(fmt::format("PadGrad supports float and double, got {}", dx.describe()));
-    });
-  }
-
- private:
-  template <class T>
-  void run(const Tensor& dy, Tensor& dx) const {
-    T* out = dx.data<T>();
-    std::fill(out, out + dx.numel(), T(0));
-    const Shape& is = dx.shape();
-    const Shape& os = dy.shape();
-    const size_t r = os.size();
-    if (dy.numel() == 0 || dx.numel() == 0) return;
-    const T* g = dy.data<T>();
-    if (r == 0) {
-      out[0] = g[0];
-      return;
-    }
-    std::vector<std::vector<int64_t>> maps(r);
-    for (size_t d = 0; d < r; ++d)
-      for (int64_t o = 0; o < os[d]; ++o) maps[d].push_back(map_coordinate(o - begin_[d], is[d], mode_));
-    const Strides st = contiguous_strides(is);
-    const int64_t cols = os[r - 1];
-    const std::vector<int64_t>& last = maps[r - 1];
-    auto rows_range = [&](int64_t b, int64_t e) {
-      for (int64_t row = b; row < e; ++row) {
-        int64_t off = 0;
-        bool outside = false;
-        for (int64_t rem = row, d = static_cast<int64_t>(r) - 2; d >= 0; --d) {
-          const int64_t m = maps[d][rem % os[d]];
-          rem /= os[d];
-          outside = outside || m < 0;
-          off += m * st[d];
-        }
-        if (outside) continue;
-        const T* grow = g + row * cols;
-        for (int64_t c = 0; c < cols; ++c)
-          if (last[c] >= 0) out[off + last[c]] += grow[c];
-      }
-    };
-    const int64_t rows = dy.numel() / cols;
-    if (mode_ == PadMode::Constant)
-      parallel_for(rows, std::max<int64_t>(1, 16384 / cols), rows_range);
-    else
-      rows_range(0, rows);
-  }
-
-  PadMode mode_ = PadMode::Constant;
-  std::vector<int64_t> begin_;
-};
-
 template <class K>
 KernelRegistrar reg(const char* op, int64_t since) {
   return KernelRegistrar({"", op, since, kMaxOpset, {}}, [](const Node& n) { return std::make_unique<K>(n); });
@@ -396,15 +333,5 @@ const KernelRegistrar reg_tile = reg<TileKernel>("Tile", 6);
 const KernelRegistrar reg_depth_to_space = reg<DepthToSpaceKernel>("DepthToSpace", 1);
 const KernelRegistrar reg_space_to_depth = reg<SpaceToDepthKernel>("SpaceToDepth", 1);
 const KernelRegistrar reg_pad = reg<PadKernel>("Pad", 2);
-const KernelRegistrar reg_pad_grad({kKilnDomain, "PadGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
-                                   [](const Node& n) { return std::make_unique<PadGradKernel>(n); });
-const OpDocRegistrar doc_pad_grad(
-    {kKilnDomain, "PadGrad", "The gradient of Pad with respect to its data, for every mode Pad supports.",
-     {"dY: the gradient of Pad's output", "shape: int64 [r], the shape of Pad's data",
-      "pads: Pad's int64 pads (negative ones crop)", "axes (optional): Pad's axes (opset 18)"},
-     {"dX: the gradient of data, of the given shape"},
-     "attribute mode as Pad's. dX = 0; for every output position o of Pad that copies input position i "
-     "(constant borders copy none; reflect and edge borders copy inner elements again): dX[i] += dY[o]"});
-
 }  // namespace
 }  // namespace kiln

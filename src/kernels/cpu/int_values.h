@@ -1,9 +1,11 @@
 // Reading the values of integer inputs (indices, starts/ends/axes/steps, shapes), with a TypeError
-// naming the input when its dtype (or rank) is not one ONNX allows.
+// naming the input when its dtype (or rank) is not one ONNX allows; and where an index sat, for
+// the messages about out-of-range indices.
 #pragma once
 
 #include <fmt/format.h>
 
+#include <string>
 #include <vector>
 
 #include "kiln/error.h"
@@ -25,6 +27,17 @@ inline std::vector<int64_t> int64_values(const Tensor& t, const char* what) {
   if (t.dtype() != DType::Int64 || t.rank() != 1)
     throw TypeError(fmt::format("{} must be a 1-D int64 tensor, got {}", what, t.describe()));
   return t.to_int64_vector();
+}
+
+// "[1, 0]": the position of flat element `i` of an indices tensor of `shape`, for the messages
+// that name an out-of-range index.
+inline std::string index_position(int64_t i, const Shape& shape) {
+  Shape idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = shape[d] ? i % shape[d] : 0;
+    i = shape[d] ? i / shape[d] : 0;
+  }
+  return to_string(idx);
 }
 
 }  // namespace kiln

@@ -20,7 +20,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/loss_reduction.h"
-#include "kiln/autodiff.h"
+#include "kiln/graph.h"
 #include "kiln/kernel.h"
 
 namespace kiln {

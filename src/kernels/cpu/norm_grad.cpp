@@ -11,7 +11,7 @@
 #include <cmath>
 
 #include "core/parallel.h"
-#include "kiln/autodiff.h"
+#include "kiln/graph.h"
 #include "kiln/kernel.h"
 
 namespace kiln {

@@ -15,7 +15,7 @@
 #include <cmath>
 
 #include "kernels/cpu/optimizer_common.h"
-#include "kiln/autodiff.h"
+#include "kiln/graph.h"
 #include "kiln/kernel.h"
 
 namespace kiln {

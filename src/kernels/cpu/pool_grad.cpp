@@ -9,7 +9,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/pool_common.h"
-#include "kiln/autodiff.h"
+#include "kiln/graph.h"
 #include "kiln/kernel.h"
 
 namespace kiln {

@@ -4,7 +4,7 @@
 // weights, computed once per dimension and checked against ONNX's reference implementation:
 //   - nearest moves bytes, so it serves every dtype;
 //   - linear and cubic are separable: one pass per resized dimension, in double, for float types;
-//   - ai.kiln.ResizeGrad, the gradient, runs the transposed passes.
+//   - ai.kiln.ResizeGrad, the gradient, runs the transposed passes (resize_grad.cpp).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,15 +13,12 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/int_values.h"
-#include "kiln/autodiff.h"
+#include "kernels/cpu/resize_common.h"
+#include "kiln/graph.h"
 #include "kiln/kernel.h"
 
-namespace kiln {
+namespace kiln::resize {
 namespace {
-
-enum class Mode { Nearest, Linear, Cubic };
-enum class Coord { HalfPixel, PytorchHalfPixel, AlignCorners, Asymmetric, TfHalfPixelForNn, TfCropAndResize };
-enum class Rounding { PreferFloor, PreferCeil, Floor, Ceil };
 
 template <class E>
 E parse_enum(const std::string& attr, const std::string& value, const std::vector<std::pair<const char*, E>>& table) {
@@ -32,26 +29,6 @@ E parse_enum(const std::string& attr, const std::string& value, const std::vecto
   }
   throw Unsupported(fmt::format("{} '{}' is not supported (valid: {})", attr, value, fmt::join(names, ", ")));
 }
-
-struct Attrs {
-  Mode mode = Mode::Nearest;
-  Coord coord = Coord::HalfPixel;
-  Rounding rounding = Rounding::PreferFloor;
-  double cubic_a = -0.75;
-  bool exclude_outside = false;
-  double extrapolation = 0.0;
-};
-
-// One dimension's mapping: for output coordinate o, taps[o * n .. o * n + n) with their weights
-// (unused taps have weight 0), and whether o lies outside the crop (tf_crop_and_resize).
-struct AxisMap {
-  int64_t in = 0, out = 0;
-  int64_t n = 1;  // taps per output coordinate
-  std::vector<int64_t> taps;
-  std::vector<double> weights;
-  std::vector<bool> outside;
-  bool identity = false;
-};
 
 // The input coordinate of output coordinate x, as the spec defines it. `length` is the resized
 // length as a real number: in * scale when scales are given (as ONNX's reference computes it, so
@@ -84,6 +61,8 @@ void cubic_weights(double r, double a, double* w) {
   w[2] = ((a + 2) * t - (a + 3)) * t * t + 1;
   w[3] = ((a * u - 5 * a) * u + 8 * a) * u - 4 * a;
 }
+
+}  // namespace
 
 AxisMap map_axis(int64_t in, int64_t out, double scale, double length, const Attrs& at, double roi_start,
                  double roi_end) {
@@ -146,119 +125,119 @@ AxisMap map_axis(int64_t in, int64_t out, double scale, double length, const Att
   return m;
 }
 
-// What the forward and its gradient share: the attributes and, from the input shape and the
-// roi/scales/sizes inputs (at `first`, first + 1, first + 2), the output shape and per-axis scales.
-class ResizeBase : public Kernel {
- public:
-  using Kernel::Kernel;
-
- protected:
-  Shape geometry(const InferContext& ctx, const Shape& in, DType dtype, size_t first) {
-    read_attrs(ctx.opset);
-    const size_t rank = in.size();
-    const bool has_scales = ctx.has_input(first + 1) && numel(ctx.shape(first + 1)) > 0;
-    const bool has_sizes = ctx.has_input(first + 2) && numel(ctx.shape(first + 2)) > 0;
-    if (has_scales == has_sizes)
-      throw InvalidModel(fmt::format("exactly one of scales and sizes must be given (non-empty); got {}",
-                                     has_scales ? "both" : "neither"));
-    if (attrs_.mode != Mode::Nearest && !is_floating(dtype))
-      throw Unsupported(
-          fmt::format("{} interpolation of {} input {} is not supported (float types only; nearest "
-                      "serves every dtype)",
-                      node_.attr_string("mode", "nearest"), dtype_name(dtype), to_string(in)));
-    Shape out(rank);
-    scales_.assign(rank, 1.0);
-    lengths_.assign(rank, 0.0);
-    if (has_scales) {
-      const Tensor& s = ctx.value(first + 1);
-      if (!is_floating(s.dtype()) || s.numel() != static_cast<int64_t>(rank))
-        throw ShapeError(fmt::format("scales {} must be float with one entry per dimension of input {}", s.describe(),
-                                     to_string(in)));
-      for (size_t d = 0; d < rank; ++d) {
-        // float32 scales widen to double, as in the reference.
-        scales_[d] = static_cast<double>(static_cast<float>(s.contiguous().item_as_double(static_cast<int64_t>(d))));
-        if (!(scales_[d] > 0))
-          throw InvalidArgument(fmt::format("scales {} must all be positive", to_string_doubles(s)));
-        lengths_[d] = scales_[d] * static_cast<double>(in[d]);
-        out[d] = static_cast<int64_t>(std::floor(lengths_[d]));
-      }
-    } else {
-      const Tensor& s = ctx.value(first + 2);
-      if (s.dtype() != DType::Int64 || s.numel() != static_cast<int64_t>(rank))
-        throw ShapeError(fmt::format("sizes {} must be int64 with one entry per dimension of input {}", s.describe(),
-                                     to_string(in)));
-      const std::vector<int64_t> sizes = s.to_int64_vector();
-      for (size_t d = 0; d < rank; ++d) {
-        if (sizes[d] <= 0) throw InvalidArgument(fmt::format("sizes {} must all be positive", to_string(sizes)));
-        if (in[d] == 0)
-          throw ShapeError(fmt::format("cannot resize the empty dimension {} of input {}", d, to_string(in)));
-        out[d] = sizes[d];
-        scales_[d] = static_cast<double>(sizes[d]) / static_cast<double>(in[d]);
-        lengths_[d] = static_cast<double>(sizes[d]);
-      }
+Shape ResizeBase::geometry(const InferContext& ctx, const Shape& in, DType dtype, size_t first) {
+  read_attrs(ctx.opset);
+  const size_t rank = in.size();
+  const bool has_scales = ctx.has_input(first + 1) && numel(ctx.shape(first + 1)) > 0;
+  const bool has_sizes = ctx.has_input(first + 2) && numel(ctx.shape(first + 2)) > 0;
+  if (has_scales == has_sizes)
+    throw InvalidModel(fmt::format("exactly one of scales and sizes must be given (non-empty); got {}",
+                                   has_scales ? "both" : "neither"));
+  if (attrs_.mode != Mode::Nearest && !is_floating(dtype))
+    throw Unsupported(
+        fmt::format("{} interpolation of {} input {} is not supported (float types only; nearest "
+                    "serves every dtype)",
+                    node_.attr_string("mode", "nearest"), dtype_name(dtype), to_string(in)));
+  Shape out(rank);
+  scales_.assign(rank, 1.0);
+  lengths_.assign(rank, 0.0);
+  if (has_scales) {
+    const Tensor& s = ctx.value(first + 1);
+    if (!is_floating(s.dtype()) || s.numel() != static_cast<int64_t>(rank))
+      throw ShapeError(fmt::format("scales {} must be float with one entry per dimension of input {}", s.describe(),
+                                   to_string(in)));
+    for (size_t d = 0; d < rank; ++d) {
+      // float32 scales widen to double, as in the reference.
+      scales_[d] = static_cast<double>(static_cast<float>(s.contiguous().item_as_double(static_cast<int64_t>(d))));
+      if (!(scales_[d] > 0))
+        throw InvalidArgument(fmt::format("scales {} must all be positive", to_string_doubles(s)));
+      lengths_[d] = scales_[d] * static_cast<double>(in[d]);
+      out[d] = static_cast<int64_t>(std::floor(lengths_[d]));
     }
-    if (attrs_.coord == Coord::TfCropAndResize) {
-      if (!ctx.has_input(first) || numel(ctx.shape(first)) != static_cast<int64_t>(2 * rank))
-        throw ShapeError(
-            fmt::format("tf_crop_and_resize needs roi with 2 * {} entries for input {}", rank, to_string(in)));
+  } else {
+    const Tensor& s = ctx.value(first + 2);
+    if (s.dtype() != DType::Int64 || s.numel() != static_cast<int64_t>(rank))
+      throw ShapeError(fmt::format("sizes {} must be int64 with one entry per dimension of input {}", s.describe(),
+                                   to_string(in)));
+    const std::vector<int64_t> sizes = s.to_int64_vector();
+    for (size_t d = 0; d < rank; ++d) {
+      if (sizes[d] <= 0) throw InvalidArgument(fmt::format("sizes {} must all be positive", to_string(sizes)));
+      if (in[d] == 0)
+        throw ShapeError(fmt::format("cannot resize the empty dimension {} of input {}", d, to_string(in)));
+      out[d] = sizes[d];
+      scales_[d] = static_cast<double>(sizes[d]) / static_cast<double>(in[d]);
+      lengths_[d] = static_cast<double>(sizes[d]);
     }
-    for (size_t d = 0; d < rank; ++d)
-      if (in[d] == 0 && out[d] > 0)
-        throw ShapeError(
-            fmt::format("cannot resize the empty dimension {} of input {} to {}", d, to_string(in), out[d]));
-    return out;
   }
-
-  // The per-axis maps from input shape `is` to output shape `os`; roi is read from `roi_input`.
-  std::vector<AxisMap> axis_maps(const ComputeContext& ctx, size_t roi_input, const Shape& is, const Shape& os) const {
-    std::vector<double> roi;
-    if (attrs_.coord == Coord::TfCropAndResize) {
-      const Tensor r = ctx.input(roi_input).contiguous();
-      for (int64_t i = 0; i < r.numel(); ++i) roi.push_back(r.item_as_double(i));
-    }
-    std::vector<AxisMap> maps;
-    for (size_t d = 0; d < is.size(); ++d) {
-      const double start = roi.empty() ? 0.0 : roi[d], end = roi.empty() ? 1.0 : roi[d + is.size()];
-      maps.push_back(map_axis(is[d], os[d], scales_[d], lengths_[d], attrs_, start, end));
-    }
-    return maps;
+  if (attrs_.coord == Coord::TfCropAndResize) {
+    if (!ctx.has_input(first) || numel(ctx.shape(first)) != static_cast<int64_t>(2 * rank))
+      throw ShapeError(
+          fmt::format("tf_crop_and_resize needs roi with 2 * {} entries for input {}", rank, to_string(in)));
   }
+  for (size_t d = 0; d < rank; ++d)
+    if (in[d] == 0 && out[d] > 0)
+      throw ShapeError(
+          fmt::format("cannot resize the empty dimension {} of input {} to {}", d, to_string(in), out[d]));
+  return out;
+}
 
-  static std::string to_string_doubles(const Tensor& t) {
-    std::vector<double> v;
-    for (int64_t i = 0; i < t.numel(); ++i) v.push_back(t.item_as_double(i));
-    return fmt::format("[{}]", fmt::join(v, ", "));
+std::vector<AxisMap> ResizeBase::axis_maps(const ComputeContext& ctx, size_t roi_input, const Shape& is,
+                                           const Shape& os) const {
+  std::vector<double> roi;
+  if (attrs_.coord == Coord::TfCropAndResize) {
+    const Tensor r = ctx.input(roi_input).contiguous();
+    for (int64_t i = 0; i < r.numel(); ++i) roi.push_back(r.item_as_double(i));
   }
-
-  void read_attrs(int64_t opset) {
-    if (node_.attr_int("antialias", 0) != 0 || node_.has_attr("axes") ||
-        node_.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
-      throw Unsupported("Resize's antialias, axes and keep_aspect_ratio_policy (opset 18) are not supported");
-    attrs_.mode = parse_enum<Mode>("mode", node_.attr_string("mode", "nearest"),
-                                   {{"nearest", Mode::Nearest}, {"linear", Mode::Linear}, {"cubic", Mode::Cubic}});
-    attrs_.coord = parse_enum<Coord>("coordinate_transformation_mode",
-                                     node_.attr_string("coordinate_transformation_mode", "half_pixel"),
-                                     {{"half_pixel", Coord::HalfPixel},
-                                      {"pytorch_half_pixel", Coord::PytorchHalfPixel},
-                                      {"align_corners", Coord::AlignCorners},
-                                      {"asymmetric", Coord::Asymmetric},
-                                      {"tf_half_pixel_for_nn", Coord::TfHalfPixelForNn},
-                                      {"tf_crop_and_resize", Coord::TfCropAndResize}});
-    if (opset >= 18 && attrs_.coord == Coord::TfHalfPixelForNn)
-      throw InvalidModel("coordinate_transformation_mode 'tf_half_pixel_for_nn' was removed in opset 18");
-    attrs_.rounding = parse_enum<Rounding>("nearest_mode", node_.attr_string("nearest_mode", "round_prefer_floor"),
-                                           {{"round_prefer_floor", Rounding::PreferFloor},
-                                            {"round_prefer_ceil", Rounding::PreferCeil},
-                                            {"floor", Rounding::Floor},
-                                            {"ceil", Rounding::Ceil}});
-    attrs_.cubic_a = node_.attr_float("cubic_coeff_a", -0.75f);
-    attrs_.exclude_outside = node_.attr_int("exclude_outside", 0) != 0;
-    attrs_.extrapolation = node_.attr_float("extrapolation_value", 0.0f);
+  std::vector<AxisMap> maps;
+  for (size_t d = 0; d < is.size(); ++d) {
+    const double start = roi.empty() ? 0.0 : roi[d], end = roi.empty() ? 1.0 : roi[d + is.size()];
+    maps.push_back(map_axis(is[d], os[d], scales_[d], lengths_[d], attrs_, start, end));
   }
+  return maps;
+}
 
-  Attrs attrs_;
-  std::vector<double> scales_, lengths_;
-};
+std::string ResizeBase::to_string_doubles(const Tensor& t) {
+  std::vector<double> v;
+  for (int64_t i = 0; i < t.numel(); ++i) v.push_back(t.item_as_double(i));
+  return fmt::format("[{}]", fmt::join(v, ", "));
+}
+
+void ResizeBase::read_attrs(int64_t opset) {
+  if (node_.attr_int("antialias", 0) != 0 || node_.has_attr("axes") ||
+      node_.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
+    throw Unsupported("Resize's antialias, axes and keep_aspect_ratio_policy (opset 18) are not supported");
+  attrs_.mode = parse_enum<Mode>("mode", node_.attr_string("mode", "nearest"),
+                                 {{"nearest", Mode::Nearest}, {"linear", Mode::Linear}, {"cubic", Mode::Cubic}});
+  attrs_.coord = parse_enum<Coord>("coordinate_transformation_mode",
+                                   node_.attr_string("coordinate_transformation_mode", "half_pixel"),
+                                   {{"half_pixel", Coord::HalfPixel},
+                                    {"pytorch_half_pixel", Coord::PytorchHalfPixel},
+                                    {"align_corners", Coord::AlignCorners},
+                                    {"asymmetric", Coord::Asymmetric},
+                                    {"tf_half_pixel_for_nn", Coord::TfHalfPixelForNn},
+                                    {"tf_crop_and_resize", Coord::TfCropAndResize}});
+  if (opset >= 18 && attrs_.coord == Coord::TfHalfPixelForNn)
+    throw InvalidModel("coordinate_transformation_mode 'tf_half_pixel_for_nn' was removed in opset 18");
+  attrs_.rounding = parse_enum<Rounding>("nearest_mode", node_.attr_string("nearest_mode", "round_prefer_floor"),
+                                         {{"round_prefer_floor", Rounding::PreferFloor},
+                                          {"round_prefer_ceil", Rounding::PreferCeil},
+                                          {"floor", Rounding::Floor},
+                                          {"ceil", Rounding::Ceil}});
+  attrs_.cubic_a = node_.attr_float("cubic_coeff_a", -0.75f);
+  attrs_.exclude_outside = node_.attr_int("exclude_outside", 0) != 0;
+  attrs_.extrapolation = node_.attr_float("extrapolation_value", 0.0f);
+}
+
+}  // namespace kiln::resize
+
+namespace kiln {
+namespace {
+
+using resize::AxisMap;
+using resize::Coord;
+using resize::Mode;
+using resize::ResizeBase;
+using resize::Rounding;
 
 class ResizeKernel : public ResizeBase {
  public:
@@ -372,90 +351,6 @@ class ResizeKernel : public ResizeBase {
     });
   }
 };
-
-// ai.kiln.ResizeGrad(dY, shape, roi, scales, sizes): the transpose of Resize's linear map. Resize
-// is separable (one pass per axis with fixed taps and weights), so its gradient is one transposed
-// pass per axis: each output coordinate's gradient goes back to its taps, times their weights.
-// This serves every mode (nearest, linear, cubic) and coordinate transformation; positions outside
-// a tf_crop_and_resize crop take the extrapolation value, so their gradient is dropped.
-class ResizeGradKernel : public ResizeBase {
- public:
-  using ResizeBase::ResizeBase;
-
-  std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    const Shape in = int64_values(ctx.value(1), "shape");
-    const Shape out = geometry(ctx, in, ctx.dtype(0), 2);
-    if (ctx.shape(0) != out)
-      throw ShapeError(fmt::format("dY {} must have Resize's output shape {} (of input {})", to_string(ctx.shape(0)),
-                                   to_string(out), to_string(in)));
-    return {{ctx.dtype(0), in, ctx.input(0).dynamic, Tensor()}};
-  }
-
-  void compute(ComputeContext& ctx) override {
-    const Tensor& dy = ctx.input(0);
-    Tensor& dx = ctx.output(0);
-    if (!is_floating(dy.dtype())) throw TypeError(fmt::format("ResizeGrad needs a float dY, got {}", dy.describe()));
-    if (dx.numel() == 0) return;
-    const Shape& xs = dx.shape();
-    const Shape& ys = dy.shape();
-    const std::vector<AxisMap> maps = axis_maps(ctx, 2, xs, ys);
-    std::vector<double> buf(static_cast<size_t>(dy.numel()));
-    visit_dtype(dy.dtype(), [&](auto tag) {
-      const auto* p = static_cast<const decltype(tag)*>(dy.raw_data());
-      for (size_t i = 0; i < buf.size(); ++i) buf[i] = to_double(p[i]);
-    });
-    if (attrs_.coord == Coord::TfCropAndResize) {
-      Shape pos(ys.size(), 0);
-      for (size_t i = 0; i < buf.size(); ++i) {
-        for (size_t d = 0; d < ys.size(); ++d)
-          if (maps[d].outside[pos[d]]) buf[i] = 0;
-        for (size_t d = ys.size(); d-- > 0;) {
-          if (++pos[d] < ys[d]) break;
-          pos[d] = 0;
-        }
-      }
-    }
-    Shape cur = ys;
-    for (size_t d = cur.size(); d-- > 0;) {
-      const AxisMap& m = maps[d];
-      if (m.identity) continue;
-      const int64_t outer = numel(Shape(cur.begin(), cur.begin() + static_cast<int64_t>(d)));
-      const int64_t inner = numel(Shape(cur.begin() + static_cast<int64_t>(d) + 1, cur.end()));
-      std::vector<double> next(static_cast<size_t>(outer * m.in * inner), 0.0);
-      // Threads own outer slices: taps of different output coordinates may coincide.
-      parallel_for(outer, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, m.out * inner)), [&](int64_t b, int64_t e) {
-        for (int64_t o = b; o < e; ++o)
-          for (int64_t c = 0; c < m.out; ++c) {
-            const double* src = &buf[static_cast<size_t>((o * m.out + c) * inner)];
-            for (int64_t t = 0; t < m.n; ++t) {
-              const double w = m.weights[c * m.n + t];
-              if (w == 0) continue;
-              double* dst = &next[static_cast<size_t>((o * m.in + m.taps[c * m.n + t]) * inner)];
-              for (int64_t i = 0; i < inner; ++i) dst[i] += w * src[i];
-            }
-          }
-      });
-      buf.swap(next);
-      cur[d] = m.in;
-    }
-    visit_dtype(dx.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      T* p = static_cast<T*>(dx.raw_data());
-      for (size_t i = 0; i < buf.size(); ++i) p[i] = from_double<T>(buf[i]);
-    });
-  }
-};
-
-const KernelRegistrar reg_resize_grad({kKilnDomain, "ResizeGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
-                                      [](const Node& n) { return std::make_unique<ResizeGradKernel>(n); });
-const OpDocRegistrar doc_resize_grad(
-    {kKilnDomain, "ResizeGrad", "The gradient of Resize with respect to its input X, for every mode Resize supports.",
-     {"dY: the gradient of Resize's output", "shape: int64 [r], the shape of X",
-      "roi, scales, sizes: Resize's inputs (omitted or empty as in Resize)"},
-     {"dX: the gradient of X, of the given shape"},
-     "attributes as Resize's. Resize is Y = (A_0 x A_1 x ... x A_{r-1}) X with one interpolation matrix A_d per "
-     "axis (taps and weights of the mode and coordinate transformation); dX = (A_0^T x ... x A_{r-1}^T) dY, "
-     "with dY zeroed first where tf_crop_and_resize extrapolates"});
 
 const KernelRegistrar reg_resize({"", "Resize", 11, kMaxOpset, {}},
                                  [](const Node& n) { return std::make_unique<ResizeKernel>(n); });

@@ -1,7 +1,8 @@
 // Element-wise and tuple indexing: GatherElements, GatherND, ScatterElements (and the deprecated
 // Scatter it replaced), ScatterND. Gathers and plain scatters only move bytes, so one loop on the
 // element size serves every dtype; scatter reductions (add, mul, max, min) do arithmetic per dtype.
-// The gathers' gradients, ai.kiln.GatherElementsGrad and GatherNDGrad, scatter-add into zeros.
+//
+// The gathers' gradients, ai.kiln.GatherElementsGrad and GatherNDGrad, are in scatter_grad.cpp.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,11 +11,125 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/int_values.h"
-#include "kiln/autodiff.h"
+#include "kernels/cpu/scatter_common.h"
+#include "kiln/graph.h"
 #include "kiln/kernel.h"
+
+namespace kiln::indexing {
+namespace {
+
+// Normalises index `v` (negative counts from the end) against `dim`; the error names where it sat.
+int64_t checked_index(int64_t v, int64_t dim, int64_t flat, const Tensor& indices, const std::string& target) {
+  if (v < -dim || v >= dim)
+    throw InvalidArgument(
+        fmt::format("index {} (at {} of indices {}) is out of range for {} of size {} (valid: {}..{})", v,
+                    index_position(flat, indices.shape()), indices.describe(), target, dim, -dim, dim - 1));
+  return v < 0 ? v + dim : v;
+}
+
+}  // namespace
+
+void check_index_dtype(const TensorMeta& m, const char* what) {
+  if (m.dtype != DType::Int64 && m.dtype != DType::Int32)
+    throw TypeError(fmt::format("{} must be int32 or int64, got {}{}", what, dtype_name(m.dtype), to_string(m.shape)));
+}
+
+// The data offsets (in elements) that each element of `indices` addresses along `axis`, for
+// GatherElements and ScatterElements: offset of the same position in data with the axis replaced.
+std::vector<int64_t> element_offsets(const Tensor& indices, const Shape& data_shape, int64_t axis,
+                                     const std::string& target) {
+  const std::vector<int64_t> idx = indices.to_int64_vector();
+  const Shape& is = indices.shape();
+  const Strides ds = contiguous_strides(data_shape);
+  const int64_t dim = data_shape[axis];
+  std::vector<int64_t> off(idx.size());
+  Shape pos(is.size(), 0);
+  int64_t base = 0;  // offset of `pos` in data with the axis coordinate left out
+  for (size_t i = 0; i < idx.size(); ++i) {
+    off[i] = base + checked_index(idx[i], dim, static_cast<int64_t>(i), indices, target) * ds[axis];
+    for (size_t d = is.size(); d-- > 0;) {
+      const int64_t step = static_cast<int64_t>(d) == axis ? 0 : ds[d];
+      base += step;
+      if (++pos[d] < is[d]) break;
+      base -= step * is[d];
+      pos[d] = 0;
+    }
+  }
+  return off;
+}
+
+// Validates the shared shape rules of GatherElements and ScatterElements: equal ranks and, off
+// the axis, indices no larger than data (so every position exists in data).
+int64_t elements_axis(const Node& node, const Shape& data, const Shape& indices, const char* indices_name) {
+  const int64_t rank = static_cast<int64_t>(data.size());
+  if (rank == 0) throw ShapeError("data must have rank >= 1, got a scalar");
+  if (indices.size() != data.size())
+    throw ShapeError(
+        fmt::format("{} {} must have the same rank as data {}", indices_name, to_string(indices), to_string(data)));
+  const int64_t axis = normalize_axis(node.attr_int("axis", 0), rank);
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis && indices[d] > data[d])
+      throw ShapeError(fmt::format("{} {} is larger than data {} in dimension {} (only axis {} may differ)",
+                                   indices_name, to_string(indices), to_string(data), d, axis));
+  return axis;
+}
+
+Tuples index_tuples(const Tensor& indices, const Shape& data, int64_t batch_dims) {
+  const Shape& is = indices.shape();
+  const int64_t k = is.back();
+  const std::vector<int64_t> idx = indices.to_int64_vector();
+  Tuples t;
+  for (int64_t d = 0; d < batch_dims; ++d) t.batch *= data[d];
+  const Strides ds = contiguous_strides(data);
+  t.slice = numel(Shape(data.begin() + batch_dims + k, data.end()));
+  t.batch_stride = numel(Shape(data.begin() + batch_dims, data.end()));
+  const int64_t tuples = k > 0 ? static_cast<int64_t>(idx.size()) / k : numel(Shape(is.begin(), is.end() - 1));
+  t.per_batch = t.batch > 0 ? tuples / t.batch : 0;
+  t.offsets.assign(static_cast<size_t>(tuples), 0);
+  for (int64_t j = 0; j < tuples; ++j)
+    for (int64_t c = 0; c < k; ++c) {
+      const int64_t axis = batch_dims + c;
+      const int64_t flat = j * k + c;
+      t.offsets[j] += checked_index(idx[flat], data[axis], flat, indices,
+                                    fmt::format("axis {} of data {}", axis, to_string(data))) *
+                      ds[axis];
+    }
+  return t;
+}
+
+// Shape checks shared by GatherND and ScatterND; returns the tuple length k.
+int64_t tuple_length(const Shape& data, const Shape& indices, int64_t batch_dims) {
+  const int64_t r = static_cast<int64_t>(data.size()), q = static_cast<int64_t>(indices.size());
+  if (r < 1 || q < 1)
+    throw ShapeError(
+        fmt::format("data {} and indices {} must both have rank >= 1", to_string(data), to_string(indices)));
+  if (batch_dims < 0 || batch_dims >= std::min(r, q))
+    throw InvalidModel(
+        fmt::format("batch_dims {} must be in [0, min(rank(data) {}, rank(indices) {})) ", batch_dims, r, q));
+  for (int64_t d = 0; d < batch_dims; ++d)
+    if (data[d] != indices[d])
+      throw ShapeError(
+          fmt::format("batch dimension {} differs: data {} vs indices {}", d, to_string(data), to_string(indices)));
+  const int64_t k = indices.back();
+  if (k < 1 || k > r - batch_dims)
+    throw ShapeError(
+        fmt::format("the last dimension of indices {} is {}, but must be in [1, {}] for data {} with "
+                    "batch_dims {}",
+                    to_string(indices), k, r - batch_dims, to_string(data), batch_dims));
+  return k;
+}
+
+}  // namespace kiln::indexing
 
 namespace kiln {
 namespace {
+
+using indexing::check_index_dtype;
+using indexing::element_offsets;
+using indexing::elements_axis;
+using indexing::index_tuples;
+using indexing::tuple_length;
+using indexing::Tuples;
 
 // Calls f(U{}) with an unsigned type as wide as one element, so byte-moving loops copy whole
 // elements instead of calling memcpy per element.
@@ -32,30 +147,6 @@ void visit_element_size(size_t esize, F&& f) {
     default:
       throw Unsupported(fmt::format("no indexing loop for {}-byte elements", esize));
   }
-}
-
-void check_index_dtype(const TensorMeta& m, const char* what) {
-  if (m.dtype != DType::Int64 && m.dtype != DType::Int32)
-    throw TypeError(fmt::format("{} must be int32 or int64, got {}{}", what, dtype_name(m.dtype), to_string(m.shape)));
-}
-
-// "[1, 0]": the position of flat element `i` in `shape`, for error messages.
-std::string position(int64_t i, const Shape& shape) {
-  Shape idx(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    idx[d] = shape[d] ? i % shape[d] : 0;
-    i = shape[d] ? i / shape[d] : 0;
-  }
-  return to_string(idx);
-}
-
-// Normalises index `v` (negative counts from the end) against `dim`; the error names where it sat.
-int64_t checked_index(int64_t v, int64_t dim, int64_t flat, const Tensor& indices, const std::string& target) {
-  if (v < -dim || v >= dim)
-    throw InvalidArgument(
-        fmt::format("index {} (at {} of indices {}) is out of range for {} of size {} (valid: {}..{})", v,
-                    position(flat, indices.shape()), indices.describe(), target, dim, -dim, dim - 1));
-  return v < 0 ? v + dim : v;
 }
 
 enum class Reduction { None, Add, Mul, Max, Min };
@@ -105,46 +196,6 @@ void combine(T& dst, T src, Reduction r) {
         break;
     }
   }
-}
-
-// The data offsets (in elements) that each element of `indices` addresses along `axis`, for
-// GatherElements and ScatterElements: offset of the same position in data with the axis replaced.
-std::vector<int64_t> element_offsets(const Tensor& indices, const Shape& data_shape, int64_t axis,
-                                     const std::string& target) {
-  const std::vector<int64_t> idx = indices.to_int64_vector();
-  const Shape& is = indices.shape();
-  const Strides ds = contiguous_strides(data_shape);
-  const int64_t dim = data_shape[axis];
-  std::vector<int64_t> off(idx.size());
-  Shape pos(is.size(), 0);
-  int64_t base = 0;  // offset of `pos` in data with the axis coordinate left out
-  for (size_t i = 0; i < idx.size(); ++i) {
-    off[i] = base + checked_index(idx[i], dim, static_cast<int64_t>(i), indices, target) * ds[axis];
-    for (size_t d = is.size(); d-- > 0;) {
-      const int64_t step = static_cast<int64_t>(d) == axis ? 0 : ds[d];
-      base += step;
-      if (++pos[d] < is[d]) break;
-      base -= step * is[d];
-      pos[d] = 0;
-    }
-  }
-  return off;
-}
-
-// Validates the shared shape rules of GatherElements and ScatterElements: equal ranks and, off
-// the axis, indices no larger than data (so every position exists in data).
-int64_t elements_axis(const Node& node, const Shape& data, const Shape& indices, const char* indices_name) {
-  const int64_t rank = static_cast<int64_t>(data.size());
-  if (rank == 0) throw ShapeError("data must have rank >= 1, got a scalar");
-  if (indices.size() != data.size())
-    throw ShapeError(
-        fmt::format("{} {} must have the same rank as data {}", indices_name, to_string(indices), to_string(data)));
-  const int64_t axis = normalize_axis(node.attr_int("axis", 0), rank);
-  for (int64_t d = 0; d < rank; ++d)
-    if (d != axis && indices[d] > data[d])
-      throw ShapeError(fmt::format("{} {} is larger than data {} in dimension {} (only axis {} may differ)",
-                                   indices_name, to_string(indices), to_string(data), d, axis));
-  return axis;
 }
 
 class GatherElementsKernel : public Kernel {
@@ -209,62 +260,6 @@ class ScatterElementsKernel : public Kernel {
   int64_t axis_ = 0;
   Reduction reduction_ = Reduction::None;
 };
-
-// GatherND and ScatterND address slices of data by index tuples in the last dimension of indices.
-// Both reduce to: for each tuple t (after the batch dims), a data offset of a slice of `slice`
-// elements. `Tuples` computes and checks those offsets once.
-struct Tuples {
-  int64_t batch = 1;             // product of the batch dims
-  int64_t per_batch = 0;         // tuples in one batch
-  int64_t slice = 1;             // elements addressed by one tuple
-  int64_t batch_stride = 0;      // elements of data in one batch
-  std::vector<int64_t> offsets;  // per tuple, within its batch
-};
-
-Tuples index_tuples(const Tensor& indices, const Shape& data, int64_t batch_dims) {
-  const Shape& is = indices.shape();
-  const int64_t k = is.back();
-  const std::vector<int64_t> idx = indices.to_int64_vector();
-  Tuples t;
-  for (int64_t d = 0; d < batch_dims; ++d) t.batch *= data[d];
-  const Strides ds = contiguous_strides(data);
-  t.slice = numel(Shape(data.begin() + batch_dims + k, data.end()));
-  t.batch_stride = numel(Shape(data.begin() + batch_dims, data.end()));
-  const int64_t tuples = k > 0 ? static_cast<int64_t>(idx.size()) / k : numel(Shape(is.begin(), is.end() - 1));
-  t.per_batch = t.batch > 0 ? tuples / t.batch : 0;
-  t.offsets.assign(static_cast<size_t>(tuples), 0);
-  for (int64_t j = 0; j < tuples; ++j)
-    for (int64_t c = 0; c < k; ++c) {
-      const int64_t axis = batch_dims + c;
-      const int64_t flat = j * k + c;
-      t.offsets[j] += checked_index(idx[flat], data[axis], flat, indices,
-                                    fmt::format("axis {} of data {}", axis, to_string(data))) *
-                      ds[axis];
-    }
-  return t;
-}
-
-// Shape checks shared by GatherND and ScatterND; returns the tuple length k.
-int64_t tuple_length(const Shape& data, const Shape& indices, int64_t batch_dims) {
-  const int64_t r = static_cast<int64_t>(data.size()), q = static_cast<int64_t>(indices.size());
-  if (r < 1 || q < 1)
-    throw ShapeError(
-        fmt::format("data {} and indices {} must both have rank >= 1", to_string(data), to_string(indices)));
-  if (batch_dims < 0 || batch_dims >= std::min(r, q))
-    throw InvalidModel(
-        fmt::format("batch_dims {} must be in [0, min(rank(data) {}, rank(indices) {})) ", batch_dims, r, q));
-  for (int64_t d = 0; d < batch_dims; ++d)
-    if (data[d] != indices[d])
-      throw ShapeError(
-          fmt::format("batch dimension {} differs: data {} vs indices {}", d, to_string(data), to_string(indices)));
-  const int64_t k = indices.back();
-  if (k < 1 || k > r - batch_dims)
-    throw ShapeError(
-        fmt::format("the last dimension of indices {} is {}, but must be in [1, {}] for data {} with "
-                    "batch_dims {}",
-                    to_string(indices), k, r - batch_dims, to_string(data), batch_dims));
-  return k;
-}
 
 class GatherNDKernel : public Kernel {
  public:
@@ -348,124 +343,6 @@ class ScatterNDKernel : public Kernel {
  private:
   Reduction reduction_ = Reduction::None;
 };
-
-// ai.kiln.GatherElementsGrad / GatherNDGrad(dY, shape, indices): the gradient of the gathers'
-// data, dY added into zeros of `shape` at the positions the gather read (repeats accumulate).
-// Serial: repeated indices would make threads write the same element.
-class GatherGradBase : public Kernel {
- public:
-  using Kernel::Kernel;
-  std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    const Shape data = int64_values(ctx.value(1), "shape");
-    const Shape expected = gathered_shape(ctx, data);
-    if (ctx.shape(0) != expected)
-      throw ShapeError(fmt::format("dY {} must have the gather's output shape {} (data {}, indices {})",
-                                   to_string(ctx.shape(0)), to_string(expected), to_string(data),
-                                   to_string(ctx.shape(2))));
-    return {{ctx.dtype(0), data, ctx.input(0).dynamic, Tensor()}};
-  }
-  void compute(ComputeContext& ctx) override {
-    Tensor& dx = ctx.output(0);
-    visit_dtype(dx.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-        T* out = dx.data<T>();
-        std::fill(out, out + dx.numel(), T(0));
-        accumulate(ctx.input(0).data<T>(), ctx.input(2), out, dx.shape());
-      } else {
-        throw TypeError(fmt::format("{} supports float and double, got {}", node_.op_type, dx.describe()));
-      }
-    });
-  }
-
- protected:
-  virtual Shape gathered_shape(const InferContext& ctx, const Shape& data) = 0;
-  virtual void accumulate(const float* dy, const Tensor& indices, float* out, const Shape& data) = 0;
-  virtual void accumulate(const double* dy, const Tensor& indices, double* out, const Shape& data) = 0;
-};
-
-class GatherElementsGradKernel : public GatherGradBase {
- public:
-  using GatherGradBase::GatherGradBase;
-
- protected:
-  Shape gathered_shape(const InferContext& ctx, const Shape& data) override {
-    check_index_dtype(ctx.input(2), "indices");
-    axis_ = elements_axis(node_, data, ctx.shape(2), "indices");
-    return ctx.shape(2);
-  }
-  void accumulate(const float* dy, const Tensor& indices, float* out, const Shape& data) override {
-    add(dy, indices, out, data);
-  }
-  void accumulate(const double* dy, const Tensor& indices, double* out, const Shape& data) override {
-    add(dy, indices, out, data);
-  }
-
- private:
-  template <class T>
-  void add(const T* dy, const Tensor& indices, T* out, const Shape& data) const {
-    const std::vector<int64_t> off =
-        element_offsets(indices, data, axis_, fmt::format("axis {} of data {}", axis_, to_string(data)));
-    for (size_t i = 0; i < off.size(); ++i) out[off[i]] += dy[i];
-  }
-  int64_t axis_ = 0;
-};
-
-class GatherNDGradKernel : public GatherGradBase {
- public:
-  using GatherGradBase::GatherGradBase;
-
- protected:
-  Shape gathered_shape(const InferContext& ctx, const Shape& data) override {
-    if (ctx.dtype(2) != DType::Int64)
-      throw TypeError(fmt::format("indices must be int64, got {}{}", dtype_name(ctx.dtype(2)), to_string(ctx.shape(2))));
-    const Shape& indices = ctx.shape(2);
-    batch_dims_ = node_.attr_int("batch_dims", 0);
-    const int64_t k = tuple_length(data, indices, batch_dims_);
-    Shape out(indices.begin(), indices.end() - 1);
-    out.insert(out.end(), data.begin() + batch_dims_ + k, data.end());
-    return out;
-  }
-  void accumulate(const float* dy, const Tensor& indices, float* out, const Shape& data) override {
-    add(dy, indices, out, data);
-  }
-  void accumulate(const double* dy, const Tensor& indices, double* out, const Shape& data) override {
-    add(dy, indices, out, data);
-  }
-
- private:
-  template <class T>
-  void add(const T* dy, const Tensor& indices, T* out, const Shape& data) const {
-    const Tuples t = index_tuples(indices, data, batch_dims_);
-    for (size_t j = 0; j < t.offsets.size(); ++j) {
-      const int64_t batch = t.per_batch > 0 ? static_cast<int64_t>(j) / t.per_batch : 0;
-      T* row = out + batch * t.batch_stride + t.offsets[j];
-      const T* src = dy + static_cast<int64_t>(j) * t.slice;
-      for (int64_t i = 0; i < t.slice; ++i) row[i] += src[i];
-    }
-  }
-  int64_t batch_dims_ = 0;
-};
-
-const std::vector<DType> kGradTypes{DType::Float32, DType::Float64};
-const KernelRegistrar reg_gather_elements_grad({kKilnDomain, "GatherElementsGrad", 1, kMaxOpset, kGradTypes},
-                                               [](const Node& n) { return std::make_unique<GatherElementsGradKernel>(n); });
-const KernelRegistrar reg_gather_nd_grad({kKilnDomain, "GatherNDGrad", 1, kMaxOpset, kGradTypes},
-                                         [](const Node& n) { return std::make_unique<GatherNDGradKernel>(n); });
-const OpDocRegistrar doc_gather_elements_grad(
-    {kKilnDomain, "GatherElementsGrad", "The gradient of GatherElements with respect to its data.",
-     {"dY: the gradient of GatherElements' output (the shape of indices)", "shape: int64 [r], the shape of data",
-      "indices: GatherElements' int32/int64 indices (negative ones count from the end)"},
-     {"dX: the gradient of data, of the given shape"},
-     "attribute axis (default 0). dX = 0; then for every position p of indices: dX[p with p[axis] replaced by "
-     "indices[p]] += dY[p] (repeated positions accumulate)"});
-const OpDocRegistrar doc_gather_nd_grad(
-    {kKilnDomain, "GatherNDGrad", "The gradient of GatherND with respect to its data.",
-     {"dY: the gradient of GatherND's output", "shape: int64 [r], the shape of data",
-      "indices: GatherND's int64 index tuples (negative entries count from the end)"},
-     {"dX: the gradient of data, of the given shape"},
-     "attribute batch_dims (default 0). dX = 0; then for every batch b and tuple t of indices: "
-     "dX[b, t, :] += dY[b, position of t, :] (repeated tuples accumulate)"});
 
 template <class K>
 KernelRegistrar reg(const char* op, int64_t since, int64_t end = kMaxOpset) {

@@ -1,6 +1,6 @@
 // Data-movement ops that rearrange elements: Transpose, Concat, Slice, Split. They only move bytes,
-// so one implementation on element sizes serves every dtype. ai.kiln.SliceGrad writes a gradient back
-// into the sliced positions of zeros.
+// so one implementation on element sizes serves every dtype. Slice's gradient, ai.kiln.SliceGrad, is
+// in transform_grad.cpp.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,18 +10,83 @@
 #include "core/parallel.h"
 #include "kernels/cpu/int_values.h"
 #include "kernels/cpu/strided_copy.h"
-#include "kiln/autodiff.h"
+#include "kernels/cpu/transform_common.h"
+#include "kiln/graph.h"
 #include "kiln/kernel.h"
+
+namespace kiln::transform {
+namespace {
+
+// Slice: per-axis start/end/step normalised and clamped exactly as the ONNX spec says, then one
+// strided copy (negative steps are negative strides).
+//
+// The spec's rule: negative start/end count from the end; then start clamps to [0, dim] for
+// positive steps and [0, dim-1] for negative ones, end to [0, dim] or [-1, dim-1].
+void slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t& first, int64_t& stride,
+                int64_t& count) {
+  if (start < 0) start += dim;
+  if (end < 0) end += dim;
+  // Magnitude as unsigned so that a step of INT64_MIN does not overflow.
+  const uint64_t mag = step > 0 ? static_cast<uint64_t>(step) : uint64_t{0} - static_cast<uint64_t>(step);
+  int64_t span = 0;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+    span = end - start;
+  } else if (dim > 0) {
+    start = std::clamp<int64_t>(start, 0, dim - 1);
+    end = std::clamp<int64_t>(end, -1, dim - 1);
+    span = start - end;
+  }
+  count = span > 0 ? static_cast<int64_t>((static_cast<uint64_t>(span) - 1) / mag + 1) : 0;
+  first = count > 0 ? start : 0;
+  stride = count > 1 ? step : 1;  // a huge step with one element must not overflow stride*step
+}
+
+}  // namespace
+
+// Reads starts, ends, axes and steps from inputs `first`.. (or, before opset 10, from attributes).
+SliceSpec slice_spec(const Node& node, const InferContext& ctx, const Shape& s, size_t first, bool from_inputs) {
+  const int64_t rank = static_cast<int64_t>(s.size());
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (from_inputs) {
+    starts = int_values(ctx.value(first), "starts");
+    ends = int_values(ctx.value(first + 1), "ends");
+    if (ctx.has_input(first + 2)) axes = int_values(ctx.value(first + 2), "axes");
+    if (ctx.has_input(first + 3)) steps = int_values(ctx.value(first + 3), "steps");
+  } else {
+    starts = node.attr_ints("starts");
+    ends = node.attr_ints("ends");
+    axes = node.attr_ints("axes", {});
+  }
+  if (axes.empty() && !(from_inputs && ctx.has_input(first + 2))) {
+    axes.resize(starts.size());
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  if (steps.empty() && !(from_inputs && ctx.has_input(first + 3))) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    throw InvalidModel(fmt::format("starts {}, ends {}, axes {} and steps {} must have the same length",
+                                   to_string(starts), to_string(ends), to_string(axes), to_string(steps)));
+  SliceSpec spec{std::vector<int64_t>(s.size(), 0), std::vector<int64_t>(s.size(), 1), s};
+  std::vector<bool> seen(s.size(), false);
+  for (size_t k = 0; k < starts.size(); ++k) {
+    const int64_t a = normalize_axis(axes[k], rank);
+    if (seen[a]) throw InvalidModel(fmt::format("axes {} name axis {} twice", to_string(axes), a));
+    seen[a] = true;
+    if (steps[k] == 0) throw InvalidModel(fmt::format("step for axis {} is 0", axes[k]));
+    slice_axis(s[a], starts[k], ends[k], steps[k], spec.start[a], spec.step[a], spec.out[a]);
+  }
+  return spec;
+}
+
+}  // namespace kiln::transform
 
 namespace kiln {
 namespace {
 
-// Work per thread chunk: below this many bytes a copy stays on one thread.
-constexpr int64_t kGrainBytes = 64 * 1024;
-
-int64_t grain_for(int64_t bytes_per_item) {
-  return std::max<int64_t>(1, kGrainBytes / std::max<int64_t>(1, bytes_per_item));
-}
+using transform::grain_for;
+using transform::slice_spec;
+using transform::SliceSpec;
 
 // A strided copy after simplification: dims of size 1 dropped, neighbours that walk memory as one
 // dim merged. This turns most transposes and slices into a few long contiguous runs.
@@ -236,72 +301,6 @@ class ConcatKernel : public Kernel {
   int64_t axis_ = 0;
 };
 
-// Slice: per-axis start/end/step normalised and clamped exactly as the ONNX spec says, then one
-// strided copy (negative steps are negative strides).
-//
-// The spec's rule: negative start/end count from the end; then start clamps to [0, dim] for
-// positive steps and [0, dim-1] for negative ones, end to [0, dim] or [-1, dim-1].
-void slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t& first, int64_t& stride,
-                int64_t& count) {
-  if (start < 0) start += dim;
-  if (end < 0) end += dim;
-  // Magnitude as unsigned so that a step of INT64_MIN does not overflow.
-  const uint64_t mag = step > 0 ? static_cast<uint64_t>(step) : uint64_t{0} - static_cast<uint64_t>(step);
-  int64_t span = 0;
-  if (step > 0) {
-    start = std::clamp<int64_t>(start, 0, dim);
-    end = std::clamp<int64_t>(end, 0, dim);
-    span = end - start;
-  } else if (dim > 0) {
-    start = std::clamp<int64_t>(start, 0, dim - 1);
-    end = std::clamp<int64_t>(end, -1, dim - 1);
-    span = start - end;
-  }
-  count = span > 0 ? static_cast<int64_t>((static_cast<uint64_t>(span) - 1) / mag + 1) : 0;
-  first = count > 0 ? start : 0;
-  stride = count > 1 ? step : 1;  // a huge step with one element must not overflow stride*step
-}
-
-// Where a slice of a tensor of shape `in` starts and how it steps, per dimension, and its shape.
-struct SliceSpec {
-  std::vector<int64_t> start, step;
-  Shape out;
-};
-
-// Reads starts, ends, axes and steps from inputs `first`.. (or, before opset 10, from attributes).
-SliceSpec slice_spec(const Node& node, const InferContext& ctx, const Shape& s, size_t first, bool from_inputs) {
-  const int64_t rank = static_cast<int64_t>(s.size());
-  std::vector<int64_t> starts, ends, axes, steps;
-  if (from_inputs) {
-    starts = int_values(ctx.value(first), "starts");
-    ends = int_values(ctx.value(first + 1), "ends");
-    if (ctx.has_input(first + 2)) axes = int_values(ctx.value(first + 2), "axes");
-    if (ctx.has_input(first + 3)) steps = int_values(ctx.value(first + 3), "steps");
-  } else {
-    starts = node.attr_ints("starts");
-    ends = node.attr_ints("ends");
-    axes = node.attr_ints("axes", {});
-  }
-  if (axes.empty() && !(from_inputs && ctx.has_input(first + 2))) {
-    axes.resize(starts.size());
-    std::iota(axes.begin(), axes.end(), 0);
-  }
-  if (steps.empty() && !(from_inputs && ctx.has_input(first + 3))) steps.assign(starts.size(), 1);
-  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
-    throw InvalidModel(fmt::format("starts {}, ends {}, axes {} and steps {} must have the same length",
-                                   to_string(starts), to_string(ends), to_string(axes), to_string(steps)));
-  SliceSpec spec{std::vector<int64_t>(s.size(), 0), std::vector<int64_t>(s.size(), 1), s};
-  std::vector<bool> seen(s.size(), false);
-  for (size_t k = 0; k < starts.size(); ++k) {
-    const int64_t a = normalize_axis(axes[k], rank);
-    if (seen[a]) throw InvalidModel(fmt::format("axes {} name axis {} twice", to_string(axes), a));
-    seen[a] = true;
-    if (steps[k] == 0) throw InvalidModel(fmt::format("step for axis {} is 0", axes[k]));
-    slice_axis(s[a], starts[k], ends[k], steps[k], spec.start[a], spec.step[a], spec.out[a]);
-  }
-  return spec;
-}
-
 class SliceKernel : public Kernel {
  public:
   using Kernel::Kernel;
@@ -326,72 +325,6 @@ class SliceKernel : public Kernel {
   }
 
  private:
-  SliceSpec spec_;
-};
-
-// ai.kiln.SliceGrad(dY, shape, starts, ends[, axes, steps]): zeros of `shape` with dY written where
-// Slice read. A slice never reads an element twice, so rows are written in parallel.
-class SliceGradKernel : public Kernel {
- public:
-  using Kernel::Kernel;
-  std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    const std::vector<int64_t> shape = int_values(ctx.value(1), "shape");
-    spec_ = slice_spec(node_, ctx, shape, 2, true);
-    if (ctx.shape(0) != spec_.out)
-      throw ShapeError(fmt::format("dY {} must have the slice's shape {} (of input {})", to_string(ctx.shape(0)),
-                                   to_string(spec_.out), to_string(shape)));
-    return {{ctx.dtype(0), shape, ctx.input(0).dynamic, Tensor()}};
-  }
-  void compute(ComputeContext& ctx) override {
-    const Tensor& dy = ctx.input(0);
-    Tensor& dx = ctx.output(0);
-    const size_t esize = dtype_size(dx.dtype());
-    std::memset(dx.raw_data(), 0, dx.nbytes());
-    if (dy.numel() == 0) return;
-    visit_esize(esize, [&](auto tag) {
-      using U = decltype(tag);
-      const Shape& ys = dy.shape();
-      const size_t r = ys.size();
-      const Strides st = contiguous_strides(dx.shape());
-      int64_t base = 0;
-      Strides dst(r);
-      for (size_t d = 0; d < r; ++d) {
-        base += spec_.start[d] * st[d];
-        dst[d] = st[d] * spec_.step[d];
-      }
-      const U* src = static_cast<const U*>(dy.raw_data());
-      U* out = static_cast<U*>(dx.raw_data()) + base;
-      const int64_t cols = r == 0 ? 1 : ys[r - 1];
-      const int64_t col_stride = r == 0 ? 0 : dst[r - 1];
-      const int64_t rows = dy.numel() / cols;
-      parallel_for(rows, grain_for(cols * static_cast<int64_t>(esize)), [&](int64_t b, int64_t e) {
-        for (int64_t row = b; row < e; ++row) {
-          int64_t off = 0;
-          for (int64_t rem = row, d = static_cast<int64_t>(r) - 2; d >= 0; --d) {
-            off += (rem % ys[d]) * dst[d];
-            rem /= ys[d];
-          }
-          const U* in = src + row * cols;
-          for (int64_t c = 0; c < cols; ++c) out[off + c * col_stride] = in[c];
-        }
-      });
-    });
-  }
-
- private:
-  template <class F>
-  static void visit_esize(size_t esize, F&& f) {
-    switch (esize) {
-      case 2:
-        return f(uint16_t{});
-      case 4:
-        return f(uint32_t{});
-      case 8:
-        return f(uint64_t{});
-      default:
-        throw Unsupported(fmt::format("SliceGrad has no loop for {}-byte elements", esize));
-    }
-  }
   SliceSpec spec_;
 };
 
@@ -472,14 +405,5 @@ const KernelRegistrar reg_transpose = reg<TransposeKernel>("Transpose", 1);
 const KernelRegistrar reg_concat = reg<ConcatKernel>("Concat", 4);
 const KernelRegistrar reg_slice = reg<SliceKernel>("Slice", 1);
 const KernelRegistrar reg_split = reg<SplitKernel>("Split", 2);
-const KernelRegistrar reg_slice_grad({kKilnDomain, "SliceGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
-                                     [](const Node& n) { return std::make_unique<SliceGradKernel>(n); });
-const OpDocRegistrar doc_slice_grad(
-    {kKilnDomain, "SliceGrad", "The gradient of Slice with respect to its data.",
-     {"dY: the gradient of Slice's output", "shape: int64 [r], the shape of Slice's data",
-      "starts, ends, axes (optional), steps (optional): Slice's inputs, with Slice's semantics (opset 10+)"},
-     {"dX: the gradient of data, of the given shape"},
-     "dX = 0; dX[slice(starts, ends, axes, steps)] = dY (a slice reads each element at most once)"});
-
 }  // namespace
 }  // namespace kiln

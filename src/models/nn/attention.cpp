@@ -60,6 +60,138 @@ Var causal_mask(Tracer& t, const Var& q, const Var& k) {
   return t.op("Less", {unsqueeze(t, rows, {1}), unsqueeze(t, cols, {0})}, {}, DType::Bool, {q.dim(1), k.dim(1)});
 }
 
+const char* const kWhere = "MultiheadAttention";  // Module::call prefixes the module's path
+
+// query, key and value: 3-D (batched) or 2-D (unbatched) alike, of one float dtype, embed_dim wide;
+// key and value of one shape.
+void check_inputs(const std::vector<Var>& inputs, int64_t e) {
+  if (inputs.size() < 3 || inputs.size() > 5 || !present(inputs, 0) || !present(inputs, 1) || !present(inputs, 2))
+    throw InvalidArgument(fmt::format("{}: forward takes (query, key, value[, key_padding_mask][, attn_mask]), got {} "
+                                      "inputs", kWhere, inputs.size()));
+  const Var &q = inputs[0], &k = inputs[1], &v = inputs[2];
+  for (const auto& [name, x] : {std::pair{"query", &q}, std::pair{"key", &k}, std::pair{"value", &v}}) {
+    if (x->rank() != q.rank() || (x->rank() != 3 && x->rank() != 2))
+      throw ShapeError(fmt::format("{}: query, key and value must all be 3-D (batched) or 2-D (unbatched), got "
+                                   "query {}, key {}, value {}", kWhere, describe(q), describe(k), describe(v)));
+    if (!is_float(x->dtype) || x->dtype != q.dtype)
+      throw TypeError(fmt::format("{}: {} is {}; query, key and value must share one floating-point dtype",
+                                  kWhere, name, describe(*x)));
+    if (x->dim(-1) != -1 && x->dim(-1) != e)
+      throw ShapeError(fmt::format("{}: {} is {} but embed_dim is {}", kWhere, name, describe(*x), e));
+  }
+  for (int64_t i = 0; i < k.rank(); ++i)
+    if (k.dim(i) != -1 && v.dim(i) != -1 && k.dim(i) != v.dim(i))
+      throw ShapeError(
+          fmt::format("{}: key {} and value {} must have the same shape", kWhere, describe(k), describe(v)));
+}
+
+// Query, key and value as one step leaves them; `self_attention` (all three the same value) and
+// `kv_same` (key is value) pick the packed projection and avoid duplicate work.
+struct Qkv {
+  Var q, k, v;
+  bool self_attention = false, kv_same = false;
+};
+
+// To [N, L, E]: sequence-first inputs are transposed, unbatched ones get a batch of one.
+Qkv to_batch_first(Tracer& t, const std::vector<Var>& inputs, bool unbatched, bool batch_first) {
+  auto convert = [&](const Var& x) {
+    if (unbatched) return unsqueeze(t, x, {0});
+    return batch_first ? x : transpose(t, x, {1, 0, 2});
+  };
+  Qkv r;
+  r.self_attention = inputs[0].name == inputs[1].name && inputs[1].name == inputs[2].name;
+  r.kv_same = inputs[1].name == inputs[2].name;
+  r.q = convert(inputs[0]);
+  r.k = r.self_attention ? r.q : convert(inputs[1]);
+  r.v = r.kv_same ? r.k : convert(inputs[2]);
+  return r;
+}
+
+// The input projections: one MatMul over the packed weight w [3E, E] for self-attention (torch's
+// _in_projection_packed), else w (and the bias b) split into its q, k, v rows.
+Qkv project(Tracer& t, const Qkv& x, const Var& w, const std::optional<Var>& b, int64_t e) {
+  auto linear = [&](const Var& in, const Var& weight, const std::optional<Var>& bias) {
+    Var y = matmul(t, in, transpose(t, weight, {1, 0}));
+    return bias ? binary(t, "Add", y, *bias) : y;
+  };
+  Qkv r = x;
+  if (x.self_attention) {
+    const std::vector<int64_t> shape{x.q.dim(0), x.q.dim(1), e};
+    auto parts = t.op_multi("Split", {linear(x.q, w, b)}, {{"axis", Attribute::of_int(2)}},
+                            {{x.q.dtype, shape}, {x.q.dtype, shape}, {x.q.dtype, shape}});
+    r.q = parts[0], r.k = parts[1], r.v = parts[2];
+    return r;
+  }
+  auto ws = t.op_multi("Split", {w}, {{"axis", Attribute::of_int(0)}},
+                       {{w.dtype, {e, e}}, {w.dtype, {e, e}}, {w.dtype, {e, e}}});
+  std::vector<std::optional<Var>> bs(3);
+  if (b) {
+    auto parts = t.op_multi("Split", {*b}, {{"axis", Attribute::of_int(0)}},
+                            {{b->dtype, {e}}, {b->dtype, {e}}, {b->dtype, {e}}});
+    for (size_t i = 0; i < 3; ++i) bs[i] = parts[i];
+  }
+  r.q = linear(x.q, ws[0], bs[0]);
+  r.k = linear(x.k, ws[1], bs[1]);
+  r.v = x.kv_same ? linear(x.k, ws[2], bs[2]) : linear(x.v, ws[2], bs[2]);
+  return r;
+}
+
+// The heads: q [N, H, L, D] scaled by 1/sqrt(D) (torch divides q before the product), k as
+// [N, H, D, S], v as [N, H, S, D]; scaled_q is the scaled q before the split, [N, L, E].
+struct Heads {
+  Var scaled_q, q, k, v;
+};
+
+Heads split_heads(Tracer& t, const Qkv& p, int64_t h, int64_t d) {
+  Heads r;
+  r.scaled_q = binary(t, "Div", p.q, t.constant_scalar(std::sqrt(static_cast<double>(d)), p.q.dtype, "sqrt_head_dim"));
+  r.q = transpose(t, reshape(t, r.scaled_q, {0, 0, h, d}), {0, 2, 1, 3});
+  r.k = transpose(t, reshape(t, p.k, {0, 0, h, d}), {0, 2, 3, 1});
+  r.v = transpose(t, reshape(t, p.v, {0, 0, h, d}), {0, 2, 1, 3});
+  return r;
+}
+
+// attn_mask as [L, S], or torch's [N * H, L, S] reshaped to [N, H, L, S]; checked against the
+// target length l and source length s.
+Var attn_mask_4d(Tracer& t, Var mask, int64_t h, int64_t l, int64_t s) {
+  if (mask.rank() == 3) {
+    const Var tail = t.op("Shape", {mask}, {{"start", Attribute::of_int(1)}}, DType::Int64, {2});
+    const Var target = t.op("Concat", {t.constant_ints({-1, h}), tail}, {{"axis", Attribute::of_int(0)}},
+                            DType::Int64, {4});
+    const int64_t nh = mask.dim(0);
+    mask = t.op("Reshape", {mask, target}, {}, mask.dtype, {nh == -1 ? -1 : nh / h, h, mask.dim(1), mask.dim(2)});
+  } else if (mask.rank() != 2) {
+    throw ShapeError(fmt::format("{}: attn_mask must be [L, S] or [N * num_heads, L, S], got {}", kWhere,
+                                 describe(mask)));
+  }
+  if ((mask.dim(-2) != -1 && l != -1 && mask.dim(-2) != l) || (mask.dim(-1) != -1 && s != -1 && mask.dim(-1) != s))
+    throw ShapeError(fmt::format("{}: attn_mask {} does not fit target length {} and source length {}", kWhere,
+                                 describe(mask), l, s));
+  return mask;
+}
+
+// scores [N, H, L, S] with attn_mask (or, without one, the causal mask when asked for) and
+// key_padding_mask applied; q is the scaled query [N, L, E] and k the projected key [N, S, E].
+Var mask_scores(Tracer& t, Var scores, const std::vector<Var>& inputs, const Var& q, const Var& k, int64_t h,
+                bool is_causal) {
+  const bool unbatched = inputs[0].rank() == 2;
+  const int64_t l = q.dim(1), s = k.dim(1);
+  if (present(inputs, 4))
+    scores = apply_mask(t, scores, attn_mask_4d(t, inputs[4], h, l, s), "attn_mask");
+  else if (is_causal)
+    scores = apply_mask(t, scores, causal_mask(t, q, k), "causal mask");
+  if (present(inputs, 3)) {
+    const Var& kpm = inputs[3];
+    if (kpm.rank() != (unbatched ? 1 : 2) || (kpm.dim(-1) != -1 && s != -1 && kpm.dim(-1) != s))
+      throw ShapeError(fmt::format("{}: key_padding_mask must be {} (source length {}), got {}", kWhere,
+                                   unbatched ? "[S]" : "[N, S]", s, describe(kpm)));
+    // [N, S] -> [N, 1, 1, S]
+    const std::vector<int64_t> axes = unbatched ? std::vector<int64_t>{0, 1, 2} : std::vector<int64_t>{1, 2};
+    scores = apply_mask(t, scores, unsqueeze(t, kpm, axes), "key_padding_mask");
+  }
+  return scores;
+}
+
 }  // namespace
 
 MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
@@ -120,128 +252,37 @@ std::vector<Var> MultiheadAttention::attend(Tracer& t, const Var& query, const V
 std::vector<Var> MultiheadAttention::forward(Tracer& t, const std::vector<Var>& inputs) {
   const MultiheadAttentionCall flags = pending_.value_or(MultiheadAttentionCall{});
   pending_.reset();
-  const bool need_weights = flags.need_weights.value_or(options_.need_weights);
-  const bool average = flags.average_attn_weights.value_or(options_.average_attn_weights);
-  const bool is_causal = flags.is_causal.value_or(options_.is_causal);
-  const std::string where_ = "MultiheadAttention";  // Module::call prefixes the module's path
-
-  if (inputs.size() < 3 || inputs.size() > 5 || !present(inputs, 0) || !present(inputs, 1) || !present(inputs, 2))
-    throw InvalidArgument(fmt::format("{}: forward takes (query, key, value[, key_padding_mask][, attn_mask]), got {} "
-                                      "inputs", where_, inputs.size()));
-  const int64_t e = options_.embed_dim, h = options_.num_heads, d = head_dim();
-  Var q = inputs[0], k = inputs[1], v = inputs[2];
-  const bool unbatched = q.rank() == 2;
-  for (const auto& [name, x] : {std::pair{"query", &q}, std::pair{"key", &k}, std::pair{"value", &v}}) {
-    if (x->rank() != q.rank() || (x->rank() != 3 && x->rank() != 2))
-      throw ShapeError(fmt::format("{}: query, key and value must all be 3-D (batched) or 2-D (unbatched), got "
-                                   "query {}, key {}, value {}", where_, describe(q), describe(k), describe(v)));
-    if (!is_float(x->dtype) || x->dtype != q.dtype)
-      throw TypeError(fmt::format("{}: {} is {}; query, key and value must share one floating-point dtype",
-                                  where_, name, describe(*x)));
-    if (x->dim(-1) != -1 && x->dim(-1) != e)
-      throw ShapeError(fmt::format("{}: {} is {} but embed_dim is {}", where_, name, describe(*x), e));
-  }
-  for (int64_t i = 0; i < k.rank(); ++i)
-    if (k.dim(i) != -1 && v.dim(i) != -1 && k.dim(i) != v.dim(i))
-      throw ShapeError(fmt::format("{}: key {} and value {} must have the same shape", where_, describe(k), describe(v)));
-  const bool self_attention = q.name == k.name && k.name == v.name;
-  const bool kv_same = k.name == v.name;
-
-  // To [N, L, E].
-  auto to_batch_first = [&](const Var& x) {
-    if (unbatched) return unsqueeze(t, x, {0});
-    return options_.batch_first ? x : transpose(t, x, {1, 0, 2});
-  };
-  q = to_batch_first(inputs[0]);
-  k = self_attention ? q : to_batch_first(inputs[1]);
-  v = kv_same ? k : to_batch_first(inputs[2]);
-
-  // Input projections: one MatMul over the packed weight for self-attention (torch's
-  // _in_projection_packed), else the weight split into its q, k, v rows.
+  const int64_t e = options_.embed_dim;
+  check_inputs(inputs, e);
+  const bool unbatched = inputs[0].rank() == 2;
+  const Qkv x = to_batch_first(t, inputs, unbatched, options_.batch_first);
   const Var w = t.parameter(*this, "in_proj_weight");
   const std::optional<Var> b = options_.bias ? std::optional<Var>(t.parameter(*this, "in_proj_bias")) : std::nullopt;
-  auto project = [&](const Var& x, const Var& weight, const std::optional<Var>& bias) {
-    Var y = matmul(t, x, transpose(t, weight, {1, 0}));
-    return bias ? binary(t, "Add", y, *bias) : y;
-  };
-  const std::vector<int64_t> qshape{q.dim(0), q.dim(1), e};
-  if (self_attention) {
-    const Var qkv = project(q, w, b);
-    auto parts = t.op_multi("Split", {qkv}, {{"axis", Attribute::of_int(2)}},
-                            {{q.dtype, qshape}, {q.dtype, qshape}, {q.dtype, qshape}});
-    q = parts[0], k = parts[1], v = parts[2];
-  } else {
-    auto ws = t.op_multi("Split", {w}, {{"axis", Attribute::of_int(0)}},
-                         {{w.dtype, {e, e}}, {w.dtype, {e, e}}, {w.dtype, {e, e}}});
-    std::vector<std::optional<Var>> bs(3);
-    if (b) {
-      auto parts = t.op_multi("Split", {*b}, {{"axis", Attribute::of_int(0)}},
-                              {{b->dtype, {e}}, {b->dtype, {e}}, {b->dtype, {e}}});
-      for (size_t i = 0; i < 3; ++i) bs[i] = parts[i];
-    }
-    const Var k_in = k, v_in = v;
-    q = project(q, ws[0], bs[0]);
-    k = project(k_in, ws[1], bs[1]);
-    v = kv_same ? project(k_in, ws[2], bs[2]) : project(v_in, ws[2], bs[2]);
-  }
-  const int64_t n = q.dim(0), l = q.dim(1), s = k.dim(1);
-  if (k.dim(0) != -1 && n != -1 && k.dim(0) != n)
-    throw ShapeError(fmt::format("{}: query batch {} differs from key batch {} (query {}, key {})", where_, n,
-                                 k.dim(0), describe(inputs[0]), describe(inputs[1])));
+  const Qkv p = project(t, x, w, b, e);
+  const int64_t n = p.q.dim(0), l = p.q.dim(1), s = p.k.dim(1);
+  if (p.k.dim(0) != -1 && n != -1 && p.k.dim(0) != n)
+    throw ShapeError(fmt::format("{}: query batch {} differs from key batch {} (query {}, key {})", kWhere, n,
+                                 p.k.dim(0), describe(inputs[0]), describe(inputs[1])));
 
-  // Heads: q [N, H, L, D] scaled by 1/sqrt(D) (torch divides q before the product), k as
-  // [N, H, D, S], v as [N, H, S, D].
-  q = binary(t, "Div", q, t.constant_scalar(std::sqrt(static_cast<double>(d)), q.dtype, "sqrt_head_dim"));
-  const Var qh = transpose(t, reshape(t, q, {0, 0, h, d}), {0, 2, 1, 3});
-  const Var kh = transpose(t, reshape(t, k, {0, 0, h, d}), {0, 2, 3, 1});
-  const Var vh = transpose(t, reshape(t, v, {0, 0, h, d}), {0, 2, 1, 3});
-  Var scores = matmul(t, qh, kh);  // [N, H, L, S]
-
-  if (present(inputs, 4)) {
-    Var mask = inputs[4];
-    if (mask.rank() == 3) {
-      // [N * H, L, S] (torch's layout) -> [N, H, L, S]
-      const Var tail = t.op("Shape", {mask}, {{"start", Attribute::of_int(1)}}, DType::Int64, {2});
-      const Var target = t.op("Concat", {t.constant_ints({-1, h}), tail}, {{"axis", Attribute::of_int(0)}},
-                              DType::Int64, {4});
-      const int64_t nh = mask.dim(0);
-      mask = t.op("Reshape", {mask, target}, {}, mask.dtype, {nh == -1 ? -1 : nh / h, h, mask.dim(1), mask.dim(2)});
-    } else if (mask.rank() != 2) {
-      throw ShapeError(fmt::format("{}: attn_mask must be [L, S] or [N * num_heads, L, S], got {}", where_,
-                                   describe(mask)));
-    }
-    if ((mask.dim(-2) != -1 && l != -1 && mask.dim(-2) != l) || (mask.dim(-1) != -1 && s != -1 && mask.dim(-1) != s))
-      throw ShapeError(fmt::format("{}: attn_mask {} does not fit target length {} and source length {}", where_,
-                                   describe(mask), l, s));
-    scores = apply_mask(t, scores, mask, "attn_mask");
-  } else if (is_causal) {
-    scores = apply_mask(t, scores, causal_mask(t, q, k), "causal mask");
-  }
-  if (present(inputs, 3)) {
-    const Var& kpm = inputs[3];
-    if (kpm.rank() != (unbatched ? 1 : 2) || (kpm.dim(-1) != -1 && s != -1 && kpm.dim(-1) != s))
-      throw ShapeError(fmt::format("{}: key_padding_mask must be {} (source length {}), got {}", where_,
-                                   unbatched ? "[S]" : "[N, S]", s, describe(kpm)));
-    // [N, S] -> [N, 1, 1, S]
-    scores = apply_mask(t, scores, unsqueeze(t, kpm, unbatched ? std::vector<int64_t>{0, 1, 2} : std::vector<int64_t>{1, 2}),
-                        "key_padding_mask");
-  }
-
+  const Heads heads = split_heads(t, p, options_.num_heads, head_dim());
+  Var scores = matmul(t, heads.q, heads.k);  // [N, H, L, S]
+  scores = mask_scores(t, scores, inputs, heads.scaled_q, p.k, options_.num_heads,
+                       flags.is_causal.value_or(options_.is_causal));
   Var attn = t.op("Softmax", {scores}, {{"axis", Attribute::of_int(-1)}}, scores.dtype, scores.shape);
   if (training() && options_.dropout > 0.0) {
     const Var ratio = t.constant_scalar(options_.dropout, attn.dtype, "dropout_p");
     const Var mode = t.constant(Tensor::scalar<bool>(true), "training_mode");
     attn = t.op("Dropout", {attn, ratio, mode}, {}, attn.dtype, attn.shape);
   }
-  const Var heads = matmul(t, attn, vh);                                          // [N, H, L, D]
-  Var out = reshape(t, transpose(t, heads, {0, 2, 1, 3}), {0, 0, e});             // [N, L, E]
+  const Var per_head = matmul(t, attn, heads.v);                               // [N, H, L, D]
+  Var out = reshape(t, transpose(t, per_head, {0, 2, 1, 3}), {0, 0, e});       // [N, L, E]
   out = out_proj_->call(t, out);
   if (unbatched) out = squeeze(t, out, {0});
   else if (!options_.batch_first) out = transpose(t, out, {1, 0, 2});
-  if (!need_weights) return {out};
+  if (!flags.need_weights.value_or(options_.need_weights)) return {out};
 
   Var weights = attn;  // [N, H, L, S]
-  if (average)
+  if (flags.average_attn_weights.value_or(options_.average_attn_weights))
     weights = t.op("ReduceMean", {attn}, {{"axes", Attribute::of_ints({1})}, {"keepdims", Attribute::of_int(0)}},
                    attn.dtype, {n, l, s});
   if (unbatched) weights = squeeze(t, weights, {0});

@@ -116,9 +116,25 @@ struct Module::RunCache {
     std::vector<Tracer::BufferUpdate> updates;
     std::vector<Tracer::Call> calls;  // of modules with hooks
   };
+  // A run's values by name: its results, else its feeds; "" is an omitted optional value (torch's None).
+  struct Values {
+    const std::map<std::string, Tensor>& results;
+    const std::map<std::string, Tensor>& feeds;
+    const std::string& where;
+    Tensor operator()(const std::string& name) const;
+  };
+
   uint64_t generation = 0;
   uint64_t runs = 0;  // Dropout draws key on it: a retrace must not replay the masks
   std::map<std::string, std::shared_ptr<Plan>> plans;
+
+  // The plan for these inputs in this mode, traced on first use (and again after any module changed).
+  std::shared_ptr<Plan> plan_for(Module& root, const std::vector<Tensor>& inputs);
+  static std::shared_ptr<Plan> make_plan(Module& root, const std::vector<Tensor>& inputs);
+  static std::map<std::string, Tensor> feeds(const Plan& plan, const std::vector<Tensor>& inputs,
+                                             const std::string& where);
+  static void update_buffers(const Plan& plan, const Values& value);
+  static void run_hooks(const Plan& plan, const Values& value);
 };
 
 namespace {
@@ -129,90 +145,98 @@ std::string signature(const std::vector<Tensor>& inputs, bool training) {
 }
 }  // namespace
 
-std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs) {
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (!inputs[i].defined()) throw InvalidArgument(fmt::format("{}: input {} is an undefined tensor", type_name(), i));
-  if (!run_cache_) run_cache_ = std::make_shared<RunCache>();
-  RunCache& cache = *run_cache_;
-  if (cache.generation != detail::generation()) {
-    cache.plans.clear();
-    cache.generation = detail::generation();
-  }
-  const std::string key = signature(inputs, training_);
-  auto found = cache.plans.find(key);
-  if (found == cache.plans.end()) {
-    auto made = std::make_shared<RunCache::Plan>();
-    RunCache::Plan& plan = *made;
-    for (size_t i = 0; i < inputs.size(); ++i) plan.inputs.push_back(inputs.size() == 1 ? "input" : fmt::format("input{}", i));
-    std::vector<DType> dtypes;
-    std::vector<std::vector<int64_t>> shapes;
-    for (const auto& x : inputs) dtypes.push_back(x.dtype()), shapes.push_back(x.shape());
-    Tracer t;
-    trace(*this, t, plan.inputs, dtypes, shapes, {}, {});
-    Model m = t.finish();
-    for (const auto& o : m.graph.outputs) plan.outputs.push_back(o.name);
-    // Parameters are fed each run rather than baked in, so values changed in place are seen.
-    for (const auto& [init, ref] : t.parameter_refs()) {
-      m.graph.inputs.push_back(ValueInfo::of(init, m.graph.initializers.at(init)));
-      m.graph.initializers.erase(init);
-      plan.param_names.push_back(init);
-      plan.params.push_back(ref);
-    }
-    std::set<std::string> outputs(plan.outputs.begin(), plan.outputs.end()), graph_inputs;
-    for (const auto& v : m.graph.inputs) graph_inputs.insert(v.name);
-    auto request = [&](const std::string& name) {
-      if (name.empty() || graph_inputs.count(name) || !outputs.insert(name).second) return;
-      ValueInfo v;
-      v.name = name;
-      m.graph.outputs.push_back(v);
-    };
-    plan.updates = t.buffer_updates();
-    for (const auto& u : plan.updates) request(u.value);
-    for (const auto& c : t.calls()) {
-      if (c.module->pre_hooks_.empty() && c.module->hooks_.empty()) continue;
-      plan.calls.push_back(c);
-      for (const auto& n : c.inputs) request(n);
-      for (const auto& n : c.outputs) request(n);
-    }
-    plan.session = std::make_unique<Session>(std::move(m));
-    found = cache.plans.emplace(key, made).first;
-  }
-  // Held here: a hook that changes the module (or runs it) may drop the cache's plans.
-  const std::shared_ptr<RunCache::Plan> held = found->second;
-  RunCache::Plan& plan = *held;
+Tensor Module::RunCache::Values::operator()(const std::string& name) const {
+  if (name.empty()) return Tensor();
+  if (auto it = results.find(name); it != results.end()) return it->second;
+  if (auto it = feeds.find(name); it != feeds.end()) return it->second;
+  throw InvalidArgument(fmt::format("{}: value '{}' was not computed", where, name));
+}
 
+std::shared_ptr<Module::RunCache::Plan> Module::RunCache::plan_for(Module& root, const std::vector<Tensor>& inputs) {
+  if (generation != detail::generation()) {
+    plans.clear();
+    generation = detail::generation();
+  }
+  const std::string key = signature(inputs, root.training_);
+  auto found = plans.find(key);
+  if (found == plans.end()) found = plans.emplace(key, make_plan(root, inputs)).first;
+  return found->second;
+}
+
+// Traces `root` over the inputs into a Session. Parameters become graph inputs, fed each run rather
+// than baked in, so values changed in place are seen; the graph also outputs every value the buffer
+// updates and the hooks read.
+std::shared_ptr<Module::RunCache::Plan> Module::RunCache::make_plan(Module& root, const std::vector<Tensor>& inputs) {
+  auto made = std::make_shared<Plan>();
+  Plan& plan = *made;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    plan.inputs.push_back(inputs.size() == 1 ? "input" : fmt::format("input{}", i));
+  std::vector<DType> dtypes;
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& x : inputs) dtypes.push_back(x.dtype()), shapes.push_back(x.shape());
+  Tracer t;
+  trace(root, t, plan.inputs, dtypes, shapes, {}, {});
+  Model m = t.finish();
+  for (const auto& o : m.graph.outputs) plan.outputs.push_back(o.name);
+  for (const auto& [init, ref] : t.parameter_refs()) {
+    m.graph.inputs.push_back(ValueInfo::of(init, m.graph.initializers.at(init)));
+    m.graph.initializers.erase(init);
+    plan.param_names.push_back(init);
+    plan.params.push_back(ref);
+  }
+  std::set<std::string> outputs(plan.outputs.begin(), plan.outputs.end()), graph_inputs;
+  for (const auto& v : m.graph.inputs) graph_inputs.insert(v.name);
+  auto request = [&](const std::string& name) {
+    if (name.empty() || graph_inputs.count(name) || !outputs.insert(name).second) return;
+    ValueInfo v;
+    v.name = name;
+    m.graph.outputs.push_back(v);
+  };
+  plan.updates = t.buffer_updates();
+  for (const auto& u : plan.updates) request(u.value);
+  for (const auto& c : t.calls()) {
+    if (c.module->pre_hooks_.empty() && c.module->hooks_.empty()) continue;
+    plan.calls.push_back(c);
+    for (const auto& n : c.inputs) request(n);
+    for (const auto& n : c.outputs) request(n);
+  }
+  plan.session = std::make_unique<Session>(std::move(m));
+  return made;
+}
+
+// The inputs, and each parameter's current value.
+std::map<std::string, Tensor> Module::RunCache::feeds(const Plan& plan, const std::vector<Tensor>& inputs,
+                                                      const std::string& where) {
   std::map<std::string, Tensor> feeds;
   for (size_t i = 0; i < inputs.size(); ++i) feeds[plan.inputs[i]] = inputs[i];
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const Slot* slot = plan.params[i].module->find_slot(plan.params[i].name);
-    if (slot == nullptr) throw InvalidArgument(fmt::format("{}: parameter '{}' vanished since the trace", type_name(), plan.param_names[i]));
+    if (slot == nullptr)
+      throw InvalidArgument(fmt::format("{}: parameter '{}' vanished since the trace", where, plan.param_names[i]));
     feeds[plan.param_names[i]] = slot->value;
   }
-  plan.session->set_run_count(cache.runs++);
-  std::map<std::string, Tensor> results = plan.session->run(feeds);
-  auto value = [&](const std::string& name) -> Tensor {
-    if (name.empty()) return Tensor();  // an omitted optional value (Tracer::none()): torch's None
-    if (auto it = results.find(name); it != results.end()) return it->second;
-    if (auto it = feeds.find(name); it != feeds.end()) return it->second;
-    throw InvalidArgument(fmt::format("{}: value '{}' was not computed", type_name(), name));
-  };
+  return feeds;
+}
 
-  // Running statistics (torch updates them during forward; here right after the run).
+// Running statistics (torch updates them during forward; here right after the run).
+void Module::RunCache::update_buffers(const Plan& plan, const Values& value) {
   for (const auto& u : plan.updates) {
     Module& m = const_cast<Module&>(*u.module);
     Slot* slot = m.find_slot(u.name);
     Tensor fresh = value(u.value);
     if (fresh.shape() != slot->value.shape() || fresh.dtype() != slot->value.dtype())
-      throw ShapeError(fmt::format("{}: the updated value of buffer '{}' is {}, the buffer is {}", m.type_name(), u.name,
-                                   fresh.describe(), slot->value.describe()));
+      throw ShapeError(fmt::format("{}: the updated value of buffer '{}' is {}, the buffer is {}", m.type_name(),
+                                   u.name, fresh.describe(), slot->value.describe()));
     slot->value.copy_from(fresh);
     if (u.count_batch)
       if (Slot* count = m.find_slot("num_batches_tracked"); count && count->value.dtype() == DType::Int64 &&
                                                              count->value.numel() == 1 && count->value.is_contiguous())
         count->value.data<int64_t>()[0] += 1;
   }
+}
 
-  // Hooks, in the order the calls started (pre-hooks) and ended (hooks).
+// Hooks, in the order the calls started (pre-hooks) and ended (hooks).
+void Module::RunCache::run_hooks(const Plan& plan, const Values& value) {
   struct Event {
     int64_t seq;
     const Tracer::Call* call;
@@ -234,7 +258,23 @@ std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs) {
       for (auto& [id, h] : hooks) h(m, in, out);
     }
   }
+}
 
+std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!inputs[i].defined()) throw InvalidArgument(fmt::format("{}: input {} is an undefined tensor", type_name(), i));
+  if (!run_cache_) run_cache_ = std::make_shared<RunCache>();
+  RunCache& cache = *run_cache_;
+  // Held here: a hook that changes the module (or runs it) may drop the cache's plans.
+  const std::shared_ptr<RunCache::Plan> held = cache.plan_for(*this, inputs);
+  const RunCache::Plan& plan = *held;
+  const std::string where = type_name();
+  const std::map<std::string, Tensor> feeds = RunCache::feeds(plan, inputs, where);
+  plan.session->set_run_count(cache.runs++);
+  const std::map<std::string, Tensor> results = plan.session->run(feeds);
+  const RunCache::Values value{results, feeds, where};
+  RunCache::update_buffers(plan, value);
+  RunCache::run_hooks(plan, value);
   std::vector<Tensor> out;
   for (const auto& name : plan.outputs) out.push_back(results.at(name));
   return out;

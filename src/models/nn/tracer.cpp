@@ -7,6 +7,7 @@
 
 #include <set>
 
+#include "ir/graph_editor.h"
 #include "kiln/error.h"
 #include "kiln/nn/module.h"
 
@@ -22,7 +23,7 @@ int64_t Var::dim(int64_t i) const {
 struct Tracer::State {
   int64_t opset = 17;
   Model model;
-  std::set<std::string> names;                      // every value and node name in use
+  GraphEditor edit{model};                          // every value and node name in use
   std::map<std::string, DType> dtypes;              // value -> dtype (validates op inputs)
   std::map<std::string, int64_t> counters;          // "<scope>/<OpType>" -> next n
   // Module trees the trace walks: the first module called and any module called outside it.
@@ -40,12 +41,7 @@ struct Tracer::State {
   std::map<std::string, ParameterRef> refs;
   std::vector<BufferUpdate> updates;
 
-  std::string unique(const std::string& base) {
-    std::string name = base;
-    for (int k = 1; names.count(name); ++k) name = fmt::format("{}_{}", base, k);
-    names.insert(name);
-    return name;
-  }
+  std::string unique(const std::string& base) { return edit.fresh(base); }
 
   // Adds `root`'s tree to the known paths (first path wins for a module reachable twice, like
   // torch's named_modules).
@@ -119,9 +115,9 @@ ValueInfo value_info(const std::string& name, DType dtype, const std::vector<int
 Var Tracer::input(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
                   const std::map<int64_t, std::string>& dim_names) {
   if (name.empty()) throw InvalidArgument("Tracer::input: an input needs a name");
-  if (s_->names.count(name)) throw InvalidArgument(fmt::format("Tracer::input: the name '{}' is already taken", name));
+  if (s_->edit.has_value(name)) throw InvalidArgument(fmt::format("Tracer::input: the name '{}' is already taken", name));
   ValueInfo info = value_info(name, dtype, shape, dim_names);
-  s_->names.insert(name);
+  s_->edit.reserve(name);
   s_->dtypes[name] = dtype;
   s_->model.graph.inputs.push_back(info);
   std::vector<int64_t> dims;
@@ -137,16 +133,16 @@ void Tracer::output(const Var& v, const std::string& name, const std::map<int64_
   if (v.name != name) {
     // Graph outputs get the caller's names through an Identity, as torch.onnx does when an output
     // is also an input or another output; intermediate names stay valid for hooks.
-    if (s_->names.count(name))
+    if (s_->edit.has_value(name))
       throw InvalidArgument(fmt::format("Tracer::output: the name '{}' is already a value of the graph", name));
     Node n;
     n.op_type = "Identity";
     n.name = s_->unique(fmt::format("{}/Identity_{}", s_->stack.empty() ? "" : s_->stack.back().path, name));
     n.inputs = {v.name};
     n.outputs = {name};
-    s_->names.insert(name);
+    s_->edit.reserve(name);
     s_->dtypes[name] = v.dtype;
-    s_->model.graph.nodes.push_back(std::move(n));
+    s_->edit.add_node(std::move(n));
   }
   s_->model.graph.outputs.push_back(value_info(name, v.dtype, v.shape, dim_names));
 }
@@ -176,7 +172,7 @@ std::vector<Var> Tracer::op_multi(const std::string& op_type, const std::vector<
     s_->dtypes[out] = outputs[k].first;
     result.push_back(Var{out, outputs[k].first, std::move(outputs[k].second)});
   }
-  s_->model.graph.nodes.push_back(std::move(n));
+  s_->edit.add_node(std::move(n));
   return result;
 }
 
@@ -192,7 +188,7 @@ Var Tracer::constant(const Tensor& value, const std::string& hint) {
   n.outputs = {out};
   n.attrs["value"] = Attribute::of_tensor(value.clone());
   s_->dtypes[out] = value.dtype();
-  s_->model.graph.nodes.push_back(std::move(n));
+  s_->edit.add_node(std::move(n));
   return Var{out, value.dtype(), value.shape()};
 }
 

@@ -5,7 +5,7 @@
 
 #include <fstream>
 
-#include "data/zip.h"
+#include "core/zip.h"
 #include "kiln/error.h"
 #include "kiln/nn/module.h"
 #include "kiln/npy.h"
@@ -16,9 +16,9 @@ namespace kiln::nn {
 namespace {
 
 std::map<std::string, Tensor> read_npz(const std::string& path) {
-  const data::ZipArchive zip(path);
+  const ZipArchive zip(path);
   std::map<std::string, Tensor> out;
-  for (const data::ZipMember& m : zip.members()) {
+  for (const ZipMember& m : zip.members()) {
     if (m.name.size() < 4 || m.name.compare(m.name.size() - 4, 4, ".npy") != 0)
       throw CorruptFile(fmt::format("'{}': member '{}' is not a .npy array (a weights archive holds only arrays)",
                                     path, m.name));

@@ -6,14 +6,14 @@
 #include <cmath>
 #include <cstring>
 
-#include "error_test_util.h"
 #include "kiln/nn/layers.h"
+#include "test_util.h"
 
 namespace kiln::nn {
 namespace {
 
-using kiln::testing::error_of;
-using kiln::testing::has;
+using kiln::test::expect_error;
+using kiln::test::has;
 
 struct Moments {
   double min = 1e300, max = -1e300, mean = 0, var = 0;
@@ -250,53 +250,50 @@ TEST(NnLayersRepr, ExtraReprIsTorchs) {
 }
 
 TEST(NnLayersErrors, ConstructorsValidateWithTorchsWords) {
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { Conv2d(Conv2dOptions(3, 4, 3).groups(2)); }),
-                  "in_channels must be divisible by groups"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { Conv2d(Conv2dOptions(4, 6, 3).groups(4)); }),
-                  "out_channels must be divisible by groups"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { Conv2d(Conv2dOptions(4, 4, 3).groups(0)); }), "groups must be a positive integer"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { Conv2d(Conv2dOptions(3, 4, 3).stride(2).padding(kSame)); }),
-                  "padding='same' is not supported for strided convolutions"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { Conv2d(Conv2dOptions(3, 4, 3).padding_mode("mirror")); }),
-                  "padding_mode must be one of ['zeros', 'reflect', 'replicate', 'circular']"));
-  EXPECT_TRUE(has(error_of<Unsupported>([] { Conv2d(Conv2dOptions(3, 4, 3).padding_mode("reflect")); }), "'reflect'"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { ConvTranspose2d(ConvTranspose2dOptions(3, 4, 3).output_padding(1)); }),
-                  "output padding must be smaller than either stride or dilation"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { Conv2d(Conv2dOptions(3, 4, {3, 3, 3})); }), "expected 1 or 2 values"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { GroupNorm(4, 6); }), "num_channels must be divisible by num_groups"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { Embedding(5, 2, 5); }), "Padding_idx must be within num_embeddings"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { Dropout(1.5); }),
-                  "dropout probability has to be between 0 and 1, but got 1.5"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { GELU("fast"); }), "approximate argument must be either none or tanh"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { MaxPool2d(MaxPool2dOptions(3).padding(2)); }),
-                  "pad should be at most half of effective kernel size"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { AdaptiveAvgPool2d(std::vector<int64_t>{1, 2, 3}); }), "one int or two"));
+  expect_error<InvalidArgument>([] { Conv2d(Conv2dOptions(3, 4, 3).groups(2)); },
+                                "in_channels must be divisible by groups");
+  expect_error<InvalidArgument>([] { Conv2d(Conv2dOptions(4, 6, 3).groups(4)); },
+                                "out_channels must be divisible by groups");
+  expect_error<InvalidArgument>([] { Conv2d(Conv2dOptions(4, 4, 3).groups(0)); }, "groups must be a positive integer");
+  expect_error<InvalidArgument>([] { Conv2d(Conv2dOptions(3, 4, 3).stride(2).padding(kSame)); },
+                                "padding='same' is not supported for strided convolutions");
+  expect_error<InvalidArgument>([] { Conv2d(Conv2dOptions(3, 4, 3).padding_mode("mirror")); },
+                                "padding_mode must be one of ['zeros', 'reflect', 'replicate', 'circular']");
+  expect_error<Unsupported>([] { Conv2d(Conv2dOptions(3, 4, 3).padding_mode("reflect")); }, "'reflect'");
+  expect_error<InvalidArgument>([] { ConvTranspose2d(ConvTranspose2dOptions(3, 4, 3).output_padding(1)); },
+                                "output padding must be smaller than either stride or dilation");
+  expect_error<InvalidArgument>([] { Conv2d(Conv2dOptions(3, 4, {3, 3, 3})); }, "expected 1 or 2 values");
+  expect_error<InvalidArgument>([] { GroupNorm(4, 6); }, "num_channels must be divisible by num_groups");
+  expect_error<InvalidArgument>([] { Embedding(5, 2, 5); }, "Padding_idx must be within num_embeddings");
+  expect_error<InvalidArgument>([] { Dropout(1.5); }, "dropout probability has to be between 0 and 1, but got 1.5");
+  expect_error<InvalidArgument>([] { GELU("fast"); }, "approximate argument must be either none or tanh");
+  expect_error<InvalidArgument>([] { MaxPool2d(MaxPool2dOptions(3).padding(2)); },
+                                "pad should be at most half of effective kernel size");
+  expect_error<InvalidArgument>([] { AdaptiveAvgPool2d(std::vector<int64_t>{1, 2, 3}); }, "one int or two");
 }
 
 TEST(NnLayersErrors, ForwardNamesTheInputAndShapes) {
   Linear lin(4, 2);
-  const std::string linear = error_of<ShapeError>([&] { trace(lin, {2, 5}); });
-  EXPECT_TRUE(has(linear, "'input'") && has(linear, "[2, 5]") && has(linear, "in_features=4")) << linear;
+  expect_error<ShapeError>([&] { trace(lin, {2, 5}); }, {"'input'", "[2, 5]", "in_features=4"});
   BatchNorm2d bn(3);
-  EXPECT_TRUE(has(error_of<ShapeError>([&] { trace(bn, {2, 3, 4}); }), "expected 4D input (got 3D input"));
-  EXPECT_TRUE(has(error_of<ShapeError>([&] { trace(bn, {2, 5, 4, 4}); }), "has 5 channels"));
+  expect_error<ShapeError>([&] { trace(bn, {2, 3, 4}); }, "expected 4D input (got 3D input");
+  expect_error<ShapeError>([&] { trace(bn, {2, 5, 4, 4}); }, "has 5 channels");
   Conv2d conv(Conv2dOptions(3, 8, 3));
-  EXPECT_TRUE(has(error_of<ShapeError>([&] { trace(conv, {2, 4, 8, 8}); }), "to have 3 channels, but got 4 channels instead"));
-  EXPECT_TRUE(has(error_of<ShapeError>([&] { trace(conv, {8, 8}); }),
-                  "Expected 3D (unbatched) or 4D (batched) input to conv2d"));
-  EXPECT_TRUE(has(error_of<ShapeError>([&] { trace(conv, {1, 3, 2, 2}); }), "too small"));
+  expect_error<ShapeError>([&] { trace(conv, {2, 4, 8, 8}); }, "to have 3 channels, but got 4 channels instead");
+  expect_error<ShapeError>([&] { trace(conv, {8, 8}); }, "Expected 3D (unbatched) or 4D (batched) input to conv2d");
+  expect_error<ShapeError>([&] { trace(conv, {1, 3, 2, 2}); }, "too small");
   LayerNorm ln({4});
-  EXPECT_TRUE(has(error_of<ShapeError>([&] { trace(ln, {2, 3}); }), "expected input with shape [*, 4]"));
+  expect_error<ShapeError>([&] { trace(ln, {2, 3}); }, "expected input with shape [*, 4]");
   AdaptiveAvgPool2d pool(3);
-  EXPECT_TRUE(has(error_of<Unsupported>([&] { trace(pool, {1, 2, 7, 7}); }), "divisible"));
-  EXPECT_TRUE(has(error_of<Unsupported>([&] { trace(pool, {1, 2, -1, 6}); }), "static spatial dims"));
+  expect_error<Unsupported>([&] { trace(pool, {1, 2, 7, 7}); }, "divisible");
+  expect_error<Unsupported>([&] { trace(pool, {1, 2, -1, 6}); }, "static spatial dims");
   Embedding emb(5, 2);
-  EXPECT_TRUE(has(error_of<TypeError>([&] { trace(emb, {2, 3}); }), "int64, int32"));
-  EXPECT_TRUE(has(error_of<TypeError>([&] { trace(lin, {2, 4}, DType::Float64); }), "is double[2, 4]"));
+  expect_error<TypeError>([&] { trace(emb, {2, 3}); }, "int64, int32");
+  expect_error<TypeError>([&] { trace(lin, {2, 4}, DType::Float64); }, "is double[2, 4]");
   Flatten bad(2, 1);
-  EXPECT_TRUE(has(error_of<InvalidArgument>([&] { trace(bad, {2, 3, 4}); }), "start_dim cannot come after end_dim"));
+  expect_error<InvalidArgument>([&] { trace(bad, {2, 3, 4}); }, "start_dim cannot come after end_dim");
   Flatten out_of_range(3);
-  EXPECT_TRUE(has(error_of<ShapeError>([&] { trace(out_of_range, {2, 3}); }), "out of range"));
+  expect_error<ShapeError>([&] { trace(out_of_range, {2, 3}); }, "out of range");
 }
 
 }  // namespace

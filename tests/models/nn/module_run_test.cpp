@@ -4,14 +4,13 @@
 
 #include <cmath>
 
-#include "error_test_util.h"
 #include "models/nn/nn_test_modules.h"
+#include "test_util.h"
 
 namespace kiln::nn {
 namespace {
 
-using kiln::testing::error_of;
-using kiln::testing::has;
+using kiln::test::expect_error;
 using namespace kiln::nn::testing;
 
 Tensor sample(Shape shape, double scale = 1.0) {
@@ -83,7 +82,7 @@ TEST(NnRun, CacheSeesNewParametersAndModes) {
   // Another input shape: another plan, same parameters.
   EXPECT_EQ((*net)({sample({1, 3})})[0].shape(), (Shape{1, 2}));
   EXPECT_NE(y0.item_as_double(0), 4.0);
-  EXPECT_TRUE(has(error_of<ShapeError>([&] { (*net)({sample({2, 5})}); }), "5"));
+  expect_error<ShapeError>([&] { (*net)({sample({2, 5})}); }, "5");
 }
 
 TEST(NnRun, TrainingBatchNormUpdatesRunningStatisticsAsTorch) {

@@ -6,15 +6,16 @@
 #include <filesystem>
 
 #include "data/data_test_util.h"
-#include "error_test_util.h"
 #include "kiln/safetensors.h"
 #include "models/nn/nn_test_modules.h"
+#include "test_util.h"
 
 namespace kiln::nn {
 namespace {
 
-using kiln::testing::error_of;
-using kiln::testing::has;
+using kiln::test::error_message;
+using kiln::test::expect_error;
+using kiln::test::has;
 using namespace kiln::nn::testing;
 
 // A module with its own parameter and buffers before its children, to check torch's order.
@@ -64,7 +65,7 @@ TEST(NnState, LoadStateDictErrorsAreTorchs) {
   auto state = as_map(net.state_dict());
   state.erase("1.weight");
   state["2.weight"] = Tensor::zeros(DType::Float32, {1});
-  const std::string msg = error_of<InvalidArgument>([&] { net.load_state_dict(state); });
+  const std::string msg = error_message<InvalidArgument>([&] { net.load_state_dict(state); });
   EXPECT_EQ(msg, "Error(s) in loading state_dict for Sequential:\n\tMissing key(s) in state_dict: \"1.weight\". \n\t"
                  "Unexpected key(s) in state_dict: \"2.weight\". ");
   // Not strict: the lists come back and the present keys are loaded.
@@ -77,7 +78,7 @@ TEST(NnState, LoadStateDictErrorsAreTorchs) {
   state = as_map(net.state_dict());
   state["0.weight"] = Tensor::zeros(DType::Float32, {2, 4});
   state["0.bias"] = Tensor::from_vector<float>({2}, {-1, -1});
-  const std::string mm = error_of<InvalidArgument>([&] { net.load_state_dict(state, false); });
+  const std::string mm = error_message<InvalidArgument>([&] { net.load_state_dict(state, false); });
   EXPECT_EQ(mm, "Error(s) in loading state_dict for Sequential:\n\tsize mismatch for 0.weight: copying a param with "
                 "shape [2, 4] from checkpoint, the shape in current model is [2, 3].");
   EXPECT_EQ(net.get_parameter("0.bias").item_as_double(0), 7.0);
@@ -101,7 +102,8 @@ TEST(NnState, LoadConvertsDtypesAsCopyDoes) {
 TEST(NnState, SafetensorsRoundTrip) {
   manual_seed(5);
   Block a;
-  const std::string path = (std::filesystem::path(::testing::TempDir()) / "kiln_nn_block.safetensors").string();
+  const kiln::test::TempDir tmp;
+  const std::string path = (tmp / "block.safetensors").string();
   a.save_safetensors(path);
   SafetensorsFile f = read_safetensors(path);
   ASSERT_EQ(f.tensors.size(), 9u);
@@ -114,13 +116,13 @@ TEST(NnState, SafetensorsRoundTrip) {
   auto w = load_weights_file(path);
   EXPECT_EQ(w.size(), 9u);
   // Errors name the file.
-  EXPECT_TRUE(has(error_of<IOError>([&] { load_weights_file(path + ".missing"); }), path + ".missing"));
+  expect_error<IOError>([&] { load_weights_file(path + ".missing"); }, path + ".missing");
   kiln::data::testing::write_file(path + ".bad", std::string("\x10\0\0\0\0\0\0\0{\"a\":", 14));
-  EXPECT_TRUE(has(error_of<CorruptFile>([&] { load_weights_file(path + ".bad"); }), path + ".bad"));
+  expect_error<CorruptFile>([&] { load_weights_file(path + ".bad"); }, path + ".bad");
 }
 
 TEST(NnState, NpzWeightsFromNumpy) {
-  const auto dir = std::filesystem::path(::testing::TempDir());
+  const kiln::test::TempDir dir;
   for (const char* fn : {"savez", "savez_compressed"}) {
     const std::string path = (dir / (std::string("kiln_nn_") + fn + ".npz")).string();
     kiln::data::testing::run_python(
@@ -141,9 +143,9 @@ TEST(NnState, GetSubmoduleAndRepr) {
   auto inner = std::make_shared<Sequential>(std::vector<ModulePtr>{std::make_shared<TLinear>(4, 2), std::make_shared<TRelu>()});
   Sequential net(std::vector<std::pair<std::string, ModulePtr>>{{"features", inner}, {"head", std::make_shared<TLinear>(2, 1)}});
   EXPECT_EQ(net.get_submodule("features.0")->type_name(), "Linear");
-  EXPECT_EQ(error_of<KeyError>([&] { net.get_submodule("features.5"); }), "Sequential has no attribute `5`");
-  EXPECT_EQ(error_of<KeyError>([&] { net.get_submodule("head.weight"); }), "`weight` is not an nn.Module");
-  EXPECT_EQ(error_of<KeyError>([&] { net.get_parameter("head.gamma"); }), "Linear has no attribute `gamma`");
+  EXPECT_EQ(error_message<KeyError>([&] { net.get_submodule("features.5"); }), "Sequential has no attribute `5`");
+  EXPECT_EQ(error_message<KeyError>([&] { net.get_submodule("head.weight"); }), "`weight` is not an nn.Module");
+  EXPECT_EQ(error_message<KeyError>([&] { net.get_parameter("head.gamma"); }), "Linear has no attribute `gamma`");
   EXPECT_EQ(net.repr(),
             "Sequential(\n"
             "  (features): Sequential(\n"
@@ -152,11 +154,11 @@ TEST(NnState, GetSubmoduleAndRepr) {
             "  )\n"
             "  (head): Linear(in_features=2, out_features=1, bias=True)\n"
             ")");
-  EXPECT_TRUE(has(error_of<KeyError>([&] { net.add_module("head", std::make_shared<TRelu>()); }), "'head' already exists"));
-  EXPECT_TRUE(has(error_of<KeyError>([&] { net.add_module("a.b", std::make_shared<TRelu>()); }), "can't contain \".\""));
+  expect_error<KeyError>([&] { net.add_module("head", std::make_shared<TRelu>()); }, "'head' already exists");
+  expect_error<KeyError>([&] { net.add_module("a.b", std::make_shared<TRelu>()); }, "can't contain \".\"");
   ModuleDict d({{"a", std::make_shared<TRelu>()}});
   EXPECT_TRUE(d.contains("a"));
-  EXPECT_TRUE(has(error_of<KeyError>([&] { d.at("b"); }), "no key 'b' (keys: a)"));
+  expect_error<KeyError>([&] { d.at("b"); }, "no key 'b' (keys: a)");
 }
 
 TEST(NnInit, SeededAndWithinTorchsBounds) {
@@ -192,11 +194,8 @@ TEST(NnInit, SeededAndWithinTorchsBounds) {
   m /= double(n.numel()), v /= double(n.numel());
   EXPECT_NEAR(m, 0.0, 0.03);
   EXPECT_NEAR(v, 0.7737, 0.03);  // variance of N(0, 1) truncated to [-2, 2]
-  EXPECT_TRUE(has(error_of<InvalidArgument>([&] {
-                    Tensor b = Tensor::empty(DType::Float32, {3});
-                    kaiming_uniform_(b, 0);
-                  }),
-                  "fewer than 2 dimensions"));
+  expect_error<InvalidArgument>([&] { Tensor b = Tensor::empty(DType::Float32, {3}); kaiming_uniform_(b, 0); },
+                                "fewer than 2 dimensions");
 }
 
 }  // namespace

@@ -6,17 +6,17 @@
 #include <filesystem>
 #include <set>
 
-#include "error_test_util.h"
 #include "kiln/artifacts.h"
 #include "kiln/onnx_io.h"
 #include "kiln/session.h"
 #include "models/nn/nn_test_modules.h"
+#include "test_util.h"
 
 namespace kiln::nn {
 namespace {
 
-using kiln::testing::error_of;
-using kiln::testing::has;
+using kiln::test::expect_error;
+using kiln::test::has;
 using namespace kiln::nn::testing;
 
 std::shared_ptr<Sequential> mlp() {
@@ -66,8 +66,8 @@ TEST(NnTracer, DynamicAxesNameDims) {
   EXPECT_EQ(m.graph.outputs[0].name, "logits");
   EXPECT_EQ(m.graph.outputs[0].dims[0].param, "batch");
   EXPECT_EQ(m.graph.outputs[0].dims[1].value, 2);
-  EXPECT_TRUE(has(error_of<InvalidArgument>([&] { net->to_onnx({{"x", {8, 4}}}, {{"y", {{0, "batch"}}}}); }),
-                  "dynamic_axes names 'y'"));
+  expect_error<InvalidArgument>([&] { net->to_onnx({{"x", {8, 4}}}, {{"y", {{0, "batch"}}}}); },
+                                "dynamic_axes names 'y'");
 }
 
 TEST(NnTracer, SharedModuleIsOneInitializerSetButTwoStateDictEntries) {
@@ -91,12 +91,12 @@ TEST(NnTracer, ParameterTwiceIsOneInitializerAndBadNamesAreErrors) {
   Var a = t.parameter(lin, "weight"), b = t.parameter(lin, "weight");
   EXPECT_EQ(a.name, b.name);
   EXPECT_EQ(a.name, "weight");  // the root of this trace is `lin`
-  EXPECT_TRUE(has(error_of<KeyError>([&] { t.parameter(lin, "gamma"); }), "Linear has no parameter or buffer 'gamma'"));
+  expect_error<KeyError>([&] { t.parameter(lin, "gamma"); }, "Linear has no parameter or buffer 'gamma'");
   Var x = t.input("x", DType::Float32, {1, 2});
-  EXPECT_TRUE(has(error_of<InvalidArgument>([&] { t.input("x", DType::Float32, {1}); }), "'x' is already taken"));
+  expect_error<InvalidArgument>([&] { t.input("x", DType::Float32, {1}); }, "'x' is already taken");
   Var fake{"nowhere", DType::Float32, {1}};
-  EXPECT_TRUE(has(error_of<InvalidArgument>([&] { t.op("Relu", {fake}, {}, DType::Float32, {1}); }),
-                  "input 'nowhere' is not a value of this trace"));
+  expect_error<InvalidArgument>([&] { t.op("Relu", {fake}, {}, DType::Float32, {1}); },
+                                "input 'nowhere' is not a value of this trace");
   Var y = t.op("Relu", {x}, {}, DType::Float32, {1, 2});
   Var z = t.op("Relu", {y}, {}, DType::Float32, {1, 2});
   EXPECT_EQ(y.name, "/Relu_0_output_0");

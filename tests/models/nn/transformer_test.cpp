@@ -11,13 +11,14 @@
 #include <optional>
 #include <random>
 
-#include "error_test_util.h"
 #include "kiln/nn/transformer.h"
 #include "kiln/session.h"
+#include "test_util.h"
 
 namespace {
 
 using namespace kiln;
+using kiln::test::expect_error;
 using namespace kiln::nn;
 
 Tensor random_tensor(Shape shape, std::mt19937& gen, double scale = 1.0) {
@@ -116,12 +117,6 @@ size_t same(int64_t i) { return static_cast<size_t>(i); }
 // [L, N, E] <-> [N, L, E]
 Tensor to_batch_first(const Tensor& x) { return x.permute({1, 0, 2}).contiguous(); }
 
-template <class E>
-void expect_error(const std::function<void()>& f, const std::string& part) {
-  const std::string message = kiln::testing::error_of<E>(f);
-  EXPECT_TRUE(kiln::testing::has(message, part)) << "message: " << message << "\nexpected to contain: " << part;
-}
-
 constexpr double kTol = 1e-5;  // float32 kernels against a double reference, relative to max(1, |ref|)
 
 TEST(NnMultiheadAttention, StateDictAndModulesAreTorchs) {
@@ -201,8 +196,9 @@ TEST(NnMultiheadAttention, BadInputsAreNamedErrors) {
                            "key_padding_mask must be [N, S] (source length 5), got bool[2, 4]");
   expect_error<ShapeError>([&] { attend({5, 2, 8}, std::pair{DType::Bool, Shape{5, 3}}, {}); },
                            "attn_mask bool[5, 3] does not fit target length 5 and source length 5");
-  expect_error<InvalidArgument>([&] { trace([&](Tracer& t) { return m.call(t, std::vector<Var>{t.input("x", DType::Float32, {5, 2, 8})}); }); },
-                                "forward takes (query, key, value");
+  expect_error<InvalidArgument>(
+      [&] { trace([&](Tracer& t) { return m.call(t, std::vector<Var>{t.input("x", DType::Float32, {5, 2, 8})}); }); },
+      "forward takes (query, key, value");
 }
 
 // Self-attention, sequence first, dynamic batch and length: one exported graph, two input sizes,

@@ -5,20 +5,21 @@
 
 #include <cmath>
 
-#include "error_test_util.h"
 #include "kiln/nn/backbone.h"
+#include "test_util.h"
 
 namespace kiln::nn {
 namespace {
 
-using kiln::testing::error_of;
+using kiln::test::error_message;
+using kiln::test::expect_error;
 using Names = std::vector<std::string>;
 using Indices = std::vector<int64_t>;
 
 const Names kStages{"stem", "stage1", "stage2", "stage3", "stage4"};
 
 std::string align_error(std::optional<Names> f, std::optional<Indices> i) {
-  return error_of<InvalidArgument>([&] { align_output_features_output_indices(f, i, kStages); });
+  return error_message<InvalidArgument>([&] { align_output_features_output_indices(f, i, kStages); });
 }
 
 TEST(BackboneAlign, NeitherSelectsTheLastStage) {
@@ -110,7 +111,7 @@ TEST(Backbone, FromConfigWithOutIndicesAndSetters) {
   EXPECT_EQ(bb->out_features(), Names{"stage4"});
   EXPECT_EQ(bb->out_indices(), Indices{-1});
   // A rejected selection leaves the current one.
-  EXPECT_EQ(error_of<InvalidArgument>([&] { bb->set_out_features({"stage9"}); }),
+  EXPECT_EQ(error_message<InvalidArgument>([&] { bb->set_out_features({"stage9"}); }),
             "out_features must be a subset of stage_names: ['stem', 'stage1', 'stage2', 'stage3', 'stage4'] got ['stage9']");
   EXPECT_EQ(bb->out_features(), Names{"stage4"});
   // The default: the last stage only.
@@ -161,16 +162,15 @@ TEST(Backbone, ConvNextStagesAndShapes) {
 }
 
 TEST(Backbone, UnknownModelsAndConfigKeys) {
-  EXPECT_TRUE(kiln::testing::has(error_of<InvalidArgument>([] { AutoBackbone::from_config("mlp"); }),
-                                 "AutoBackbone: the model 'mlp' has no backbone; models with one: "));
+  expect_error<InvalidArgument>([] { AutoBackbone::from_config("mlp"); },
+                                "AutoBackbone: the model 'mlp' has no backbone; models with one: ");
   const auto names = AutoBackbone::names();
   for (const char* n : {"convnext_tiny", "resnet18", "resnet34", "resnet50"})
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
-  EXPECT_TRUE(kiln::testing::has(error_of<InvalidArgument>([] { AutoBackbone::from_config("resnet50", {{"depth", 3}}); }),
-                                 "'resnet50' has no config key 'depth'"));
-  EXPECT_TRUE(kiln::testing::has(
-      error_of<InvalidArgument>([] { AutoBackbone::from_config("resnet50", {}, {.out_indices = Indices{7}}); }),
-      "out_indices must be valid indices"));
+  expect_error<InvalidArgument>([] { AutoBackbone::from_config("resnet50", {{"depth", 3}}); },
+                                "'resnet50' has no config key 'depth'");
+  expect_error<InvalidArgument>([] { AutoBackbone::from_config("resnet50", {}, {.out_indices = Indices{7}}); },
+                                "out_indices must be valid indices");
 }
 
 }  // namespace

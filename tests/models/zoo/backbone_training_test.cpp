@@ -11,7 +11,7 @@
 #include "kiln/nn/layers.h"
 #include "kiln/trainer.h"
 #include "models/builtin.h"
-#include "trainer/trainer_fixtures.h"
+#include "test_util.h"
 
 namespace kiln::nn {
 namespace {
@@ -58,8 +58,7 @@ void expect_loss_falls(const std::vector<double>& losses) {
 TEST(ZooTraining, BackboneWithAHeadLearnsFashionMnist) {
   if (!fs::exists(kFashion + "/train-images-idx3-ubyte.gz"))
     FAIL() << kFashion << " is missing: install Debian's dataset-fashion-mnist (run scripts/setup.sh)";
-  trainer::testing::TempDir dir("kiln_zoo_backbone_training");
-  fs::create_directories(dir.path);
+  const kiln::test::TempDir dir;
   manual_seed(0);
   auto backbone = AutoBackbone::from_config("resnet18", {{"num_channels", 1}});
   ASSERT_EQ(backbone->channels(), std::vector<int64_t>{512});
@@ -70,11 +69,11 @@ TEST(ZooTraining, BackboneWithAHeadLearnsFashionMnist) {
       {"head", std::make_shared<Linear>(backbone->channels().back(), 10)}});
   ExportOptions o;
   o.output_names = {"logits"};
-  const fs::path model = dir.path / "backbone_head.onnx";
+  const fs::path model = dir / "backbone_head.onnx";
   net->export_onnx(model.string(), {{"input", {32, 1, 28, 28}}}, {{"input", {{0, "batch"}}}, {"logits", {{0, "batch"}}}}, o);
 
   trainer::Trainer t(trainer::ModelSource::onnx(model.string(), training::LossType::CrossEntropyLoss),
-                     args(dir.path / "out"), fashion_subset(512));
+                     args(dir / "out"), fashion_subset(512));
   t.train();
   expect_loss_falls(logged_losses(t.state()));
   // The backbone's BatchNorm statistics were trained too: running_mean left zero.
@@ -87,9 +86,9 @@ TEST(ZooTraining, BackboneWithAHeadLearnsFashionMnist) {
 TEST(ZooTraining, BuiltinResNetWithAConfigLearnsFashionMnist) {
   if (!fs::exists(kFashion + "/train-images-idx3-ubyte.gz"))
     FAIL() << kFashion << " is missing: install Debian's dataset-fashion-mnist (run scripts/setup.sh)";
-  trainer::testing::TempDir dir("kiln_zoo_builtin_training");
+  const kiln::test::TempDir dir;
   trainer::Trainer t(trainer::ModelSource::builtin("resnet18", {{"num_channels", 1}, {"num_labels", 10}}),
-                     args(dir.path / "out"), fashion_subset(512));
+                     args(dir / "out"), fashion_subset(512));
   t.train();
   expect_loss_falls(logged_losses(t.state()));
 }
@@ -98,13 +97,13 @@ TEST(ZooTraining, BuiltinResNetWithAConfigLearnsFashionMnist) {
 TEST(ZooTraining, SmallConvNextWithStochasticDepthLearnsFashionMnist) {
   if (!fs::exists(kFashion + "/train-images-idx3-ubyte.gz"))
     FAIL() << kFashion << " is missing: install Debian's dataset-fashion-mnist (run scripts/setup.sh)";
-  trainer::testing::TempDir dir("kiln_zoo_convnext_training");
+  const kiln::test::TempDir dir;
   const nlohmann::json config = {{"num_channels", 1},   {"num_labels", 10},          {"hidden_sizes", {32, 64}},
                                  {"depths", {2, 2}},    {"drop_path_rate", 0.3},     {"layer_scale_init_value", 0.1}};
   int dropouts = 0;
   for (const Node& n : make_builtin_model("convnext_tiny", 0, config).graph.nodes) dropouts += n.op_type == "Dropout";
   EXPECT_EQ(dropouts, 3);  // every block but the first (whose drop probability is 0)
-  trainer::Trainer t(trainer::ModelSource::builtin("convnext_tiny", config), args(dir.path / "out"), fashion_subset(512));
+  trainer::Trainer t(trainer::ModelSource::builtin("convnext_tiny", config), args(dir / "out"), fashion_subset(512));
   t.train();
   expect_loss_falls(logged_losses(t.state()));
 }

@@ -5,15 +5,15 @@
 
 #include <cmath>
 
-#include "error_test_util.h"
 #include "kiln/nn/zoo.h"
 #include "models/builtin.h"
+#include "test_util.h"
 
 namespace kiln::nn::zoo {
 namespace {
 
-using kiln::testing::error_of;
-using kiln::testing::has;
+using kiln::test::expect_error;
+using kiln::test::has;
 
 std::map<std::string, Tensor> by_key(Module& m) {
   std::map<std::string, Tensor> out;
@@ -128,20 +128,21 @@ TEST(VisionZoo, InitialisationIsTorchvisions) {
 }
 
 TEST(VisionZoo, ConfigErrorsNameTheModelAndKey) {
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { create_model("resnet18", {{"layer_type", "wide"}}); }),
-                  "resnet18 config: layer_type must be \"basic\" or \"bottleneck\", got \"wide\""));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { create_model("resnet50", {{"depths", {3, 4}}}); }),
-                  "hidden_sizes [256, 512, 1024, 2048] and depths [3, 4] must be non-empty and of one length"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { create_model("resnet50", {{"hidden_sizes", {256, 512, 1024, 2046}}}); }),
-                  "divisible by 4"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { create_model("convnext_tiny", {{"depths", {3, 0, 9, 3}}}); }),
-                  "convnext_tiny config: 'depths' must be a list of integers >= 1, got [3,0,9,3]"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { create_model("convnext_tiny", {{"drop_path_rate", 1.5}}); }),
-                  "'drop_path_rate' must be a number in [0, 0.999], got 1.5"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { create_model("resnet18", {{"num_label", 10}}); }), "num_label"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { create_model("mlp", {{"input_size", 100}}); }),
-                  "mlp config: input_shape [1, 28, 28] has 784 elements but input_size is 100"));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { create_model("lenet", {{"image_size", 8}}); }), "image_size 8 is too small"));
+  expect_error<InvalidArgument>([] { create_model("resnet18", {{"layer_type", "wide"}}); },
+                                "resnet18 config: layer_type must be \"basic\" or \"bottleneck\", got \"wide\"");
+  expect_error<InvalidArgument>(
+      [] { create_model("resnet50", {{"depths", {3, 4}}}); },
+      "hidden_sizes [256, 512, 1024, 2048] and depths [3, 4] must be non-empty and of one length");
+  expect_error<InvalidArgument>([] { create_model("resnet50", {{"hidden_sizes", {256, 512, 1024, 2046}}}); },
+                                "divisible by 4");
+  expect_error<InvalidArgument>([] { create_model("convnext_tiny", {{"depths", {3, 0, 9, 3}}}); },
+                                "convnext_tiny config: 'depths' must be a list of integers >= 1, got [3,0,9,3]");
+  expect_error<InvalidArgument>([] { create_model("convnext_tiny", {{"drop_path_rate", 1.5}}); },
+                                "'drop_path_rate' must be a number in [0, 0.999], got 1.5");
+  expect_error<InvalidArgument>([] { create_model("resnet18", {{"num_label", 10}}); }, "num_label");
+  expect_error<InvalidArgument>([] { create_model("mlp", {{"input_size", 100}}); },
+                                "mlp config: input_shape [1, 28, 28] has 784 elements but input_size is 100");
+  expect_error<InvalidArgument>([] { create_model("lenet", {{"image_size", 8}}); }, "image_size 8 is too small");
 }
 
 // Runs in Kiln at Fashion-MNIST's size: every zoo image model takes any size (dynamic H, W).
@@ -237,7 +238,7 @@ TEST(VisionZoo, BuiltinModelsAreZooBacked) {
   const Model r = make_builtin_model("resnet18", 1, {{"num_channels", 1}, {"num_labels", 10}});
   EXPECT_EQ(r.graph.inputs.at(0).name, "input");  // Kiln's image datasets' column
   EXPECT_EQ(r.graph.initializers.at("conv1.weight").shape(), (Shape{64, 1, 7, 7}));
-  EXPECT_TRUE(has(error_of<InvalidArgument>([] { make_builtin_model("resnet19", 1); }), "resnet18"));
+  expect_error<InvalidArgument>([] { make_builtin_model("resnet19", 1); }, "resnet18");
 }
 
 }  // namespace

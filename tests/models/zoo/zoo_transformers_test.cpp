@@ -16,12 +16,14 @@
 #include "kiln/nn/zoo.h"
 #include "kiln/onnx_io.h"
 #include "kiln/trainer.h"
+#include "test_util.h"
 #include "trainer/trainer_fixtures.h"
 
 namespace kiln::nn::zoo {
 namespace {
 
 namespace fs = std::filesystem;
+using kiln::test::expect_error;
 
 const Config kSmallBert = {{"vocab_size", 20},          {"hidden_size", 32},       {"num_hidden_layers", 2},
                            {"num_attention_heads", 4},  {"intermediate_size", 64}, {"max_position_embeddings", 16},
@@ -190,23 +192,17 @@ TEST(ZooTransformers, VitBackboneStagesAndFeatureMaps) {
 }
 
 TEST(ZooTransformers, ConfigErrorsNameTheKey) {
-  auto message = [](const std::string& model, const Config& c) -> std::string {
-    try {
-      create_model(model, c);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "no error";
-  };
-  EXPECT_NE(message("bert", {{"hidden_act", "mish"}}).find("hidden_act 'mish' is not supported"), std::string::npos);
-  EXPECT_NE(message("bert", {{"hidden_size", 30}, {"num_attention_heads", 4}}).find("hidden_size (30) is not a multiple of num_attention_heads (4)"),
-            std::string::npos);
-  EXPECT_NE(message("gpt2", {{"attn_pdrop", 1.5}}).find("'attn_pdrop' must be a probability in [0, 1), got 1.5"),
-            std::string::npos);
-  EXPECT_NE(message("vit", {{"image_size", 30}, {"patch_size", 8}}).find("image_size (30) is not a multiple of patch_size (8)"),
-            std::string::npos);
-  EXPECT_NE(message("bert", {{"position_embedding_type", "relative_key"}}).find("relative_key"), std::string::npos);
-  EXPECT_THROW(create_model("gpt2", {{"n_embd", "wide"}}), InvalidArgument);
+  expect_error<Unsupported>([] { create_model("bert", {{"hidden_act", "mish"}}); },
+                            "hidden_act 'mish' is not supported");
+  expect_error<ShapeError>([] { create_model("bert", {{"hidden_size", 30}, {"num_attention_heads", 4}}); },
+                           "hidden_size (30) is not a multiple of num_attention_heads (4)");
+  expect_error<InvalidArgument>([] { create_model("gpt2", {{"attn_pdrop", 1.5}}); },
+                                "'attn_pdrop' must be a probability in [0, 1), got 1.5");
+  expect_error<ShapeError>([] { create_model("vit", {{"image_size", 30}, {"patch_size", 8}}); },
+                           "image_size (30) is not a multiple of patch_size (8)");
+  expect_error<Unsupported>([] { create_model("bert", {{"position_embedding_type", "relative_key"}}); },
+                            "relative_key");
+  expect_error<InvalidArgument>([] { create_model("gpt2", {{"n_embd", "wide"}}); }, "n_embd");
 }
 
 // The Trainer trains the exported BERT (dropout on) on a trivially learnable task: the label is
@@ -214,12 +210,11 @@ TEST(ZooTransformers, ConfigErrorsNameTheKey) {
 // padding.
 TEST(ZooTransformers, TrainerTrainsASmallBert) {
   using namespace kiln::trainer;
-  testing::TempDir dir("zoo_bert_train");
-  fs::create_directories(dir.path);
+  const kiln::test::TempDir dir;
   Config config = kSmallBert;
   config["hidden_dropout_prob"] = 0.1;
   config["attention_probs_dropout_prob"] = 0.1;
-  save_model(export_model("bert", config, 0), (dir.path / "bert.onnx").string());
+  save_model(export_model("bert", config, 0), (dir / "bert.onnx").string());
 
   const int64_t n = 64, seq = 8;
   std::mt19937_64 gen(7);
@@ -239,11 +234,11 @@ TEST(ZooTransformers, TrainerTrainsASmallBert) {
       {"attention_mask", Tensor::from_vector<int64_t>({n, seq}, mask)},
       {"token_type_ids", Tensor::from_vector<int64_t>({n, seq}, types)},
       {"labels", Tensor::from_vector<int64_t>({n}, labels)}});
-  TrainingArguments args = testing::base_args(dir.path / "out");
+  TrainingArguments args = testing::base_args(dir / "out");
   args.learning_rate = 2e-3;
   args.per_device_train_batch_size = 16;
   args.max_steps = 60;
-  Trainer t(ModelSource::onnx((dir.path / "bert.onnx").string(), training::LossType::CrossEntropyLoss), args, data);
+  Trainer t(ModelSource::onnx((dir / "bert.onnx").string(), training::LossType::CrossEntropyLoss), args, data);
   t.train();
   std::vector<double> losses;
   for (const auto& e : t.state().log_history)

@@ -1,0 +1,45 @@
+// Reading files with errors that name what the file is for and where the data went wrong. Every
+// reader in Kiln (ONNX models and tensors, external data, safetensors, IDX, CSV, npy/npz) opens
+// files through here.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kiln {
+
+// A file open for reading, closed on destruction. `what` names the file's role in errors
+// ("model", "IDX file"): IOError "cannot open model 'x.onnx': No such file or directory".
+class ReadOnlyFile {
+ public:
+  // Directories are refused with EISDIR's message (open() accepts them; read() would not).
+  // `extra_flags` are added to O_RDONLY | O_CLOEXEC (O_NOFOLLOW, say).
+  ReadOnlyFile(std::string path, std::string what, int extra_flags = 0);
+  ~ReadOnlyFile();
+  ReadOnlyFile(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  bool is_regular() const { return S_ISREG(stat_.st_mode); }
+  // Size at open time (regular files).
+  uint64_t size() const { return static_cast<uint64_t>(stat_.st_size); }
+  // Reads exactly `n` bytes at `offset`; IOError naming the file and offset on errors and on an end
+  // of file before `n` bytes (a file that shrank, or a range past its end).
+  void read_at(void* dst, size_t n, uint64_t offset) const;
+  // Everything from the current position to the end (pipes and other non-regular files too).
+  std::string read_to_end() const;
+
+ private:
+  std::string path_;
+  std::string what_;
+  int fd_ = -1;
+  struct stat stat_ {};
+};
+
+// The bytes of a whole file.
+std::string read_file_bytes(const std::string& path, const std::string& what);
+
+}  // namespace kiln

@@ -1,0 +1,212 @@
+// The gradient kernels of the expand family (expand.cpp):
+//
+// ai.kiln.PadGrad(dY, shape, pads[, axes]) adds Pad's gradient back onto the input elements each
+// output copied.
+//
+// ai.kiln.SumToShapeOf(G, X) sums a gradient that has a broadcast shape back to the shape of the
+// tensor that was broadcast: the gradient of Expand, and of every broadcasting input, which the
+// gradient builder inserts after their rules (set_GI with Broadcast::Maybe, autodiff/registry.h).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "core/parallel.h"
+#include "kernels/cpu/expand_common.h"
+#include "kernels/cpu/int_values.h"
+#include "kiln/graph.h"
+#include "kiln/kernel.h"
+
+namespace kiln {
+namespace {
+
+using pad::any_dynamic;
+using pad::map_coordinate;
+using pad::pad_geometry;
+using pad::PadMode;
+using pad::parse_pad_mode;
+
+// ai.kiln.PadGrad(dY, shape, pads[, axes]): every element of dY is added to the input element
+// Pad copied it from (none for constant borders; several for reflect/edge borders, which is why
+// those run serially, while constant mode, one-to-one, runs rows in parallel).
+class PadGradKernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    mode_ = parse_pad_mode(node_);
+    const std::vector<int64_t> shape = int64_values(ctx.value(1), "shape");
+    const Shape out = pad_geometry(shape, int64_values(ctx.value(2), "pads"), ctx, 3, mode_, begin_);
+    if (ctx.shape(0) != out)
+      throw ShapeError(fmt::format("dY {} must have the padded shape {} (of input {})", to_string(ctx.shape(0)),
+                                   to_string(out), to_string(shape)));
+    return {{ctx.dtype(0), shape, any_dynamic(ctx), Tensor()}};
+  }
+  void compute(ComputeContext& ctx) override {
+    Tensor& dx = ctx.output(0);
+    visit_dtype(dx.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) run<T>(ctx.input(0), dx);
+      else throw TypeError(fmt::format("PadGrad supports float and double, got {}", dx.describe()));
+    });
+  }
+
+ private:
+  template <class T>
+  void run(const Tensor& dy, Tensor& dx) const {
+    T* out = dx.data<T>();
+    std::fill(out, out + dx.numel(), T(0));
+    const Shape& is = dx.shape();
+    const Shape& os = dy.shape();
+    const size_t r = os.size();
+    if (dy.numel() == 0 || dx.numel() == 0) return;
+    const T* g = dy.data<T>();
+    if (r == 0) {
+      out[0] = g[0];
+      return;
+    }
+    std::vector<std::vector<int64_t>> maps(r);
+    for (size_t d = 0; d < r; ++d)
+      for (int64_t o = 0; o < os[d]; ++o) maps[d].push_back(map_coordinate(o - begin_[d], is[d], mode_));
+    const Strides st = contiguous_strides(is);
+    const int64_t cols = os[r - 1];
+    const std::vector<int64_t>& last = maps[r - 1];
+    auto rows_range = [&](int64_t b, int64_t e) {
+      for (int64_t row = b; row < e; ++row) {
+        int64_t off = 0;
+        bool outside = false;
+        for (int64_t rem = row, d = static_cast<int64_t>(r) - 2; d >= 0; --d) {
+          const int64_t m = maps[d][rem % os[d]];
+          rem /= os[d];
+          outside = outside || m < 0;
+          off += m * st[d];
+        }
+        if (outside) continue;
+        const T* grow = g + row * cols;
+        for (int64_t c = 0; c < cols; ++c)
+          if (last[c] >= 0) out[off + last[c]] += grow[c];
+      }
+    };
+    const int64_t rows = dy.numel() / cols;
+    if (mode_ == PadMode::Constant)
+      parallel_for(rows, std::max<int64_t>(1, 16384 / cols), rows_range);
+    else
+      rows_range(0, rows);
+  }
+
+  PadMode mode_ = PadMode::Constant;
+  std::vector<int64_t> begin_;
+};
+
+const KernelRegistrar reg_pad_grad({kKilnDomain, "PadGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
+                                   [](const Node& n) { return std::make_unique<PadGradKernel>(n); });
+const OpDocRegistrar doc_pad_grad(
+    {kKilnDomain, "PadGrad", "The gradient of Pad with respect to its data, for every mode Pad supports.",
+     {"dY: the gradient of Pad's output", "shape: int64 [r], the shape of Pad's data",
+      "pads: Pad's int64 pads (negative ones crop)", "axes (optional): Pad's axes (opset 18)"},
+     {"dX: the gradient of data, of the given shape"},
+     "attribute mode as Pad's. dX = 0; for every output position o of Pad that copies input position i "
+     "(constant borders copy none; reflect and edge borders copy inner elements again): dX[i] += dY[o]"});
+
+class SumToShapeOf : public Kernel {
+ public:
+  using Kernel::Kernel;
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const Shape& g = ctx.shape(0);
+    const Shape& like = ctx.shape(1);
+    if (like.size() > g.size())
+      throw ShapeError(fmt::format("gradient {} has lower rank than target {}", to_string(g), to_string(like)));
+    const size_t lead = g.size() - like.size();
+    for (size_t i = 0; i < like.size(); ++i)
+      if (like[i] != 1 && like[i] != g[lead + i])
+        throw ShapeError(fmt::format("gradient {} does not broadcast from target {}", to_string(g), to_string(like)));
+    // The builder inserts this op whenever it cannot prove the shapes equal; when they are, the
+    // output is the input's buffer and nothing runs.
+    same_ = numel(g) == numel(like);
+    // Only leading dims reduced (a bias of [B, S, D] -> [D]): rows of the target's size are summed.
+    size_t first_kept = lead;
+    while (first_kept < g.size() && like[first_kept - lead] == 1) ++first_kept;
+    leading_ = true;
+    for (size_t i = first_kept; i < g.size(); ++i) leading_ = leading_ && like[i - lead] == g[i];
+    return {{ctx.dtype(0), like}};
+  }
+
+  bool output_aliases_input() const override { return same_; }
+
+  void compute(ComputeContext& ctx) override {
+    visit_dtype(ctx.input(0).dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) run<T>(ctx);
+      else throw TypeError(fmt::format("SumToShapeOf supports float and double, got {}", ctx.input(0).describe()));
+    });
+  }
+
+ private:
+  template <class T>
+  void run(ComputeContext& ctx) {
+    const Tensor& g = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    if (same_) {
+      if (y.raw_data() != g.raw_data()) y.copy_from(g.reshape(y.shape()));
+      return;
+    }
+    if (leading_) return sum_rows<T>(g, y);
+    const Shape& gs = g.shape();
+    const size_t rank = gs.size();
+    const size_t lead = rank - y.shape().size();
+    // Output strides over the gradient's dims: 0 where the target broadcast (or lacks the dim).
+    Strides ostride(rank, 0);
+    const Strides ys = contiguous_strides(y.shape());
+    for (size_t i = lead; i < rank; ++i) ostride[i] = y.shape()[i - lead] == 1 ? 0 : ys[i - lead];
+    const int64_t n = g.numel();
+    const T* src = g.data<T>();
+    T* dst = y.data<T>();
+    const int64_t ny = y.numel();
+    // Sum in double, split over output elements so threads never write the same place.
+    std::vector<double> acc(static_cast<size_t>(ny), 0.0);
+    std::vector<int64_t> idx(rank, 0);
+    int64_t off = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      acc[static_cast<size_t>(off)] += static_cast<double>(src[k]);
+      for (size_t i = rank; i-- > 0;) {
+        off += ostride[i];
+        if (++idx[i] < gs[i]) break;
+        off -= ostride[i] * gs[i];
+        idx[i] = 0;
+      }
+    }
+    for (int64_t k = 0; k < ny; ++k) dst[k] = static_cast<T>(acc[static_cast<size_t>(k)]);
+  }
+
+  // y[j] = sum over rows r of g[r * n + j], columns split across threads (each sums its own).
+  template <class T>
+  static void sum_rows(const Tensor& g, Tensor& y) {
+    const int64_t n = y.numel();
+    const int64_t rows = n == 0 ? 0 : g.numel() / n;
+    const T* src = g.data<T>();
+    T* dst = y.data<T>();
+    parallel_for(n, 256, [&](int64_t b, int64_t e) {
+      std::vector<double> acc(static_cast<size_t>(e - b), 0.0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* row = src + r * n;
+        for (int64_t j = b; j < e; ++j) acc[static_cast<size_t>(j - b)] += static_cast<double>(row[j]);
+      }
+      for (int64_t j = b; j < e; ++j) dst[j] = static_cast<T>(acc[static_cast<size_t>(j - b)]);
+    });
+  }
+
+  bool same_ = false;
+  bool leading_ = false;
+};
+
+const KernelRegistrar reg_sum_to_shape({kKilnDomain, "SumToShapeOf", 1, kMaxOpset, {DType::Float32, DType::Float64}},
+                          [](const Node& n) { return std::make_unique<SumToShapeOf>(n); });
+const OpDocRegistrar doc_sum_to_shape({kKilnDomain, "SumToShapeOf",
+                          "Reduces a gradient of a broadcast result to the shape of the broadcast operand.",
+                          {"G: the gradient, with the broadcast (output) shape", "X: the operand; only its shape is read"},
+                          {"Y: G summed over the dims that X broadcast (leading dims X lacks, and dims where X has 1), "
+                           "with X's shape"},
+                          "Y[j] = sum over all i that broadcast to j of G[i] (numpy: G.sum(axes).reshape(X.shape))"});
+
+}  // namespace
+}  // namespace kiln

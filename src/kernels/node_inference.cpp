@@ -1,0 +1,106 @@
+#include "kernels/node_inference.h"
+
+#include <fmt/format.h>
+
+#include "core/scratch.h"
+
+namespace kiln {
+
+namespace {
+
+// Computes a node whose inputs are all known, at plan time.
+void fold(NodeInference& r, const InferContext& ictx) {
+  r.kernel->prepare(ictx, r.outputs);
+  std::vector<Tensor> outs;
+  outs.reserve(r.outputs.size());
+  for (const TensorMeta& m : r.outputs) outs.push_back(Tensor::empty(m.dtype, m.shape));
+  ComputeContext cctx{ictx.node, {}, {}};
+  for (const auto& in : ictx.inputs) cctx.inputs.push_back(in ? &in->value : nullptr);
+  for (Tensor& t : outs) cctx.outputs.push_back(&t);
+  ScratchScope scratch;
+  r.kernel->compute(cctx);
+  for (size_t i = 0; i < r.outputs.size(); ++i) r.outputs[i].value = std::move(outs[i]);
+}
+
+}  // namespace
+
+NodeInference infer_node(const Node& node, int64_t opset, const std::vector<std::optional<TensorMeta>>& inputs) {
+  bool all_known = true, any_dynamic = false;
+  std::vector<std::optional<DType>> dtypes;
+  dtypes.reserve(inputs.size());
+  for (const auto& in : inputs) {
+    dtypes.push_back(in ? std::optional<DType>(in->dtype) : std::nullopt);
+    if (!in) continue;
+    all_known = all_known && in->value.defined();
+    any_dynamic = any_dynamic || in->dynamic;
+  }
+  NodeInference r;
+  r.kernel = KernelRegistry::global().resolve_node(node, opset, dtypes).create(node);
+  const InferContext ictx{node, opset, inputs};
+  if (!any_dynamic) {
+    try {
+      r.outputs = r.kernel->infer(ictx);
+    } catch (const ValueUnknown&) {
+      any_dynamic = true;  // the shape depends on data fed at run time
+    }
+  }
+  if (any_dynamic) {
+    r.outputs.clear();
+    r.outcome = NodeInference::Outcome::Dynamic;
+    return r;
+  }
+  if (r.outputs.size() < node.outputs.size())
+    throw InvalidModel(fmt::format("the node has {} outputs but the op produces {}", node.outputs.size(),
+                                   r.outputs.size()));
+  bool outputs_known = true, outputs_dynamic = false;
+  for (const TensorMeta& m : r.outputs) {
+    outputs_known = outputs_known && m.value.defined();
+    outputs_dynamic = outputs_dynamic || m.dynamic;
+  }
+  if (!outputs_known && all_known && r.kernel->foldable() && !outputs_dynamic) {
+    fold(r, ictx);
+    outputs_known = true;
+  }
+  r.outcome = outputs_known ? NodeInference::Outcome::Folded : NodeInference::Outcome::Runtime;
+  return r;
+}
+
+std::map<std::string, TensorMeta> infer_value_metas(const Model& model, const std::map<std::string, Tensor>& feeds) {
+  std::map<std::string, TensorMeta> known;
+  for (const auto& [name, t] : model.graph.initializers) {
+    TensorMeta m = TensorMeta::of(t);
+    m.value = t.contiguous();
+    known[name] = std::move(m);
+  }
+  for (const auto& [name, t] : feeds) known[name] = TensorMeta::of(t);
+  for (size_t index : model.graph.topological_order()) {
+    const Node& node = model.graph.nodes[index];
+    std::vector<std::optional<TensorMeta>> inputs;
+    bool missing = false;
+    for (const auto& in : node.inputs) {
+      if (in.empty()) {
+        inputs.emplace_back(std::nullopt);
+        continue;
+      }
+      auto it = known.find(in);
+      if (it == known.end()) {
+        missing = true;  // data-dependent upstream: unknown from here on
+        break;
+      }
+      inputs.emplace_back(it->second);
+    }
+    if (missing) continue;
+    try {
+      NodeInference r = infer_node(node, model.opset(node.domain), inputs);
+      for (size_t i = 0; i < r.outputs.size() && i < node.outputs.size(); ++i)
+        if (!node.outputs[i].empty() && !r.outputs[i].dynamic) known[node.outputs[i]] = std::move(r.outputs[i]);
+    } catch (Error& e) {
+      e.add_context(node.label() + ": ");
+      throw;
+    }
+  }
+  for (auto& [name, m] : known) m.value = Tensor();
+  return known;
+}
+
+}  // namespace kiln

@@ -1,0 +1,37 @@
+// Shape inference with Kiln's own kernels: what planning a node gives before anything runs. The
+// runtime's planner builds its ExecutionPlan on infer_node(); the gradient builder and tools use
+// infer_value_metas() to learn dtypes and ranks that ONNX's shape inference leaves unknown.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/kernel.h"
+
+namespace kiln {
+
+struct NodeInference {
+  enum class Outcome {
+    Runtime,  // computed at run time; `outputs` hold dtypes and shapes (some may be `dynamic`)
+    Folded,   // every output's contents are known now (`outputs[i].value`)
+    Dynamic,  // output shapes depend on data known only at run time; `outputs` is empty
+  };
+  Outcome outcome = Outcome::Runtime;
+  std::unique_ptr<Kernel> kernel;
+  std::vector<TensorMeta> outputs;
+};
+
+// Resolves the node's kernel for these inputs (nullopt: omitted) and infers its outputs. A node
+// whose inputs are all known values and whose kernel is foldable is computed on the spot (constant
+// folding). Throws the kernel's errors (InvalidModel, ShapeError, Unsupported, ...).
+NodeInference infer_node(const Node& node, int64_t opset, const std::vector<std::optional<TensorMeta>>& inputs);
+
+// The dtype and shape of every value that can be known from the feeds' dtypes and shapes alone
+// (initializers, feeds, and node outputs in topological order); values whose shapes depend on
+// run-time data are absent. Contents are dropped. Throws like infer_node, with the node named.
+std::map<std::string, TensorMeta> infer_value_metas(const Model& model, const std::map<std::string, Tensor>& feeds);
+
+}  // namespace kiln

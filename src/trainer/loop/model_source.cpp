@@ -1,0 +1,115 @@
+// ModelSource: the Trainer's model, turned into training artifacts with the optimizer that
+// TrainingArguments asks for (HF's optim names and hyperparameters; no weight decay on biases and
+// LayerNorm weights, as the HF Trainer).
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "kiln/error.h"
+#include "kiln/onnx_io.h"
+#include "models/builtin.h"
+#include "trainer/loop/trainer_impl.h"
+
+namespace kiln::trainer {
+
+ModelSource ModelSource::onnx(std::string path, training::LossType loss) {
+  ModelSource s;
+  s.kind = Kind::Onnx;
+  s.path_or_name = std::move(path);
+  s.loss = loss;
+  return s;
+}
+
+ModelSource ModelSource::artifacts(std::string dir) {
+  ModelSource s;
+  s.kind = Kind::Artifacts;
+  s.path_or_name = std::move(dir);
+  return s;
+}
+
+ModelSource ModelSource::builtin(std::string name) {
+  ModelSource s;
+  s.kind = Kind::Builtin;
+  s.path_or_name = std::move(name);
+  return s;
+}
+
+ModelSource ModelSource::builtin(std::string name, nlohmann::json model_config) {
+  ModelSource s = builtin(std::move(name));
+  s.model_config = std::move(model_config);
+  return s;
+}
+
+std::vector<std::string> ModelSource::builtin_names() { return builtin_model_names(); }
+
+namespace {
+
+training::ArtifactOptions optimizer_options(const TrainingArguments& args, const Model& forward) {
+  training::ArtifactOptions o;
+  o.learning_rate = static_cast<float>(args.learning_rate);
+  const std::string optim(to_string(args.optim));
+  if (optim == "adamw_torch" || optim == "adamw_torch_fused" || optim == "adamw_hf") {
+    o.optimizer = training::OptimType::AdamW;
+    o.adamw.beta1 = static_cast<float>(args.adam_beta1);
+    o.adamw.beta2 = static_cast<float>(args.adam_beta2);
+    o.adamw.epsilon = static_cast<float>(args.adam_epsilon);
+    o.adamw.weight_decay = static_cast<float>(args.weight_decay);
+    o.adamw.hf_variant = optim == "adamw_hf";
+  } else if (optim == "sgd") {
+    o.optimizer = training::OptimType::SGD;
+    o.sgd.weight_decay = static_cast<float>(args.weight_decay);
+  } else {
+    throw Unsupported(fmt::format("optim '{}': Kiln's Trainer runs adamw_torch, adamw_hf and sgd", optim));
+  }
+  o.no_weight_decay = training::no_weight_decay_parameters(forward);
+  return o;
+}
+
+// HF's `optimizers` override: the source's own optimizer replaces TrainingArguments.optim.
+void apply_override(const ModelSource& source, training::ArtifactOptions& o) {
+  if (!source.optimizer) return;
+  o.optimizer = source.optimizer;
+  o.adamw = source.adamw;
+  o.sgd = source.sgd;
+}
+
+}  // namespace
+
+std::string prepare_artifacts(const ModelSource& source, const TrainingArguments& args, std::string* logits_output) {
+  namespace fs = std::filesystem;
+  if (source.kind == ModelSource::Kind::Artifacts) {
+    *logits_output = source.logits_output;
+    return source.path_or_name;
+  }
+  Model forward = source.kind == ModelSource::Kind::Builtin
+                      ? make_builtin_model(source.path_or_name, static_cast<uint64_t>(args.seed), source.model_config)
+                      : load_model(source.path_or_name);
+  if (forward.graph.outputs.empty()) throw InvalidModel("the model has no outputs");
+  const std::string logits = source.logits_output.empty() ? forward.graph.outputs.front().name : source.logits_output;
+  training::ArtifactOptions o = optimizer_options(args, forward);
+  apply_override(source, o);
+  o.loss = source.kind == ModelSource::Kind::Builtin ? training::LossType::CrossEntropyLoss : source.loss;
+  o.frozen_params = source.frozen_params;
+  o.label_smoothing = static_cast<float>(args.label_smoothing_factor);
+  if (o.label_smoothing != 0 && o.loss != training::LossType::CrossEntropyLoss)
+    throw InvalidArgument(fmt::format("label_smoothing_factor {} needs the CrossEntropyLoss; the model's loss is {}",
+                                      args.label_smoothing_factor, training::to_string(o.loss)));
+  if (o.loss != training::LossType::None) {
+    o.loss_input_names = {logits};
+    o.additional_output_names = {logits};
+    *logits_output = logits;
+  } else {
+    // A model that computes its own loss (HF's convention: outputs loss, logits, ...): the first
+    // output is the loss; the others stay outputs, and predictions come from logits_output or the
+    // second output.
+    const auto& outs = forward.graph.outputs;
+    for (size_t i = 1; i < outs.size(); ++i) o.additional_output_names.push_back(outs[i].name);
+    if (!source.logits_output.empty()) *logits_output = source.logits_output;
+    else if (outs.size() > 1) *logits_output = outs[1].name;
+  }
+  const std::string dir = (fs::path(args.output_dir) / "artifacts").string();
+  training::generate_artifacts(forward, o, dir);
+  return dir;
+}
+
+}  // namespace kiln::trainer

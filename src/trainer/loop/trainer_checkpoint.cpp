@@ -1,0 +1,144 @@
+// What a checkpoint folder holds besides trainer_state.json: model.safetensors (every parameter),
+// optimizer.safetensors (the optimizer's slots; type, step and learning rate in the metadata),
+// scheduler.json, rng_state.json (the Dropout run count and the loss sums the logs are made of)
+// and training_args.json. Everything the next step depends on is there, so a resumed run is
+// bit-identical to an uninterrupted one.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "kiln/error.h"
+#include "kiln/safetensors.h"
+#include "trainer/loop/checkpoint_folder.h"
+#include "trainer/loop/trainer_impl.h"
+
+namespace kiln::trainer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw IOError(fmt::format("checkpoint file '{}' is missing or unreadable", path.string()));
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptFile(fmt::format("'{}': {}", path.string(), e.what()));
+  }
+}
+
+void write_json(const fs::path& path, const nlohmann::json& j) { write_file_atomically(path.string(), j.dump(2) + "\n"); }
+
+}  // namespace
+
+void save_checkpoint_files(const Trainer::Impl& m, const TrainingArguments& args, const TrainerState& state,
+                           const std::string& folder) {
+  const fs::path dir(folder);
+  std::vector<std::pair<std::string, Tensor>> weights;
+  for (const auto& name : m.module->parameter_names()) weights.emplace_back(name, m.state->parameter(name).data());
+  write_safetensors((dir / "model.safetensors").string(), weights, {{"format", "pt"}});
+  if (args.save_only_model) {  // HF's save_only_model: no optimizer, scheduler or RNG state
+    args.save((dir / "training_args.json").string());
+    write_json(dir / kTrainerStateFile, state.to_json());
+    return;
+  }
+
+  const training::OptimizerState& o = m.state->optimizer_state();
+  std::vector<std::pair<std::string, Tensor>> slots;
+  nlohmann::json slot_names = nlohmann::json::array();
+  for (const auto& [slot, tensors] : o.slots) {
+    slot_names.push_back(slot);
+    for (const auto& [param, t] : tensors)
+      if (t.defined()) slots.emplace_back(slot + "." + param, t);
+  }
+  nlohmann::json info{{"type", o.type}, {"step", o.step}, {"learning_rate", o.learning_rate}, {"slots", slot_names}};
+  write_safetensors((dir / "optimizer.safetensors").string(), slots, {{"kiln.optimizer", info.dump()}});
+
+  write_json(dir / "scheduler.json", m.scheduler->state());
+  write_json(dir / "rng_state.json", {{"seed", args.seed},
+                                      {"training_runs", m.module->training_run_count()},
+                                      {"tr_loss", m.tr_loss},
+                                      {"total_loss", m.total_loss},
+                                      {"globalstep_last_logged", m.globalstep_last_logged},
+                                      {"nan_inf_run", m.nan_inf_run}});
+  args.save((dir / "training_args.json").string());
+  write_json(dir / kTrainerStateFile, state.to_json());
+}
+
+void load_weights(Trainer::Impl& m, const std::string& folder) {
+  const fs::path dir(folder);
+  const SafetensorsFile weights = read_safetensors((dir / "model.safetensors").string());
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : weights.tensors) by_name[name] = &t;
+  for (const auto& name : m.module->parameter_names()) {
+    auto it = by_name.find(name);
+    if (it == by_name.end())
+      throw CorruptFile(fmt::format("checkpoint '{}' has no weights for parameter '{}'", folder, name));
+    m.state->parameter(name).set_data(*it->second);
+  }
+}
+
+void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::string& folder) {
+  const fs::path dir(folder);
+  if (!fs::is_directory(dir)) throw IOError(fmt::format("checkpoint folder '{}' does not exist", folder));
+  const TrainerState loaded = TrainerState::from_json(read_json(dir / kTrainerStateFile));
+  if (!fs::exists(dir / "optimizer.safetensors") && fs::exists(dir / "model.safetensors"))
+    throw InvalidArgument(fmt::format("checkpoint '{}' holds only the model (saved with save_only_model): training "
+                                      "cannot resume from it; load its weights instead (evaluate / predict with "
+                                      "--resume_from_checkpoint, or Trainer::load_model_weights)", folder));
+  load_weights(m, folder);
+
+  const SafetensorsFile opt = read_safetensors((dir / "optimizer.safetensors").string());
+  auto meta = opt.metadata.find("kiln.optimizer");
+  if (meta == opt.metadata.end()) throw CorruptFile(fmt::format("'{}/optimizer.safetensors' has no optimizer metadata", folder));
+  nlohmann::json info;
+  try {
+    info = nlohmann::json::parse(meta->second);
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptFile(fmt::format("'{}/optimizer.safetensors': {}", folder, e.what()));
+  }
+  training::OptimizerState& o = m.state->optimizer_state();
+  if (info.value("type", std::string()) != o.type)
+    throw InvalidArgument(fmt::format("checkpoint '{}' holds {} optimizer state but the run uses {}", folder,
+                                      info.value("type", std::string()), o.type));
+  o.step = info.at("step").get<int64_t>();
+  o.learning_rate = info.at("learning_rate").get<float>();
+  for (const auto& [key, t] : opt.tensors) {
+    const auto dot = key.find('.');
+    if (dot == std::string::npos) throw CorruptFile(fmt::format("'{}/optimizer.safetensors': bad key '{}'", folder, key));
+    Tensor& slot = o.slots[key.substr(0, dot)][key.substr(dot + 1)];
+    if (slot.defined() && (slot.shape() != t.shape() || slot.dtype() != t.dtype()))
+      throw CorruptFile(fmt::format("'{}/optimizer.safetensors': '{}' is {} but the run's is {}", folder, key,
+                                    t.describe(), slot.describe()));
+    if (slot.defined()) slot.copy_from(t);
+    else slot = t.clone();
+  }
+
+  m.scheduler->load_state(read_json(dir / "scheduler.json"));
+  const nlohmann::json rng = read_json(dir / "rng_state.json");
+  try {
+    m.module->set_training_run_count(rng.at("training_runs").get<uint64_t>());
+    m.tr_loss = rng.at("tr_loss").get<double>();
+    m.total_loss = rng.at("total_loss").get<double>();
+    m.globalstep_last_logged = rng.at("globalstep_last_logged").get<int64_t>();
+    m.nan_inf_run = rng.at("nan_inf_run").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptFile(fmt::format("'{}/rng_state.json': {}", folder, e.what()));
+  }
+  // The run's own settings stay (max_steps, logging steps...); the progress comes from the checkpoint.
+  state.global_step = loaded.global_step;
+  state.epoch = loaded.epoch;
+  state.log_history = loaded.log_history;
+  state.best_metric = loaded.best_metric;
+  state.best_global_step = loaded.best_global_step;
+  state.best_model_checkpoint = loaded.best_model_checkpoint;
+  state.stateful_callbacks = loaded.stateful_callbacks;
+  state.total_flos = loaded.total_flos;
+  state.num_input_tokens_seen = loaded.num_input_tokens_seen;
+}
+
+}  // namespace kiln::trainer

@@ -1,0 +1,234 @@
+// Trainer::evaluate / predict (HF's evaluation_loop: the eval model over a sequential loader, the
+// loss averaged over examples, predictions and labels gathered for compute_metrics) and the
+// save_* / log_metrics helpers.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "core/atomic_file.h"
+#include "kiln/error.h"
+#include "kiln/onnx_io.h"
+#include "kiln/safetensors.h"
+#include "kiln/session.h"
+#include "trainer/loop/trainer_impl.h"
+
+namespace kiln::trainer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Concatenates tensors along dim 0 (same dtype and trailing shape).
+Tensor concat0(const std::vector<Tensor>& parts) {
+  if (parts.empty()) return Tensor();
+  Shape shape = parts[0].shape();
+  int64_t rows = 0;
+  for (const Tensor& t : parts) {
+    if (t.dtype() != parts[0].dtype() || t.rank() != parts[0].rank())
+      throw ShapeError(fmt::format("cannot concatenate {} and {}", parts[0].describe(), t.describe()));
+    rows += t.dim(0);
+  }
+  shape[0] = rows;
+  Tensor out = Tensor::empty(parts[0].dtype(), shape);
+  char* dst = static_cast<char*>(out.raw_data());
+  for (const Tensor& t : parts) {
+    const Tensor c = t.contiguous();
+    std::memcpy(dst, c.raw_data(), c.nbytes());
+    dst += c.nbytes();
+  }
+  return out;
+}
+
+struct LoopResult {
+  PredictionOutput output;
+  double loss_sum = 0;
+  int64_t examples = 0;
+  int64_t batches = 0;
+  double runtime = 0;
+  bool has_loss = true;
+};
+
+}  // namespace
+
+// A dataset without labels (HF's predict on unlabelled data): no loss, only predictions, from an
+// inference model holding the current weights.
+static void predict_unlabelled(Trainer::Impl& m, const TrainingArguments& args, const TrainerState& state,
+                               const data::DataLoader& loader, const std::string& label_name, LoopResult& r) {
+  std::vector<Tensor> predictions;
+  if (m.logits_output.empty())
+    throw InvalidArgument(fmt::format("the dataset has no '{}' column and the model has no prediction output "
+                                      "besides its loss", label_name));
+  const std::string path = (fs::path(m.artifacts_dir) / "predict_model.onnx").string();
+  m.module->export_model_for_inferencing(path, {m.logits_output});
+  Session session(load_model(path));
+  for (size_t b = 0; b < loader.num_batches(); ++b) {
+    const data::Example batch = loader.batch(0, b);
+    std::map<std::string, Tensor> feeds;
+    for (const auto& in : session.inputs()) {
+      auto it = batch.find(in.name);
+      if (it == batch.end())
+        throw InvalidArgument(fmt::format("the model takes input '{}', which the batch lacks", in.name));
+      feeds[in.name] = it->second;
+    }
+    Tensor logits = session.run(feeds).at(m.logits_output);
+    if (m.preprocess_logits) logits = m.preprocess_logits(logits, Tensor());
+    r.examples += batch.begin()->second.dim(0);
+    ++r.batches;
+    if (!args.prediction_loss_only) predictions.push_back(logits);
+    CallbackContext step_ctx;
+    step_ctx.eval_dataloader = &loader;
+    m.callbacks.call(&TrainerCallback::on_prediction_step, args, state, step_ctx);
+  }
+  r.output.predictions = concat0(predictions);
+  r.has_loss = false;
+}
+
+static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& args, const TrainerState& state,
+                                  const std::shared_ptr<const data::Dataset>& dataset) {
+  const auto start = std::chrono::steady_clock::now();
+  data::DataLoader loader(dataset, static_cast<size_t>(args.per_device_eval_batch_size),
+                          std::make_shared<data::SequentialSampler>(), false);
+  LoopResult r;
+  std::vector<Tensor> predictions, labels;
+  const auto outputs = m.module->output_names(false);
+  size_t logits_index = outputs.size();
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (outputs[i] == m.logits_output) logits_index = i;
+  const std::string label_name = args.label_names && !args.label_names->empty() ? args.label_names->front() : "labels";
+  const auto columns = dataset->columns();
+  const auto eval_inputs = m.module->input_names(false);
+  const bool unlabelled = std::find(columns.begin(), columns.end(), label_name) == columns.end() &&
+                          std::find(eval_inputs.begin(), eval_inputs.end(), label_name) != eval_inputs.end();
+  if (unlabelled) {
+    predict_unlabelled(m, args, state, loader, label_name, r);
+    r.runtime = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return r;
+  }
+  m.module->eval();
+  for (size_t b = 0; b < loader.num_batches(); ++b) {
+    const data::Example batch = loader.batch(0, b);
+    std::vector<Tensor> inputs;
+    for (const auto& name : m.module->input_names(false)) {
+      auto it = batch.find(name);
+      if (it == batch.end()) throw InvalidArgument(fmt::format("the eval model takes input '{}', which the batch lacks", name));
+      inputs.push_back(it->second);
+    }
+    const std::vector<Tensor> out = (*m.module)(inputs);
+    const int64_t n = batch.begin()->second.dim(0);
+    r.loss_sum += out.at(0).item_as_double() * static_cast<double>(n);
+    r.examples += n;
+    ++r.batches;
+    CallbackContext step_ctx;
+    step_ctx.eval_dataloader = &loader;
+    if (!args.prediction_loss_only && logits_index < out.size()) {
+      auto lab = batch.find(label_name);
+      Tensor logits = out[logits_index];
+      if (m.preprocess_logits) logits = m.preprocess_logits(logits, lab != batch.end() ? lab->second : Tensor());
+      predictions.push_back(logits);
+      if (lab != batch.end()) labels.push_back(lab->second.clone());
+    }
+    m.callbacks.call(&TrainerCallback::on_prediction_step, args, state, step_ctx);
+  }
+  m.module->train();
+  r.output.predictions = concat0(predictions);
+  r.output.label_ids = concat0(labels);
+  r.runtime = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+static Metrics finish_metrics(Trainer::Impl& m, LoopResult& r, const std::string& prefix) {
+  Metrics metrics;
+  if (m.compute_metrics && r.output.predictions.defined() && r.output.label_ids.defined())
+    metrics = m.compute_metrics(EvalPrediction{r.output.predictions, r.output.label_ids});
+  Metrics out;
+  for (const auto& [k, v] : metrics) out[k.rfind(prefix + "_", 0) == 0 ? k : prefix + "_" + k] = v;
+  if (r.examples > 0 && r.has_loss) out[prefix + "_loss"] = r.loss_sum / static_cast<double>(r.examples);
+  out[prefix + "_runtime"] = r.runtime;
+  out[prefix + "_samples_per_second"] = r.runtime > 0 ? static_cast<double>(r.examples) / r.runtime : 0.0;
+  out[prefix + "_steps_per_second"] = r.runtime > 0 ? static_cast<double>(r.batches) / r.runtime : 0.0;
+  return out;
+}
+
+Metrics Trainer::evaluate(std::shared_ptr<const data::Dataset> eval_dataset, const std::string& metric_key_prefix) {
+  auto dataset = eval_dataset ? eval_dataset : impl_->eval_dataset;
+  if (!dataset) throw InvalidArgument("Trainer.evaluate() needs an eval_dataset");
+  LoopResult r = evaluation_loop(*impl_, args_, state_, dataset);
+  Metrics metrics = finish_metrics(*impl_, r, metric_key_prefix);
+  // HF logs the metrics (which adds "epoch" to them) and hands them to on_evaluate.
+  log(Logs(metrics.begin(), metrics.end()));
+  metrics["epoch"] = state_.epoch;
+  CallbackContext ctx;
+  ctx.metrics = &metrics;
+  impl_->callbacks.call(&TrainerCallback::on_evaluate, args_, state_, ctx);
+  return metrics;
+}
+
+Metrics Trainer::evaluate(const std::map<std::string, std::shared_ptr<const data::Dataset>>& eval_datasets) {
+  Metrics all;
+  for (const auto& [name, dataset] : eval_datasets) {
+    const Metrics m = evaluate(dataset, "eval_" + name);
+    all.insert(m.begin(), m.end());
+  }
+  return all;
+}
+
+PredictionOutput Trainer::predict(std::shared_ptr<const data::Dataset> test_dataset, const std::string& metric_key_prefix) {
+  if (!test_dataset) throw InvalidArgument("Trainer.predict() needs a test_dataset");
+  LoopResult r = evaluation_loop(*impl_, args_, state_, test_dataset);
+  r.output.metrics = finish_metrics(*impl_, r, metric_key_prefix);
+  CallbackContext ctx;
+  ctx.metrics = &r.output.metrics;
+  impl_->callbacks.call(&TrainerCallback::on_predict, args_, state_, ctx);
+  return r.output;
+}
+
+void Trainer::save_model(const std::string& dir) const {
+  const fs::path out = dir.empty() ? fs::path(args_.output_dir) : fs::path(dir);
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) throw IOError(fmt::format("cannot create '{}': {}", out.string(), ec.message()));
+  std::vector<std::string> outputs;
+  if (!impl_->logits_output.empty()) outputs.push_back(impl_->logits_output);
+  else outputs = impl_->module->output_names(false);
+  impl_->module->export_model_for_inferencing((out / "model.onnx").string(), outputs);
+  std::vector<std::pair<std::string, Tensor>> weights;
+  for (const auto& name : impl_->module->parameter_names()) weights.emplace_back(name, impl_->state->parameter(name).data());
+  write_safetensors((out / "model.safetensors").string(), weights, {{"format", "pt"}});
+}
+
+void Trainer::save_state() const {
+  write_file_atomically((fs::path(args_.output_dir) / "trainer_state.json").string(), state_.to_json().dump(2) + "\n");
+}
+
+void Trainer::log_metrics(const std::string& split, const Metrics& metrics) const {
+  std::cout << "***** " << split << " metrics *****\n";
+  size_t width = 0;
+  for (const auto& [k, v] : metrics) width = std::max(width, k.size());
+  for (const auto& [k, v] : metrics) std::cout << fmt::format("  {:<{}} = {:.6g}\n", k, width, v);
+}
+
+void Trainer::save_metrics(const std::string& split, const Metrics& metrics, bool combined) const {
+  nlohmann::json j;
+  for (const auto& [k, v] : metrics) j[k] = v;
+  const fs::path dir(args_.output_dir);
+  write_file_atomically((dir / (split + "_results.json")).string(), j.dump(4) + "\n");
+  if (!combined) return;
+  const fs::path all = dir / "all_results.json";
+  nlohmann::json merged = nlohmann::json::object();
+  if (fs::exists(all)) {
+    try {
+      merged = nlohmann::json::parse(std::ifstream(all));
+    } catch (const std::exception&) {
+      merged = nlohmann::json::object();
+    }
+  }
+  merged.update(j);
+  write_file_atomically(all.string(), merged.dump(4) + "\n");
+}
+
+}  // namespace kiln::trainer

@@ -1,0 +1,45 @@
+// The Trainer's internals, shared by its source files (loop, evaluation, checkpoints).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/lr_schedulers.h"
+#include "kiln/trainer.h"
+#include "trainer/callbacks/callback_handler.h"
+
+namespace kiln::trainer {
+
+struct Trainer::Impl {
+  ModelSource source;
+  std::string artifacts_dir;
+  std::string logits_output;  // the eval model output predictions come from ("" when none)
+  std::unique_ptr<training::CheckpointState> state;
+  std::unique_ptr<training::Module> module;
+  std::unique_ptr<training::Optimizer> optimizer;
+  std::unique_ptr<LRScheduler> scheduler;
+  SchedulerFactory scheduler_factory;
+  CallbackHandler callbacks;
+  std::shared_ptr<const data::Dataset> train_dataset, eval_dataset;
+  ComputeMetrics compute_metrics;
+  PreprocessLogits preprocess_logits;
+
+  // Running sums the logs are made of; saved in checkpoints so that a resumed run logs exactly
+  // what an uninterrupted one does.
+  double tr_loss = 0;              // loss since the last log, as HF accumulates it
+  double total_loss = 0;           // over the whole run, for train_loss
+  int64_t globalstep_last_logged = 0;
+  int64_t nan_inf_run = 0;         // consecutive non-finite losses
+};
+
+// Writes / reads everything a checkpoint folder holds except trainer_state.json.
+void save_checkpoint_files(const Trainer::Impl& impl, const TrainingArguments& args, const TrainerState& state,
+                           const std::string& folder);
+void load_checkpoint_files(Trainer::Impl& impl, TrainerState& state, const std::string& folder);
+void load_weights(Trainer::Impl& impl, const std::string& folder);
+
+// Builds (or finds) the artifacts for a model source; returns the artifact folder.
+std::string prepare_artifacts(const ModelSource& source, const TrainingArguments& args, std::string* logits_output);
+
+}  // namespace kiln::trainer

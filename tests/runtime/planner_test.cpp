@@ -1,0 +1,233 @@
+// build_plan on small ONNX graphs, judged by the ExecutionPlan it returns (value kinds, buffers,
+// steps and stats), not by how the planner is written: constant folding, views that alias their
+// input, in-place reuse of dying buffers, steps whose shapes are known only at run time, the
+// topological order of steps, and clear InvalidModel errors for malformed graphs.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kiln/graph.h"
+#include "kiln/session.h"
+#include "runtime/execution_plan.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using Kind = PlannedValue::Kind;
+using kiln::test::expect_error;
+
+Node node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
+  Node n;
+  n.op_type = op;
+  n.name = out.at(0) + "_node";
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  return n;
+}
+
+// float x[2, 3] in, `outputs` out (untyped: the planner does not need their types), opset 17.
+Model model(std::vector<Node> nodes, std::vector<std::string> outputs) {
+  Model m;
+  m.opsets = {{"", 17}};
+  m.graph.inputs = {ValueInfo::of("x", Tensor::zeros(DType::Float32, {2, 3}))};
+  for (const std::string& o : outputs) {
+    ValueInfo v;
+    v.name = o;
+    m.graph.outputs.push_back(v);
+  }
+  m.graph.nodes = std::move(nodes);
+  return m;
+}
+
+Tensor ints(std::vector<int64_t> v) { return Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v); }
+
+const std::map<std::string, Tensor> kFeeds = {{"x", Tensor::zeros(DType::Float32, {2, 3})}};
+
+// A model and the plan build_plan makes of it for `feeds`, in the model's topological order.
+struct Planned {
+  Planned(Model m, const std::map<std::string, Tensor>& feeds = kFeeds)
+      : model(std::move(m)), plan(build_plan(model, model.graph.topological_order(), feeds)) {}
+
+  int id(const std::string& name) const {
+    auto it = plan->index.find(name);
+    EXPECT_NE(it, plan->index.end()) << "no value '" << name << "' in the plan";
+    return it == plan->index.end() ? -1 : it->second;
+  }
+  const PlannedValue& value(const std::string& name) const { return plan->values.at(static_cast<size_t>(id(name))); }
+  // The step that writes `name`.
+  const PlanStep& step_of(const std::string& name) const {
+    for (const PlanStep& s : plan->steps)
+      for (int out : s.outputs)
+        if (out == id(name)) return s;
+    ADD_FAILURE() << "no step writes '" << name << "'";
+    return plan->steps.at(0);
+  }
+  std::vector<std::string> step_ops() const {
+    std::vector<std::string> ops;
+    for (const PlanStep& s : plan->steps) ops.push_back(model.graph.nodes.at(s.node).op_type);
+    return ops;
+  }
+
+  Model model;
+  std::unique_ptr<ExecutionPlan> plan;
+};
+
+// Every step reads only feeds, constants and values written by earlier steps.
+void expect_topological(const ExecutionPlan& plan) {
+  std::set<int> written;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    for (int in : plan.steps[i].inputs) {
+      if (in < 0) continue;
+      const PlannedValue& v = plan.values.at(static_cast<size_t>(in));
+      if (v.kind == Kind::Feed || v.kind == Kind::Constant) continue;
+      EXPECT_TRUE(written.count(in)) << "step " << i << " reads '" << v.name << "' before a step writes it";
+    }
+    written.insert(plan.steps[i].outputs.begin(), plan.steps[i].outputs.end());
+  }
+}
+
+// ---- constant folding -------------------------------------------------------------------------
+
+TEST(Planner, FoldsANodeWhoseInputsAreAllInitializers) {
+  Model m = model({node("Add", {"a", "b"}, {"c"}), node("Mul", {"x", "c"}, {"y"})}, {"y"});
+  m.graph.initializers = {{"a", Tensor::from_vector<float>({3}, {1, 2, 3})},
+                          {"b", Tensor::from_vector<float>({3}, {10, 20, 30})}};
+  const Planned p(std::move(m));
+  EXPECT_EQ(p.plan->stats.num_folded, 1u);
+  EXPECT_EQ(p.step_ops(), std::vector<std::string>{"Mul"});  // no step for the folded Add
+  const PlannedValue& c = p.value("c");
+  EXPECT_EQ(c.kind, Kind::Constant);
+  ASSERT_TRUE(c.meta.value.defined());
+  ASSERT_EQ(c.meta.value.describe(), "float[3]");
+  const float* folded = c.meta.value.data<float>();
+  EXPECT_EQ(std::vector<float>(folded, folded + 3), (std::vector<float>{11, 22, 33}));
+  EXPECT_EQ(p.value("y").kind, Kind::Arena);
+  EXPECT_EQ(p.plan->stats.num_steps, 1u);
+}
+
+TEST(Planner, FoldsChainsOfKnownValuesAndShapeArithmetic) {
+  // Shape(x) is known from the feed's shape; Reshape(initializer, Shape(x)) is then known too.
+  Model m = model({node("Shape", {"x"}, {"s"}), node("Reshape", {"w", "s"}, {"w2"}), node("Add", {"x", "w2"}, {"y"})},
+                  {"y"});
+  m.graph.initializers = {{"w", Tensor::from_vector<float>({6}, {0, 1, 2, 3, 4, 5})}};
+  const Planned p(std::move(m));
+  EXPECT_EQ(p.plan->stats.num_folded, 2u);
+  EXPECT_EQ(p.step_ops(), std::vector<std::string>{"Add"});
+  EXPECT_EQ(p.value("s").meta.value.to_int64_vector(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(p.value("w2").kind, Kind::Constant);
+  EXPECT_EQ(p.value("w2").meta.shape, (Shape{2, 3}));
+}
+
+// ---- views and in-place reuse -----------------------------------------------------------------
+
+TEST(Planner, ReshapeOutputIsAnAliasOfItsInput) {
+  Model m = model({node("Relu", {"x"}, {"r"}), node("Reshape", {"r", "shape"}, {"y"})}, {"y"});
+  m.graph.initializers = {{"shape", ints({3, 2})}};
+  const Planned p(std::move(m));
+  const PlannedValue& r = p.value("r");
+  const PlannedValue& y = p.value("y");
+  EXPECT_EQ(r.kind, Kind::Arena);
+  EXPECT_EQ(y.kind, Kind::Alias);
+  EXPECT_EQ(y.alias_of, p.id("r"));
+  EXPECT_EQ(y.buffer, r.buffer);  // the same bytes, so no buffer of its own
+  EXPECT_EQ(y.meta.shape, (Shape{3, 2}));
+  EXPECT_TRUE(p.step_of("y").alias_only);
+  EXPECT_FALSE(p.step_of("r").alias_only);
+  EXPECT_EQ(p.plan->buffers.size(), 1u);
+  // The viewed buffer lives as long as its view: y is a graph output.
+  EXPECT_GE(p.plan->buffers.at(static_cast<size_t>(r.buffer)).last, p.plan->steps.size());
+}
+
+TEST(Planner, ReluOverADyingValueReusesItsBuffer) {
+  const Planned p(model({node("Relu", {"x"}, {"a"}), node("Relu", {"a"}, {"b"})}, {"b"}));
+  ASSERT_EQ(p.value("a").kind, Kind::Arena);
+  ASSERT_EQ(p.value("b").kind, Kind::Arena);
+  EXPECT_EQ(p.value("b").buffer, p.value("a").buffer);
+  EXPECT_EQ(p.plan->buffers.size(), 1u);
+}
+
+TEST(Planner, NoInPlaceReuseOfAValueReadLater) {
+  // a is read again by the Add after the second Relu, so b cannot overwrite it.
+  const Planned p(
+      model({node("Relu", {"x"}, {"a"}), node("Relu", {"a"}, {"b"}), node("Add", {"a", "b"}, {"y"})}, {"y"}));
+  EXPECT_NE(p.value("b").buffer, p.value("a").buffer);
+  EXPECT_GE(p.plan->buffers.size(), 2u);
+}
+
+TEST(Planner, NoInPlaceReuseOfAGraphOutput) {
+  const Planned p(model({node("Relu", {"x"}, {"a"}), node("Relu", {"a"}, {"b"})}, {"a", "b"}));
+  EXPECT_NE(p.value("b").buffer, p.value("a").buffer);
+  EXPECT_EQ(p.plan->buffers.size(), 2u);
+}
+
+TEST(Planner, NoInPlaceReuseOfAFeed) {
+  // A feed is the caller's tensor, not the arena's: the first Relu gets a buffer of its own.
+  const Planned p(model({node("Relu", {"x"}, {"a"})}, {"a"}));
+  EXPECT_EQ(p.value("x").kind, Kind::Feed);
+  EXPECT_EQ(p.value("a").kind, Kind::Arena);
+  EXPECT_GE(p.value("a").buffer, 0);
+}
+
+// ---- shapes known only at run time ------------------------------------------------------------
+
+TEST(Planner, ReshapeToAFedShapeIsADynamicStep) {
+  Model m = model({node("Reshape", {"x", "s"}, {"y"}), node("Relu", {"y"}, {"z"})}, {"z"});
+  m.graph.inputs.push_back(ValueInfo::of("s", ints({3, 2})));
+  const Planned p(std::move(m), {{"x", Tensor::zeros(DType::Float32, {2, 3})}, {"s", ints({3, 2})}});
+  EXPECT_TRUE(p.step_of("y").dynamic);
+  EXPECT_EQ(p.value("y").kind, Kind::Dynamic);
+  // What reads a dynamic value is dynamic too: its shape is not known before the run either.
+  EXPECT_TRUE(p.step_of("z").dynamic);
+  EXPECT_EQ(p.value("z").kind, Kind::Dynamic);
+  EXPECT_EQ(p.plan->stats.num_dynamic_steps, 2u);
+  EXPECT_TRUE(p.plan->buffers.empty());
+}
+
+TEST(Planner, NonZeroIsADynamicStep) {
+  const Planned p(model({node("Relu", {"x"}, {"r"}), node("NonZero", {"r"}, {"nz"})}, {"nz"}));
+  EXPECT_FALSE(p.step_of("r").dynamic);
+  EXPECT_TRUE(p.step_of("nz").dynamic);
+  EXPECT_EQ(p.value("nz").kind, Kind::Dynamic);
+  EXPECT_EQ(p.plan->stats.num_dynamic_steps, 1u);
+  EXPECT_EQ(p.plan->stats.num_steps, 2u);
+}
+
+// ---- order and errors -------------------------------------------------------------------------
+
+TEST(Planner, StepsFollowTopologicalOrderNotFileOrder) {
+  // A diamond listed consumers first: x -> a -> (b, c) -> y.
+  const Planned p(model({node("Add", {"b", "c"}, {"y"}), node("Abs", {"a"}, {"c"}), node("Neg", {"a"}, {"b"}),
+                         node("Relu", {"x"}, {"a"})},
+                        {"y"}));
+  ASSERT_EQ(p.plan->steps.size(), 4u);
+  expect_topological(*p.plan);
+  EXPECT_EQ(p.step_ops().front(), "Relu");
+  EXPECT_EQ(p.step_ops().back(), "Add");
+  EXPECT_EQ(p.plan->stats.num_steps, 4u);
+}
+
+TEST(Planner, ANodeReadingAnUndefinedValueIsInvalidModel) {
+  const Model m = model({node("Relu", {"x"}, {"a"}), node("Add", {"a", "ghost"}, {"y"})}, {"y"});
+  expect_error<InvalidModel>([&] { Session s(m); },
+                             "node 'y_node' (Add) reads 'ghost', which is not a graph input, an initializer or the "
+                             "output of any node");
+  // build_plan given the nodes in an order of its own says the same of a value not yet computed.
+  expect_error<InvalidModel>([&] { build_plan(m, {0, 1}, kFeeds); }, "reads 'ghost'");
+  const Model swapped = model({node("Relu", {"x"}, {"a"}), node("Relu", {"a"}, {"y"})}, {"y"});
+  expect_error<InvalidModel>([&] { build_plan(swapped, {1, 0}, kFeeds); },
+                             "node 'y_node' (Relu) reads 'a', which is not a graph input, an initializer or the "
+                             "output of an earlier node");
+}
+
+TEST(Planner, AGraphOutputNobodyProducesIsInvalidModel) {
+  Session s(model({node("Relu", {"x"}, {"a"})}, {"a", "nowhere"}));
+  expect_error<InvalidModel>([&] { s.plan(kFeeds); }, "graph output 'nowhere' is not produced by any node");
+}
+
+}  // namespace
+}  // namespace kiln
