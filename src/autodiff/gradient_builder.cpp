@@ -28,21 +28,11 @@ std::string other_opsets(const GradientBuilderState& st, const Node& n) {
 
 }  // namespace
 
-GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& options) {
-  GradientBuilderState st(forward);
-  const Graph& g = st.model.graph;
-  if (options.loss.empty()) throw InvalidArgument("no loss value named: GradientOptions::loss is empty");
-  if (!st.is_value(options.loss))
-    throw InvalidArgument(fmt::format("loss '{}' is not a value of the graph", options.loss));
-  const std::vector<std::string> params =
-      select_parameters(st.model, options.loss, options.requires_grad, options.frozen_params, Purpose::Differentiate)
-          .trainable;
-  if (auto shape = st.static_shape(options.loss); shape && numel(*shape) != 1)
-    throw ShapeError(fmt::format("loss '{}' must be a scalar (one element) but has shape {}", options.loss,
-                                 to_string(*shape)));
+namespace {
 
-  // Forward: which values depend on a trainable parameter (and through which one, for messages).
-  const std::vector<size_t> order = g.topological_order();
+// Forward: which values depend on a trainable parameter (and through which one, for messages).
+void mark_origins(GradientBuilderState& st, const std::vector<size_t>& order, const std::vector<std::string>& params) {
+  const Graph& g = st.model.graph;
   for (const auto& p : params) st.origin[p] = p;
   for (size_t idx : order) {
     const Node& n = g.nodes[idx];
@@ -59,20 +49,15 @@ GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& 
       if (!out.empty() && (!dt || is_float(*dt))) st.origin[out] = from;
     }
   }
+}
 
-  for (const auto& p : params) {
-    if (st.is_value(p + options.grad_suffix))
-      throw InvalidArgument(fmt::format("the gradient output '{}{}' would clash with a value of the graph", p,
-                                        options.grad_suffix));
-    st.reserve_name(p + options.grad_suffix);
-  }
-
-  // Backward: seed d(loss)/d(loss) = 1, then every node in reverse order.
+// Backward: seed d(loss)/d(loss) = 1, then every node in reverse order through its rule.
+void run_rules(GradientBuilderState& st, const std::vector<size_t>& order, const std::string& loss) {
   {
     const Node seed_node;  // a GradContext needs a node; the seed belongs to none
     GradContext seed(seed_node, st);
-    const std::string one = seed.scalar_like(1.0, options.loss);
-    st.add_contribution(options.loss, seed.emit("Expand", {one, seed.emit("Shape", {options.loss})}));
+    const std::string one = seed.scalar_like(1.0, loss);
+    st.add_contribution(loss, seed.emit("Expand", {one, seed.emit("Shape", {loss})}));
   }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const Node n = st.model.graph.nodes[*it];  // a copy: emitting nodes grows the vector
@@ -88,7 +73,7 @@ GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& 
         if (!in.empty() && st.origin.count(in)) param = st.origin[in];
       throw Unsupported(fmt::format("{} is on the path from parameter '{}' to loss '{}', but Kiln has no gradient "
                                     "for op {}{}; freeze '{}' or the parameters before this node",
-                                    n.label(), param, options.loss, n.op_type, other_opsets(st, n), param));
+                                    n.label(), param, loss, n.op_type, other_opsets(st, n), param));
     }
     st.current = n.name.empty() ? n.op_type : n.name;
     GradContext ctx(n, st);
@@ -99,13 +84,17 @@ GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& 
       throw;
     }
   }
+}
 
+// Outputs: the loss first, the forward outputs, then one gradient per parameter (zeros where the
+// loss does not depend on it).
+GradientGraph expose_gradients(GradientBuilderState& st, const std::vector<std::string>& params,
+                               const GradientOptions& options) {
   GradientGraph result;
   Graph& out = st.model.graph;
-  // Outputs: the loss first, the forward outputs, then the gradients.
   std::vector<ValueInfo> outputs;
   outputs.push_back(st.value_info_of(options.loss));
-  for (const ValueInfo& v : g.outputs)
+  for (const ValueInfo& v : out.outputs)
     if (v.name != options.loss) outputs.push_back(v);
   st.current = "grads";
   const Node grads_node;
@@ -136,6 +125,31 @@ GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& 
   result.parameters = params;
   result.model = std::move(st.model);
   return result;
+}
+
+}  // namespace
+
+GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& options) {
+  GradientBuilderState st(forward);
+  if (options.loss.empty()) throw InvalidArgument("no loss value named: GradientOptions::loss is empty");
+  if (!st.is_value(options.loss))
+    throw InvalidArgument(fmt::format("loss '{}' is not a value of the graph", options.loss));
+  const std::vector<std::string> params =
+      select_parameters(st.model, options.loss, options.requires_grad, options.frozen_params, Purpose::Differentiate)
+          .trainable;
+  if (auto shape = st.static_shape(options.loss); shape && numel(*shape) != 1)
+    throw ShapeError(fmt::format("loss '{}' must be a scalar (one element) but has shape {}", options.loss,
+                                 to_string(*shape)));
+  const std::vector<size_t> order = st.model.graph.topological_order();
+  mark_origins(st, order, params);
+  for (const auto& p : params) {
+    if (st.is_value(p + options.grad_suffix))
+      throw InvalidArgument(fmt::format("the gradient output '{}{}' would clash with a value of the graph", p,
+                                        options.grad_suffix));
+    st.reserve_name(p + options.grad_suffix);
+  }
+  run_rules(st, order, options.loss);
+  return expose_gradients(st, params, options);
 }
 
 GradientKind gradient_kind(const std::string& domain, const std::string& op_type, int64_t opset) {
