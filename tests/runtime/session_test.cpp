@@ -204,8 +204,8 @@ TEST(Session, FoldsShapeArithmeticAndInitializerWork) {
   EXPECT_EQ(g_compute_calls, 1);  // only Add2 runs; the folded AddOne does not
 }
 
-TEST(Session, ShapesThatDependOnFedDataAreInferredAtRunTime) {
-  // y = AddOne(OnesOfShape(s)): s is fed, so both steps are planned as dynamic.
+// y = AddOne(OnesOfShape(s)): s is fed, so both steps are planned as dynamic.
+Model ones_of_fed_shape_model() {
   Model m;
   m.opsets = {{"test.kiln", 1}};
   ValueInfo s_info = info("s", {2});
@@ -213,7 +213,11 @@ TEST(Session, ShapesThatDependOnFedDataAreInferredAtRunTime) {
   m.graph.inputs = {s_info};
   m.graph.outputs = {info("y", {-1, -1})};
   m.graph.nodes = {node("OnesOfShape", {"s"}, {"o"}), node("AddOne", {"o"}, {"y"})};
-  Session s(std::move(m));
+  return m;
+}
+
+TEST(Session, ShapesThatDependOnFedDataAreInferredAtRunTime) {
+  Session s(ones_of_fed_shape_model());
   auto a = s.run({{"s", Tensor::from_vector<int64_t>({2}, {2, 3})}});
   EXPECT_EQ(s.last_plan_stats().num_dynamic_steps, 2u);
   EXPECT_EQ(a["y"].shape(), (Shape{2, 3}));
@@ -223,16 +227,9 @@ TEST(Session, ShapesThatDependOnFedDataAreInferredAtRunTime) {
 }
 
 TEST(Session, ProfileCountsStepsWhoseShapesAreKnownOnlyAtRunTime) {
-  Model m;
-  m.opsets = {{"test.kiln", 1}};
-  ValueInfo s_info = info("s", {2});
-  s_info.dtype = DType::Int64;
-  m.graph.inputs = {s_info};
-  m.graph.outputs = {info("y", {-1, -1})};
-  m.graph.nodes = {node("OnesOfShape", {"s"}, {"o"}), node("AddOne", {"o"}, {"y"})};
   SessionOptions o;
   o.profile = true;
-  Session s(std::move(m), o);
+  Session s(ones_of_fed_shape_model(), o);
   for (int i = 0; i < 3; ++i) s.run({{"s", Tensor::from_vector<int64_t>({2}, {2, 3})}});
   ASSERT_EQ(s.last_plan_stats().num_dynamic_steps, 2u);
   std::map<std::string, int64_t> calls;
