@@ -86,6 +86,12 @@ class Kernel {
   virtual void compute(ComputeContext& ctx) = 0;
   // Output 0 may be written over input `i`'s buffer when that input dies here (elementwise ops).
   virtual std::optional<size_t> inplace_input() const { return std::nullopt; }
+  // Output `output` may be written over input `input`'s memory: the kernel reads each element of
+  // that input before writing the same element of that output. A caller binding an output to an
+  // input's memory (Session::run_with_binding) is checked against this.
+  virtual bool output_may_overwrite(size_t output, size_t input) const {
+    return output == 0 && inplace_input() == input;
+  }
   // Output 0 is input 0's buffer reinterpreted (Reshape, Flatten, Squeeze, Identity): no copy.
   virtual bool output_aliases_input() const { return false; }
   // False for ops whose result must not be computed at plan time even with constant inputs.

@@ -11,6 +11,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,17 @@ class Session {
   // empty means all graph outputs. Throws InvalidArgument / ShapeError / TypeError naming the input.
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& feeds,
                                     const std::vector<std::string>& outputs = {});
+  // Runs with inputs and outputs by position, in the order of inputs() and outputs(), as a loop
+  // calling the same graph every step does (ONNX Runtime's IOBinding): no names, and no copies of
+  // bound outputs. Every graph input is given. A defined tensor in `outputs` is bound: the step
+  // that computes that output writes straight into its memory, which must have the output's dtype
+  // and shape. It may be an input's memory when that input is read by that step only and its kernel
+  // updates elementwise (the Optimizer binds each parameter's new value to the parameter itself);
+  // any other overlap throws InvalidArgument. An undefined tensor in `outputs` is set to a new one.
+  void run_with_binding(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs);
+  // The same with the caller's tensors by pointer (none null), which a loop fills once: a call
+  // with the signature of the previous one then copies no tensor handle and allocates nothing.
+  void run_with_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs);
   // Plans for the given feeds without running (used by inspection tools).
   PlanStats plan(const std::map<std::string, Tensor>& feeds);
   const PlanStats& last_plan_stats() const;
@@ -76,7 +88,10 @@ class Session {
   void set_run_count(uint64_t runs) { runs_ = runs; }
 
  private:
-  ExecutionPlan& plan_for(const std::map<std::string, Tensor>& feeds);
+  struct BindingCache;
+  ExecutionPlan& plan_for(const std::map<std::string, Tensor>& feeds, const std::set<std::string>& bound = {});
+  void use_thread_setting() const;
+  void plan_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs);
   Model model_;
   SessionOptions options_;
   std::vector<size_t> order_;
@@ -84,6 +99,7 @@ class Session {
   ExecutionPlan* last_plan_ = nullptr;
   std::map<std::string, OpProfile> profile_;
   uint64_t runs_ = 0;
+  std::unique_ptr<BindingCache> binding_;  // the plan of the last run_with_binding and its signature
 };
 
 }  // namespace kiln

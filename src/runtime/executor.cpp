@@ -1,5 +1,7 @@
-// Runs an ExecutionPlan: binds feeds, constants and arena views to values, calls each step's
-// kernel, and hands back outputs that own their memory (the arena is reused by the next run).
+// Runs an ExecutionPlan: points each value at its tensor (the caller's feeds and bound outputs,
+// the plan's constants, views of the arena), calls each step's kernel, and leaves the values for
+// the caller to read (the arena is reused by the next run). Nothing is copied in: a run of a plan
+// whose values are all feeds, constants and bound outputs allocates nothing but the table.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -11,84 +13,122 @@ namespace kiln {
 
 namespace {
 
-void run_dynamic_step(PlanStep& step, const Node& node, std::vector<Tensor>& live, uint64_t run_index) {
+void run_dynamic_step(PlanStep& step, const Node& node, RunValues& values, uint64_t run_index) {
   InferContext ictx{node, step.opset, {}};
   for (int in : step.inputs) {
     if (in < 0) {
       ictx.inputs.push_back(std::nullopt);
       continue;
     }
-    TensorMeta m = TensorMeta::of(live[static_cast<size_t>(in)]);
-    m.value = live[static_cast<size_t>(in)];  // data-dependent shapes may read the data
+    TensorMeta m = TensorMeta::of(values[in]);
+    m.value = values[in];  // data-dependent shapes may read the data
     ictx.inputs.push_back(std::move(m));
   }
   std::vector<TensorMeta> metas = step.kernel->infer(ictx);
   step.kernel->prepare(ictx, metas);
   ComputeContext cctx{node, {}, {}, run_index};
-  for (int in : step.inputs) cctx.inputs.push_back(in < 0 ? nullptr : &live[static_cast<size_t>(in)]);
+  for (int in : step.inputs) cctx.inputs.push_back(in < 0 ? nullptr : &values[in]);
   std::vector<Tensor> scratch(metas.size());
   for (size_t i = 0; i < metas.size(); ++i) {
     Tensor t = Tensor::empty(metas[i].dtype, metas[i].shape);
     if (i < step.outputs.size()) {
-      live[static_cast<size_t>(step.outputs[i])] = t;
-      cctx.outputs.push_back(&live[static_cast<size_t>(step.outputs[i])]);
+      values.set(step.outputs[i], t);
+      cctx.outputs.push_back(&values[step.outputs[i]]);
     } else {
       scratch[i] = t;
       cctx.outputs.push_back(&scratch[i]);
     }
   }
   if (step.kernel->output_aliases_input() && cctx.inputs[0] != nullptr && !step.outputs.empty()) {
-    live[static_cast<size_t>(step.outputs[0])] = cctx.inputs[0]->reshape(metas[0].shape);
+    values.set(step.outputs[0], cctx.inputs[0]->reshape(metas[0].shape));
     return;
   }
   ScratchScope scope;
   step.kernel->compute(cctx);
 }
 
-void run_step(ExecutionPlan& plan, PlanStep& step, const Node& node, std::vector<Tensor>& live, uint64_t run_index) {
+void run_step(ExecutionPlan& plan, PlanStep& step, const Node& node, RunValues& values, uint64_t run_index) {
   if (step.dynamic) {
-    run_dynamic_step(step, node, live, run_index);
+    run_dynamic_step(step, node, values, run_index);
     return;
   }
   if (step.alias_only) {
-    const size_t out = static_cast<size_t>(step.outputs[0]);
-    live[out] = live[static_cast<size_t>(step.inputs[0])].reshape(plan.values[out].meta.shape);
+    const int out = step.outputs[0];
+    values.set(out, values[step.inputs[0]].reshape(plan.values[static_cast<size_t>(out)].meta.shape));
     return;
   }
-  ComputeContext ctx{node, {}, {}, run_index};
-  ctx.inputs.reserve(step.inputs.size());
-  for (int in : step.inputs) ctx.inputs.push_back(in < 0 ? nullptr : &live[static_cast<size_t>(in)]);
-  ctx.outputs.reserve(step.outputs.size());
-  for (int out : step.outputs) ctx.outputs.push_back(&live[static_cast<size_t>(out)]);
+  // The step's pointer lists are refilled in place: no allocation after the first run.
+  ComputeContext ctx{node, std::move(step.input_ptrs), std::move(step.output_ptrs), run_index};
+  ctx.inputs.clear();
+  for (int in : step.inputs) ctx.inputs.push_back(in < 0 ? nullptr : &values[in]);
+  ctx.outputs.clear();
+  for (int out : step.outputs) ctx.outputs.push_back(&values[out]);
+  struct GiveBack {
+    PlanStep& step;
+    ComputeContext& ctx;
+    ~GiveBack() {
+      step.input_ptrs = std::move(ctx.inputs);
+      step.output_ptrs = std::move(ctx.outputs);
+    }
+  } give_back{step, ctx};
   ScratchScope scope;
   step.kernel->compute(ctx);
 }
 
-}  // namespace
+// The caller's tensor for a Bound value: the planned dtype and shape, contiguous.
+Tensor* checked_bound(const PlannedValue& v, Tensor* t) {
+  if (t->dtype() != v.meta.dtype || t->shape() != v.meta.shape)
+    throw ShapeError(fmt::format("output '{}' is {}{}, but the tensor bound to it is {}", v.name,
+                                 dtype_name(v.meta.dtype), to_string(v.meta.shape), t->describe()));
+  if (!t->is_contiguous())
+    throw InvalidArgument(fmt::format("the tensor bound to output '{}' is not contiguous", v.name));
+  return t;
+}
 
-std::map<std::string, Tensor> execute_plan(ExecutionPlan& plan, const Model& model,
-                                           const std::map<std::string, Tensor>& feeds,
-                                           const std::vector<std::string>& outputs,
-                                           std::map<std::string, OpProfile>* profile, uint64_t run_index) {
-  std::vector<Tensor> live(plan.values.size());
+void bind_values(ExecutionPlan& plan, const RunBinding& binding, RunValues& values) {
+  values.own.resize(plan.values.size());  // released by the last run: nothing held
+  values.at.assign(plan.values.size(), nullptr);
   for (size_t i = 0; i < plan.values.size(); ++i) {
-    const PlannedValue& v = plan.values[i];
+    PlannedValue& v = plan.values[i];
     switch (v.kind) {
-      case PlannedValue::Kind::Feed: live[i] = feeds.at(v.name).contiguous(); break;
-      case PlannedValue::Kind::Constant: live[i] = v.meta.value; break;
+      case PlannedValue::Kind::Constant: values.at[i] = &v.meta.value; break;  // kernels do not write inputs
       case PlannedValue::Kind::Arena:
-        live[i] = Tensor::view_of(plan.arena, plan.memory.offsets[static_cast<size_t>(v.buffer)], v.meta.dtype,
-                                  v.meta.shape);
+        values.set(static_cast<int>(i), Tensor::view_of(plan.arena, plan.memory.offsets[static_cast<size_t>(v.buffer)],
+                                                        v.meta.dtype, v.meta.shape));
         break;
+      case PlannedValue::Kind::Feed:   // from the binding, below
+      case PlannedValue::Kind::Bound:  // from the binding, below
       case PlannedValue::Kind::Alias:
-      case PlannedValue::Kind::Dynamic: break;  // bound when their step runs
+      case PlannedValue::Kind::Dynamic: values.at[i] = &values.own[i]; break;  // set when their step runs
     }
   }
+  for (const auto& [id, t] : binding.feeds) values.at[static_cast<size_t>(id)] = const_cast<Tensor*>(t);
+  for (const auto& [id, t] : binding.outputs) {
+    const PlannedValue& v = plan.values[static_cast<size_t>(id)];
+    if (v.kind == PlannedValue::Kind::Bound) values.at[static_cast<size_t>(id)] = checked_bound(v, t);
+  }
+}
+
+// Bound outputs that no step wrote in place (views, folded or dynamic values) are copied in.
+void copy_to_bound_outputs(const ExecutionPlan& plan, const RunBinding& binding, const RunValues& values) {
+  for (const auto& [id, t] : binding.outputs) {
+    const PlannedValue& v = plan.values[static_cast<size_t>(id)];
+    if (v.kind == PlannedValue::Kind::Bound) continue;
+    const Tensor& value = values[id];
+    if (t->dtype() != value.dtype() || t->shape() != value.shape())
+      throw ShapeError(fmt::format("output '{}' is {}, but the tensor bound to it is {}", v.name, value.describe(),
+                                   t->describe()));
+    if (t->raw_data() != value.raw_data()) t->copy_from(value);
+  }
+}
+
+void run_steps(ExecutionPlan& plan, const Model& model, RunValues& values, std::map<std::string, OpProfile>* profile,
+               uint64_t run_index) {
   for (PlanStep& step : plan.steps) {
     const Node& node = model.graph.nodes[step.node];
     const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     try {
-      run_step(plan, step, node, live, run_index);
+      run_step(plan, step, node, values, run_index);
     } catch (Error& e) {
       e.add_context(node.label() + ": ");
       throw;
@@ -105,12 +145,20 @@ std::map<std::string, Tensor> execute_plan(ExecutionPlan& plan, const Model& mod
       p.total_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     }
   }
-  std::map<std::string, Tensor> result;
-  for (const std::string& name : outputs) {
-    const Tensor& t = live[static_cast<size_t>(plan.index.at(name))];
-    result[name] = t.clone();  // the arena and the feeds stay ours; outputs are the caller's
+}
+
+}  // namespace
+
+void execute_plan(ExecutionPlan& plan, const Model& model, const RunBinding& binding, RunValues& values,
+                  std::map<std::string, OpProfile>* profile, uint64_t run_index) {
+  bind_values(plan, binding, values);
+  try {
+    run_steps(plan, model, values, profile, run_index);
+    copy_to_bound_outputs(plan, binding, values);
+  } catch (...) {
+    values.release();  // a failed run holds nothing
+    throw;
   }
-  return result;
 }
 
 }  // namespace kiln

@@ -19,6 +19,7 @@ struct Planner {
   const Model& model;
   const std::vector<size_t>& order;
   const std::map<std::string, Tensor>& feeds;
+  const std::set<std::string>& bound;
   std::unique_ptr<ExecutionPlan> plan = std::make_unique<ExecutionPlan>();
   std::unordered_map<std::string, size_t> last_use;  // value name -> last topological position
 
@@ -134,6 +135,10 @@ struct Planner {
         step.dynamic = true;
         continue;
       }
+      if (named && bound.count(name)) {
+        plan->values[static_cast<size_t>(id)].kind = PlannedValue::Kind::Bound;
+        continue;
+      }
       if (i == 0 && assign_shared_buffer(step, id, pos)) continue;
       place_in_arena(id, pos);
     }
@@ -194,15 +199,39 @@ struct Planner {
         plan->stats.unplanned_bytes +=
             (static_cast<size_t>(numel(v.meta.shape)) * dtype_size(v.meta.dtype) + kAlignment - 1) / kAlignment * kAlignment;
     plan->stats.num_steps = plan->steps.size();
+    record_producers_and_readers();
     return std::move(plan);
+  }
+
+  // Which step writes each value and which step reads it last; a view's readers count as readers
+  // of what it views (for the checks of Session::run_with_binding).
+  void record_producers_and_readers() {
+    std::vector<PlannedValue>& values = plan->values;
+    for (size_t s = 0; s < plan->steps.size(); ++s) {
+      const PlanStep& step = plan->steps[s];
+      for (size_t k = 0; k < step.outputs.size(); ++k) {
+        values[static_cast<size_t>(step.outputs[k])].producer = static_cast<int>(s);
+        values[static_cast<size_t>(step.outputs[k])].producer_output = static_cast<int>(k);
+      }
+      for (int in : step.inputs)
+        if (in >= 0) values[static_cast<size_t>(in)].last_reader = static_cast<int>(s);
+    }
+    for (const auto& out : model.graph.outputs) values[static_cast<size_t>(plan->index.at(out.name))].last_reader = kReadAfterRun;
+    for (auto s = plan->steps.rbegin(); s != plan->steps.rend(); ++s) {
+      const bool view = s->alias_only || (s->dynamic && s->kernel->output_aliases_input());
+      if (!view || s->inputs.empty() || s->inputs[0] < 0 || s->outputs.empty()) continue;
+      int& source = values[static_cast<size_t>(s->inputs[0])].last_reader;
+      source = std::max(source, values[static_cast<size_t>(s->outputs[0])].last_reader);
+    }
   }
 };
 
 }  // namespace
 
 std::unique_ptr<ExecutionPlan> build_plan(const Model& model, const std::vector<size_t>& order,
-                                          const std::map<std::string, Tensor>& feeds) {
-  return Planner{model, order, feeds}.run();
+                                          const std::map<std::string, Tensor>& feeds,
+                                          const std::set<std::string>& bound) {
+  return Planner{model, order, feeds, bound}.run();
 }
 
 }  // namespace kiln

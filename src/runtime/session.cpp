@@ -7,6 +7,7 @@
 #include <set>
 
 #include "runtime/execution_plan.h"
+#include "runtime/session_binding.h"
 
 namespace kiln {
 
@@ -64,11 +65,12 @@ void check_feeds(const Model& model, const std::map<std::string, Tensor>& feeds)
 
 }  // namespace
 
-ExecutionPlan& Session::plan_for(const std::map<std::string, Tensor>& feeds) {
+ExecutionPlan& Session::plan_for(const std::map<std::string, Tensor>& feeds, const std::set<std::string>& bound) {
   check_feeds(model_, feeds);
-  const std::string key = signature(feeds);
+  std::string key = signature(feeds);
+  for (const auto& name : bound) key += "bound:" + name + ";";
   auto it = plans_.find(key);
-  if (it == plans_.end()) it = plans_.emplace(key, build_plan(model_, order_, feeds)).first;
+  if (it == plans_.end()) it = plans_.emplace(key, build_plan(model_, order_, feeds, bound)).first;
   last_plan_ = it->second.get();
   return *it->second;
 }
@@ -92,7 +94,7 @@ const PlanStats& Session::last_plan_stats() const {
 
 std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& feeds,
                                            const std::vector<std::string>& outputs) {
-  if (options_.num_threads != 0 && get_num_threads() != options_.num_threads) set_num_threads(options_.num_threads);
+  use_thread_setting();
   std::vector<std::string> wanted = outputs;
   if (wanted.empty())
     for (const auto& o : model_.graph.outputs) wanted.push_back(o.name);
@@ -102,7 +104,25 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
     if (!known.count(name))
       throw InvalidArgument(fmt::format("'{}' is not an output of the model", name));
   ExecutionPlan& plan = plan_for(feeds);
-  return execute_plan(plan, model_, feeds, wanted, options_.profile ? &profile_ : nullptr, runs_++);
+  std::vector<Tensor> packed;  // feeds that were not contiguous, packed
+  packed.reserve(feeds.size());
+  RunBinding binding;
+  for (const auto& [name, t] : feeds) {
+    const Tensor* feed = &t;
+    if (!t.is_contiguous()) feed = &packed.emplace_back(t.contiguous());
+    binding.feeds.emplace_back(plan.index.at(name), feed);
+  }
+  RunValues& values = plan.run_values;
+  execute_plan(plan, model_, binding, values, options_.profile ? &profile_ : nullptr, runs_++);
+  std::map<std::string, Tensor> result;
+  // The arena and the feeds stay ours; outputs are the caller's.
+  for (const std::string& name : wanted) result[name] = values[plan.index.at(name)].clone();
+  values.release();
+  return result;
+}
+
+void Session::use_thread_setting() const {
+  if (options_.num_threads != 0 && get_num_threads() != options_.num_threads) set_num_threads(options_.num_threads);
 }
 
 std::vector<OpProfile> Session::profile() const {

@@ -1,15 +1,17 @@
-// Optimizer: runs the optimizer model's update nodes directly on the CheckpointState's tensors.
-// Each node's outputs are bound to the very tensors they replace (parameter, optimizer slots), so
-// a step reads and writes every element once and allocates nothing; the update kernels are
-// elementwise and written to be correct under that aliasing.
+// Optimizer: runs the optimizer model through a Session, like any graph, with each update node's
+// outputs bound to the very tensors they replace (parameter, optimizer slots): a step reads and
+// writes every element once and allocates nothing. The update kernels are elementwise and declare
+// that they may write over those inputs (Kernel::output_may_overwrite), which the Session checks.
 #include <fmt/format.h>
 
+#include <map>
 #include <set>
 
+#include "kernels/node_inference.h"
 #include "kiln/autodiff.h"
 #include "kiln/error.h"
-#include "kiln/kernel.h"
 #include "kiln/onnx_io.h"
+#include "kiln/session.h"
 #include "kiln/training.h"
 #include "training/optimizer_model.h"
 
@@ -21,61 +23,125 @@ struct BoundUpdate {
   size_t node = 0;
   std::string param;
   std::vector<std::string> slots;
-  std::unique_ptr<Kernel> kernel;
+};
+
+// What a graph input of the optimizer model is fed, or which tensor a graph output is written to.
+struct Binding {
+  enum class Kind { LearningRate, Step, Data, Grad, Slot };
+  Kind kind = Kind::Data;
+  size_t update = 0;  // index into the updates, for Data, Grad and Slot
+  size_t slot = 0;    // index into the update's slots
+  bool operator==(const Binding& o) const { return kind == o.kind && update == o.update && slot == o.slot; }
 };
 
 }  // namespace
 
 struct Optimizer::Impl {
   std::string path;
-  Model model;
+  Session session;
   Module& module;
   CheckpointState& state;
   const UpdateOp* op = nullptr;
   std::vector<BoundUpdate> updates;
+  std::vector<Binding> input_bindings;   // one per graph input
+  std::vector<Binding> output_bindings;  // one per graph output
+  struct UpdateTensors {
+    Tensor* data = nullptr;
+    Tensor* grad = nullptr;
+    std::vector<Tensor*> slots;
+  };
+  std::vector<UpdateTensors> current;    // this step's tensors of each update
+  std::vector<const Tensor*> inputs;     // reused every step: no allocation once sized
+  std::vector<Tensor*> outputs;
   Tensor lr = Tensor::scalar<float>(0.f);
   Tensor step = Tensor::scalar<int64_t>(0);
 
-  Impl(const std::string& p, Module& m) : path(p), model(load_model(p)), module(m), state(m.state()) {}
+  Impl(const std::string& p, Module& m) : path(p), session(load_model(p)), module(m), state(m.state()) {}
 
+  const Model& model() const { return session.model(); }
   std::string where() const { return fmt::format("optimizer model '{}'", path); }
 
   Tensor& slot(const std::string& name, const std::string& param) { return state.optimizer_state().slots[name][param]; }
 
+  BoundUpdate bind_node(size_t i, std::set<std::string>& seen) {
+    const Node& n = model().graph.nodes[i];
+    const UpdateOp* u = update_op_for_node(n);
+    if (u == nullptr)
+      throw Unsupported(fmt::format("{}: {} of domain '{}' is not an update op Kiln's Optimizer runs "
+                                    "(ai.kiln AdamWStep, SGDStep)", where(), n.label(), n.domain));
+    if (op != nullptr && u != op)
+      throw InvalidModel(fmt::format("{} mixes {} and {} nodes", where(), op->op_type, u->op_type));
+    op = u;
+    if (n.inputs.size() < kUpdateFirstSlot || n.outputs.empty())
+      throw InvalidModel(fmt::format("{}: {} needs inputs (learning_rate, step, X, G, slots...)", where(), n.label()));
+    BoundUpdate b;
+    b.node = i;
+    b.param = n.inputs[2];
+    if (!state.parameters().count(b.param))
+      throw KeyError(fmt::format("{} updates parameter '{}', which the checkpoint does not have", where(), b.param));
+    if (!state.parameter(b.param).requires_grad())
+      throw InvalidArgument(fmt::format("{} updates parameter '{}', which is not trainable", where(), b.param));
+    if (!seen.insert(b.param).second)
+      throw InvalidModel(fmt::format("{} updates parameter '{}' twice", where(), b.param));
+    b.slots = node_slots(n, *op);
+    if (n.outputs.size() != 1 + b.slots.size())
+      throw InvalidModel(fmt::format("{}: {} has {} outputs; expected {}", where(), n.label(), n.outputs.size(),
+                                     1 + b.slots.size()));
+    return b;
+  }
+
   void bind() {
-    const Graph& g = model.graph;
+    const Graph& g = model().graph;
     if (g.nodes.empty()) throw InvalidModel(fmt::format("{} has no update nodes", where()));
     std::set<std::string> seen;
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      const Node& n = g.nodes[i];
-      const UpdateOp* u = update_op_for_node(n);
-      if (u == nullptr)
-        throw Unsupported(fmt::format("{}: {} of domain '{}' is not an update op Kiln's Optimizer runs "
-                                      "(ai.kiln AdamWStep, SGDStep)", where(), n.label(), n.domain));
-      if (op != nullptr && u != op)
-        throw InvalidModel(fmt::format("{} mixes {} and {} nodes", where(), op->op_type, u->op_type));
-      op = u;
-      if (n.inputs.size() < kUpdateFirstSlot || n.outputs.empty())
-        throw InvalidModel(fmt::format("{}: {} needs inputs (learning_rate, step, X, G, slots...)", where(), n.label()));
-      BoundUpdate b;
-      b.node = i;
-      b.param = n.inputs[2];
-      if (!state.parameters().count(b.param))
-        throw KeyError(fmt::format("{} updates parameter '{}', which the checkpoint does not have", where(), b.param));
-      if (!state.parameter(b.param).requires_grad())
-        throw InvalidArgument(fmt::format("{} updates parameter '{}', which is not trainable", where(), b.param));
-      if (!seen.insert(b.param).second)
-        throw InvalidModel(fmt::format("{} updates parameter '{}' twice", where(), b.param));
-      b.slots = node_slots(n, *op);
-      if (n.outputs.size() != 1 + b.slots.size())
-        throw InvalidModel(fmt::format("{}: {} has {} outputs; expected {}", where(), n.label(), n.outputs.size(),
-                                       1 + b.slots.size()));
-      updates.push_back(std::move(b));
-    }
+    for (size_t i = 0; i < g.nodes.size(); ++i) updates.push_back(bind_node(i, seen));
     for (const auto& p : module.parameter_names())
       if (state.parameter(p).requires_grad() && !seen.count(p))
         throw InvalidArgument(fmt::format("{} does not update trainable parameter '{}' (artifacts of another model?)",
                                           where(), p));
+    bind_graph_values();
+  }
+
+  // Each graph input and output to the tensor it stands for, from the update nodes that read and
+  // write it; the Session is then run with them by position.
+  void bind_graph_values() {
+    const Graph& g = model().graph;
+    std::map<std::string, Binding> reads, writes;
+    auto claim = [&](std::map<std::string, Binding>& map, const std::string& name, Binding b) {
+      auto [it, fresh] = map.emplace(name, b);
+      if (!fresh && !(it->second == b))
+        throw InvalidModel(fmt::format("{}: '{}' stands for two different tensors", where(), name));
+    };
+    for (size_t u = 0; u < updates.size(); ++u) {
+      const Node& n = g.nodes[updates[u].node];
+      claim(reads, n.inputs[0], {Binding::Kind::LearningRate, 0, 0});
+      claim(reads, n.inputs[1], {Binding::Kind::Step, 0, 0});
+      claim(reads, n.inputs[2], {Binding::Kind::Data, u, 0});
+      claim(reads, n.inputs[3], {Binding::Kind::Grad, u, 0});
+      claim(writes, n.outputs[0], {Binding::Kind::Data, u, 0});
+      for (size_t k = 0; k < updates[u].slots.size(); ++k) {
+        claim(reads, n.inputs[kUpdateFirstSlot + k], {Binding::Kind::Slot, u, k});
+        claim(writes, n.outputs[1 + k], {Binding::Kind::Slot, u, k});
+      }
+    }
+    for (const ValueInfo& v : g.inputs) {
+      auto it = reads.find(v.name);
+      if (it == reads.end())
+        throw InvalidModel(fmt::format("{}: graph input '{}' is not read by any update node", where(), v.name));
+      input_bindings.push_back(it->second);
+    }
+    for (const ValueInfo& v : g.outputs) {
+      auto it = writes.find(v.name);
+      if (it == writes.end())
+        throw InvalidModel(fmt::format("{}: graph output '{}' is not written by any update node", where(), v.name));
+      output_bindings.push_back(it->second);
+      writes.erase(it);
+    }
+    if (!writes.empty())
+      throw InvalidModel(fmt::format("{}: '{}' is written by an update node but is not a graph output, so the "
+                                     "update would be lost", where(), writes.begin()->first));
+    if (reads.size() != g.inputs.size())
+      throw InvalidModel(fmt::format("{}: the update nodes read values that are not graph inputs", where()));
   }
 
   void restore_or_init_state() {
@@ -87,8 +153,8 @@ struct Optimizer::Impl {
       s.type = op->type;
       s.step = 0;
       s.learning_rate = 1e-3f;
-      auto it = model.metadata.find(kLearningRateKey);
-      if (it != model.metadata.end()) {
+      auto it = model().metadata.find(kLearningRateKey);
+      if (it != model().metadata.end()) {
         try {
           s.learning_rate = std::stof(it->second);
         } catch (const std::exception&) {
@@ -110,23 +176,19 @@ struct Optimizer::Impl {
       }
   }
 
-  void prepare_kernels() {
-    const int64_t opset = model.opset(kKilnDomain);
-    for (BoundUpdate& b : updates) {
-      const Node& n = model.graph.nodes[b.node];
+  // Each update node against its parameter's dtype and shape, so that a model Kiln cannot run
+  // fails here rather than at the first step (the Session plans at the first step).
+  void check_kernels() {
+    const int64_t opset = model().opset(kKilnDomain);
+    for (const BoundUpdate& b : updates) {
+      const Node& n = model().graph.nodes[b.node];
       const Parameter& p = state.parameter(b.param);
-      InferContext ctx{n, opset, {}};
-      std::vector<std::optional<DType>> dtypes;
       const TensorMeta param_meta{p.dtype(), p.shape(), false, Tensor()};
-      ctx.inputs.push_back(TensorMeta::of(lr));
-      ctx.inputs.push_back(TensorMeta::of(step));
+      std::vector<std::optional<TensorMeta>> metas{TensorMeta::of(lr), TensorMeta::of(step)};
       for (size_t i = 2; i < n.inputs.size(); ++i)
-        ctx.inputs.push_back(n.inputs[i].empty() ? std::nullopt : std::optional<TensorMeta>(param_meta));
-      for (const auto& in : ctx.inputs) dtypes.push_back(in ? std::optional<DType>(in->dtype) : std::nullopt);
+        metas.push_back(n.inputs[i].empty() ? std::nullopt : std::optional<TensorMeta>(param_meta));
       try {
-        b.kernel = KernelRegistry::global().resolve_node(n, opset, dtypes).create(n);
-        const std::vector<TensorMeta> outs = b.kernel->infer(ctx);
-        b.kernel->prepare(ctx, outs);
+        infer_node(n, opset, metas);
       } catch (Error& e) {
         e.add_context(fmt::format("{}: {}: ", where(), n.label()));
         throw;
@@ -134,33 +196,54 @@ struct Optimizer::Impl {
     }
   }
 
-  void run_step() {
-    for (const BoundUpdate& b : updates) {
-      const Parameter& p = state.parameter(b.param);
+  Tensor& tensor_for(const Binding& b) {
+    switch (b.kind) {
+      case Binding::Kind::LearningRate: return lr;
+      case Binding::Kind::Step: return step;
+      case Binding::Kind::Data: return *current[b.update].data;
+      case Binding::Kind::Grad: return *current[b.update].grad;
+      case Binding::Kind::Slot: break;
+    }
+    return *current[b.update].slots[b.slot];
+  }
+
+  // Every update's tensors, looked up once per step; slots a nominal parameter lacked are created.
+  void gather_tensors() {
+    current.resize(updates.size());
+    auto& slots = state.optimizer_state().slots;
+    for (size_t u = 0; u < updates.size(); ++u) {
+      const BoundUpdate& b = updates[u];
+      Parameter& p = state.parameter(b.param);
       if (!p.grad().defined())
         throw InvalidArgument(fmt::format("parameter '{}' has no gradient: run the Module in train mode before "
                                           "Optimizer.step()", b.param));
       if (!p.has_data()) throw InvalidArgument(fmt::format("parameter '{}' has no data (nominal checkpoint)", b.param));
+      UpdateTensors& t = current[u];
+      t.data = &p.data();
+      t.grad = &p.grad();
+      t.slots.resize(b.slots.size());
+      for (size_t k = 0; k < b.slots.size(); ++k) {
+        Tensor& slot_tensor = slots[b.slots[k]][b.param];
+        if (!slot_tensor.defined()) slot_tensor = Tensor::zeros(p.dtype(), p.shape());
+        t.slots[k] = &slot_tensor;
+      }
     }
+  }
+
+  void run_step() {
+    gather_tensors();
     OptimizerState& s = state.optimizer_state();
     lr.data<float>()[0] = s.learning_rate;
     step.data<int64_t>()[0] = s.step + 1;
-    for (BoundUpdate& b : updates) {
-      Parameter& p = state.parameter(b.param);
-      const Node& n = model.graph.nodes[b.node];
-      ComputeContext ctx{n, {&lr, &step, &p.data(), &p.grad()}, {&p.data()}};
-      for (const auto& name : b.slots) {
-        Tensor& t = slot(name, b.param);
-        if (!t.defined()) t = Tensor::zeros(p.dtype(), p.shape());
-        ctx.inputs.push_back(&t);
-        ctx.outputs.push_back(&t);
-      }
-      try {
-        b.kernel->compute(ctx);
-      } catch (Error& e) {
-        e.add_context(fmt::format("{}: {}: ", where(), n.label()));
-        throw;
-      }
+    inputs.resize(input_bindings.size());
+    outputs.resize(output_bindings.size());
+    for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = &tensor_for(input_bindings[i]);
+    for (size_t i = 0; i < outputs.size(); ++i) outputs[i] = &tensor_for(output_bindings[i]);
+    try {
+      session.run_with_binding(inputs, outputs);
+    } catch (Error& e) {
+      e.add_context(where() + ": ");
+      throw;
     }
     s.step += 1;
   }
@@ -170,7 +253,7 @@ Optimizer::Optimizer(const std::string& optimizer_model_path, Module& module)
     : impl_(std::make_unique<Impl>(optimizer_model_path, module)) {
   impl_->bind();
   impl_->restore_or_init_state();
-  impl_->prepare_kernels();
+  impl_->check_kernels();
 }
 
 Optimizer::~Optimizer() = default;

@@ -6,6 +6,7 @@
 
 #include "kiln/kernel.h"
 #include "kiln/session.h"
+#include "runtime/runtime_test_util.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -92,22 +93,10 @@ const KernelRegistrar r4({"test.kiln", "ShapeOf", 1, kMaxOpset, {}},
                          [](const Node& n) { return std::make_unique<ShapeOf>(n); });
 
 Node node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
-  Node n;
-  n.op_type = op;
-  n.domain = "test.kiln";
-  n.name = out[0] + "_node";
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  return n;
+  return kiln::test::domain_node("test.kiln", op, std::move(in), std::move(out));
 }
 
-ValueInfo info(const std::string& name, std::vector<int64_t> dims) {
-  ValueInfo v;
-  v.name = name;
-  v.has_type = v.has_shape = true;
-  for (int64_t d : dims) v.dims.push_back(Dim{d, d < 0 ? "batch" : ""});
-  return v;
-}
+ValueInfo info(const std::string& name, const std::vector<int64_t>& dims) { return kiln::test::float_info(name, dims); }
 
 // x -> AddOne -> a -> AddOne -> b -> AddOne -> c -> Flat -> y, nodes listed out of order.
 Model chain_model() {

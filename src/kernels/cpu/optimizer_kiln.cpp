@@ -65,6 +65,10 @@ class AdamWStep final : public Kernel {
   }
 
   std::optional<size_t> inplace_input() const override { return 2; }
+  // Elementwise: the parameter and each slot may be updated in their own memory.
+  bool output_may_overwrite(size_t output, size_t input) const override {
+    return input == (output == 0 ? 2 : output + 3);  // X_new over X, slot k over its old value
+  }
 
  private:
   // transformers.AdamW (HF's own, optim="adamw_hf"): eps added to sqrt(v) before the bias
@@ -194,6 +198,10 @@ class SGDStep final : public Kernel {
   }
 
   std::optional<size_t> inplace_input() const override { return 2; }
+  // Elementwise: the parameter and each slot may be updated in their own memory.
+  bool output_may_overwrite(size_t output, size_t input) const override {
+    return input == (output == 0 ? 2 : output + 3);  // X_new over X, slot k over its old value
+  }
 
  private:
   template <class T>

@@ -1,0 +1,96 @@
+// Session::run_with_binding: the graph run by position with outputs written into the caller's
+// tensors, for loops that call one graph every step (the Optimizer). After the first call with a
+// signature, a call builds no names, copies no tensors and allocates nothing but its outputs.
+#include <fmt/format.h>
+
+#include "runtime/session_binding.h"
+
+namespace kiln {
+
+bool Session::BindingCache::matches(const std::vector<const Tensor*>& inputs,
+                                    const std::vector<Tensor*>& outputs) const {
+  if (plan == nullptr) return false;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!inputs[i]->defined() || inputs[i]->dtype() != dtypes[i] || inputs[i]->shape() != shapes[i]) return false;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (outputs[i]->defined() != bound[i]) return false;
+  return true;
+}
+
+void Session::run_with_binding(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
+  std::vector<const Tensor*> in;
+  std::vector<Tensor*> out;
+  in.reserve(inputs.size());
+  out.reserve(outputs.size());
+  for (const Tensor& t : inputs) in.push_back(&t);
+  for (Tensor& t : outputs) out.push_back(&t);
+  run_with_binding(in, out);
+}
+
+void Session::plan_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs) {
+  const Graph& g = model_.graph;
+  BindingCache& cache = *binding_;
+  std::map<std::string, Tensor> feeds;
+  std::set<std::string> bound;
+  for (size_t i = 0; i < inputs.size(); ++i) feeds[g.inputs[i].name] = *inputs[i];
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (outputs[i]->defined()) bound.insert(g.outputs[i].name);
+  cache.plan = nullptr;  // until planning succeeds
+  ExecutionPlan& plan = plan_for(feeds, bound);
+  cache.dtypes.clear();
+  cache.shapes.clear();
+  cache.input_values.clear();
+  cache.output_values.clear();
+  cache.bound.clear();
+  for (const Tensor* t : inputs) {
+    cache.dtypes.push_back(t->dtype());
+    cache.shapes.push_back(t->shape());
+  }
+  for (const auto& v : g.inputs) cache.input_values.push_back(plan.index.at(v.name));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    cache.output_values.push_back(plan.index.at(g.outputs[i].name));
+    cache.bound.push_back(outputs[i]->defined());
+  }
+  cache.plan = &plan;
+}
+
+void Session::run_with_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs) {
+  const Graph& g = model_.graph;
+  if (inputs.size() != g.inputs.size())
+    throw InvalidArgument(fmt::format("run_with_binding was given {} inputs; the model has {}", inputs.size(),
+                                      g.inputs.size()));
+  if (outputs.size() != g.outputs.size())
+    throw InvalidArgument(fmt::format("run_with_binding was given {} outputs; the model has {}", outputs.size(),
+                                      g.outputs.size()));
+  for (size_t i = 0; i < inputs.size() || i < outputs.size(); ++i)
+    if ((i < inputs.size() && inputs[i] == nullptr) || (i < outputs.size() && outputs[i] == nullptr))
+      throw InvalidArgument("run_with_binding was given a null tensor pointer");
+  use_thread_setting();
+  if (!binding_) binding_ = std::make_unique<BindingCache>();
+  BindingCache& cache = *binding_;
+  if (!cache.matches(inputs, outputs)) plan_binding(inputs, outputs);
+  ExecutionPlan& plan = *cache.plan;
+  last_plan_ = &plan;
+  std::vector<Tensor> packed;  // inputs that were not contiguous, packed
+  RunBinding& binding = cache.binding;
+  binding.feeds.clear();
+  binding.outputs.clear();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor* feed = inputs[i];
+    if (!feed->is_contiguous()) {
+      if (packed.capacity() == 0) packed.reserve(inputs.size());  // no reallocation: pointers stay valid
+      feed = &packed.emplace_back(feed->contiguous());
+    }
+    binding.feeds.emplace_back(cache.input_values[i], feed);
+  }
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (outputs[i]->defined()) binding.outputs.emplace_back(cache.output_values[i], outputs[i]);
+  check_binding_overlaps(plan, model_, binding, cache.ranges);
+  RunValues& values = plan.run_values;
+  execute_plan(plan, model_, binding, values, options_.profile ? &profile_ : nullptr, runs_++);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (!outputs[i]->defined()) *outputs[i] = values[cache.output_values[i]].clone();
+  values.release();
+}
+
+}  // namespace kiln
