@@ -69,8 +69,8 @@ std::string GraphBuilder::linear(const std::string& x, int64_t in, int64_t out, 
   return op("Gemm", {x, w, b}, {{"transB", Attribute::of_int(1)}}, prefix);
 }
 
-std::string GraphBuilder::conv2d(const std::string& x, int64_t in, int64_t out, int64_t k, int64_t stride,
-                                 int64_t pad, const std::string& prefix) {
+std::string GraphBuilder::conv2d(const std::string& x, int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad,
+                                 const std::string& prefix) {
   const float bound = 1.f / std::sqrt(static_cast<float>(in * k * k));
   const std::string w = initializer(prefix + ".weight", uniform({out, in, k, k}, bound));
   const std::string b = initializer(prefix + ".bias", uniform({out}, bound));

@@ -30,10 +30,10 @@ struct GradientOptions {
 };
 
 struct GradientGraph {
-  Model model;                                // forward + backward; outputs: loss, the forward
-                                              // outputs, then one gradient per parameter
-  std::map<std::string, std::string> grads;   // parameter -> gradient output name
-  std::vector<std::string> parameters;        // trainable parameters, in graph output order
+  Model model;                               // forward + backward; outputs: loss, the forward
+                                             // outputs, then one gradient per parameter
+  std::map<std::string, std::string> grads;  // parameter -> gradient output name
+  std::vector<std::string> parameters;       // trainable parameters, in graph output order
 };
 
 GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& options);
@@ -63,8 +63,7 @@ struct ParameterSelection {
 enum class Purpose { Train, Differentiate };
 ParameterSelection select_parameters(const Model& model, const std::string& loss,
                                      const std::vector<std::string>& requires_grad,
-                                     const std::vector<std::string>& frozen_params,
-                                     Purpose purpose = Purpose::Train);
+                                     const std::vector<std::string>& frozen_params, Purpose purpose = Purpose::Train);
 // Whether input `input` of `node` is a BatchNormalization running statistic (mean, variance).
 bool is_running_statistic_input(const Node& node, size_t input);
 

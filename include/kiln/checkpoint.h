@@ -82,9 +82,9 @@ class PropertyBag {
 // What an optimizer carries between steps. `slots` maps a slot name ("exp_avg") to the tensors of
 // each parameter that has one.
 struct OptimizerState {
-  std::string type;          // "AdamW", "SGD"; empty: no optimizer state
-  int64_t step = 0;          // optimizer steps taken
-  float learning_rate = 0;   // the current learning rate
+  std::string type;                                            // "AdamW", "SGD"; empty: no optimizer state
+  int64_t step = 0;                                            // optimizer steps taken
+  float learning_rate = 0;                                     // the current learning rate
   std::map<std::string, std::map<std::string, Tensor>> slots;  // slot -> parameter -> tensor
   bool empty() const { return type.empty(); }
 };

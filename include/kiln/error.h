@@ -23,20 +23,36 @@ class Error : public std::exception {
 };
 
 // The model file or graph is malformed: truncated protobuf, dangling value, cycle, bad attribute.
-class InvalidModel : public Error { using Error::Error; };
+class InvalidModel : public Error {
+  using Error::Error;
+};
 // A tensor has a shape that does not fit (wrong input shape, incompatible broadcast).
-class ShapeError : public Error { using Error::Error; };
+class ShapeError : public Error {
+  using Error::Error;
+};
 // A tensor has a dtype that does not fit.
-class TypeError : public Error { using Error::Error; };
+class TypeError : public Error {
+  using Error::Error;
+};
 // The model or call asks for something Kiln does not implement (unknown op, attribute value).
-class Unsupported : public Error { using Error::Error; };
+class Unsupported : public Error {
+  using Error::Error;
+};
 // A file could not be read or written.
-class IOError : public Error { using Error::Error; };
+class IOError : public Error {
+  using Error::Error;
+};
 // A caller passed a bad argument (unknown input name, missing input, bad option).
-class InvalidArgument : public Error { using Error::Error; };
+class InvalidArgument : public Error {
+  using Error::Error;
+};
 // A name looked up in a mapping is not there (a parameter or property of a checkpoint).
-class KeyError : public InvalidArgument { using InvalidArgument::InvalidArgument; };
+class KeyError : public InvalidArgument {
+  using InvalidArgument::InvalidArgument;
+};
 // A checkpoint or data file is truncated, corrupted, or of another model.
-class CorruptFile : public IOError { using IOError::IOError; };
+class CorruptFile : public IOError {
+  using IOError::IOError;
+};
 
 }  // namespace kiln

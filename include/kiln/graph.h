@@ -94,7 +94,7 @@ struct ValueInfo {
 struct Graph {
   std::string name;
   std::vector<Node> nodes;
-  std::vector<ValueInfo> inputs;   // excludes initializers, as written by current exporters
+  std::vector<ValueInfo> inputs;  // excludes initializers, as written by current exporters
   std::vector<ValueInfo> outputs;
   std::vector<ValueInfo> value_info;
   std::map<std::string, Tensor> initializers;

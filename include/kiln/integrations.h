@@ -113,7 +113,8 @@ class CsvLoggerCallback : public TrainerCallback {
 
 // The integration callbacks report_to names, in the order given; "all" is every registered
 // integration. InvalidArgument naming an unknown integration and listing the known ones.
-std::vector<std::shared_ptr<TrainerCallback>> reporting_integration_callbacks(const std::vector<std::string>& report_to);
+std::vector<std::shared_ptr<TrainerCallback>> reporting_integration_callbacks(
+    const std::vector<std::string>& report_to);
 
 // The registry behind report_to: each integration registers a factory under its name.
 using IntegrationFactory = std::function<std::shared_ptr<TrainerCallback>()>;

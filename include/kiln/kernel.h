@@ -116,10 +116,8 @@ class KernelRegistry {
   static KernelRegistry& global();
   void add(KernelDef def);
   // The kernel for this node; throws Unsupported naming op, domain, opset and dtype when none fits.
-  const KernelDef& resolve(const std::string& domain, const std::string& op_type, int64_t opset,
-                           DType dtype) const;
-  const KernelDef* find(const std::string& domain, const std::string& op_type, int64_t opset,
-                        DType dtype) const;
+  const KernelDef& resolve(const std::string& domain, const std::string& op_type, int64_t opset, DType dtype) const;
+  const KernelDef* find(const std::string& domain, const std::string& op_type, int64_t opset, DType dtype) const;
   // The kernel for a node given the dtypes of its inputs (nullopt: omitted): each candidate is
   // checked against the dtype of its own `type_input`. Throws Unsupported like resolve().
   const KernelDef& resolve_node(const Node& node, int64_t opset,
@@ -138,7 +136,7 @@ struct OpDoc {
   std::string domain;
   std::string op_type;
   std::string summary;
-  std::vector<std::string> inputs;   // "name: meaning"
+  std::vector<std::string> inputs;  // "name: meaning"
   std::vector<std::string> outputs;
   std::string math;
 };

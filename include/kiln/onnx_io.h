@@ -11,17 +11,17 @@
 namespace kiln {
 
 struct LoadOptions {
-  bool run_checker = true;          // onnx::checker on the parsed model
-  bool infer_shapes = true;         // onnx shape inference to fill value_info
-  bool load_external_data = true;   // read tensors stored beside the model
+  bool run_checker = true;         // onnx::checker on the parsed model
+  bool infer_shapes = true;        // onnx shape inference to fill value_info
+  bool load_external_data = true;  // read tensors stored beside the model
 };
 
 // Loads an ONNX model (default domain, opsets 13..17 supported for running). Throws IOError for
 // unreadable files, InvalidModel for malformed ones, both naming the file.
 Model load_model(const std::string& path, const LoadOptions& options = {});
 // Parses a serialized ModelProto held in memory. `base_dir` resolves external data ("" forbids it).
-Model load_model_from_bytes(const std::string& bytes, const std::string& base_dir = "",
-                            const LoadOptions& options = {}, const std::string& label = "<memory>");
+Model load_model_from_bytes(const std::string& bytes, const std::string& base_dir = "", const LoadOptions& options = {},
+                            const std::string& label = "<memory>");
 // Writes the model as one ONNX file, all tensors inline. Atomic: a crash leaves the old file or the
 // new one. Throws IOError naming the path on any write failure.
 void save_model(const Model& model, const std::string& path);

@@ -16,10 +16,9 @@
 
 #include <array>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace kiln::trainer {
 
@@ -30,9 +29,16 @@ struct PlotOptions {
 
 // The series colours (RGB), matplotlib's "tab10" cycle: loss, eval_loss, learning_rate, grad_norm,
 // then the eval metrics in name order, cycling through the rest.
-inline constexpr std::array<std::array<uint8_t, 3>, 10> kPlotPalette{{
-    {31, 119, 180}, {255, 127, 14}, {44, 160, 44}, {214, 39, 40}, {148, 103, 189},
-    {140, 86, 75}, {227, 119, 194}, {127, 127, 127}, {188, 189, 34}, {23, 190, 207}}};
+inline constexpr std::array<std::array<uint8_t, 3>, 10> kPlotPalette{{{31, 119, 180},
+                                                                      {255, 127, 14},
+                                                                      {44, 160, 44},
+                                                                      {214, 39, 40},
+                                                                      {148, 103, 189},
+                                                                      {140, 86, 75},
+                                                                      {227, 119, 194},
+                                                                      {127, 127, 127},
+                                                                      {188, 189, 34},
+                                                                      {23, 190, 207}}};
 
 // The trainer_state.json plot_run reads for `path`: path itself when it is a file; else
 // path/trainer_state.json; else that of the newest path/checkpoint-N. IOError saying where it looked.
@@ -47,6 +53,7 @@ std::vector<uint8_t> render_log_history(const std::vector<nlohmann::json>& log_h
 // Reads the run's trainer_state.json (find_trainer_state) and writes the PNG atomically.
 // CorruptFile for malformed JSON or a missing log_history, naming the file; IOError when png_path
 // cannot be written.
-void plot_run(const std::string& output_dir_or_state_file, const std::string& png_path, const PlotOptions& options = {});
+void plot_run(const std::string& output_dir_or_state_file, const std::string& png_path,
+              const PlotOptions& options = {});
 
 }  // namespace kiln::trainer

@@ -21,8 +21,7 @@ enum class PngFilter { None = 0, Sub = 1, Up = 2, Average = 3, Paeth = 4, Adapti
 
 // The bytes of a PNG file. InvalidArgument when width or height is not positive or too large, or
 // when rgb does not hold width * height * 3 bytes.
-std::string encode_png(int width, int height, const std::vector<uint8_t>& rgb,
-                       PngFilter filter = PngFilter::Adaptive);
+std::string encode_png(int width, int height, const std::vector<uint8_t>& rgb, PngFilter filter = PngFilter::Adaptive);
 
 // encode_png written atomically to path (a crash leaves the old file or the whole new one).
 // IOError naming the path when it cannot be written.

@@ -22,8 +22,8 @@
 namespace kiln {
 
 struct SessionOptions {
-  int num_threads = 0;  // 0: all cores
-  bool profile = false; // time every kernel call (see Session::profile())
+  int num_threads = 0;   // 0: all cores
+  bool profile = false;  // time every kernel call (see Session::profile())
 };
 
 // Time spent per op type over the runs of a profiling session, largest first.
@@ -34,12 +34,12 @@ struct OpProfile {
 };
 
 struct PlanStats {
-  size_t peak_bytes = 0;        // size of the activation arena: the planned peak
-  size_t unplanned_bytes = 0;   // bytes the arena would need without any reuse: every run-time value
-                                // in its own buffer (in-place outputs too), each 64-byte aligned
-  size_t num_steps = 0;         // kernels run per call
-  size_t num_folded = 0;        // nodes computed at plan time
-  size_t num_dynamic_steps = 0; // steps whose shapes are known only at run time
+  size_t peak_bytes = 0;         // size of the activation arena: the planned peak
+  size_t unplanned_bytes = 0;    // bytes the arena would need without any reuse: every run-time value
+                                 // in its own buffer (in-place outputs too), each 64-byte aligned
+  size_t num_steps = 0;          // kernels run per call
+  size_t num_folded = 0;         // nodes computed at plan time
+  size_t num_dynamic_steps = 0;  // steps whose shapes are known only at run time
 };
 
 // Sets the thread count for all kernels (OpenMP and oneDNN); 0 means all cores.

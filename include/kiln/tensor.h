@@ -53,7 +53,9 @@ class Tensor {
   template <class T>
   static Tensor from_vector(const Shape& shape, const std::vector<T>& values);
   template <class T>
-  static Tensor scalar(T value) { return from_vector<T>({}, {value}); }
+  static Tensor scalar(T value) {
+    return from_vector<T>({}, {value});
+  }
 
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }
@@ -84,12 +86,12 @@ class Tensor {
   // All elements of a contiguous integer or float tensor as int64 (shape inputs, axes).
   std::vector<int64_t> to_int64_vector() const;
 
-  Tensor reshape(Shape shape) const;        // view; needs contiguous and equal numel
+  Tensor reshape(Shape shape) const;                       // view; needs contiguous and equal numel
   Tensor permute(const std::vector<int64_t>& perm) const;  // strided view
-  Tensor contiguous() const;                // this if contiguous, else a packed copy
-  Tensor clone() const;                     // packed owning copy
-  void copy_from(const Tensor& src);        // same dtype and shape, any strides
-  std::string describe() const;             // "float[2, 3]"
+  Tensor contiguous() const;                               // this if contiguous, else a packed copy
+  Tensor clone() const;                                    // packed owning copy
+  void copy_from(const Tensor& src);                       // same dtype and shape, any strides
+  std::string describe() const;                            // "float[2, 3]"
 
  private:
   void check_dtype(DType requested) const;

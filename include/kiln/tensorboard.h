@@ -38,8 +38,7 @@ class TensorBoardWriter {
   // One Event{wall_time, step, summary{value{tag, simple_value}}}; the value is stored as float32
   // (TensorBoard's simple_value). wall_time defaults to now, in seconds since the Unix epoch.
   // InvalidArgument for an empty tag; IOError naming the file when writing fails.
-  void add_scalar(const std::string& tag, double value, int64_t step,
-                  std::optional<double> wall_time = std::nullopt);
+  void add_scalar(const std::string& tag, double value, int64_t step, std::optional<double> wall_time = std::nullopt);
   // A text summary as TensorBoard's text plugin shows it (tag "<tag>/text_summary"), as
   // torch.utils.tensorboard's add_text writes it.
   void add_text(const std::string& tag, const std::string& text, int64_t step,

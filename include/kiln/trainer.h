@@ -38,7 +38,7 @@ struct ModelSource {
   Kind kind = Kind::Builtin;
   std::string path_or_name;
   training::LossType loss = training::LossType::CrossEntropyLoss;  // for Onnx
-  std::vector<std::string> frozen_params;                         // for Onnx / Builtin
+  std::vector<std::string> frozen_params;                          // for Onnx / Builtin
   std::string logits_output;  // the output that predictions come from (default: the model's first)
   nlohmann::json model_config = nlohmann::json::object();  // for Builtin: overrides of the zoo config
   // HF's `optimizers` argument, the optimizer half: an optimizer (type and hyperparameters) used
@@ -119,8 +119,7 @@ class Trainer {
 
   // Overrides of the optimizer's learning-rate schedule (HF's `optimizers` argument): a scheduler
   // built from the optimizer's base learning rate, the warm-up steps and the total steps.
-  using SchedulerFactory =
-      std::function<std::unique_ptr<LRScheduler>(double base_lr, int64_t warmup, int64_t total)>;
+  using SchedulerFactory = std::function<std::unique_ptr<LRScheduler>(double base_lr, int64_t warmup, int64_t total)>;
   void set_scheduler_factory(SchedulerFactory factory);
 
   // HF's callback list operations. add_callback appends (warning on stderr when a callback of the

@@ -24,8 +24,22 @@ using EventFn = void (TrainerCallback::*)(const Args&, const TrainerState&, Trai
 
 // Every event, in HF's declaration order: the adapter's dispatch and the bound methods share it.
 enum Event : size_t {
-  kInitEnd, kTrainBegin, kTrainEnd, kEpochBegin, kEpochEnd, kStepBegin, kPreOptimizerStep, kOptimizerStep,
-  kSubstepEnd, kStepEnd, kEvaluate, kPredict, kSave, kLog, kPredictionStep, kEventCount
+  kInitEnd,
+  kTrainBegin,
+  kTrainEnd,
+  kEpochBegin,
+  kEpochEnd,
+  kStepBegin,
+  kPreOptimizerStep,
+  kOptimizerStep,
+  kSubstepEnd,
+  kStepEnd,
+  kEvaluate,
+  kPredict,
+  kSave,
+  kLog,
+  kPredictionStep,
+  kEventCount
 };
 constexpr std::array<std::pair<const char*, EventFn>, kEventCount> kEvents{{
     {"on_init_end", &TrainerCallback::on_init_end},
@@ -140,7 +154,8 @@ class PythonCallback final : public TrainerCallback {
   void on_step_begin(const Args& a, const TrainerState& s, TrainerControl& c, const CallbackContext& x) override {
     call(kStepBegin, a, s, c, x);
   }
-  void on_pre_optimizer_step(const Args& a, const TrainerState& s, TrainerControl& c, const CallbackContext& x) override {
+  void on_pre_optimizer_step(const Args& a, const TrainerState& s, TrainerControl& c,
+                             const CallbackContext& x) override {
     call(kPreOptimizerStep, a, s, c, x);
   }
   void on_optimizer_step(const Args& a, const TrainerState& s, TrainerControl& c, const CallbackContext& x) override {
@@ -176,7 +191,8 @@ class PythonCallback final : public TrainerCallback {
     if (!overridden_[e]) return;
     py::gil_scoped_acquire gil;
     const ActiveTrainer* trainer = active_trainer(&state);
-    py::object py_args = trainer && trainer->args ? py::reinterpret_borrow<py::object>(trainer->args) : python_args(args);
+    py::object py_args =
+        trainer && trainer->args ? py::reinterpret_borrow<py::object>(trainer->args) : python_args(args);
     py::object py_state = trainer && trainer->owner ? view(&state, trainer) : py::cast(state);
     py::object py_control = view(&control, trainer);
     const py::object result = obj_->attr(kEvents[e].first)(py_args, py_state, py_control, **event_kwargs(ctx, trainer));
@@ -222,16 +238,19 @@ void call_from_python(TrainerCallback& cb, EventFn fn, const py::handle& args, c
 void register_base(py::module_& m) {
   py::class_<TrainerCallback, std::shared_ptr<TrainerCallback>> base(m, "CppTrainerCallback");
   base.def_property_readonly("name", &TrainerCallback::name)
-      .def("state", [](const TrainerCallback& cb) -> py::object {
-        const auto s = cb.state();
-        return s ? py_from_json(*s) : py::none();
-      })
-      .def("load_state", [](TrainerCallback& cb, const py::dict& s) { cb.load_state(json_from_py(s, cb.name() + ".load_state")); })
+      .def("state",
+           [](const TrainerCallback& cb) -> py::object {
+             const auto s = cb.state();
+             return s ? py_from_json(*s) : py::none();
+           })
+      .def("load_state",
+           [](TrainerCallback& cb, const py::dict& s) { cb.load_state(json_from_py(s, cb.name() + ".load_state")); })
       .def("__repr__", [](const TrainerCallback& cb) { return "<kiln " + cb.name() + ">"; });
   for (const auto& [name, fn] : kEvents) {
     const EventFn event = fn;
-    base.def(name, [event](TrainerCallback& cb, const py::object& args, const TrainerState& state, TrainerControl& control,
-                           const py::kwargs& kw) { call_from_python(cb, event, args, state, control, kw); });
+    base.def(name,
+             [event](TrainerCallback& cb, const py::object& args, const TrainerState& state, TrainerControl& control,
+                     const py::kwargs& kw) { call_from_python(cb, event, args, state, control, kw); });
   }
 }
 
@@ -245,17 +264,20 @@ void register_builtins(py::module_& m) {
            }),
            py::arg("max_str_len") = std::nullopt)
       .def("set_terminal", &ProgressCallback::set_terminal, py::arg("terminal"));
-  py::class_<PrinterCallback, TrainerCallback, std::shared_ptr<PrinterCallback>>(m, "PrinterCallback").def(py::init<>());
+  py::class_<PrinterCallback, TrainerCallback, std::shared_ptr<PrinterCallback>>(m, "PrinterCallback")
+      .def(py::init<>());
   py::class_<EarlyStoppingCallback, TrainerCallback, std::shared_ptr<EarlyStoppingCallback>>(m, "EarlyStoppingCallback")
-      .def(py::init<int64_t, double>(), py::arg("early_stopping_patience") = 1, py::arg("early_stopping_threshold") = 0.0)
+      .def(py::init<int64_t, double>(), py::arg("early_stopping_patience") = 1,
+           py::arg("early_stopping_threshold") = 0.0)
       .def_readwrite("early_stopping_patience", &EarlyStoppingCallback::early_stopping_patience)
       .def_readwrite("early_stopping_threshold", &EarlyStoppingCallback::early_stopping_threshold)
       .def_readwrite("early_stopping_patience_counter", &EarlyStoppingCallback::early_stopping_patience_counter);
   py::class_<TensorBoardCallback, TrainerCallback, std::shared_ptr<TensorBoardCallback>>(m, "TensorBoardCallback")
       .def(py::init([](const py::object& tb_writer, std::optional<std::string> log_dir) {
              if (!tb_writer.is_none())
-               throw Unsupported("TensorBoardCallback(tb_writer=...): Kiln writes event files itself; pass log_dir "
-                                 "(default: TrainingArguments.logging_dir) instead of a SummaryWriter");
+               throw Unsupported(
+                   "TensorBoardCallback(tb_writer=...): Kiln writes event files itself; pass log_dir "
+                   "(default: TrainingArguments.logging_dir) instead of a SummaryWriter");
              return std::make_shared<TensorBoardCallback>(std::move(log_dir));
            }),
            py::arg("tb_writer") = py::none(), py::arg("log_dir") = std::nullopt);
@@ -278,8 +300,10 @@ void register_context_types(py::module_& m) {
       .def_property_readonly("batch_size", &data::DataLoader::batch_size)
       .def_property_readonly("drop_last", &data::DataLoader::drop_last)
       .def("num_examples", &data::DataLoader::num_examples)
-      .def("batch", [](const data::DataLoader& l, int64_t epoch, size_t index) { return example_to_py(l.batch(epoch, index)); },
-           py::arg("epoch"), py::arg("index"));
+      .def(
+          "batch",
+          [](const data::DataLoader& l, int64_t epoch, size_t index) { return example_to_py(l.batch(epoch, index)); },
+          py::arg("epoch"), py::arg("index"));
 }
 
 }  // namespace
@@ -312,7 +336,8 @@ std::shared_ptr<TrainerCallback> callback_from_py(const py::object& obj) {
                                 std::string(py::str(obj.attr("__name__")))));
   // A built-in C++ callback as itself; a Python subclass of one through the adapter, so that its
   // overrides run.
-  if (py::isinstance<TrainerCallback>(obj) && py::str(py::type::of(obj).attr("__module__")).cast<std::string>() == "kiln._kiln")
+  if (py::isinstance<TrainerCallback>(obj) &&
+      py::str(py::type::of(obj).attr("__module__")).cast<std::string>() == "kiln._kiln")
     return obj.cast<std::shared_ptr<TrainerCallback>>();
   return std::make_shared<PythonCallback>(obj);
 }

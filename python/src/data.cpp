@@ -30,8 +30,8 @@ data::Example example_from_py(const py::handle& item, size_t index) {
   const py::object keys = item.attr("keys")();
   for (const auto& key : keys) {
     if (!py::isinstance<py::str>(key))
-      throw TypeError(fmt::format("item {} of the dataset has a key of type {}; column names are str", index,
-                                  type_name(key)));
+      throw TypeError(
+          fmt::format("item {} of the dataset has a key of type {}; column names are str", index, type_name(key)));
     const std::string name = key.cast<std::string>();
     example[column_name(name)] = tensor_from_py(item[key], fmt::format("column '{}' of item {}", name, index));
   }
@@ -73,8 +73,8 @@ Tensor tensor_from_py(const py::handle& value, const std::string& what) {
       array = np.attr("asarray")(value);
     } catch (py::error_already_set& e) {
       if (!e.matches(PyExc_ValueError)) throw;
-      throw TypeError(fmt::format("{}: cannot be made an array ({}); items of a column must share one shape", what,
-                                  e.what()));
+      throw TypeError(
+          fmt::format("{}: cannot be made an array ({}); items of a column must share one shape", what, e.what()));
     }
     // Python numbers and lists as torch.tensor makes them: float32 and int64.
     const char kind = array.attr("dtype").attr("kind").cast<char>();
@@ -98,9 +98,10 @@ py::dict example_to_py(const data::Example& example) {
 std::shared_ptr<const data::Dataset> dataset_from_py(const py::object& obj) {
   if (py::isinstance<data::Dataset>(obj)) return obj.cast<std::shared_ptr<data::Dataset>>();
   if (!py::hasattr(obj, "__len__") || !py::hasattr(obj, "__getitem__"))
-    throw TypeError(fmt::format("a dataset must be a sequence of dicts (len() and [i]), a dict of columns or a kiln "
-                                "Dataset, not {}",
-                                type_name(obj)));
+    throw TypeError(
+        fmt::format("a dataset must be a sequence of dicts (len() and [i]), a dict of columns or a kiln "
+                    "Dataset, not {}",
+                    type_name(obj)));
   return std::make_shared<PythonDataset>(obj);
 }
 
@@ -111,7 +112,8 @@ void register_data(py::module_& m) {
       .def("__getitem__",
            [](const Dataset& d, int64_t index) {
              const int64_t n = static_cast<int64_t>(d.size());
-             if (index < -n || index >= n) throw py::index_error(fmt::format("dataset index {} out of range for {} items", index, n));
+             if (index < -n || index >= n)
+               throw py::index_error(fmt::format("dataset index {} out of range for {} items", index, n));
              const size_t i = static_cast<size_t>(index < 0 ? index + n : index);
              data::Example item;
              {
@@ -135,30 +137,36 @@ void register_data(py::module_& m) {
   m.def("python_dataset", [](const py::object& sequence) -> std::shared_ptr<Dataset> {
     return std::make_shared<PythonDataset>(sequence);
   });
-  m.def("load_npz", [](const py::object& path, const py::dict& columns) {
+  m.def(
+      "load_npz",
+      [](const py::object& path, const py::dict& columns) {
         return load_npz(fspath(path), [&] {
           std::map<std::string, std::string> out;
           for (const auto& [k, v] : columns) out[k.cast<std::string>()] = v.cast<std::string>();
           return out;
         }());
-      }, py::arg("path"), py::arg("columns") = py::dict());
-  m.def("load_npy", [](const py::dict& paths) { return load_npy(str_map(paths)); }, py::arg("paths_by_column"));
-  m.def("load_csv",
-        [](const py::object& path, const std::string& label_column, bool header, char delimiter) {
-          CsvOptions o;
-          o.label_column = label_column;
-          o.header = header;
-          o.delimiter = delimiter;
-          return load_csv(fspath(path), o);
-        },
-        py::arg("path"), py::arg("label_column") = "label", py::arg("header") = true, py::arg("delimiter") = ',');
-  m.def("load_idx",
-        [](const py::object& images, const py::object& labels, std::optional<std::pair<float, float>> normalize) {
-          IdxOptions o;
-          if (normalize) o.normalize = Normalization{normalize->first, normalize->second};
-          return load_idx(fspath(images), fspath(labels), o);
-        },
-        py::arg("images"), py::arg("labels"), py::arg("normalize") = std::nullopt);
+      },
+      py::arg("path"), py::arg("columns") = py::dict());
+  m.def(
+      "load_npy", [](const py::dict& paths) { return load_npy(str_map(paths)); }, py::arg("paths_by_column"));
+  m.def(
+      "load_csv",
+      [](const py::object& path, const std::string& label_column, bool header, char delimiter) {
+        CsvOptions o;
+        o.label_column = label_column;
+        o.header = header;
+        o.delimiter = delimiter;
+        return load_csv(fspath(path), o);
+      },
+      py::arg("path"), py::arg("label_column") = "label", py::arg("header") = true, py::arg("delimiter") = ',');
+  m.def(
+      "load_idx",
+      [](const py::object& images, const py::object& labels, std::optional<std::pair<float, float>> normalize) {
+        IdxOptions o;
+        if (normalize) o.normalize = Normalization{normalize->first, normalize->second};
+        return load_idx(fspath(images), fspath(labels), o);
+      },
+      py::arg("images"), py::arg("labels"), py::arg("normalize") = std::nullopt);
 }
 
 }  // namespace kiln::python

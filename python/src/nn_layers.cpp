@@ -129,7 +129,8 @@ void bind_norms(py::module_& nn) {
 
 void bind_activations(py::module_& nn) {
   py::class_<ReLU, Module, std::shared_ptr<ReLU>>(nn, "ReLU").def(py::init<bool>(), py::arg("inplace") = false);
-  py::class_<GELU, Module, std::shared_ptr<GELU>>(nn, "GELU").def(py::init<std::string>(), py::arg("approximate") = "none");
+  py::class_<GELU, Module, std::shared_ptr<GELU>>(nn, "GELU")
+      .def(py::init<std::string>(), py::arg("approximate") = "none");
   py::class_<SiLU, Module, std::shared_ptr<SiLU>>(nn, "SiLU").def(py::init<bool>(), py::arg("inplace") = false);
   py::class_<Tanh, Module, std::shared_ptr<Tanh>>(nn, "Tanh").def(py::init<>());
   py::class_<Sigmoid, Module, std::shared_ptr<Sigmoid>>(nn, "Sigmoid").def(py::init<>());
@@ -150,7 +151,9 @@ void bind_pools(py::module_& nn) {
              unsupported_if(return_indices, "MaxPool2d(return_indices=True)");
              MaxPool2dOptions o(expanding<2>(kernel_size, "kernel_size"));
              if (!stride.is_none()) o.stride(expanding<2>(stride, "stride"));
-             o.padding(expanding<2>(padding, "padding")).dilation(expanding<2>(dilation, "dilation")).ceil_mode(ceil_mode);
+             o.padding(expanding<2>(padding, "padding"))
+                 .dilation(expanding<2>(dilation, "dilation"))
+                 .ceil_mode(ceil_mode);
              return std::make_shared<MaxPool2d>(o);
            }),
            py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0, py::arg("dilation") = 1,
@@ -168,7 +171,8 @@ void bind_pools(py::module_& nn) {
            py::arg("count_include_pad") = true, py::arg("divisor_override") = py::none());
   py::class_<AdaptiveAvgPool2d, Module, std::shared_ptr<AdaptiveAvgPool2d>>(nn, "AdaptiveAvgPool2d")
       .def(py::init([](const py::object& output_size) {
-             if (py::isinstance<py::int_>(output_size)) return std::make_shared<AdaptiveAvgPool2d>(output_size.cast<int64_t>());
+             if (py::isinstance<py::int_>(output_size))
+               return std::make_shared<AdaptiveAvgPool2d>(output_size.cast<int64_t>());
              return std::make_shared<AdaptiveAvgPool2d>(output_size.cast<std::vector<int64_t>>());
            }),
            py::arg("output_size"));

@@ -61,8 +61,8 @@ class PythonModule : public Module {
   py::object owner() const {
     py::object self = (*owner_)();
     if (self.is_none())
-      throw InvalidArgument(fmt::format("{}: its Python module object was deleted while a container still holds it",
-                                        type_name_));
+      throw InvalidArgument(
+          fmt::format("{}: its Python module object was deleted while a container still holds it", type_name_));
     return self;
   }
 
@@ -136,10 +136,11 @@ nn::RemovableHandle add_pre_hook(Module& m, const py::object& fn) {
 
 nn::RemovableHandle add_hook(Module& m, const py::object& fn) {
   PyRef held = hold(fn);
-  return m.register_forward_hook([held](Module&, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
-    py::gil_scoped_acquire gil;
-    (*held)(tensors_to_py(inputs), tensors_to_py(outputs));
-  });
+  return m.register_forward_hook(
+      [held](Module&, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+        py::gil_scoped_acquire gil;
+        (*held)(tensors_to_py(inputs), tensors_to_py(outputs));
+      });
 }
 
 void register_tracer(py::module_& nn) {
@@ -175,9 +176,8 @@ void register_tracer(py::module_& nn) {
       },
       py::arg("value"), py::arg("hint") = "const");
   nn.def("_parameter", [](const Module& m, const std::string& name) { return active_tracer(name).parameter(m, name); });
-  nn.def("_update_buffer", [](const Module& m, const std::string& name, const Var& v) {
-    active_tracer(name).update_buffer(m, name, v);
-  });
+  nn.def("_update_buffer",
+         [](const Module& m, const std::string& name, const Var& v) { active_tracer(name).update_buffer(m, name, v); });
   nn.def("_call", [](Module& m, const py::sequence& inputs) {
     return m.call(active_tracer(m.type_name()), vars_from_py(inputs));
   });
@@ -187,8 +187,7 @@ using ModuleClass = py::class_<Module, ModulePtr>;
 
 // A module's own parameters, buffers and children, and its repr.
 void def_module_structure(ModuleClass& cls) {
-  cls
-      .def_property_readonly("type_name", &Module::type_name)
+  cls.def_property_readonly("type_name", &Module::type_name)
       .def("extra_repr", &Module::extra_repr)
       .def("repr", &Module::repr)
       .def(
@@ -214,17 +213,18 @@ void def_module_structure(ModuleClass& cls) {
                if (n == name) return py::make_tuple("buffer", to_array(*t));
              return py::none();
            })
-      .def("named_parameters", [](Module& m, bool recurse) { return named_tensors_to_py(m.named_parameters(recurse)); },
-           py::arg("recurse") = true)
-      .def("named_buffers", [](Module& m, bool recurse) { return named_tensors_to_py(m.named_buffers(recurse)); },
-           py::arg("recurse") = true)
+      .def(
+          "named_parameters", [](Module& m, bool recurse) { return named_tensors_to_py(m.named_parameters(recurse)); },
+          py::arg("recurse") = true)
+      .def(
+          "named_buffers", [](Module& m, bool recurse) { return named_tensors_to_py(m.named_buffers(recurse)); },
+          py::arg("recurse") = true)
       .def("named_children", &Module::named_children);
 }
 
 // requires_grad and train / eval, and the parameter count.
 void def_module_modes(ModuleClass& cls) {
-  cls
-      .def("requires_grad", &Module::requires_grad)
+  cls.def("requires_grad", &Module::requires_grad)
       .def("requires_grad_", [](Module& m, bool v) { m.requires_grad_(v); })
       .def("frozen_parameters", &Module::frozen_parameters)
       .def("train", [](Module& m, bool mode) { m.train(mode); })
@@ -234,36 +234,34 @@ void def_module_modes(ModuleClass& cls) {
 
 // state_dict in and out, in memory and as safetensors files.
 void def_module_state_dict(ModuleClass& cls) {
-  cls
-      .def("state_dict",
-           [](Module& m) {
-             py::list out;
-             for (const auto& [k, t] : m.state_dict()) out.append(py::make_tuple(k, to_array(t)));
-             return out;
-           })
-      .def("load_state_dict",
-           [](Module& m, const py::dict& state, bool strict) {
-             std::map<std::string, Tensor> tensors;
-             for (const auto& [k, v] : state) {
-               const std::string key = py::str(k);
-               tensors[key] = tensor_from_py(v, "state_dict['" + key + "']");
-             }
-             nn::IncompatibleKeys r = m.load_state_dict(tensors, strict);
-             return py::make_tuple(r.missing_keys, r.unexpected_keys);
-           },
-           py::arg("state_dict"), py::arg("strict") = true)
+  cls.def("state_dict",
+          [](Module& m) {
+            py::list out;
+            for (const auto& [k, t] : m.state_dict()) out.append(py::make_tuple(k, to_array(t)));
+            return out;
+          })
+      .def(
+          "load_state_dict",
+          [](Module& m, const py::dict& state, bool strict) {
+            std::map<std::string, Tensor> tensors;
+            for (const auto& [k, v] : state) {
+              const std::string key = py::str(k);
+              tensors[key] = tensor_from_py(v, "state_dict['" + key + "']");
+            }
+            nn::IncompatibleKeys r = m.load_state_dict(tensors, strict);
+            return py::make_tuple(r.missing_keys, r.unexpected_keys);
+          },
+          py::arg("state_dict"), py::arg("strict") = true)
       .def("save_safetensors", [](Module& m, const std::string& path) { m.save_safetensors(path); })
-      .def("load_safetensors",
-           [](Module& m, const std::string& path, bool strict) {
-             nn::IncompatibleKeys r = m.load_safetensors(path, strict);
-             return py::make_tuple(r.missing_keys, r.unexpected_keys);
-           });
+      .def("load_safetensors", [](Module& m, const std::string& path, bool strict) {
+        nn::IncompatibleKeys r = m.load_safetensors(path, strict);
+        return py::make_tuple(r.missing_keys, r.unexpected_keys);
+      });
 }
 
 // Forward hooks, ONNX export, and calling the module on arrays.
 void def_module_hooks_export_and_run(ModuleClass& cls) {
-  cls
-      .def("register_forward_pre_hook", &add_pre_hook)
+  cls.def("register_forward_pre_hook", &add_pre_hook)
       .def("register_forward_hook", &add_hook)
       .def("to_onnx_bytes",
            [](Module& m, const nn::InputShapes& inputs, const nn::DynamicAxes& axes,
@@ -298,7 +296,8 @@ void register_module_subclasses(py::module_& nn) {
 
   py::class_<nn::Sequential, Module, std::shared_ptr<nn::Sequential>>(nn, "_Sequential")
       .def(py::init<>())
-      .def("push_back", [](nn::Sequential& s, const std::string& name, ModulePtr m) { s.push_back(name, std::move(m)); })
+      .def("push_back",
+           [](nn::Sequential& s, const std::string& name, ModulePtr m) { s.push_back(name, std::move(m)); })
       .def("__len__", &nn::Sequential::size);
   py::class_<nn::ModuleList, Module, std::shared_ptr<nn::ModuleList>>(nn, "_ModuleList")
       .def(py::init<>())
@@ -335,8 +334,10 @@ void register_module_class(py::module_& nn) {
 
 nn::Tracer& active_tracer(const std::string& what) {
   if (g_tracers.empty())
-    throw InvalidArgument(fmt::format("{}: symbolic values (kiln.nn.Var) exist only while a module's forward is traced "
-                                      "(by export() or by calling the module on arrays)", what));
+    throw InvalidArgument(
+        fmt::format("{}: symbolic values (kiln.nn.Var) exist only while a module's forward is traced "
+                    "(by export() or by calling the module on arrays)",
+                    what));
   return *g_tracers.back();
 }
 
@@ -344,8 +345,10 @@ DType dtype_from_name(const std::string& name) {
   for (DType d : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int8, DType::Int16,
                   DType::Int32, DType::Int64, DType::Uint8, DType::Uint16, DType::Uint32, DType::Uint64, DType::Bool})
     if (name == dtype_name(d)) return d;
-  throw TypeError(fmt::format("'{}' is not a Kiln dtype name (float, double, float16, bfloat16, int8..int64, "
-                              "uint8..uint64, bool)", name));
+  throw TypeError(
+      fmt::format("'{}' is not a Kiln dtype name (float, double, float16, bfloat16, int8..int64, "
+                  "uint8..uint64, bool)",
+                  name));
 }
 
 void register_nn(py::module_& m) {

@@ -45,7 +45,8 @@ void register_nn_zoo(py::module_& nn) {
       "backbone_from_config",
       [](const std::string& name, const py::dict& config, std::optional<std::vector<std::string>> out_features,
          std::optional<std::vector<int64_t>> out_indices) {
-        return nn::AutoBackbone::from_config(name, config_from_py(config), {std::move(out_features), std::move(out_indices)});
+        return nn::AutoBackbone::from_config(name, config_from_py(config),
+                                             {std::move(out_features), std::move(out_indices)});
       },
       py::arg("name"), py::arg("config"), py::arg("out_features") = py::none(), py::arg("out_indices") = py::none());
 }

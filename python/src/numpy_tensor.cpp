@@ -19,38 +19,60 @@ DType dtype_of(const py::dtype& d, const std::string& what) {
   if (kind == 'b' && size == 1) return DType::Bool;
   if (kind == 'i') {
     switch (size) {
-      case 1: return DType::Int8;
-      case 2: return DType::Int16;
-      case 4: return DType::Int32;
-      case 8: return DType::Int64;
+      case 1:
+        return DType::Int8;
+      case 2:
+        return DType::Int16;
+      case 4:
+        return DType::Int32;
+      case 8:
+        return DType::Int64;
     }
   }
   if (kind == 'u') {
     switch (size) {
-      case 1: return DType::Uint8;
-      case 2: return DType::Uint16;
-      case 4: return DType::Uint32;
-      case 8: return DType::Uint64;
+      case 1:
+        return DType::Uint8;
+      case 2:
+        return DType::Uint16;
+      case 4:
+        return DType::Uint32;
+      case 8:
+        return DType::Uint64;
     }
   }
-  throw TypeError(fmt::format("{}: numpy dtype '{}' has no Kiln equivalent", what, std::string(py::str(static_cast<const py::handle&>(d)))));
+  throw TypeError(fmt::format("{}: numpy dtype '{}' has no Kiln equivalent", what,
+                              std::string(py::str(static_cast<const py::handle&>(d)))));
 }
 
 py::dtype numpy_dtype(DType t) {
   switch (t) {
-    case DType::Float32: return py::dtype::of<float>();
-    case DType::Float64: return py::dtype::of<double>();
-    case DType::Float16: return py::dtype("float16");
-    case DType::Int64: return py::dtype::of<int64_t>();
-    case DType::Int32: return py::dtype::of<int32_t>();
-    case DType::Int16: return py::dtype::of<int16_t>();
-    case DType::Int8: return py::dtype::of<int8_t>();
-    case DType::Uint64: return py::dtype::of<uint64_t>();
-    case DType::Uint32: return py::dtype::of<uint32_t>();
-    case DType::Uint16: return py::dtype::of<uint16_t>();
-    case DType::Uint8: return py::dtype::of<uint8_t>();
-    case DType::Bool: return py::dtype::of<bool>();
-    case DType::BFloat16: break;
+    case DType::Float32:
+      return py::dtype::of<float>();
+    case DType::Float64:
+      return py::dtype::of<double>();
+    case DType::Float16:
+      return py::dtype("float16");
+    case DType::Int64:
+      return py::dtype::of<int64_t>();
+    case DType::Int32:
+      return py::dtype::of<int32_t>();
+    case DType::Int16:
+      return py::dtype::of<int16_t>();
+    case DType::Int8:
+      return py::dtype::of<int8_t>();
+    case DType::Uint64:
+      return py::dtype::of<uint64_t>();
+    case DType::Uint32:
+      return py::dtype::of<uint32_t>();
+    case DType::Uint16:
+      return py::dtype::of<uint16_t>();
+    case DType::Uint8:
+      return py::dtype::of<uint8_t>();
+    case DType::Bool:
+      return py::dtype::of<bool>();
+    case DType::BFloat16:
+      break;
   }
   throw TypeError("bfloat16 tensors have no numpy dtype; cast them to float32 first");
 }
@@ -59,8 +81,8 @@ py::dtype numpy_dtype(DType t) {
 
 Tensor borrow_array(const py::handle& obj, const std::string& what, py::object& keep) {
   if (!py::isinstance<py::array>(obj))
-    throw TypeError(fmt::format("{}: expected a numpy array, got {}", what,
-                                std::string(py::str(obj.get_type().attr("__name__")))));
+    throw TypeError(
+        fmt::format("{}: expected a numpy array, got {}", what, std::string(py::str(obj.get_type().attr("__name__")))));
   py::array a = py::reinterpret_borrow<py::array>(obj);
   const DType dtype = dtype_of(a.dtype(), what);
   if (!(a.flags() & py::array::c_style)) a = py::array::ensure(a, py::array::c_style);

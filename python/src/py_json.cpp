@@ -45,12 +45,18 @@ nlohmann::json json_from_py(const py::handle& obj, const std::string& where) {
 
 py::object py_from_json(const nlohmann::json& j) {
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return py::none();
-    case nlohmann::json::value_t::boolean: return py::bool_(j.get<bool>());
-    case nlohmann::json::value_t::number_integer: return py::int_(j.get<int64_t>());
-    case nlohmann::json::value_t::number_unsigned: return py::int_(j.get<uint64_t>());
-    case nlohmann::json::value_t::number_float: return py::float_(j.get<double>());
-    case nlohmann::json::value_t::string: return py::str(j.get<std::string>());
+    case nlohmann::json::value_t::null:
+      return py::none();
+    case nlohmann::json::value_t::boolean:
+      return py::bool_(j.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return py::int_(j.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned:
+      return py::int_(j.get<uint64_t>());
+    case nlohmann::json::value_t::number_float:
+      return py::float_(j.get<double>());
+    case nlohmann::json::value_t::string:
+      return py::str(j.get<std::string>());
     case nlohmann::json::value_t::array: {
       py::list out;
       for (const auto& v : j) out.append(py_from_json(v));
@@ -61,7 +67,8 @@ py::object py_from_json(const nlohmann::json& j) {
       for (const auto& [k, v] : j.items()) out[py::str(k)] = py_from_json(v);
       return out;
     }
-    default: break;
+    default:
+      break;
   }
   return py::none();  // binary and discarded values do not occur in Kiln's JSON
 }

@@ -1,4 +1,6 @@
 // kiln._kiln.Session: runs a model from Python (the ONNX backend and inference users).
+#include "kiln/session.h"
+
 #include <pybind11/stl.h>
 
 #include <memory>
@@ -6,7 +8,6 @@
 #include "bindings.h"
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
-#include "kiln/session.h"
 #include "numpy_tensor.h"
 
 namespace kiln::python {

@@ -69,7 +69,8 @@ Logs logs_from_py(const py::dict& logs) {
     try {
       out.emplace_back(key, py::float_(py::reinterpret_borrow<py::object>(v)).cast<double>());
     } catch (py::error_already_set&) {
-      throw TypeError(fmt::format("Trainer.log: '{}' is {}; logged values must be numbers", key, std::string(py::repr(v))));
+      throw TypeError(
+          fmt::format("Trainer.log: '{}' is {}; logged values must be numbers", key, std::string(py::repr(v))));
     }
   }
   return out;
@@ -111,98 +112,100 @@ using TrainerClass = py::class_<PyTrainer, std::shared_ptr<PyTrainer>>;
 
 // Trainer(...): the C++ Trainer over the Python-side model spec, datasets and callbacks.
 void def_construction(TrainerClass& cls) {
-  cls
-      .def(py::init([](const py::dict& model_spec, const TrainingArguments& args, const py::object& py_args,
-                       const py::object& model, const py::object& train_dataset, const py::object& eval_dataset,
-                       const py::object& compute_metrics, const py::object& preprocess, const py::list& callbacks) {
-             auto t = std::make_shared<PyTrainer>();
-             t->args = py_args;
-             t->model = model;
-             ModelSource source = model_source(model_spec);
-             auto train = optional_dataset(train_dataset);
-             auto eval = optional_dataset(eval_dataset);
-             ComputeMetrics metrics = compute_metrics_from_py(compute_metrics);
-             PreprocessLogits logits = preprocess_from_py(preprocess);
-             std::vector<std::shared_ptr<TrainerCallback>> cbs;
-             for (const auto& cb : callbacks) cbs.push_back(callback_from_py(py::reinterpret_borrow<py::object>(cb)));
-             // on_init_end fires before the state's address is known: callbacks get the user's args
-             // and model, and a copy of the (initial) state.
-             ActiveTrainerScope scope(nullptr, {py::handle(), py_args, model});
-             py::gil_scoped_release release;
-             t->trainer = std::make_unique<Trainer>(std::move(source), args, std::move(train), std::move(eval),
-                                                    std::move(metrics), std::move(logits), std::move(cbs));
-             return t;
-           }),
-           py::arg("model_spec"), py::arg("args"), py::arg("py_args"), py::arg("model"), py::arg("train_dataset"),
-           py::arg("eval_dataset"), py::arg("compute_metrics"), py::arg("preprocess_logits_for_metrics"),
-           py::arg("callbacks"));
+  cls.def(py::init([](const py::dict& model_spec, const TrainingArguments& args, const py::object& py_args,
+                      const py::object& model, const py::object& train_dataset, const py::object& eval_dataset,
+                      const py::object& compute_metrics, const py::object& preprocess, const py::list& callbacks) {
+            auto t = std::make_shared<PyTrainer>();
+            t->args = py_args;
+            t->model = model;
+            ModelSource source = model_source(model_spec);
+            auto train = optional_dataset(train_dataset);
+            auto eval = optional_dataset(eval_dataset);
+            ComputeMetrics metrics = compute_metrics_from_py(compute_metrics);
+            PreprocessLogits logits = preprocess_from_py(preprocess);
+            std::vector<std::shared_ptr<TrainerCallback>> cbs;
+            for (const auto& cb : callbacks) cbs.push_back(callback_from_py(py::reinterpret_borrow<py::object>(cb)));
+            // on_init_end fires before the state's address is known: callbacks get the user's args
+            // and model, and a copy of the (initial) state.
+            ActiveTrainerScope scope(nullptr, {py::handle(), py_args, model});
+            py::gil_scoped_release release;
+            t->trainer = std::make_unique<Trainer>(std::move(source), args, std::move(train), std::move(eval),
+                                                   std::move(metrics), std::move(logits), std::move(cbs));
+            return t;
+          }),
+          py::arg("model_spec"), py::arg("args"), py::arg("py_args"), py::arg("model"), py::arg("train_dataset"),
+          py::arg("eval_dataset"), py::arg("compute_metrics"), py::arg("preprocess_logits_for_metrics"),
+          py::arg("callbacks"));
 }
 
 // train / evaluate / predict / log, with the GIL released while the C++ loop runs.
 void def_training_loop(TrainerClass& cls) {
-  cls
-      .def("train",
-           [](const py::object& self, const std::string& resume) {
-             const PyTrainer& t = self.cast<const PyTrainer&>();
-             ActiveTrainerScope scope(&t.get().state(), t.active(self));
-             TrainOutput out;
-             {
-               py::gil_scoped_release release;
-               out = t.get().train(resume);
-             }
-             return py::make_tuple(out.global_step, out.training_loss, metrics_to_py(out.metrics));
-           },
-           py::arg("resume_from_checkpoint") = "")
-      .def("evaluate",
-           [](const py::object& self, const py::object& dataset, const std::string& prefix) {
-             const PyTrainer& t = self.cast<const PyTrainer&>();
-             auto ds = optional_dataset(dataset);
-             ActiveTrainerScope scope(&t.get().state(), t.active(self));
-             Metrics out;
-             {
-               py::gil_scoped_release release;
-               out = t.get().evaluate(ds, prefix);
-             }
-             return metrics_to_py(out);
-           },
-           py::arg("eval_dataset") = py::none(), py::arg("metric_key_prefix") = "eval")
-      .def("predict",
-           [](const py::object& self, const py::object& dataset, const std::string& prefix) {
-             const PyTrainer& t = self.cast<const PyTrainer&>();
-             auto ds = dataset_from_py(dataset);
-             ActiveTrainerScope scope(&t.get().state(), t.active(self));
-             PredictionOutput out;
-             {
-               py::gil_scoped_release release;
-               out = t.get().predict(ds, prefix);
-             }
-             const py::object preds = out.predictions.defined() ? py::object(to_array(out.predictions)) : py::none();
-             const py::object labels = out.label_ids.defined() ? py::object(to_array(out.label_ids)) : py::none();
-             return py::make_tuple(preds, labels, metrics_to_py(out.metrics));
-           },
-           py::arg("test_dataset"), py::arg("metric_key_prefix") = "test")
-      .def("log",
-           [](const py::object& self, const py::dict& logs) {
-             const PyTrainer& t = self.cast<const PyTrainer&>();
-             ActiveTrainerScope scope(&t.get().state(), t.active(self));
-             t.get().log(logs_from_py(logs));
-           });
+  cls.def(
+         "train",
+         [](const py::object& self, const std::string& resume) {
+           const PyTrainer& t = self.cast<const PyTrainer&>();
+           ActiveTrainerScope scope(&t.get().state(), t.active(self));
+           TrainOutput out;
+           {
+             py::gil_scoped_release release;
+             out = t.get().train(resume);
+           }
+           return py::make_tuple(out.global_step, out.training_loss, metrics_to_py(out.metrics));
+         },
+         py::arg("resume_from_checkpoint") = "")
+      .def(
+          "evaluate",
+          [](const py::object& self, const py::object& dataset, const std::string& prefix) {
+            const PyTrainer& t = self.cast<const PyTrainer&>();
+            auto ds = optional_dataset(dataset);
+            ActiveTrainerScope scope(&t.get().state(), t.active(self));
+            Metrics out;
+            {
+              py::gil_scoped_release release;
+              out = t.get().evaluate(ds, prefix);
+            }
+            return metrics_to_py(out);
+          },
+          py::arg("eval_dataset") = py::none(), py::arg("metric_key_prefix") = "eval")
+      .def(
+          "predict",
+          [](const py::object& self, const py::object& dataset, const std::string& prefix) {
+            const PyTrainer& t = self.cast<const PyTrainer&>();
+            auto ds = dataset_from_py(dataset);
+            ActiveTrainerScope scope(&t.get().state(), t.active(self));
+            PredictionOutput out;
+            {
+              py::gil_scoped_release release;
+              out = t.get().predict(ds, prefix);
+            }
+            const py::object preds = out.predictions.defined() ? py::object(to_array(out.predictions)) : py::none();
+            const py::object labels = out.label_ids.defined() ? py::object(to_array(out.label_ids)) : py::none();
+            return py::make_tuple(preds, labels, metrics_to_py(out.metrics));
+          },
+          py::arg("test_dataset"), py::arg("metric_key_prefix") = "test")
+      .def("log", [](const py::object& self, const py::dict& logs) {
+        const PyTrainer& t = self.cast<const PyTrainer&>();
+        ActiveTrainerScope scope(&t.get().state(), t.active(self));
+        t.get().log(logs_from_py(logs));
+      });
 }
 
 // Saving the model, state and metrics, and loading weights back.
 void def_saving(TrainerClass& cls) {
-  cls
-      .def("save_model",
-           [](const PyTrainer& t, const std::string& dir) {
-             py::gil_scoped_release release;
-             t.get().save_model(dir);
-           },
-           py::arg("output_dir") = "")
+  cls.def(
+         "save_model",
+         [](const PyTrainer& t, const std::string& dir) {
+           py::gil_scoped_release release;
+           t.get().save_model(dir);
+         },
+         py::arg("output_dir") = "")
       .def("save_state", [](const PyTrainer& t) { t.get().save_state(); })
-      .def("load_model_weights", [](const PyTrainer& t, const std::string& folder) { t.get().load_model_weights(folder); })
-      .def("log_metrics", [](const PyTrainer& t, const std::string& split, const py::dict& metrics) {
-        t.get().log_metrics(split, metrics_from_py(metrics, "log_metrics"));
-      })
+      .def("load_model_weights",
+           [](const PyTrainer& t, const std::string& folder) { t.get().load_model_weights(folder); })
+      .def("log_metrics",
+           [](const PyTrainer& t, const std::string& split, const py::dict& metrics) {
+             t.get().log_metrics(split, metrics_from_py(metrics, "log_metrics"));
+           })
       .def("save_metrics", [](const PyTrainer& t, const std::string& split, const py::dict& metrics, bool combined) {
         t.get().save_metrics(split, metrics_from_py(metrics, "save_metrics"), combined);
       });
@@ -210,11 +213,10 @@ void def_saving(TrainerClass& cls) {
 
 // TrainerState / TrainerControl and the callback list.
 void def_state_and_callbacks(TrainerClass& cls) {
-  cls
-      .def_property_readonly("state",
-                             [](const PyTrainer& t) { return &t.get().state(); }, py::return_value_policy::reference_internal)
-      .def_property_readonly("control",
-                             [](const PyTrainer& t) { return &t.get().control(); }, py::return_value_policy::reference_internal)
+  cls.def_property_readonly(
+         "state", [](const PyTrainer& t) { return &t.get().state(); }, py::return_value_policy::reference_internal)
+      .def_property_readonly(
+          "control", [](const PyTrainer& t) { return &t.get().control(); }, py::return_value_policy::reference_internal)
       .def("callbacks",
            [](const PyTrainer& t) {
              py::list out;
@@ -222,23 +224,22 @@ void def_state_and_callbacks(TrainerClass& cls) {
              return out;
            })
       .def("add_callback", [](const PyTrainer& t, const py::object& cb) { t.get().add_callback(callback_from_py(cb)); })
-      .def("pop_callback_at",
-           [](const PyTrainer& t, size_t index) -> py::object {
-             const auto& all = t.get().callbacks();
-             if (index >= all.size()) return py::none();
-             const std::shared_ptr<TrainerCallback> cb = all[index];
-             py::object obj = callback_to_py(cb);
-             t.get().pop_callback(cb);
-             return obj;
-           });
+      .def("pop_callback_at", [](const PyTrainer& t, size_t index) -> py::object {
+        const auto& all = t.get().callbacks();
+        if (index >= all.size()) return py::none();
+        const std::shared_ptr<TrainerCallback> cb = all[index];
+        py::object obj = callback_to_py(cb);
+        t.get().pop_callback(cb);
+        return obj;
+      });
 }
 
 // The model's input and output names, sizes and weights.
 void def_model_access(TrainerClass& cls) {
-  cls
-      .def("input_names", [](const PyTrainer& t, bool training) { return t.get().module().input_names(training); })
+  cls.def("input_names", [](const PyTrainer& t, bool training) { return t.get().module().input_names(training); })
       .def("output_names", [](const PyTrainer& t, bool training) { return t.get().module().output_names(training); })
-      .def("num_parameters", [](const PyTrainer& t, bool trainable) { return t.get().module().get_parameters_size(trainable); })
+      .def("num_parameters",
+           [](const PyTrainer& t, bool trainable) { return t.get().module().get_parameters_size(trainable); })
       // The model's current weights by initializer name (copies): what kiln.nn modules load back
       // after training.
       .def("parameter_values", [](const PyTrainer& t) {
@@ -262,19 +263,20 @@ void register_trainer_class(py::module_& m) {
 
 void register_trainer(py::module_& m) {
   register_trainer_class(m);
-  m.def("onnx_io_names",
-        [](const std::string& path) {
-          Model model;
-          {
-            py::gil_scoped_release release;
-            model = load_model(path);
-          }
-          std::vector<std::string> inputs, outputs;
-          for (const auto& v : model.graph.inputs) inputs.push_back(v.name);
-          for (const auto& v : model.graph.outputs) outputs.push_back(v.name);
-          return py::make_tuple(inputs, outputs);
-        },
-        py::arg("path"));
+  m.def(
+      "onnx_io_names",
+      [](const std::string& path) {
+        Model model;
+        {
+          py::gil_scoped_release release;
+          model = load_model(path);
+        }
+        std::vector<std::string> inputs, outputs;
+        for (const auto& v : model.graph.inputs) inputs.push_back(v.name);
+        for (const auto& v : model.graph.outputs) outputs.push_back(v.name);
+        return py::make_tuple(inputs, outputs);
+      },
+      py::arg("path"));
   m.def("builtin_model_names", &ModelSource::builtin_names);
 }
 

@@ -84,31 +84,34 @@ void register_state(py::module_& m) {
                                for (const auto& entry : s.log_history) out.append(py_from_json(entry));
                                return out;
                              })
-      .def_property_readonly("stateful_callbacks", [](const TrainerState& s) { return py_from_json(s.stateful_callbacks); })
+      .def_property_readonly("stateful_callbacks",
+                             [](const TrainerState& s) { return py_from_json(s.stateful_callbacks); })
       .def("to_dict", [](const TrainerState& s) { return py_from_json(s.to_json()); })
       .def("to_json_string", [](const TrainerState& s) { return s.to_json().dump(2) + "\n"; })
-      .def("save_to_json",
-           [](const TrainerState& s, const std::string& path) {
-             std::ofstream out(path, std::ios::binary);
-             if (!out) throw IOError(fmt::format("{}: cannot write the trainer state", path));
-             out << s.to_json().dump(2) << "\n";
-             if (!out) throw IOError(fmt::format("{}: writing the trainer state failed", path));
-           },
-           py::arg("json_path"))
-      .def_static("load_from_json",
-                  [](const std::string& path) {
-                    std::ifstream in(path, std::ios::binary);
-                    if (!in) throw IOError(fmt::format("{}: cannot open the trainer state", path));
-                    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-                    if (j.is_discarded()) throw CorruptFile(fmt::format("{}: not a valid JSON file", path));
-                    try {
-                      return TrainerState::from_json(j);
-                    } catch (Error& e) {
-                      e.add_context(path + ": ");
-                      throw;
-                    }
-                  },
-                  py::arg("json_path"))
+      .def(
+          "save_to_json",
+          [](const TrainerState& s, const std::string& path) {
+            std::ofstream out(path, std::ios::binary);
+            if (!out) throw IOError(fmt::format("{}: cannot write the trainer state", path));
+            out << s.to_json().dump(2) << "\n";
+            if (!out) throw IOError(fmt::format("{}: writing the trainer state failed", path));
+          },
+          py::arg("json_path"))
+      .def_static(
+          "load_from_json",
+          [](const std::string& path) {
+            std::ifstream in(path, std::ios::binary);
+            if (!in) throw IOError(fmt::format("{}: cannot open the trainer state", path));
+            nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+            if (j.is_discarded()) throw CorruptFile(fmt::format("{}: not a valid JSON file", path));
+            try {
+              return TrainerState::from_json(j);
+            } catch (Error& e) {
+              e.add_context(path + ": ");
+              throw;
+            }
+          },
+          py::arg("json_path"))
       .def("__repr__", [](const TrainerState& s) {
         return fmt::format("TrainerState(epoch={}, global_step={}, max_steps={}, log_history=[{} entries])", s.epoch,
                            s.global_step, s.max_steps, s.log_history.size());

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "kiln/data.h"
 #include "bindings.h"
+#include "kiln/data.h"
 #include "kiln/trainer.h"
 
 namespace kiln::python {

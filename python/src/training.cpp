@@ -1,5 +1,7 @@
 // kiln._kiln's training API: CheckpointState, Module, Optimizer, LinearLRScheduler and
 // generate_artifacts. python/kiln/training/ wraps them with onnxruntime.training's signatures.
+#include "kiln/training.h"
+
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
@@ -9,7 +11,6 @@
 #include "kiln/artifacts.h"
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
-#include "kiln/training.h"
 #include "numpy_tensor.h"
 
 namespace kiln::python {
@@ -32,8 +33,8 @@ PropertyValue to_property(const std::string& name, const py::object& value) {
     try {
       return value.cast<int64_t>();
     } catch (const py::cast_error&) {
-      throw InvalidArgument(fmt::format("property '{}': {} does not fit in 64 bits", name,
-                                        std::string(py::str(value))));
+      throw InvalidArgument(
+          fmt::format("property '{}': {} does not fit in 64 bits", name, std::string(py::str(value))));
     }
   }
   if (py::isinstance<py::float_>(value)) return value.cast<float>();
@@ -55,51 +56,53 @@ std::vector<Tensor> borrow_all(const py::sequence& inputs, const std::vector<std
 
 void register_state(py::module_& m) {
   py::class_<CheckpointState, StatePtr>(m, "CheckpointState")
-      .def_static("load", [](const py::object& path) {
-        const std::string p = fspath(path);
-        py::gil_scoped_release release;
-        return std::make_shared<CheckpointState>(CheckpointState::load_checkpoint(p));
-      })
-      .def_static("save", [](const StatePtr& s, const py::object& path, bool include_optimizer_state) {
-        const std::string p = fspath(path);
-        py::gil_scoped_release release;
-        CheckpointState::save_checkpoint(*s, p, include_optimizer_state);
-      })
+      .def_static("load",
+                  [](const py::object& path) {
+                    const std::string p = fspath(path);
+                    py::gil_scoped_release release;
+                    return std::make_shared<CheckpointState>(CheckpointState::load_checkpoint(p));
+                  })
+      .def_static("save",
+                  [](const StatePtr& s, const py::object& path, bool include_optimizer_state) {
+                    const std::string p = fspath(path);
+                    py::gil_scoped_release release;
+                    CheckpointState::save_checkpoint(*s, p, include_optimizer_state);
+                  })
       .def("parameter_names", &CheckpointState::parameter_names)
       .def("has_parameter", [](const CheckpointState& s, const std::string& n) { return s.parameters().count(n) != 0; })
-      .def("parameter_data", [](const CheckpointState& s, const std::string& n) {
-        return copy_to_array(s.parameter(n).data());
-      })
-      .def("set_parameter_data", [](CheckpointState& s, const std::string& n, const py::object& value) {
-        py::object keep;
-        Parameter& p = s.parameter(n);
-        p.set_data(borrow_array(value, "parameter '" + n + "'", keep));
-      })
-      .def("parameter_grad", [](const CheckpointState& s, const std::string& n) -> py::object {
-        const Tensor& g = s.parameter(n).grad();
-        if (!g.defined()) return py::none();
-        return copy_to_array(g);
-      })
-      .def("parameter_requires_grad", [](const CheckpointState& s, const std::string& n) {
-        return s.parameter(n).requires_grad();
-      })
-      .def("parameter_shape", [](const CheckpointState& s, const std::string& n) {
-        const Shape& shape = s.parameter(n).shape();
-        return std::vector<int64_t>(shape.begin(), shape.end());
-      })
+      .def("parameter_data",
+           [](const CheckpointState& s, const std::string& n) { return copy_to_array(s.parameter(n).data()); })
+      .def("set_parameter_data",
+           [](CheckpointState& s, const std::string& n, const py::object& value) {
+             py::object keep;
+             Parameter& p = s.parameter(n);
+             p.set_data(borrow_array(value, "parameter '" + n + "'", keep));
+           })
+      .def("parameter_grad",
+           [](const CheckpointState& s, const std::string& n) -> py::object {
+             const Tensor& g = s.parameter(n).grad();
+             if (!g.defined()) return py::none();
+             return copy_to_array(g);
+           })
+      .def("parameter_requires_grad",
+           [](const CheckpointState& s, const std::string& n) { return s.parameter(n).requires_grad(); })
+      .def("parameter_shape",
+           [](const CheckpointState& s, const std::string& n) {
+             const Shape& shape = s.parameter(n).shape();
+             return std::vector<int64_t>(shape.begin(), shape.end());
+           })
       .def("is_nominal", &CheckpointState::is_nominal)
-      .def("property_names", [](const CheckpointState& s) {
-        std::vector<std::string> names;
-        for (const auto& [k, v] : s.properties()) names.push_back(k);
-        return names;
-      })
+      .def("property_names",
+           [](const CheckpointState& s) {
+             std::vector<std::string> names;
+             for (const auto& [k, v] : s.properties()) names.push_back(k);
+             return names;
+           })
       .def("has_property", [](const CheckpointState& s, const std::string& n) { return s.properties().contains(n); })
-      .def("get_property", [](const CheckpointState& s, const std::string& n) {
-        return property_value(s.properties().get(n));
-      })
-      .def("set_property", [](CheckpointState& s, const std::string& n, const py::object& v) {
-        s.properties().set(n, to_property(n, v));
-      })
+      .def("get_property",
+           [](const CheckpointState& s, const std::string& n) { return property_value(s.properties().get(n)); })
+      .def("set_property", [](CheckpointState& s, const std::string& n,
+                              const py::object& v) { s.properties().set(n, to_property(n, v)); })
       .def("erase_property", [](CheckpointState& s, const std::string& n) { return s.properties().erase(n); });
 }
 

@@ -94,8 +94,8 @@ void gelu_grad(GradContext& g) {
     const std::string du = g.emit("Mul", {g.emit("Add", {k(1.0), g.emit("Mul", {x2, k(3 * a)})}), k(0.5 * c)});
     d = g.emit("Add", {half_1pt, g.emit("Mul", {x, g.emit("Mul", {sech2, du})})});
   } else {
-    const std::string cdf = g.emit(
-        "Mul", {g.emit("Add", {k(1.0), g.emit("Erf", {g.emit("Mul", {x, k(0.7071067811865476)})})}), k(0.5)});
+    const std::string cdf =
+        g.emit("Mul", {g.emit("Add", {k(1.0), g.emit("Erf", {g.emit("Mul", {x, k(0.7071067811865476)})})}), k(0.5)});
     const std::string pdf =
         g.emit("Mul", {g.emit("Exp", {g.emit("Mul", {x2, k(-0.5)})}), k(0.3989422804014327)});  // 1/sqrt(2 pi)
     d = g.emit("Add", {cdf, g.emit("Mul", {x, pdf})});

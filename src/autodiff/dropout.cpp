@@ -21,8 +21,9 @@ void dropout_grad(GradContext& g) {
     return;
   }
   if (g.num_outputs() < 2 || g.node.outputs[1].empty())
-    throw Unsupported("the gradient of Dropout with a training_mode input needs the forward's mask output (output 1) "
-                      "to drop the same elements; give the node a second output");
+    throw Unsupported(
+        "the gradient of Dropout with a training_mode input needs the forward's mask output (output 1) "
+        "to drop the same elements; give the node a second output");
   g.set_GI(0, g.emit(kKilnDomain, "DropoutGrad", {g.GO(0), g.O(1), g.has_input(1) ? g.I(1) : "", g.I(2)}));
 }
 

@@ -66,10 +66,8 @@ ParsedEquation parse_equation(const std::string& raw) {
   bool ellipsis = false;
   for (const std::string& t : p.inputs) all += t;
   for (char c : all) {
-    if (c == kEllipsis)
-      ellipsis = true;
-    else if (std::count(all.begin(), all.end(), c) == 1)
-      once += c;
+    if (c == kEllipsis) ellipsis = true;
+    else if (std::count(all.begin(), all.end(), c) == 1) once += c;
   }
   std::sort(once.begin(), once.end());
   p.output = (ellipsis ? std::string(1, kEllipsis) : std::string()) + once;
@@ -126,10 +124,8 @@ void einsum_grad(GradContext& g) {
     const int64_t ell_at = ell == std::string::npos ? -1 : static_cast<int64_t>(ell);
     for (int64_t d = 0; d < n; ++d) {
       const char c = term[static_cast<size_t>(d)];
-      if (available.find(c) != std::string::npos)
-        produced += c;
-      else if (c != kEllipsis)
-        missing.push_back(d < ell_at ? d : d - n);
+      if (available.find(c) != std::string::npos) produced += c;
+      else if (c != kEllipsis) missing.push_back(d < ell_at ? d : d - n);
     }
     std::string grad;
     if (values.size() == 1 && terms[0] == produced) {

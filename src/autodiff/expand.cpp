@@ -76,10 +76,10 @@ void depth_to_space_grad(GradContext& g) {
   // CRD: the forward reads X [N, C, b, b, H, W] as [N, C, H, b, W, b]; undo that on dY.
   const std::string sx = g.emit("Shape", {g.I(0)});
   auto dim = [&](int64_t d) { return g.emit("Gather", {sx, ints(g, {d})}); };
-  const std::string target = g.emit("Concat", {ints(g, {0, 0}), dim(2), ints(g, {b}), dim(3), ints(g, {b})},
-                                    {{"axis", Attribute::of_int(0)}});
-  const std::string blocks = g.emit("Transpose", {g.emit("Reshape", {g.GO(0), target})},
-                                    {{"perm", Attribute::of_ints({0, 1, 3, 5, 2, 4})}});
+  const std::string target =
+      g.emit("Concat", {ints(g, {0, 0}), dim(2), ints(g, {b}), dim(3), ints(g, {b})}, {{"axis", Attribute::of_int(0)}});
+  const std::string blocks =
+      g.emit("Transpose", {g.emit("Reshape", {g.GO(0), target})}, {{"perm", Attribute::of_ints({0, 1, 3, 5, 2, 4})}});
   g.set_GI(0, g.emit("Reshape", {blocks, sx}));
 }
 

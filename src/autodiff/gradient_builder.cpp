@@ -71,9 +71,10 @@ void run_rules(GradientBuilderState& st, const std::vector<size_t>& order, const
       std::string param;
       for (const auto& in : n.inputs)
         if (!in.empty() && st.origin.count(in)) param = st.origin[in];
-      throw Unsupported(fmt::format("{} is on the path from parameter '{}' to loss '{}', but Kiln has no gradient "
-                                    "for op {}{}; freeze '{}' or the parameters before this node",
-                                    n.label(), param, loss, n.op_type, other_opsets(st, n), param));
+      throw Unsupported(
+          fmt::format("{} is on the path from parameter '{}' to loss '{}', but Kiln has no gradient "
+                      "for op {}{}; freeze '{}' or the parameters before this node",
+                      n.label(), param, loss, n.op_type, other_opsets(st, n), param));
     }
     st.current = n.name.empty() ? n.op_type : n.name;
     GradContext ctx(n, st);
@@ -138,14 +139,14 @@ GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& 
       select_parameters(st.model, options.loss, options.requires_grad, options.frozen_params, Purpose::Differentiate)
           .trainable;
   if (auto shape = st.static_shape(options.loss); shape && numel(*shape) != 1)
-    throw ShapeError(fmt::format("loss '{}' must be a scalar (one element) but has shape {}", options.loss,
-                                 to_string(*shape)));
+    throw ShapeError(
+        fmt::format("loss '{}' must be a scalar (one element) but has shape {}", options.loss, to_string(*shape)));
   const std::vector<size_t> order = st.model.graph.topological_order();
   mark_origins(st, order, params);
   for (const auto& p : params) {
     if (st.is_value(p + options.grad_suffix))
-      throw InvalidArgument(fmt::format("the gradient output '{}{}' would clash with a value of the graph", p,
-                                        options.grad_suffix));
+      throw InvalidArgument(
+          fmt::format("the gradient output '{}{}' would clash with a value of the graph", p, options.grad_suffix));
     st.reserve_name(p + options.grad_suffix);
   }
   run_rules(st, order, options.loss);

@@ -13,8 +13,8 @@ std::string output_or_empty(GradContext& g, size_t i) {
 void layer_norm_grad(GradContext& g) {
   const std::string mean = output_or_empty(g, 1), inv = output_or_empty(g, 2);
   const bool both = !mean.empty() && !inv.empty();
-  std::vector<std::string> in{g.GO_or_zeros(0), g.I(0), g.I(1), both ? mean : "", both ? inv : "", g.GO(1), g.GO(2),
-                              g.has_input(2) ? g.I(2) : ""};
+  std::vector<std::string> in{g.GO_or_zeros(0), g.I(0),  g.I(1),  both ? mean : "",
+                              both ? inv : "",  g.GO(1), g.GO(2), g.has_input(2) ? g.I(2) : ""};
   while (!in.empty() && in.back().empty()) in.pop_back();
   const auto outs = g.emit_multi(kKilnDomain, "LayerNormalizationGrad", in, 3,
                                  {{"axis", Attribute::of_int(g.node.attr_int("axis", -1))},

@@ -14,7 +14,8 @@ std::map<std::string, Attribute> loss_attrs(const GradContext& g) {
 }
 
 // Emits `op`(dY, x, target[, weight]) and hands out the input's and the weight's gradients.
-void emit_loss_grad(GradContext& g, const std::string& op, const std::string& x, std::map<std::string, Attribute> attrs) {
+void emit_loss_grad(GradContext& g, const std::string& op, const std::string& x,
+                    std::map<std::string, Attribute> attrs) {
   std::vector<std::string> in{g.GO(0), x, g.I(1)};
   if (g.has_input(2)) in.push_back(g.I(2));
   const bool weight = g.needs(2);

@@ -28,7 +28,8 @@ void global_lp_pool_grad(GradContext& g) {
     d = g.emit("Div", {x, y});
   } else {
     const std::string e = g.scalar_like(p - 1, x);
-    d = g.emit("Div", {g.emit("Mul", {g.emit("Sign", {x}), g.emit("Pow", {g.emit("Abs", {x}), e})}), g.emit("Pow", {y, e})});
+    d = g.emit("Div",
+               {g.emit("Mul", {g.emit("Sign", {x}), g.emit("Pow", {g.emit("Abs", {x}), e})}), g.emit("Pow", {y, e})});
   }
   g.set_GI(0, g.emit("Mul", {d, g.GO(0)}));
 }

@@ -22,7 +22,8 @@ void matmul_grad(GradContext& g) {
   const auto ra = g.rank(g.I(0));
   const auto rb = g.rank(g.I(1));
   if (!ra || !rb)
-    throw Unsupported(fmt::format("MatMul gradient needs the ranks of '{}' and '{}'; they are unknown", g.I(0), g.I(1)));
+    throw Unsupported(
+        fmt::format("MatMul gradient needs the ranks of '{}' and '{}'; they are unknown", g.I(0), g.I(1)));
   std::string a = g.I(0), b = g.I(1), grad = g.GO(0);
   int64_t rank_a = *ra, rank_b = *rb;
   const auto axes = [&](int64_t ax) { return g.constant(Tensor::from_vector<int64_t>({1}, {ax})); };
@@ -62,14 +63,16 @@ void gemm_grad(GradContext& g) {
   const std::string& G = g.GO(0).empty() ? g.GO_or_zeros(0) : g.GO(0);
   if (g.needs(0)) {
     // dA' = alpha * G @ B'^T; with transA, dA = dA'^T = alpha * B' @ G^T.
-    const std::string da = ta == 0 ? g.emit("Gemm", {G, g.I(1)}, {{"alpha", f(alpha)}, {"transB", i(tb ? 0 : 1)}})
-                                   : g.emit("Gemm", {g.I(1), G}, {{"alpha", f(alpha)}, {"transA", i(tb)}, {"transB", i(1)}});
+    const std::string da =
+        ta == 0 ? g.emit("Gemm", {G, g.I(1)}, {{"alpha", f(alpha)}, {"transB", i(tb ? 0 : 1)}})
+                : g.emit("Gemm", {g.I(1), G}, {{"alpha", f(alpha)}, {"transA", i(tb)}, {"transB", i(1)}});
     g.set_GI(0, da);
   }
   if (g.needs(1)) {
     // dB' = alpha * A'^T @ G; with transB, dB = alpha * G^T @ A'.
-    const std::string db = tb == 0 ? g.emit("Gemm", {g.I(0), G}, {{"alpha", f(alpha)}, {"transA", i(ta ? 0 : 1)}})
-                                   : g.emit("Gemm", {G, g.I(0)}, {{"alpha", f(alpha)}, {"transA", i(1)}, {"transB", i(ta)}});
+    const std::string db =
+        tb == 0 ? g.emit("Gemm", {g.I(0), G}, {{"alpha", f(alpha)}, {"transA", i(ta ? 0 : 1)}})
+                : g.emit("Gemm", {G, g.I(0)}, {{"alpha", f(alpha)}, {"transA", i(1)}, {"transB", i(ta)}});
     g.set_GI(1, db);
   }
   if (g.has_input(2) && g.needs(2)) {

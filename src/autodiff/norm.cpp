@@ -45,7 +45,8 @@ void batch_norm_grad(GradContext& g) {
   }
   const std::string var = g.I(4);
   const std::string inv = g.emit("Reciprocal", {g.emit("Sqrt", {g.emit("Add", {var, g.scalar_like(eps, var)})})});
-  const auto outs = g.emit_multi(kKilnDomain, "BatchNormalizationGrad", {g.GO(0), g.I(0), g.I(1), g.I(3), inv}, 3, attrs);
+  const auto outs =
+      g.emit_multi(kKilnDomain, "BatchNormalizationGrad", {g.GO(0), g.I(0), g.I(1), g.I(3), inv}, 3, attrs);
   g.set_GI(0, outs[0]);
   g.set_GI(1, outs[1]);
   g.set_GI(2, outs[2]);
@@ -56,7 +57,7 @@ void batch_norm_grad(GradContext& g) {
     const std::string db = cast_like(g, outs[2], g.I(1), var), ds = cast_like(g, outs[1], g.I(1), var);
     g.set_GI(3, g.emit("Neg", {g.emit("Mul", {g.emit("Mul", {db, scale}), inv})}));
     g.set_GI(4, g.emit("Mul", {g.emit("Mul", {g.emit("Mul", {ds, scale}), g.emit("Mul", {inv, inv})}),
-                                g.scalar_like(-0.5, var)}));
+                               g.scalar_like(-0.5, var)}));
   }
 }
 

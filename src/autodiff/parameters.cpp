@@ -68,9 +68,10 @@ void check_requests(const Graph& g, const ParameterSelection& p, const std::vect
       throw TypeError(fmt::format("requires_grad names '{}', which is {}; only floating-point parameters are trained",
                                   name, it->second.describe()));
     if (purpose == Purpose::Train && buffers.count(name))
-      throw InvalidArgument(fmt::format("requires_grad names '{}', a running statistic of a training-mode "
-                                        "BatchNormalization; it is updated by the forward pass, not trained",
-                                        name));
+      throw InvalidArgument(
+          fmt::format("requires_grad names '{}', a running statistic of a training-mode "
+                      "BatchNormalization; it is updated by the forward pass, not trained",
+                      name));
   }
   for (const auto& name : frozen)
     if (!g.initializers.count(name))
@@ -118,8 +119,9 @@ ParameterSelection select_parameters(const Model& m, const std::string& loss,
   for (const auto& name : frozen_params)
     if (!buffers.count(name)) p.frozen.push_back(name);
   if (p.trainable.empty())
-    throw InvalidArgument("no trainable parameter: no floating-point initializer reaches the loss through ops with "
-                          "gradients (or all are frozen)");
+    throw InvalidArgument(
+        "no trainable parameter: no floating-point initializer reaches the loss through ops with "
+        "gradients (or all are frozen)");
   return p;
 }
 

@@ -30,10 +30,8 @@ bool is_noop(GradContext& g) {
 // Registers a reduction's rule behind the noop check.
 GradientRule reduction(void (*rule)(GradContext&)) {
   return [rule](GradContext& g) {
-    if (is_noop(g))
-      g.set_GI(0, g.GO(0));
-    else
-      rule(g);
+    if (is_noop(g)) g.set_GI(0, g.GO(0));
+    else rule(g);
   };
 }
 

@@ -44,14 +44,12 @@ std::string GradientRegistry::ranges(const std::string& domain, const std::strin
 }
 
 const std::string& GradContext::I(size_t i) const {
-  if (i >= node.inputs.size() || node.inputs[i].empty())
-    throw InvalidModel(fmt::format("input {} is absent", i));
+  if (i >= node.inputs.size() || node.inputs[i].empty()) throw InvalidModel(fmt::format("input {} is absent", i));
   return node.inputs[i];
 }
 
 const std::string& GradContext::O(size_t i) const {
-  if (i >= node.outputs.size() || node.outputs[i].empty())
-    throw InvalidModel(fmt::format("output {} is absent", i));
+  if (i >= node.outputs.size() || node.outputs[i].empty()) throw InvalidModel(fmt::format("output {} is absent", i));
   return node.outputs[i];
 }
 

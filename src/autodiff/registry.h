@@ -55,7 +55,8 @@ class GradContext {
   // Emits a node and returns its first output (the others get generated names too).
   std::string emit(const std::string& domain, const std::string& op, std::vector<std::string> inputs,
                    std::map<std::string, Attribute> attrs = {});
-  std::string emit(const std::string& op, std::vector<std::string> inputs, std::map<std::string, Attribute> attrs = {}) {
+  std::string emit(const std::string& op, std::vector<std::string> inputs,
+                   std::map<std::string, Attribute> attrs = {}) {
     return emit("", op, std::move(inputs), std::move(attrs));
   }
   std::vector<std::string> emit_multi(const std::string& domain, const std::string& op, std::vector<std::string> inputs,

@@ -1,6 +1,6 @@
-// Gradient rule of Resize (kernels/cpu/resize.cpp): ai.kiln.ResizeGrad (kernels/cpu/resize_grad.cpp) runs the transposed
-// interpolation, for every mode and coordinate transformation the forward supports. roi, scales and
-// sizes only shape the map and get no gradient.
+// Gradient rule of Resize (kernels/cpu/resize.cpp): ai.kiln.ResizeGrad (kernels/cpu/resize_grad.cpp) runs the
+// transposed interpolation, for every mode and coordinate transformation the forward supports. roi, scales and sizes
+// only shape the map and get no gradient.
 #include "autodiff/registry.h"
 
 namespace kiln {

@@ -19,7 +19,8 @@ namespace {
 
 std::string zeros_like(GradContext& g, const std::string& value) {
   const DType t = g.dtype(value).value_or(DType::Float32);
-  return g.emit("ConstantOfShape", {g.emit("Shape", {value})}, {{"value", Attribute::of_tensor(Tensor::zeros(t, {1}))}});
+  return g.emit("ConstantOfShape", {g.emit("Shape", {value})},
+                {{"value", Attribute::of_tensor(Tensor::zeros(t, {1}))}});
 }
 
 // op(dY, shape(data), indices) with the forward's attribute `attr`, if it has one.
@@ -36,15 +37,13 @@ void gather_nd_grad(GradContext& g) { scatter_back(g, "GatherNDGrad", "batch_dim
 void scatter_grad(GradContext& g, const std::string& scatter, const std::string& gather) {
   const std::string reduction = g.node.attr_string("reduction", "none");
   if (reduction != "none" && reduction != "add")
-    throw Unsupported(fmt::format("gradient of {} with reduction '{}' is not implemented (none, add)",
-                                  g.node.op_type, reduction));
+    throw Unsupported(
+        fmt::format("gradient of {} with reduction '{}' is not implemented (none, add)", g.node.op_type, reduction));
   std::map<std::string, Attribute> axis;
   if (g.node.has_attr("axis")) axis["axis"] = Attribute::of_int(g.node.attr_int("axis"));
   if (g.needs(0)) {
-    if (reduction == "add")
-      g.set_GI(0, g.GO(0));
-    else
-      g.set_GI(0, g.emit(scatter, {g.GO(0), g.I(1), zeros_like(g, g.I(2))}, axis));
+    if (reduction == "add") g.set_GI(0, g.GO(0));
+    else g.set_GI(0, g.emit(scatter, {g.GO(0), g.I(1), zeros_like(g, g.I(2))}, axis));
   }
   if (g.needs(2)) {
     if (g.opset() < 11)

@@ -10,8 +10,7 @@ void sum_grad(GradContext& g) {
 }
 
 void mean_grad(GradContext& g) {
-  const std::string scaled =
-      g.emit("Div", {g.GO(0), g.scalar_like(static_cast<double>(g.num_inputs()), g.O(0))});
+  const std::string scaled = g.emit("Div", {g.GO(0), g.scalar_like(static_cast<double>(g.num_inputs()), g.O(0))});
   for (size_t i = 0; i < g.num_inputs(); ++i) g.set_GI(i, scaled, Broadcast::Maybe);
 }
 
@@ -20,8 +19,9 @@ void mean_grad(GradContext& g) {
 void extremum_grad(GradContext& g) {
   for (size_t i = 0; i < g.num_inputs(); ++i) {
     if (!g.needs(i)) continue;
-    const std::string mask = g.emit("Cast", {g.emit("Equal", {g.I(i), g.O(0)})},
-                                    {{"to", Attribute::of_int(dtype_to_onnx(g.dtype(g.O(0)).value_or(DType::Float32)))}});
+    const std::string mask =
+        g.emit("Cast", {g.emit("Equal", {g.I(i), g.O(0)})},
+               {{"to", Attribute::of_int(dtype_to_onnx(g.dtype(g.O(0)).value_or(DType::Float32)))}});
     g.set_GI(i, g.emit("Mul", {g.GO(0), mask}), Broadcast::Maybe);
   }
 }

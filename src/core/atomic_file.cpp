@@ -51,7 +51,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
                               parent_folder(path_), std::strerror(err)));
   }
   temp_path_ = pattern;
-  struct stat existing{};
+  struct stat existing {};
   const mode_t mode = ::stat(path_.c_str(), &existing) == 0 ? (existing.st_mode & 07777) : default_file_mode();
   if (::fchmod(fd_, mode) != 0) fail("cannot set the permissions of the temporary file", errno);
 }
@@ -102,8 +102,8 @@ void AtomicFile::commit() {
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) {
     const int err = errno;
-    throw IOError(fmt::format("wrote '{}' but cannot open its folder '{}' to flush it: {}", path_, dir,
-                              std::strerror(err)));
+    throw IOError(
+        fmt::format("wrote '{}' but cannot open its folder '{}' to flush it: {}", path_, dir, std::strerror(err)));
   }
   const int rc = ::fsync(dfd);
   const int err = errno;

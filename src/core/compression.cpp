@@ -35,7 +35,8 @@ class Inflater {
 }  // namespace
 
 bool is_gzip(const std::string& bytes) {
-  return bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f && static_cast<unsigned char>(bytes[1]) == 0x8b;
+  return bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
+         static_cast<unsigned char>(bytes[1]) == 0x8b;
 }
 
 std::string gunzip(const std::string& bytes, const std::string& path) {
@@ -46,7 +47,8 @@ std::string gunzip(const std::string& bytes, const std::string& path) {
     const auto* t = reinterpret_cast<const unsigned char*>(bytes.data() + bytes.size() - 4);
     // One spare byte lets the last inflate call see the end marker without growing the buffer.
     out.resize(std::min<size_t>(uint32_t(t[0]) | uint32_t(t[1]) << 8 | uint32_t(t[2]) << 16 | uint32_t(t[3]) << 24,
-                                bytes.size() * 1032) + 1);  // deflate's best ratio is about 1032:1
+                                bytes.size() * 1032) +
+               1);  // deflate's best ratio is about 1032:1
   }
   size_t in_pos = 0;
   size_t produced = 0;
@@ -69,8 +71,9 @@ std::string gunzip(const std::string& bytes, const std::string& path) {
       if (offset == bytes.size()) break;
       // Another member follows (as `cat a.gz b.gz` makes); anything else is trailing garbage.
       if (!is_gzip(bytes.substr(offset, 2)))
-        throw CorruptFile(fmt::format("'{}' is corrupt: {} bytes of trailing garbage after the gzip data at byte offset {}",
-                                      path, bytes.size() - offset, offset));
+        throw CorruptFile(
+            fmt::format("'{}' is corrupt: {} bytes of trailing garbage after the gzip data at byte offset {}", path,
+                        bytes.size() - offset, offset));
       inflateReset(z.get());
       continue;
     }
@@ -80,8 +83,10 @@ std::string gunzip(const std::string& bytes, const std::string& path) {
     if (rc == Z_MEM_ERROR) throw Error(fmt::format("out of memory while decompressing '{}'", path));
     // Z_BUF_ERROR or Z_OK with nothing consumed or produced: the input ended inside the stream.
     if (in_pos == bytes.size() && z->avail_in == 0 && offset == consumed && z->avail_out != 0)
-      throw CorruptFile(fmt::format("'{}' is truncated or corrupt: the gzip stream ends at byte offset {} before its end "
-                                    "marker ({} bytes decompressed)", path, bytes.size(), produced));
+      throw CorruptFile(
+          fmt::format("'{}' is truncated or corrupt: the gzip stream ends at byte offset {} before its end "
+                      "marker ({} bytes decompressed)",
+                      path, bytes.size(), produced));
   }
   out.resize(produced);
   return out;
@@ -107,19 +112,22 @@ std::string inflate_raw(const char* data, size_t size, size_t expected, const st
   const size_t offset = base_offset + (size - z->avail_in);
   if (rc == Z_STREAM_END) {
     if (z->total_out != expected)
-      throw CorruptFile(fmt::format("{}: deflate data at byte offset {} inflates to {} bytes, the zip directory says {}",
-                                    label, base_offset, z->total_out, expected));
+      throw CorruptFile(
+          fmt::format("{}: deflate data at byte offset {} inflates to {} bytes, the zip directory says {}", label,
+                      base_offset, z->total_out, expected));
     return out;
   }
   if (rc == Z_DATA_ERROR)
-    throw CorruptFile(fmt::format("{}: bad deflate data at byte offset {}: {}", label, offset,
-                                  z->msg ? z->msg : "invalid stream"));
+    throw CorruptFile(
+        fmt::format("{}: bad deflate data at byte offset {}: {}", label, offset, z->msg ? z->msg : "invalid stream"));
   if (rc == Z_MEM_ERROR) throw Error(fmt::format("out of memory while inflating {}", label));
   if (z->total_out > expected)
-    throw CorruptFile(fmt::format("{}: deflate data at byte offset {} inflates to more than the {} bytes the zip "
-                                  "directory says", label, base_offset, expected));
-  throw CorruptFile(fmt::format("{}: deflate data is truncated: it ends at byte offset {} after {} of {} bytes",
-                                label, offset, z->total_out, expected));
+    throw CorruptFile(
+        fmt::format("{}: deflate data at byte offset {} inflates to more than the {} bytes the zip "
+                    "directory says",
+                    label, base_offset, expected));
+  throw CorruptFile(fmt::format("{}: deflate data is truncated: it ends at byte offset {} after {} of {} bytes", label,
+                                offset, z->total_out, expected));
 }
 
 }  // namespace kiln

@@ -41,12 +41,12 @@ Half float_to_half(float f) {
     return Half{static_cast<uint16_t>(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0))};
   }
   if (absx >= 0x477ff000u) return Half{static_cast<uint16_t>(sign | 0x7c00)};  // overflow -> inf
-  if (absx < 0x38800000u) {  // subnormal or zero in half
+  if (absx < 0x38800000u) {                                                    // subnormal or zero in half
     if (absx < 0x33000000u) return Half{sign};
     const uint32_t e = absx >> 23;
     const uint32_t m = (absx & 0x7fffff) | 0x800000;
     const uint32_t shift = 126 - e;  // 14 - (e - 112)
-    uint32_t half_m = m >> shift;  // shift is 14..24 here
+    uint32_t half_m = m >> shift;    // shift is 14..24 here
     const uint32_t rem = m & ((1u << shift) - 1);
     const uint32_t halfway = 1u << (shift - 1);
     if (rem > halfway || (rem == halfway && (half_m & 1))) ++half_m;
@@ -71,8 +71,8 @@ BFloat16 float_to_bfloat16(float f) {
 
 namespace {
 constexpr std::pair<DType, int32_t> kOnnxCodes[] = {
-    {DType::Float32, 1}, {DType::Uint8, 2},  {DType::Int8, 3},    {DType::Uint16, 4},  {DType::Int16, 5},
-    {DType::Int32, 6},   {DType::Int64, 7},  {DType::Bool, 9},    {DType::Float16, 10}, {DType::Float64, 11},
+    {DType::Float32, 1}, {DType::Uint8, 2},   {DType::Int8, 3},     {DType::Uint16, 4},   {DType::Int16, 5},
+    {DType::Int32, 6},   {DType::Int64, 7},   {DType::Bool, 9},     {DType::Float16, 10}, {DType::Float64, 11},
     {DType::Uint32, 12}, {DType::Uint64, 13}, {DType::BFloat16, 16}};
 }  // namespace
 
@@ -90,29 +90,55 @@ int32_t dtype_to_onnx(DType t) {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::Float64: case DType::Int64: case DType::Uint64: return 8;
-    case DType::Float32: case DType::Int32: case DType::Uint32: return 4;
-    case DType::Float16: case DType::BFloat16: case DType::Int16: case DType::Uint16: return 2;
-    case DType::Int8: case DType::Uint8: case DType::Bool: return 1;
+    case DType::Float64:
+    case DType::Int64:
+    case DType::Uint64:
+      return 8;
+    case DType::Float32:
+    case DType::Int32:
+    case DType::Uint32:
+      return 4;
+    case DType::Float16:
+    case DType::BFloat16:
+    case DType::Int16:
+    case DType::Uint16:
+      return 2;
+    case DType::Int8:
+    case DType::Uint8:
+    case DType::Bool:
+      return 1;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::Float32: return "float";
-    case DType::Float64: return "double";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Int64: return "int64";
-    case DType::Int32: return "int32";
-    case DType::Int16: return "int16";
-    case DType::Int8: return "int8";
-    case DType::Uint64: return "uint64";
-    case DType::Uint32: return "uint32";
-    case DType::Uint16: return "uint16";
-    case DType::Uint8: return "uint8";
-    case DType::Bool: return "bool";
+    case DType::Float32:
+      return "float";
+    case DType::Float64:
+      return "double";
+    case DType::Float16:
+      return "float16";
+    case DType::BFloat16:
+      return "bfloat16";
+    case DType::Int64:
+      return "int64";
+    case DType::Int32:
+      return "int32";
+    case DType::Int16:
+      return "int16";
+    case DType::Int8:
+      return "int8";
+    case DType::Uint64:
+      return "uint64";
+    case DType::Uint32:
+      return "uint32";
+    case DType::Uint16:
+      return "uint16";
+    case DType::Uint8:
+      return "uint8";
+    case DType::Bool:
+      return "bool";
   }
   return "?";
 }

@@ -33,8 +33,8 @@ void ReadOnlyFile::read_at(void* dst, size_t n, uint64_t offset) const {
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
       const std::string why = got < 0 ? std::strerror(errno) : "unexpected end of file";
-      throw IOError(fmt::format("cannot read {} '{}': {} after {} of {} bytes at offset {}", what_, path_, why, done,
-                                n, offset));
+      throw IOError(
+          fmt::format("cannot read {} '{}': {} after {} of {} bytes at offset {}", what_, path_, why, done, n, offset));
     }
     done += static_cast<size_t>(got);
   }

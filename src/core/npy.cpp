@@ -34,9 +34,18 @@ struct DescrEntry {
   DType dtype;
 };
 constexpr std::array<DescrEntry, 13> kDescrs = {{
-    {"f4", DType::Float32}, {"f8", DType::Float64}, {"f2", DType::Float16}, {"V2", DType::BFloat16},
-    {"i8", DType::Int64},   {"i4", DType::Int32},   {"i2", DType::Int16},   {"i1", DType::Int8},
-    {"u8", DType::Uint64},  {"u4", DType::Uint32},  {"u2", DType::Uint16},  {"u1", DType::Uint8},
+    {"f4", DType::Float32},
+    {"f8", DType::Float64},
+    {"f2", DType::Float16},
+    {"V2", DType::BFloat16},
+    {"i8", DType::Int64},
+    {"i4", DType::Int32},
+    {"i2", DType::Int16},
+    {"i1", DType::Int8},
+    {"u8", DType::Uint64},
+    {"u4", DType::Uint32},
+    {"u2", DType::Uint16},
+    {"u1", DType::Uint8},
     {"b1", DType::Bool},
 }};
 
@@ -77,12 +86,10 @@ class HeaderParser {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw InvalidArgument(fmt::format("{}: malformed .npy header ({} at offset {}): {}", label_, what,
-                                      pos_, text_));
+    throw InvalidArgument(fmt::format("{}: malformed .npy header ({} at offset {}): {}", label_, what, pos_, text_));
   }
   void skip_space() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n'))
-      ++pos_;
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n')) ++pos_;
   }
   char peek() {
     skip_space();
@@ -131,8 +138,10 @@ class HeaderParser {
       v.b = text_[pos_] == 'T';
       pos_ += v.b ? 4 : 5;
     } else if (c == '[') {
-      throw Unsupported(fmt::format("{}: structured .npy arrays (descr {}) are not supported; save a "
-                                    "plain array", label_, text_.substr(pos_)));
+      throw Unsupported(
+          fmt::format("{}: structured .npy arrays (descr {}) are not supported; save a "
+                      "plain array",
+                      label_, text_.substr(pos_)));
     } else {
       fail(fmt::format("unexpected value for '{}'", key));
     }
@@ -152,15 +161,18 @@ DType dtype_of_descr(const std::string& descr, const std::string& label) {
       if (code != e.code) continue;
       const bool one_byte = dtype_size(e.dtype) == 1;
       if (order == '>' && !one_byte)
-        throw Unsupported(fmt::format("{}: big-endian .npy data (descr '{}') is not supported; save it "
-                                      "little-endian (arr.astype(arr.dtype.newbyteorder('<')))",
-                                      label, descr));
+        throw Unsupported(
+            fmt::format("{}: big-endian .npy data (descr '{}') is not supported; save it "
+                        "little-endian (arr.astype(arr.dtype.newbyteorder('<')))",
+                        label, descr));
       // '=' is native order, which is little endian on every host Kiln builds for.
       if (order == '<' || order == '|' || order == '=' || (order == '>' && one_byte)) return e.dtype;
     }
   }
-  throw Unsupported(fmt::format("{}: .npy dtype '{}' is not supported (Kiln reads float16/32/64, "
-                                "bfloat16 as '<V2', int8..64, uint8..64 and bool)", label, descr));
+  throw Unsupported(
+      fmt::format("{}: .npy dtype '{}' is not supported (Kiln reads float16/32/64, "
+                  "bfloat16 as '<V2', int8..64, uint8..64 and bool)",
+                  label, descr));
 }
 
 struct NpyHeader {
@@ -183,8 +195,8 @@ std::pair<size_t, size_t> read_prefix(const std::string& prefix, const std::stri
     if (prefix.size() < 12) throw IOError(fmt::format("{}: truncated .npy header", label));
     return {12, byte(8) | byte(9) << 8 | byte(10) << 16 | byte(11) << 24};
   }
-  throw Unsupported(fmt::format("{}: .npy format version {}.{} is not supported (1.0, 2.0 and 3.0 are)",
-                                label, major, static_cast<int>(static_cast<uint8_t>(prefix[7]))));
+  throw Unsupported(fmt::format("{}: .npy format version {}.{} is not supported (1.0, 2.0 and 3.0 are)", label, major,
+                                static_cast<int>(static_cast<uint8_t>(prefix[7]))));
 }
 
 NpyHeader parse_header(const std::string& header_text, size_t data_offset, const std::string& label) {
@@ -192,8 +204,7 @@ NpyHeader parse_header(const std::string& header_text, size_t data_offset, const
   const auto dict = parser.parse_dict();
   const auto get = [&](const char* key, HeaderValue::Kind kind) -> const HeaderValue& {
     auto it = dict.find(key);
-    if (it == dict.end())
-      throw InvalidArgument(fmt::format("{}: .npy header lacks '{}': {}", label, key, header_text));
+    if (it == dict.end()) throw InvalidArgument(fmt::format("{}: .npy header lacks '{}': {}", label, key, header_text));
     if (it->second.kind != kind)
       throw InvalidArgument(fmt::format("{}: .npy header has a bad '{}': {}", label, key, header_text));
     return it->second;
@@ -202,8 +213,10 @@ NpyHeader parse_header(const std::string& header_text, size_t data_offset, const
   h.dtype = dtype_of_descr(get("descr", HeaderValue::Kind::String).s, label);
   h.shape = get("shape", HeaderValue::Kind::Tuple).ints;
   if (get("fortran_order", HeaderValue::Kind::Bool).b && h.shape.size() > 1)
-    throw Unsupported(fmt::format("{}: Fortran-order .npy arrays are not supported; save with "
-                                  "np.save(path, np.ascontiguousarray(arr))", label));
+    throw Unsupported(
+        fmt::format("{}: Fortran-order .npy arrays are not supported; save with "
+                    "np.save(path, np.ascontiguousarray(arr))",
+                    label));
   // Guard the element count against overflow before anything is allocated.
   uint64_t elems = 1;
   for (int64_t d : h.shape) {
@@ -216,17 +229,17 @@ NpyHeader parse_header(const std::string& header_text, size_t data_offset, const
   return h;
 }
 
-std::string describe_header(const NpyHeader& h) {
-  return fmt::format("{}{}", dtype_name(h.dtype), to_string(h.shape));
-}
+std::string describe_header(const NpyHeader& h) { return fmt::format("{}{}", dtype_name(h.dtype), to_string(h.shape)); }
 
 void check_data_size(const NpyHeader& h, size_t available, const std::string& label) {
   if (available < h.data_bytes)
-    throw IOError(fmt::format("{}: truncated .npy file: the header declares {} ({} bytes of data) but "
-                              "only {} bytes follow", label, describe_header(h), h.data_bytes, available));
+    throw IOError(
+        fmt::format("{}: truncated .npy file: the header declares {} ({} bytes of data) but "
+                    "only {} bytes follow",
+                    label, describe_header(h), h.data_bytes, available));
   if (available > h.data_bytes)
-    throw InvalidArgument(fmt::format("{}: .npy file has {} unexpected bytes after the {} data of {}",
-                                      label, available - h.data_bytes, h.data_bytes, describe_header(h)));
+    throw InvalidArgument(fmt::format("{}: .npy file has {} unexpected bytes after the {} data of {}", label,
+                                      available - h.data_bytes, h.data_bytes, describe_header(h)));
 }
 
 // C++ bool must hold 0 or 1; NumPy treats any nonzero byte as True, so normalise.
@@ -254,8 +267,8 @@ std::string npy_descr(DType dtype) {
 Tensor parse_npy(const std::string& bytes, const std::string& label) {
   const auto [prefix_len, header_len] = read_prefix(bytes.substr(0, 12), label);
   if (bytes.size() < prefix_len + header_len)
-    throw IOError(fmt::format("{}: truncated .npy header ({} bytes declared, {} present)", label,
-                              header_len, bytes.size() - std::min(bytes.size(), prefix_len)));
+    throw IOError(fmt::format("{}: truncated .npy header ({} bytes declared, {} present)", label, header_len,
+                              bytes.size() - std::min(bytes.size(), prefix_len)));
   const NpyHeader h = parse_header(bytes.substr(prefix_len, header_len), prefix_len + header_len, label);
   check_data_size(h, bytes.size() - h.data_offset, label);
   Tensor t = Tensor::empty(h.dtype, h.shape);
@@ -267,8 +280,7 @@ Tensor parse_npy(const std::string& bytes, const std::string& label) {
 Tensor load_npy(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw IOError(fmt::format("{}: no such .npy file", path));
-  if (std::filesystem::is_directory(path, ec))
-    throw IOError(fmt::format("{}: is a directory, not a .npy file", path));
+  if (std::filesystem::is_directory(path, ec)) throw IOError(fmt::format("{}: is a directory, not a .npy file", path));
   const auto file_size = static_cast<size_t>(std::filesystem::file_size(path, ec));
   if (ec) throw IOError(fmt::format("{}: cannot stat .npy file: {}", path, ec.message()));
   std::ifstream in(path, std::ios::binary);
@@ -278,8 +290,8 @@ Tensor load_npy(const std::string& path) {
   in.read(prefix.data(), static_cast<std::streamsize>(prefix.size()));
   const auto [prefix_len, header_len] = read_prefix(prefix, path);
   if (file_size < prefix_len + header_len)
-    throw IOError(fmt::format("{}: truncated .npy header ({} bytes declared, {} present)", path,
-                              header_len, file_size - std::min(file_size, prefix_len)));
+    throw IOError(fmt::format("{}: truncated .npy header ({} bytes declared, {} present)", path, header_len,
+                              file_size - std::min(file_size, prefix_len)));
   std::string header(header_len, '\0');
   in.seekg(static_cast<std::streamoff>(prefix_len));
   in.read(header.data(), static_cast<std::streamsize>(header_len));
@@ -296,8 +308,8 @@ Tensor load_npy(const std::string& path) {
 
 std::string serialize_npy(const Tensor& tensor) {
   if (!tensor.defined()) throw InvalidArgument("serialize_npy: the tensor is undefined");
-  std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
-                                 npy_descr(tensor.dtype()), shape_literal(tensor.shape()));
+  std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", npy_descr(tensor.dtype()),
+                                 shape_literal(tensor.shape()));
   // Pad with spaces and a final '\n' so the data starts 64-byte aligned, as NumPy does.
   const bool v2 = kMagicLen + 4 + dict.size() + 1 > 0xffff;
   const size_t prefix_len = v2 ? 12 : 10;

@@ -28,8 +28,8 @@ void put_chunk(std::string& out, const char (&type)[5], const std::string& data)
   put_u32(out, static_cast<uint32_t>(data.size()));
   const std::string body = std::string(type, 4) + data;
   out += body;
-  const uLong crc = ::crc32(::crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(body.data()),
-                            static_cast<uInt>(body.size()));
+  const uLong crc =
+      ::crc32(::crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()));
   put_u32(out, static_cast<uint32_t>(crc));
 }
 
@@ -51,12 +51,23 @@ void filter_row(PngFilter f, const uint8_t* row, const uint8_t* prev, size_t n, 
     const int c = i >= kBytesPerPixel ? prev[i - kBytesPerPixel] : 0;
     int predicted = 0;
     switch (f) {  // the five filters are the format's fixed set, not an extension point
-      case PngFilter::None: predicted = 0; break;
-      case PngFilter::Sub: predicted = a; break;
-      case PngFilter::Up: predicted = b; break;
-      case PngFilter::Average: predicted = (a + b) / 2; break;
-      case PngFilter::Paeth: predicted = paeth(a, b, c); break;
-      case PngFilter::Adaptive: break;
+      case PngFilter::None:
+        predicted = 0;
+        break;
+      case PngFilter::Sub:
+        predicted = a;
+        break;
+      case PngFilter::Up:
+        predicted = b;
+        break;
+      case PngFilter::Average:
+        predicted = (a + b) / 2;
+        break;
+      case PngFilter::Paeth:
+        predicted = paeth(a, b, c);
+        break;
+      case PngFilter::Adaptive:
+        break;
     }
     out[1 + i] = static_cast<uint8_t>(row[i] - predicted);
   }
@@ -100,7 +111,8 @@ std::string deflate(const std::string& raw) {
   std::string out(size, '\0');
   const int rc = ::compress2(reinterpret_cast<Bytef*>(out.data()), &size, reinterpret_cast<const Bytef*>(raw.data()),
                              static_cast<uLong>(raw.size()), Z_BEST_COMPRESSION);
-  if (rc != Z_OK) throw Error(fmt::format("zlib compress2 failed with code {} on {} bytes of PNG scanlines", rc, raw.size()));
+  if (rc != Z_OK)
+    throw Error(fmt::format("zlib compress2 failed with code {} on {} bytes of PNG scanlines", rc, raw.size()));
   out.resize(size);
   return out;
 }

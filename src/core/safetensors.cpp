@@ -41,9 +41,18 @@ struct DTypeName {
   DType dtype;
 };
 constexpr std::array<DTypeName, 13> kDTypeNames = {{
-    {"BOOL", DType::Bool},  {"U8", DType::Uint8},   {"I8", DType::Int8},     {"I16", DType::Int16},
-    {"U16", DType::Uint16}, {"F16", DType::Float16}, {"BF16", DType::BFloat16}, {"I32", DType::Int32},
-    {"U32", DType::Uint32}, {"F32", DType::Float32}, {"F64", DType::Float64}, {"I64", DType::Int64},
+    {"BOOL", DType::Bool},
+    {"U8", DType::Uint8},
+    {"I8", DType::Int8},
+    {"I16", DType::Int16},
+    {"U16", DType::Uint16},
+    {"F16", DType::Float16},
+    {"BF16", DType::BFloat16},
+    {"I32", DType::Int32},
+    {"U32", DType::Uint32},
+    {"F32", DType::Float32},
+    {"F64", DType::Float64},
+    {"I64", DType::Int64},
     {"U64", DType::Uint64},
 }};
 // In the format but without a Kiln dtype: reading them is Unsupported rather than corrupt.
@@ -65,7 +74,8 @@ struct Entry {
 
 // A non-negative JSON integer; nlohmann parses those as number_unsigned.
 uint64_t get_unsigned(const Json& v, const std::string& source, const std::string& what) {
-  if (!v.is_number_unsigned()) corrupt(source, fmt::format("{} must be a non-negative integer, not {}", what, v.dump()));
+  if (!v.is_number_unsigned())
+    corrupt(source, fmt::format("{} must be a non-negative integer, not {}", what, v.dump()));
   return v.get<uint64_t>();
 }
 
@@ -95,7 +105,8 @@ Entry parse_entry(const std::string& name, const Json& info, uint64_t data_size,
   uint64_t nbytes = dtype_size(e.dtype);
   for (const Json& d : shape) {
     const uint64_t dim = get_unsigned(d, source, label + ": a shape dimension");
-    if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) || __builtin_mul_overflow(nbytes, dim, &nbytes))
+    if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+        __builtin_mul_overflow(nbytes, dim, &nbytes))
       corrupt(source, fmt::format("{}: shape {} is too large", label, shape.dump()));
     e.shape.push_back(static_cast<int64_t>(dim));
   }
@@ -153,8 +164,8 @@ std::map<std::string, std::string> parse_metadata(const Json& meta, const std::s
 // are views of it; without, the data buffer is copied once into a new storage they share.
 SafetensorsFile parse(std::string_view bytes, const std::string& source, std::shared_ptr<Storage> storage) {
   if (bytes.size() < kLengthBytes)
-    corrupt(source, fmt::format("{} bytes is too short for the 8-byte header length at offset 0 (truncated?)",
-                                bytes.size()));
+    corrupt(source,
+            fmt::format("{} bytes is too short for the 8-byte header length at offset 0 (truncated?)", bytes.size()));
   uint64_t header_size = 0;
   std::memcpy(&header_size, bytes.data(), kLengthBytes);
   if (header_size > kMaxHeaderBytes)
@@ -226,12 +237,12 @@ std::string build_header(const std::vector<std::pair<std::string, Tensor>>& tens
   for (const auto& [name, tensor] : tensors) {
     if (name == kMetadataKey)
       throw InvalidArgument("safetensors: a tensor cannot be named \"__metadata__\" (the format reserves it)");
-    if (!seen.insert(name).second) throw InvalidArgument(fmt::format("safetensors: tensor name '{}' is used twice", name));
+    if (!seen.insert(name).second)
+      throw InvalidArgument(fmt::format("safetensors: tensor name '{}' is used twice", name));
     if (!tensor.defined()) throw InvalidArgument(fmt::format("safetensors: tensor '{}' is undefined", name));
     const uint64_t end = offset + tensor.nbytes();
-    header[name] = {{"dtype", safetensors_dtype_name(tensor.dtype())},
-                    {"shape", tensor.shape()},
-                    {"data_offsets", {offset, end}}};
+    header[name] = {
+        {"dtype", safetensors_dtype_name(tensor.dtype())}, {"shape", tensor.shape()}, {"data_offsets", {offset, end}}};
     offset = end;
   }
   std::string text;

@@ -64,8 +64,8 @@ Tensor Tensor::view_of(std::shared_ptr<Storage> storage, size_t byte_offset, DTy
   t.strides_ = contiguous_strides(shape);
   t.shape_ = std::move(shape);
   if (byte_offset + t.nbytes() > storage->bytes())
-    throw Error(fmt::format("Tensor::view_of: {} bytes at offset {} exceed a storage of {} bytes",
-                            t.nbytes(), byte_offset, storage->bytes()));
+    throw Error(fmt::format("Tensor::view_of: {} bytes at offset {} exceed a storage of {} bytes", t.nbytes(),
+                            byte_offset, storage->bytes()));
   t.storage_ = std::move(storage);
   t.offset_ = byte_offset;
   return t;
@@ -86,14 +86,12 @@ bool Tensor::is_contiguous() const {
 
 void Tensor::check_dtype(DType requested) const {
   if (!defined()) throw Error("access to the data of an undefined tensor");
-  if (requested != dtype_)
-    throw TypeError(fmt::format("tensor {} read as {}", describe(), dtype_name(requested)));
+  if (requested != dtype_) throw TypeError(fmt::format("tensor {} read as {}", describe(), dtype_name(requested)));
 }
 
 double Tensor::item_as_double(int64_t i) const {
   if (!is_contiguous()) return contiguous().item_as_double(i);
-  if (i < 0 || i >= numel())
-    throw ShapeError(fmt::format("element {} is out of range for tensor {}", i, describe()));
+  if (i < 0 || i >= numel()) throw ShapeError(fmt::format("element {} is out of range for tensor {}", i, describe()));
   return visit_dtype(dtype_, [&](auto tag) {
     using T = decltype(tag);
     return to_double(static_cast<const T*>(raw_data())[i]);

@@ -62,15 +62,18 @@ struct Directory {
 Directory find_directory(const Reader& r, uint64_t file_size, const std::string& path) {
   // The end record is the last 22 bytes plus a comment of up to 65535 bytes.
   if (file_size < kEndSize)
-    throw CorruptFile(fmt::format("'{}' is not a zip file: {} bytes is too short for an end-of-central-directory "
-                                  "record", path, file_size));
+    throw CorruptFile(
+        fmt::format("'{}' is not a zip file: {} bytes is too short for an end-of-central-directory "
+                    "record",
+                    path, file_size));
   uint64_t end = file_size - kEndSize;
   const uint64_t lowest = file_size > kEndSize + 65535 ? file_size - kEndSize - 65535 : 0;
   while (r.u32(end, "end record") != kEndSig || end + kEndSize + r.u16(end + 20, "comment length") != file_size) {
     if (end == lowest)
-      throw CorruptFile(fmt::format("'{}' is not a zip file or is truncated: no end-of-central-directory record in its "
-                                    "last {} bytes (searched from byte offset {})", path, file_size - lowest,
-                                    lowest));
+      throw CorruptFile(
+          fmt::format("'{}' is not a zip file or is truncated: no end-of-central-directory record in its "
+                      "last {} bytes (searched from byte offset {})",
+                      path, file_size - lowest, lowest));
     --end;
   }
   if (r.u16(end + 4, "disk number") != 0 || r.u16(end + 6, "directory disk") != 0)
@@ -80,8 +83,10 @@ Directory find_directory(const Reader& r, uint64_t file_size, const std::string&
   if (d.count == 0xffff || d.size == 0xffffffff || d.offset == 0xffffffff) {
     // Zip64: a locator just before the end record points to the zip64 end record.
     if (end < 20 || r.u32(end - 20, "zip64 locator") != kZip64LocatorSig)
-      throw CorruptFile(fmt::format("'{}': bad zip file: the end record at byte offset {} needs zip64 fields but no "
-                                    "zip64 locator precedes it", path, end));
+      throw CorruptFile(
+          fmt::format("'{}': bad zip file: the end record at byte offset {} needs zip64 fields but no "
+                      "zip64 locator precedes it",
+                      path, end));
     const uint64_t z = r.u64(end - 20 + 8, "zip64 end record offset");
     if (r.u32(z, "zip64 end record") != kZip64EndSig)
       throw CorruptFile(fmt::format("'{}': bad zip file: no zip64 end record at byte offset {}", path, z));
@@ -90,8 +95,10 @@ Directory find_directory(const Reader& r, uint64_t file_size, const std::string&
     limit = z;
   }
   if (d.offset > limit || d.size > limit - d.offset)
-    throw CorruptFile(fmt::format("'{}': bad zip central directory: {} bytes at byte offset {} overlap the end record "
-                                  "at byte offset {} (truncated or corrupt file)", path, d.size, d.offset, limit));
+    throw CorruptFile(
+        fmt::format("'{}': bad zip central directory: {} bytes at byte offset {} overlap the end record "
+                    "at byte offset {} (truncated or corrupt file)",
+                    path, d.size, d.offset, limit));
   return d;
 }
 
@@ -102,8 +109,10 @@ void read_zip64_extra(const Reader& r, uint64_t x, uint64_t x_end, ZipMember& m,
     const uint16_t id = r.u16(x, "extra id");
     const uint16_t len = r.u16(x + 2, "extra length");
     if (x + 4 + len > x_end)
-      throw CorruptFile(fmt::format("'{}': bad zip central directory: extra field at byte offset {} of '{}' runs past "
-                                    "its entry", path, x, m.name));
+      throw CorruptFile(
+          fmt::format("'{}': bad zip central directory: extra field at byte offset {} of '{}' runs past "
+                      "its entry",
+                      path, x, m.name));
     if (id == 1) {
       uint64_t f = x + 4;
       const auto take = [&](uint64_t& field) {
@@ -131,8 +140,10 @@ void ZipArchive::read_directory() {
   uint64_t pos = dir.offset;
   for (uint64_t i = 0; i < dir.count; ++i) {
     if (pos + kCentralSize > dir_end || r.u32(pos, "directory entry") != kCentralSig)
-      throw CorruptFile(fmt::format("'{}': bad zip central directory: entry {} of {} at byte offset {} has no "
-                                    "directory signature", path_, i, dir.count, pos));
+      throw CorruptFile(
+          fmt::format("'{}': bad zip central directory: entry {} of {} at byte offset {} has no "
+                      "directory signature",
+                      path_, i, dir.count, pos));
     ZipMember m;
     m.directory_offset = pos;
     m.flags = r.u16(pos + 8, "flags");
@@ -148,8 +159,10 @@ void ZipArchive::read_directory() {
     m.local_header_offset = r.u32(pos + 42, "local header offset");
     const uint64_t entry_end = pos + kCentralSize + name_len + extra_len + comment_len;
     if (entry_end > dir_end)
-      throw CorruptFile(fmt::format("'{}': bad zip central directory: entry {} at byte offset {} runs past the "
-                                    "directory's end at byte offset {}", path_, i, pos, dir_end));
+      throw CorruptFile(
+          fmt::format("'{}': bad zip central directory: entry {} at byte offset {} runs past the "
+                      "directory's end at byte offset {}",
+                      path_, i, pos, dir_end));
     m.name = bytes_.substr(pos + kCentralSize, name_len);
     const uint64_t extra = pos + kCentralSize + name_len;
     read_zip64_extra(r, extra, extra + extra_len, m, path_);
@@ -162,8 +175,10 @@ uint64_t ZipArchive::data_offset(const ZipMember& m) const {
   const Reader r(bytes_, path_);
   const uint64_t h = m.local_header_offset;
   if (!r.has(h, kLocalSize) || r.u32(h, "local header") != kLocalSig)
-    throw CorruptFile(fmt::format("'{}': bad zip file: member '{}' has no local header at byte offset {} (its directory "
-                                  "entry is at byte offset {})", path_, m.name, h, m.directory_offset));
+    throw CorruptFile(
+        fmt::format("'{}': bad zip file: member '{}' has no local header at byte offset {} (its directory "
+                    "entry is at byte offset {})",
+                    path_, m.name, h, m.directory_offset));
   return h + kLocalSize + r.u16(h + 26, "name length") + r.u16(h + 28, "extra length");
 }
 
@@ -173,8 +188,10 @@ std::string ZipArchive::read(const ZipMember& m) const {
   const uint64_t offset = data_offset(m);
   const Reader r(bytes_, path_);
   if (!r.has(offset, m.compressed_size))
-    throw CorruptFile(fmt::format("'{}' is truncated: member '{}' needs {} bytes from byte offset {}, the file ends at "
-                                  "byte offset {}", path_, m.name, m.compressed_size, offset, bytes_.size()));
+    throw CorruptFile(
+        fmt::format("'{}' is truncated: member '{}' needs {} bytes from byte offset {}, the file ends at "
+                    "byte offset {}",
+                    path_, m.name, m.compressed_size, offset, bytes_.size()));
   const std::string label = fmt::format("'{}' member '{}'", path_, m.name);
   std::string out;
   if (m.method == 0) {
@@ -185,8 +202,8 @@ std::string ZipArchive::read(const ZipMember& m) const {
   } else if (m.method == 8) {
     out = inflate_raw(bytes_.data() + offset, m.compressed_size, m.size, label, offset);
   } else {
-    throw Unsupported(fmt::format("{}: zip compression method {} is not supported (stored and deflate are)", label,
-                                  m.method));
+    throw Unsupported(
+        fmt::format("{}: zip compression method {} is not supported (stored and deflate are)", label, m.method));
   }
   // zlib's crc32 takes uInt lengths; feed large members in slices.
   uLong crc = crc32(0L, Z_NULL, 0);
@@ -196,8 +213,9 @@ std::string ZipArchive::read(const ZipMember& m) const {
     done += n;
   }
   if (crc != m.crc32)
-    throw CorruptFile(fmt::format("{}: the data at byte offset {} fails its CRC-32 check (stored {:08x}, computed {:08x})",
-                                  label, offset, m.crc32, crc));
+    throw CorruptFile(
+        fmt::format("{}: the data at byte offset {} fails its CRC-32 check (stored {:08x}, computed {:08x})", label,
+                    offset, m.crc32, crc));
   return out;
 }
 

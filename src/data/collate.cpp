@@ -22,14 +22,15 @@ Example default_collate(const std::vector<Example>& items) {
     const std::string in_first = missing(first, items[i]);
     if (!in_first.empty())
       throw ShapeError(fmt::format("default_collate: item {} lacks column '{}' that item 0 has", i, in_first));
-    throw ShapeError(fmt::format("default_collate: item {} has column '{}' that item 0 lacks", i,
-                                 missing(items[i], first)));
+    throw ShapeError(
+        fmt::format("default_collate: item {} has column '{}' that item 0 lacks", i, missing(items[i], first)));
   }
 
   Example batch;
   const auto count = static_cast<int64_t>(items.size());
   for (const auto& [name, proto] : first) {
-    if (!proto.defined()) throw InvalidArgument(fmt::format("default_collate: column '{}' of item 0 is undefined", name));
+    if (!proto.defined())
+      throw InvalidArgument(fmt::format("default_collate: column '{}' of item 0 is undefined", name));
     Shape shape{count};
     shape.insert(shape.end(), proto.shape().begin(), proto.shape().end());
     Tensor out = Tensor::empty(proto.dtype(), shape);
@@ -40,7 +41,8 @@ Example default_collate(const std::vector<Example>& items) {
       if (it == items[i].end())
         throw ShapeError(fmt::format("default_collate: item {} lacks column '{}' that item 0 has", i, name));
       const Tensor& t = it->second;
-      if (!t.defined()) throw InvalidArgument(fmt::format("default_collate: column '{}' of item {} is undefined", name, i));
+      if (!t.defined())
+        throw InvalidArgument(fmt::format("default_collate: column '{}' of item {} is undefined", name, i));
       if (t.dtype() != proto.dtype())
         throw TypeError(fmt::format("default_collate: column '{}' is {} in item {} but {} in item 0", name,
                                     dtype_name(t.dtype()), i, dtype_name(proto.dtype())));

@@ -60,8 +60,8 @@ class CsvTokenizer {
       pos_ = p + 1;
       for (;;) {
         if (pos_ >= s_.size())
-          throw CorruptFile(fmt::format("'{}' line {}: unterminated quoted field (the file ends at line {})", path_,
-                                        f.line, line_));
+          throw CorruptFile(
+              fmt::format("'{}' line {}: unterminated quoted field (the file ends at line {})", path_, f.line, line_));
         const char c = s_[pos_++];
         if (c == '"') {
           if (pos_ < s_.size() && s_[pos_] == '"') {
@@ -108,11 +108,12 @@ std::optional<size_t> label_index(const CsvOptions& o, const std::vector<std::st
   const auto [ptr, ec] = std::from_chars(o.label_column.data(), end, index);
   const auto count = static_cast<int64_t>(names.size());
   if (ec != std::errc() || ptr != end)
-    throw InvalidArgument(fmt::format("load_csv('{}'): label_column '{}' is not a {}column index", path, o.label_column,
-                                      o.header ? "header name (" + fmt::format("{}", fmt::join(names, ", ")) + ") or " : ""));
+    throw InvalidArgument(
+        fmt::format("load_csv('{}'): label_column '{}' is not a {}column index", path, o.label_column,
+                    o.header ? "header name (" + fmt::format("{}", fmt::join(names, ", ")) + ") or " : ""));
   if (index < -count || index >= count)
-    throw InvalidArgument(fmt::format("load_csv('{}'): label_column index {} is out of range for {} columns", path,
-                                      index, count));
+    throw InvalidArgument(
+        fmt::format("load_csv('{}'): label_column index {} is out of range for {} columns", path, index, count));
   return static_cast<size_t>(index < 0 ? index + count : index);
 }
 
@@ -124,10 +125,11 @@ double parse_number(const Field& f, const std::string& column, const std::string
   double v = 0.0;
   const auto [ptr, ec] = std::from_chars(b, e, v);
   if (t.empty())
-    throw CorruptFile(fmt::format("'{}' line {}, column {}: empty field (Kiln reads numeric CSV with no missing values)",
-                                  path, f.line, column));
+    throw CorruptFile(fmt::format(
+        "'{}' line {}, column {}: empty field (Kiln reads numeric CSV with no missing values)", path, f.line, column));
   if (ec == std::errc::result_out_of_range)
-    throw CorruptFile(fmt::format("'{}' line {}, column {}: '{}' is out of range for a double", path, f.line, column, t));
+    throw CorruptFile(
+        fmt::format("'{}' line {}, column {}: '{}' is out of range for a double", path, f.line, column, t));
   if (ec != std::errc() || ptr != e)
     throw CorruptFile(fmt::format("'{}' line {}, column {}: '{}' is not a number", path, f.line, column, t));
   return v;
@@ -139,8 +141,9 @@ std::shared_ptr<TensorDataset> load_csv(const std::string& path, const CsvOption
   if (options.delimiter == '"' || options.delimiter == '\n' || options.delimiter == '\r')
     throw InvalidArgument(fmt::format("load_csv('{}'): the delimiter cannot be a quote or a line end", path));
   if (options.input_column.empty() || options.input_column == options.labels_column)
-    throw InvalidArgument(fmt::format("load_csv('{}'): input_column '{}' must be non-empty and differ from labels_column",
-                                      path, options.input_column));
+    throw InvalidArgument(
+        fmt::format("load_csv('{}'): input_column '{}' must be non-empty and differ from labels_column", path,
+                    options.input_column));
   const std::string bytes = read_file_bytes(path, "CSV file");
   CsvTokenizer tok(bytes, path, options.delimiter);
   std::vector<Field> row;
@@ -184,13 +187,13 @@ std::shared_ptr<TensorDataset> load_csv(const std::string& path, const CsvOption
   if (label) {
     // Class indices stay integers (what CrossEntropyLoss wants); anything else is a regression target.
     bool integral = true;
-    for (double v : labels)
-      integral = integral && std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9.0e18;
+    for (double v : labels) integral = integral && std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9.0e18;
     if (integral) {
       std::vector<int64_t> ints(labels.begin(), labels.end());
       tensors.emplace(options.labels_column, Tensor::from_vector<int64_t>({n}, ints));
     } else {
-      tensors.emplace(options.labels_column, Tensor::from_vector<float>({n}, std::vector<float>(labels.begin(), labels.end())));
+      tensors.emplace(options.labels_column,
+                      Tensor::from_vector<float>({n}, std::vector<float>(labels.begin(), labels.end())));
     }
   }
   return std::make_shared<TensorDataset>(std::move(tensors));

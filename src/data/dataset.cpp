@@ -21,19 +21,20 @@ TensorDataset::TensorDataset(std::map<std::string, Tensor> columns) : columns_(s
   if (columns_.empty()) throw InvalidArgument("TensorDataset: no columns");
   const std::string* first = nullptr;
   for (auto& [name, tensor] : columns_) {
-    if (!tensor.defined()) throw InvalidArgument(fmt::format("TensorDataset: column '{}' is an undefined tensor", name));
+    if (!tensor.defined())
+      throw InvalidArgument(fmt::format("TensorDataset: column '{}' is an undefined tensor", name));
     if (tensor.rank() == 0)
-      throw ShapeError(fmt::format("TensorDataset: column '{}' is a scalar; every column needs a first (item) dimension",
-                                   name));
+      throw ShapeError(
+          fmt::format("TensorDataset: column '{}' is a scalar; every column needs a first (item) dimension", name));
     // Items are views at fixed row offsets, which needs packed rows.
     tensor = tensor.contiguous();
     if (first == nullptr) {
       first = &name;
       size_ = static_cast<size_t>(tensor.dim(0));
     } else if (static_cast<size_t>(tensor.dim(0)) != size_) {
-      throw ShapeError(fmt::format("TensorDataset: column '{}' has {} items (shape {}) but column '{}' has {} (shape {})",
-                                   name, tensor.dim(0), to_string(tensor.shape()), *first, size_,
-                                   to_string(columns_.at(*first).shape())));
+      throw ShapeError(
+          fmt::format("TensorDataset: column '{}' has {} items (shape {}) but column '{}' has {} (shape {})", name,
+                      tensor.dim(0), to_string(tensor.shape()), *first, size_, to_string(columns_.at(*first).shape())));
     }
   }
 }
@@ -45,8 +46,8 @@ Example TensorDataset::get(size_t index) const {
   for (const auto& [name, tensor] : columns_) {
     const Shape row_shape(tensor.shape().begin() + 1, tensor.shape().end());
     const size_t row_bytes = static_cast<size_t>(numel(row_shape)) * dtype_size(tensor.dtype());
-    item.emplace(name, Tensor::view_of(tensor.storage(), tensor.byte_offset() + index * row_bytes, tensor.dtype(),
-                                       row_shape));
+    item.emplace(
+        name, Tensor::view_of(tensor.storage(), tensor.byte_offset() + index * row_bytes, tensor.dtype(), row_shape));
   }
   return item;
 }
@@ -70,8 +71,8 @@ Subset::Subset(std::shared_ptr<const Dataset> dataset, std::vector<size_t> indic
   const size_t n = dataset_->size();
   for (size_t i = 0; i < indices_.size(); ++i)
     if (indices_[i] >= n)
-      throw InvalidArgument(fmt::format("Subset: index {} (position {}) is out of range for a dataset of {} items",
-                                        indices_[i], i, n));
+      throw InvalidArgument(
+          fmt::format("Subset: index {} (position {}) is out of range for a dataset of {} items", indices_[i], i, n));
 }
 
 Example Subset::get(size_t index) const {

@@ -36,8 +36,10 @@ Tensor parse_idx(const std::string& bytes, const std::string& path, bool gzipped
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
   const char* where = gzipped ? " of the decompressed data" : "";
   if (bytes.size() < 4 || data[0] != 0 || data[1] != 0)
-    throw CorruptFile(fmt::format("'{}' is not an IDX file (bad magic number at byte offset 0{}: expected 00 00 <type> "
-                                  "<rank>)", path, where));
+    throw CorruptFile(
+        fmt::format("'{}' is not an IDX file (bad magic number at byte offset 0{}: expected 00 00 <type> "
+                    "<rank>)",
+                    path, where));
   const IdxType* type = nullptr;
   for (const IdxType& t : kTypes)
     if (t.code == data[2]) type = &t;
@@ -46,17 +48,20 @@ Tensor parse_idx(const std::string& bytes, const std::string& path, bool gzipped
   const size_t rank = data[3];
   const size_t offset = 4 + 4 * rank;
   if (bytes.size() < offset)
-    throw CorruptFile(fmt::format("'{}' is truncated (IDX header): {} dimensions need {} header bytes, the file ends at "
-                                  "byte offset {}{}", path, rank, offset, bytes.size(), where));
+    throw CorruptFile(
+        fmt::format("'{}' is truncated (IDX header): {} dimensions need {} header bytes, the file ends at "
+                    "byte offset {}{}",
+                    path, rank, offset, bytes.size(), where));
   Shape shape(rank);
   for (size_t i = 0; i < rank; ++i) shape[i] = big_endian32(data + 4 + 4 * i);
   Tensor t = Tensor::empty(type->dtype, shape);
   if (bytes.size() - offset != t.nbytes())
-    throw CorruptFile(fmt::format("'{}' is truncated or corrupt: header says {} bytes of data for shape {}, file has {} "
-                                  "(data from byte offset {} {} at byte offset {}{})", path, t.nbytes(),
-                                  to_string(shape), bytes.size() - offset, offset,
-                                  bytes.size() - offset < t.nbytes() ? "ends" : "should end",
-                                  bytes.size() - offset < t.nbytes() ? bytes.size() : offset + t.nbytes(), where));
+    throw CorruptFile(
+        fmt::format("'{}' is truncated or corrupt: header says {} bytes of data for shape {}, file has {} "
+                    "(data from byte offset {} {} at byte offset {}{})",
+                    path, t.nbytes(), to_string(shape), bytes.size() - offset, offset,
+                    bytes.size() - offset < t.nbytes() ? "ends" : "should end",
+                    bytes.size() - offset < t.nbytes() ? bytes.size() : offset + t.nbytes(), where));
   // Multi-byte values are big-endian on disk.
   const size_t es = dtype_size(type->dtype);
   auto* dst = static_cast<unsigned char*>(t.raw_data());
@@ -80,8 +85,10 @@ namespace data {
 std::shared_ptr<TensorDataset> load_idx(const std::string& images_path, const std::string& labels_path,
                                         const IdxOptions& options) {
   if (options.image_column.empty() || options.label_column.empty() || options.image_column == options.label_column)
-    throw InvalidArgument(fmt::format("load_idx: the image and label column names must be distinct and non-empty, got "
-                                      "'{}' and '{}'", options.image_column, options.label_column));
+    throw InvalidArgument(
+        fmt::format("load_idx: the image and label column names must be distinct and non-empty, got "
+                    "'{}' and '{}'",
+                    options.image_column, options.label_column));
   if (options.normalize && !(options.normalize->std > 0.0f))
     throw InvalidArgument(fmt::format("load_idx: normalize.std must be positive, got {}", options.normalize->std));
   const Tensor images = read_idx(images_path);
@@ -90,15 +97,18 @@ std::shared_ptr<TensorDataset> load_idx(const std::string& images_path, const st
     throw Unsupported(fmt::format("load_idx: '{}' holds {} pixels; MNIST-style images are uint8", images_path,
                                   dtype_name(images.dtype())));
   if (images.rank() != 3 && images.rank() != 4)
-    throw CorruptFile(fmt::format("load_idx: '{}' has {} dimensions (rank at byte offset 3); images are [N, H, W] or "
-                                  "[N, C, H, W]", images_path, images.rank()));
+    throw CorruptFile(
+        fmt::format("load_idx: '{}' has {} dimensions (rank at byte offset 3); images are [N, H, W] or "
+                    "[N, C, H, W]",
+                    images_path, images.rank()));
   if (labels.rank() != 1 || !is_integer(labels.dtype()))
     throw CorruptFile(fmt::format("load_idx: '{}' holds {} (header at byte offset 2); labels are one integer per item",
                                   labels_path, labels.describe()));
   if (labels.dim(0) != images.dim(0))
-    throw CorruptFile(fmt::format("load_idx: image file '{}' holds {} images but label file '{}' holds {} labels (item "
-                                  "counts at byte offset 4 of each)", images_path, images.dim(0), labels_path,
-                                  labels.dim(0)));
+    throw CorruptFile(
+        fmt::format("load_idx: image file '{}' holds {} images but label file '{}' holds {} labels (item "
+                    "counts at byte offset 4 of each)",
+                    images_path, images.dim(0), labels_path, labels.dim(0)));
 
   Shape shape = images.shape();
   if (shape.size() == 3) shape.insert(shape.begin() + 1, 1);  // one channel
@@ -118,8 +128,8 @@ std::shared_ptr<TensorDataset> load_idx(const std::string& images_path, const st
       for (int64_t i = 0; i < y.numel(); ++i) out[i] = static_cast<int64_t>(in[i]);
     }
   });
-  return std::make_shared<TensorDataset>(std::map<std::string, Tensor>{{options.image_column, std::move(x)},
-                                                                        {options.label_column, std::move(y)}});
+  return std::make_shared<TensorDataset>(
+      std::map<std::string, Tensor>{{options.image_column, std::move(x)}, {options.label_column, std::move(y)}});
 }
 
 }  // namespace data

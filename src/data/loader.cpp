@@ -36,9 +36,10 @@ size_t DataLoader::num_batches() const {
 std::vector<size_t> DataLoader::batch_indices(int64_t epoch, size_t index) const {
   if (epoch < 0) throw InvalidArgument(fmt::format("DataLoader: epoch {} is negative", epoch));
   if (index >= num_batches())
-    throw InvalidArgument(fmt::format("DataLoader: batch {} is out of range: an epoch has {} batches ({} items, "
-                                      "batch_size {}, drop_last {})", index, num_batches(), dataset_->size(),
-                                      batch_size_, drop_last_));
+    throw InvalidArgument(
+        fmt::format("DataLoader: batch {} is out of range: an epoch has {} batches ({} items, "
+                    "batch_size {}, drop_last {})",
+                    index, num_batches(), dataset_->size(), batch_size_, drop_last_));
   std::shared_ptr<const std::vector<size_t>> order;
   {
     std::lock_guard<std::mutex> lock(cache_->mutex);

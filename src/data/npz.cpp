@@ -22,7 +22,8 @@ size_t npy_fault_offset(const std::string& bytes, const std::string& label) {
   const auto byte = [&](size_t i) { return static_cast<size_t>(static_cast<unsigned char>(bytes[i])); };
   const size_t prefix = bytes.size() > 6 && byte(6) >= 2 ? 12 : 10;
   if (bytes.size() < prefix) return bytes.size();
-  const size_t header_len = prefix == 10 ? (byte(8) | byte(9) << 8) : (byte(8) | byte(9) << 8 | byte(10) << 16 | byte(11) << 24);
+  const size_t header_len =
+      prefix == 10 ? (byte(8) | byte(9) << 8) : (byte(8) | byte(9) << 8 | byte(10) << 16 | byte(11) << 24);
   if (bytes.size() < prefix + header_len) return bytes.size();
   // Parse the header alone: an IOError then means the header is fine and the data is short.
   try {
@@ -46,8 +47,9 @@ Tensor parse_npy_at(const std::string& bytes, const std::string& label, size_t b
   } catch (const Error& e) {
     const size_t offset = npy_fault_offset(bytes, label);
     const std::string where =
-        deflated ? fmt::format("byte offset {} of the decompressed member (compressed data at byte offset {})", offset, base)
-                 : fmt::format("byte offset {}", base + offset);
+        deflated
+            ? fmt::format("byte offset {} of the decompressed member (compressed data at byte offset {})", offset, base)
+            : fmt::format("byte offset {}", base + offset);
     // parse_npy already starts its message with the label; say it once.
     std::string what = e.what();
     if (what.rfind(label + ": ", 0) == 0) what.erase(0, label.size() + 2);

@@ -8,25 +8,69 @@
 
 namespace kiln {
 
-Attribute Attribute::of_float(float v) { Attribute a; a.kind = Kind::Float; a.f = v; return a; }
-Attribute Attribute::of_int(int64_t v) { Attribute a; a.kind = Kind::Int; a.i = v; return a; }
-Attribute Attribute::of_string(std::string v) { Attribute a; a.kind = Kind::String; a.s = std::move(v); return a; }
-Attribute Attribute::of_tensor(Tensor v) { Attribute a; a.kind = Kind::Tensor; a.t = std::move(v); return a; }
-Attribute Attribute::of_floats(std::vector<float> v) { Attribute a; a.kind = Kind::Floats; a.floats = std::move(v); return a; }
-Attribute Attribute::of_ints(std::vector<int64_t> v) { Attribute a; a.kind = Kind::Ints; a.ints = std::move(v); return a; }
-Attribute Attribute::of_strings(std::vector<std::string> v) { Attribute a; a.kind = Kind::Strings; a.strings = std::move(v); return a; }
+Attribute Attribute::of_float(float v) {
+  Attribute a;
+  a.kind = Kind::Float;
+  a.f = v;
+  return a;
+}
+Attribute Attribute::of_int(int64_t v) {
+  Attribute a;
+  a.kind = Kind::Int;
+  a.i = v;
+  return a;
+}
+Attribute Attribute::of_string(std::string v) {
+  Attribute a;
+  a.kind = Kind::String;
+  a.s = std::move(v);
+  return a;
+}
+Attribute Attribute::of_tensor(Tensor v) {
+  Attribute a;
+  a.kind = Kind::Tensor;
+  a.t = std::move(v);
+  return a;
+}
+Attribute Attribute::of_floats(std::vector<float> v) {
+  Attribute a;
+  a.kind = Kind::Floats;
+  a.floats = std::move(v);
+  return a;
+}
+Attribute Attribute::of_ints(std::vector<int64_t> v) {
+  Attribute a;
+  a.kind = Kind::Ints;
+  a.ints = std::move(v);
+  return a;
+}
+Attribute Attribute::of_strings(std::vector<std::string> v) {
+  Attribute a;
+  a.kind = Kind::Strings;
+  a.strings = std::move(v);
+  return a;
+}
 
 const char* attribute_kind_name(Attribute::Kind k) {
   switch (k) {
-    case Attribute::Kind::Float: return "float";
-    case Attribute::Kind::Int: return "int";
-    case Attribute::Kind::String: return "string";
-    case Attribute::Kind::Tensor: return "tensor";
-    case Attribute::Kind::Graph: return "graph";
-    case Attribute::Kind::Floats: return "floats";
-    case Attribute::Kind::Ints: return "ints";
-    case Attribute::Kind::Strings: return "strings";
-    case Attribute::Kind::Tensors: return "tensors";
+    case Attribute::Kind::Float:
+      return "float";
+    case Attribute::Kind::Int:
+      return "int";
+    case Attribute::Kind::String:
+      return "string";
+    case Attribute::Kind::Tensor:
+      return "tensor";
+    case Attribute::Kind::Graph:
+      return "graph";
+    case Attribute::Kind::Floats:
+      return "floats";
+    case Attribute::Kind::Ints:
+      return "ints";
+    case Attribute::Kind::Strings:
+      return "strings";
+    case Attribute::Kind::Tensors:
+      return "tensors";
   }
   return "?";
 }
@@ -138,8 +182,10 @@ std::vector<size_t> Graph::topological_order() const {
     for (const auto& in : nodes[i].inputs) {
       if (in.empty() || available.count(in) || !seen.insert(in).second) continue;
       if (!producer.count(in))
-        throw InvalidModel(fmt::format("{} reads '{}', which is not a graph input, an initializer or "
-                                       "the output of any node", nodes[i].label(), in));
+        throw InvalidModel(
+            fmt::format("{} reads '{}', which is not a graph input, an initializer or "
+                        "the output of any node",
+                        nodes[i].label(), in));
       ++pending[i];
       consumers[in].push_back(i);
     }

@@ -69,8 +69,7 @@ const ValueInfo* find_declared(const Graph& g, const std::string& name) {
 void initializers_to_inputs(Graph& g, const std::vector<std::string>& names) {
   for (const auto& name : names) {
     auto it = g.initializers.find(name);
-    if (it == g.initializers.end())
-      throw InvalidArgument(fmt::format("'{}' is not an initializer of the model", name));
+    if (it == g.initializers.end()) throw InvalidArgument(fmt::format("'{}' is not an initializer of the model", name));
     g.inputs.push_back(ValueInfo::of(name, it->second));
     g.initializers.erase(it);
     g.overridable_initializers.erase(

@@ -50,8 +50,8 @@ NodeInference infer_node(const Node& node, int64_t opset, const std::vector<std:
     return r;
   }
   if (r.outputs.size() < node.outputs.size())
-    throw InvalidModel(fmt::format("the node has {} outputs but the op produces {}", node.outputs.size(),
-                                   r.outputs.size()));
+    throw InvalidModel(
+        fmt::format("the node has {} outputs but the op produces {}", node.outputs.size(), r.outputs.size()));
   bool outputs_known = true, outputs_dynamic = false;
   for (const TensorMeta& m : r.outputs) {
     outputs_known = outputs_known && m.value.defined();

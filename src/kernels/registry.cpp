@@ -7,8 +7,7 @@
 namespace kiln {
 
 const TensorMeta& InferContext::input(size_t i) const {
-  if (!has_input(i))
-    throw InvalidModel(fmt::format("input {} is required but missing", i));
+  if (!has_input(i)) throw InvalidModel(fmt::format("input {} is required but missing", i));
   return *inputs[i];
 }
 
@@ -16,8 +15,10 @@ const Tensor& InferContext::value(size_t i) const {
   const TensorMeta& m = input(i);
   if (!m.value.defined()) {
     const std::string name = i < node.inputs.size() ? node.inputs[i] : std::string("?");
-    throw ValueUnknown(fmt::format("input {} ('{}') must be known before running (a constant or computed "
-                                  "from shapes only), but it depends on run-time data", i, name));
+    throw ValueUnknown(
+        fmt::format("input {} ('{}') must be known before running (a constant or computed "
+                    "from shapes only), but it depends on run-time data",
+                    i, name));
   }
   return m.value;
 }

@@ -1,6 +1,8 @@
 // Backbones with Hugging Face's interface: the out_features / out_indices alignment of
 // transformers.utils.backbone_utils (its rules and messages, Python reprs included), the Backbone
 // base and the AutoBackbone registry that the zoo's model files fill.
+#include "kiln/nn/backbone.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include <set>
 
 #include "kiln/error.h"
-#include "kiln/nn/backbone.h"
 #include "models/nn/generation.h"
 
 namespace kiln::nn {
@@ -36,13 +37,14 @@ std::string py_tuple(const std::vector<int64_t>& v) {
 int64_t stage_count(const std::vector<std::string>& stage_names) { return static_cast<int64_t>(stage_names.size()); }
 
 // HF's verify_out_features_out_indices.
-void verify(const std::optional<std::vector<std::string>>& out_features, const std::optional<std::vector<int64_t>>& out_indices,
-            const std::vector<std::string>& stage_names) {
+void verify(const std::optional<std::vector<std::string>>& out_features,
+            const std::optional<std::vector<int64_t>>& out_indices, const std::vector<std::string>& stage_names) {
   if (out_features) {
     const auto& f = *out_features;
     for (const auto& name : f)
       if (std::find(stage_names.begin(), stage_names.end(), name) == stage_names.end())
-        throw InvalidArgument(fmt::format("out_features must be a subset of stage_names: {} got {}", py_list(stage_names), py_list(f)));
+        throw InvalidArgument(
+            fmt::format("out_features must be a subset of stage_names: {} got {}", py_list(stage_names), py_list(f)));
     if (std::set<std::string>(f.begin(), f.end()).size() != f.size())
       throw InvalidArgument(fmt::format("out_features must not contain any duplicates, got {}", py_list(f)));
     std::vector<std::string> sorted;
@@ -58,7 +60,8 @@ void verify(const std::optional<std::vector<std::string>>& out_features, const s
     std::vector<int64_t> positive;
     for (int64_t i : idx) {
       if (i >= n || i < -n)
-        throw InvalidArgument(fmt::format("out_indices must be valid indices for stage_names {}, got {}", py_list(stage_names), py_list(idx)));
+        throw InvalidArgument(fmt::format("out_indices must be valid indices for stage_names {}, got {}",
+                                          py_list(stage_names), py_list(idx)));
       positive.push_back(i < 0 ? i + n : i);
     }
     if (std::set<int64_t>(positive.begin(), positive.end()).size() != positive.size())
@@ -133,12 +136,14 @@ std::vector<int64_t> Backbone::channels() const {
 }
 
 void Backbone::set_out_features(std::vector<std::string> names) {
-  std::tie(out_features_, out_indices_) = align_output_features_output_indices(std::move(names), std::nullopt, stage_names_);
+  std::tie(out_features_, out_indices_) =
+      align_output_features_output_indices(std::move(names), std::nullopt, stage_names_);
   detail::bump_generation();  // the outputs changed: Module::operator() must retrace
 }
 
 void Backbone::set_out_indices(std::vector<int64_t> indices) {
-  std::tie(out_features_, out_indices_) = align_output_features_output_indices(std::nullopt, std::move(indices), stage_names_);
+  std::tie(out_features_, out_indices_) =
+      align_output_features_output_indices(std::nullopt, std::move(indices), stage_names_);
   detail::bump_generation();
 }
 
@@ -156,16 +161,20 @@ void Backbone::init_backbone(std::vector<std::string> stage_names, std::map<std:
 size_t Backbone::stages_needed() const {
   size_t needed = 0;
   for (const auto& name : out_features_)
-    needed = std::max(needed, static_cast<size_t>(std::find(stage_names_.begin(), stage_names_.end(), name) - stage_names_.begin()) + 1);
+    needed = std::max(
+        needed,
+        static_cast<size_t>(std::find(stage_names_.begin(), stage_names_.end(), name) - stage_names_.begin()) + 1);
   return needed;
 }
 
 std::vector<Var> Backbone::select_outputs(const std::vector<Var>& stages) const {
   std::vector<Var> out;
   for (const auto& name : out_features_) {
-    const size_t i = static_cast<size_t>(std::find(stage_names_.begin(), stage_names_.end(), name) - stage_names_.begin());
+    const size_t i =
+        static_cast<size_t>(std::find(stage_names_.begin(), stage_names_.end(), name) - stage_names_.begin());
     if (i >= stages.size())
-      throw InvalidArgument(fmt::format("{}: stage '{}' was asked for but only {} stages ran", type_name(), name, stages.size()));
+      throw InvalidArgument(
+          fmt::format("{}: stage '{}' was asked for but only {} stages ran", type_name(), name, stages.size()));
     out.push_back(stages[i]);
   }
   return out;
@@ -200,7 +209,8 @@ std::shared_ptr<Backbone> AutoBackbone::from_config(const std::string& name, con
   if (!factory) {
     std::string known;
     for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
-    throw InvalidArgument(fmt::format("AutoBackbone: the model '{}' has no backbone; models with one: {}", name, known));
+    throw InvalidArgument(
+        fmt::format("AutoBackbone: the model '{}' has no backbone; models with one: {}", name, known));
   }
   return factory(zoo::config_for(name, config), options);
 }

@@ -26,8 +26,8 @@ void rename_input(Model& m, const std::string& from, const std::string& to) {
 Model make_builtin_model(const std::string& name, uint64_t seed, const nlohmann::json& config) {
   const std::vector<std::string> names = builtin_model_names();
   if (std::find(names.begin(), names.end(), name) == names.end())
-    throw InvalidArgument(fmt::format("unknown built-in model '{}'; built-in models (the model zoo): {}", name,
-                                      fmt::join(names, ", ")));
+    throw InvalidArgument(
+        fmt::format("unknown built-in model '{}'; built-in models (the model zoo): {}", name, fmt::join(names, ", ")));
   Model m = nn::zoo::export_model(name, config.is_null() ? nlohmann::json::object() : config, seed);
   // Kiln's image datasets (IDX, npz) hold images in "input"; HF's name would need a renamed column.
   if (m.graph.inputs.size() == 1 && m.graph.inputs[0].name == "pixel_values") rename_input(m, "pixel_values", "input");

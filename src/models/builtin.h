@@ -18,7 +18,8 @@ namespace kiln {
 // {"num_channels": 1, "num_labels": 10}). Output "logits". An image model's "pixel_values" input is
 // named "input" here, the image column of Kiln's datasets. InvalidArgument listing the names for
 // an unknown one, or naming an unknown config key.
-Model make_builtin_model(const std::string& name, uint64_t seed, const nlohmann::json& config = nlohmann::json::object());
+Model make_builtin_model(const std::string& name, uint64_t seed,
+                         const nlohmann::json& config = nlohmann::json::object());
 std::vector<std::string> builtin_model_names();
 
 }  // namespace kiln

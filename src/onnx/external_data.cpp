@@ -25,15 +25,17 @@ uint64_t parse_unsigned(const std::string& tensor, const std::string& key, const
     }
   }
   if (!ok)
-    throw InvalidModel(fmt::format("tensor '{}': external data {} '{}' is not a non-negative integer", tensor, key, value));
+    throw InvalidModel(
+        fmt::format("tensor '{}': external data {} '{}' is not a non-negative integer", tensor, key, value));
   return v;
 }
 
 [[noreturn]] void outside(const std::string& tensor, const std::string& location, const std::string& base_dir,
                           const std::string& why) {
-  throw InvalidModel(fmt::format("tensor '{}': external data location '{}' is outside the model's folder '{}' ({}); "
-                                 "external data must be a relative path inside the model's folder",
-                                 tensor, location, base_dir, why));
+  throw InvalidModel(
+      fmt::format("tensor '{}': external data location '{}' is outside the model's folder '{}' ({}); "
+                  "external data must be a relative path inside the model's folder",
+                  tensor, location, base_dir, why));
 }
 
 void check_range(const ExternalDataRef& ref, const std::string& tensor_name, uint64_t nbytes, uint64_t file_size) {
@@ -69,9 +71,10 @@ ExternalDataRef resolve_external_data(const onnx::TensorProto& proto, const std:
   if (!has_location || ref.location.empty())
     throw InvalidModel(fmt::format("tensor '{}' is stored externally but has no 'location' entry", name));
   if (base_dir.empty())
-    throw InvalidModel(fmt::format("tensor '{}' is stored in external data file '{}', but the model was parsed from "
-                                   "memory without a base folder; load it with load_model(path) or pass base_dir",
-                                   name, ref.location));
+    throw InvalidModel(
+        fmt::format("tensor '{}' is stored in external data file '{}', but the model was parsed from "
+                    "memory without a base folder; load it with load_model(path) or pass base_dir",
+                    name, ref.location));
   // A NUL would silently cut the path at the system-call boundary.
   if (ref.location.find('\0') != std::string::npos)
     throw InvalidModel(fmt::format("tensor '{}': external data location contains a NUL byte", name));
@@ -88,8 +91,8 @@ ExternalDataRef resolve_external_data(const onnx::TensorProto& proto, const std:
     throw IOError(fmt::format("tensor '{}': cannot resolve the model's folder '{}': {}", name, base_dir, ec.message()));
   ref.resolved = fs::weakly_canonical(root / loc, ec);
   if (ec)
-    throw IOError(fmt::format("tensor '{}': cannot resolve external data location '{}' in '{}': {}", name,
-                              ref.location, base_dir, ec.message()));
+    throw IOError(fmt::format("tensor '{}': cannot resolve external data location '{}' in '{}': {}", name, ref.location,
+                              base_dir, ec.message()));
   // Symlinks are resolved above, so this catches links inside the folder that point out of it.
   const fs::path rel = ref.resolved.lexically_relative(root);
   if (rel.empty() || *rel.begin() == ".." || rel == ".")
@@ -97,7 +100,8 @@ ExternalDataRef resolve_external_data(const onnx::TensorProto& proto, const std:
 
   const fs::file_status st = fs::status(ref.resolved, ec);
   if (!fs::exists(st))
-    throw IOError(fmt::format("external data file '{}' for tensor '{}' not found in '{}'", ref.location, name, base_dir));
+    throw IOError(
+        fmt::format("external data file '{}' for tensor '{}' not found in '{}'", ref.location, name, base_dir));
   if (!fs::is_regular_file(st))
     throw InvalidModel(fmt::format("tensor '{}': external data location '{}' in '{}' is not a regular file", name,
                                    ref.location, base_dir));

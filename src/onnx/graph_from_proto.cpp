@@ -13,11 +13,16 @@ namespace {
 
 const char* type_case_name(const onnx::TypeProto& t) {
   switch (t.value_case()) {
-    case onnx::TypeProto::kSequenceType: return "a sequence";
-    case onnx::TypeProto::kMapType: return "a map";
-    case onnx::TypeProto::kOptionalType: return "an optional";
-    case onnx::TypeProto::kSparseTensorType: return "a sparse tensor";
-    default: return "not a tensor";
+    case onnx::TypeProto::kSequenceType:
+      return "a sequence";
+    case onnx::TypeProto::kMapType:
+      return "a map";
+    case onnx::TypeProto::kOptionalType:
+      return "an optional";
+    case onnx::TypeProto::kSparseTensorType:
+      return "a sparse tensor";
+    default:
+      return "not a tensor";
   }
 }
 
@@ -141,24 +146,32 @@ class Reader {
 
   Tensor tensor(const onnx::TensorProto& t) {
     if (is_external(t) && !options_.load_external_data)
-      throw Unsupported(fmt::format("tensor '{}' is stored in external data, which this load was asked not to read "
-                                    "(LoadOptions::load_external_data = false)", t.name()));
+      throw Unsupported(
+          fmt::format("tensor '{}' is stored in external data, which this load was asked not to read "
+                      "(LoadOptions::load_external_data = false)",
+                      t.name()));
     return tensor_from_proto(t, options_.source);
   }
 
   Attribute attribute(AttributeProto& a) {
     Attribute out;
     switch (attribute_type(a)) {
-      case AttributeProto::FLOAT: return Attribute::of_float(a.f());
-      case AttributeProto::INT: return Attribute::of_int(a.i());
-      case AttributeProto::STRING: return Attribute::of_string(a.s());
+      case AttributeProto::FLOAT:
+        return Attribute::of_float(a.f());
+      case AttributeProto::INT:
+        return Attribute::of_int(a.i());
+      case AttributeProto::STRING:
+        return Attribute::of_string(a.s());
       case AttributeProto::TENSOR:
         out = Attribute::of_tensor(tensor(a.t()));
         a.mutable_t()->clear_raw_data();
         return out;
-      case AttributeProto::FLOATS: return Attribute::of_floats({a.floats().begin(), a.floats().end()});
-      case AttributeProto::INTS: return Attribute::of_ints({a.ints().begin(), a.ints().end()});
-      case AttributeProto::STRINGS: return Attribute::of_strings({a.strings().begin(), a.strings().end()});
+      case AttributeProto::FLOATS:
+        return Attribute::of_floats({a.floats().begin(), a.floats().end()});
+      case AttributeProto::INTS:
+        return Attribute::of_ints({a.ints().begin(), a.ints().end()});
+      case AttributeProto::STRINGS:
+        return Attribute::of_strings({a.strings().begin(), a.strings().end()});
       case AttributeProto::GRAPH:
         out.kind = Attribute::Kind::Graph;
         out.g = std::make_shared<Graph>(graph(*a.mutable_g()));
@@ -172,8 +185,8 @@ class Reader {
           throw Unsupported(fmt::format("reference to function attribute '{}' outside a function", a.ref_attr_name()));
         throw InvalidModel("the attribute has neither a type nor a value");
       default:
-        throw Unsupported(fmt::format("attribute type {} is not supported by Kiln",
-                                      AttributeProto::AttributeType_Name(a.type())));
+        throw Unsupported(
+            fmt::format("attribute type {} is not supported by Kiln", AttributeProto::AttributeType_Name(a.type())));
     }
   }
 

@@ -2,11 +2,10 @@
 // data confinement, the ONNX checker), infer shapes, convert to Kiln's IR.
 #include <fmt/format.h>
 #include <onnx/checker.h>
-
-#include <algorithm>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <algorithm>
 #include <climits>
 #include <unordered_map>
 #include <unordered_set>
@@ -122,7 +121,8 @@ Model load_model_from_bytes(const std::string& bytes, const std::string& base_di
                                bytes.size()));
   onnx::ModelProto proto;
   if (!parse_message(bytes, &proto))
-    invalid(label, fmt::format("its {} bytes do not parse as an onnx.ModelProto (truncated or not ONNX)", bytes.size()));
+    invalid(label,
+            fmt::format("its {} bytes do not parse as an onnx.ModelProto (truncated or not ONNX)", bytes.size()));
   check_basics(proto, label);
   try {
     check_external_locations(proto, base_dir, options);
@@ -151,11 +151,11 @@ Tensor load_tensor_proto(const std::string& path) {
   const std::string bytes = read_file_bytes(path, "tensor file");
   onnx::TensorProto proto;
   if (!parse_message(bytes, &proto))
-    throw InvalidModel(fmt::format("'{}' is not a valid onnx.TensorProto file: its {} bytes do not parse", path,
-                                   bytes.size()));
+    throw InvalidModel(
+        fmt::format("'{}' is not a valid onnx.TensorProto file: its {} bytes do not parse", path, bytes.size()));
   if (proto.data_type() == onnx::TensorProto::UNDEFINED)
-    throw InvalidModel(fmt::format("'{}' is not a valid onnx.TensorProto file: it has no data_type ({} bytes)", path,
-                                   bytes.size()));
+    throw InvalidModel(
+        fmt::format("'{}' is not a valid onnx.TensorProto file: it has no data_type ({} bytes)", path, bytes.size()));
   try {
     return tensor_from_proto(proto, TensorSource{folder_of(path), path});
   } catch (Error& e) {

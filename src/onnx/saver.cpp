@@ -36,10 +36,22 @@ void attribute_to_proto(const std::string& name, const Attribute& a, onnx::Attri
   using A = onnx::AttributeProto;
   out->set_name(name);
   switch (a.kind) {
-    case Attribute::Kind::Float: out->set_type(A::FLOAT); out->set_f(a.f); break;
-    case Attribute::Kind::Int: out->set_type(A::INT); out->set_i(a.i); break;
-    case Attribute::Kind::String: out->set_type(A::STRING); out->set_s(a.s); break;
-    case Attribute::Kind::Tensor: out->set_type(A::TENSOR); tensor_to_proto(a.t, "", out->mutable_t()); break;
+    case Attribute::Kind::Float:
+      out->set_type(A::FLOAT);
+      out->set_f(a.f);
+      break;
+    case Attribute::Kind::Int:
+      out->set_type(A::INT);
+      out->set_i(a.i);
+      break;
+    case Attribute::Kind::String:
+      out->set_type(A::STRING);
+      out->set_s(a.s);
+      break;
+    case Attribute::Kind::Tensor:
+      out->set_type(A::TENSOR);
+      tensor_to_proto(a.t, "", out->mutable_t());
+      break;
     case Attribute::Kind::Graph:
       if (!a.g) throw InvalidArgument(fmt::format("graph attribute '{}' holds no graph", name));
       out->set_type(A::GRAPH);
@@ -119,8 +131,10 @@ onnx::ModelProto model_to_proto(const Model& model) {
 std::string serialize(const google::protobuf::MessageLite& message, const std::string& what) {
   const size_t size = message.ByteSizeLong();
   if (size > static_cast<size_t>(INT_MAX))
-    throw Unsupported(fmt::format("{} would be {} bytes, over protobuf's 2 GiB limit; Kiln does not write external "
-                                  "data yet", what, size));
+    throw Unsupported(
+        fmt::format("{} would be {} bytes, over protobuf's 2 GiB limit; Kiln does not write external "
+                    "data yet",
+                    what, size));
   std::string bytes;
   if (!message.SerializeToString(&bytes)) throw Error(fmt::format("serializing {} failed", what));
   return bytes;

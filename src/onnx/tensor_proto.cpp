@@ -24,11 +24,17 @@ std::string describe(const P& proto, DType dtype, const Shape& shape) {
 // types, 16-bit floats as bit patterns, over int32_data and uint32 over uint64_data).
 std::pair<int, const char*> typed_field_size(const P& p, DType dtype) {
   switch (dtype) {
-    case DType::Float32: return {p.float_data_size(), "float_data"};
-    case DType::Float64: return {p.double_data_size(), "double_data"};
-    case DType::Int64: return {p.int64_data_size(), "int64_data"};
-    case DType::Uint64: case DType::Uint32: return {p.uint64_data_size(), "uint64_data"};
-    default: return {p.int32_data_size(), "int32_data"};
+    case DType::Float32:
+      return {p.float_data_size(), "float_data"};
+    case DType::Float64:
+      return {p.double_data_size(), "double_data"};
+    case DType::Int64:
+      return {p.int64_data_size(), "int64_data"};
+    case DType::Uint64:
+    case DType::Uint32:
+      return {p.uint64_data_size(), "uint64_data"};
+    default:
+      return {p.int32_data_size(), "int32_data"};
   }
 }
 
@@ -40,24 +46,36 @@ void fill_from(Tensor& t, const Field& field, Convert convert) {
 }
 
 template <class T>
-T narrow(int32_t v) { return static_cast<T>(v); }
+T narrow(int32_t v) {
+  return static_cast<T>(v);
+}
 
 void fill_from_typed_fields(const P& proto, Tensor& t) {
   switch (t.dtype()) {
-    case DType::Float32: return fill_from<float>(t, proto.float_data(), [](float v) { return v; });
-    case DType::Float64: return fill_from<double>(t, proto.double_data(), [](double v) { return v; });
-    case DType::Int64: return fill_from<int64_t>(t, proto.int64_data(), [](int64_t v) { return v; });
-    case DType::Int32: return fill_from<int32_t>(t, proto.int32_data(), [](int32_t v) { return v; });
-    case DType::Int16: return fill_from<int16_t>(t, proto.int32_data(), narrow<int16_t>);
-    case DType::Int8: return fill_from<int8_t>(t, proto.int32_data(), narrow<int8_t>);
-    case DType::Uint16: return fill_from<uint16_t>(t, proto.int32_data(), narrow<uint16_t>);
-    case DType::Uint8: return fill_from<uint8_t>(t, proto.int32_data(), narrow<uint8_t>);
-    case DType::Bool: return fill_from<bool>(t, proto.int32_data(), [](int32_t v) { return v != 0; });
+    case DType::Float32:
+      return fill_from<float>(t, proto.float_data(), [](float v) { return v; });
+    case DType::Float64:
+      return fill_from<double>(t, proto.double_data(), [](double v) { return v; });
+    case DType::Int64:
+      return fill_from<int64_t>(t, proto.int64_data(), [](int64_t v) { return v; });
+    case DType::Int32:
+      return fill_from<int32_t>(t, proto.int32_data(), [](int32_t v) { return v; });
+    case DType::Int16:
+      return fill_from<int16_t>(t, proto.int32_data(), narrow<int16_t>);
+    case DType::Int8:
+      return fill_from<int8_t>(t, proto.int32_data(), narrow<int8_t>);
+    case DType::Uint16:
+      return fill_from<uint16_t>(t, proto.int32_data(), narrow<uint16_t>);
+    case DType::Uint8:
+      return fill_from<uint8_t>(t, proto.int32_data(), narrow<uint8_t>);
+    case DType::Bool:
+      return fill_from<bool>(t, proto.int32_data(), [](int32_t v) { return v != 0; });
     case DType::Float16:
       return fill_from<Half>(t, proto.int32_data(), [](int32_t v) { return Half{static_cast<uint16_t>(v)}; });
     case DType::BFloat16:
       return fill_from<BFloat16>(t, proto.int32_data(), [](int32_t v) { return BFloat16{static_cast<uint16_t>(v)}; });
-    case DType::Uint64: return fill_from<uint64_t>(t, proto.uint64_data(), [](uint64_t v) { return v; });
+    case DType::Uint64:
+      return fill_from<uint64_t>(t, proto.uint64_data(), [](uint64_t v) { return v; });
     case DType::Uint32:
       return fill_from<uint32_t>(t, proto.uint64_data(), [](uint64_t v) { return static_cast<uint32_t>(v); });
   }
@@ -80,11 +98,16 @@ void normalise_bools(Tensor& t) {
 std::string onnx_type_name(int32_t elem_type) {
   if (auto d = dtype_from_onnx(elem_type)) return dtype_name(*d);
   switch (elem_type) {
-    case P::STRING: return "string";
-    case P::COMPLEX64: return "complex64";
-    case P::COMPLEX128: return "complex128";
-    case P::UNDEFINED: return "undefined";
-    default: return fmt::format("unknown({})", elem_type);
+    case P::STRING:
+      return "string";
+    case P::COMPLEX64:
+      return "complex64";
+    case P::COMPLEX128:
+      return "complex128";
+    case P::UNDEFINED:
+      return "undefined";
+    default:
+      return fmt::format("unknown({})", elem_type);
   }
 }
 

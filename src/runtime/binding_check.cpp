@@ -30,13 +30,15 @@ void check_overwrite(const ExecutionPlan& plan, const Model& model, const Planne
     if (step.inputs[i] == in_id && step.kernel->output_may_overwrite(static_cast<size_t>(out.producer_output), i))
       allowed = true;
   if (!allowed)
-    throw InvalidArgument(fmt::format("output '{}' is bound to the memory of input '{}', but {} cannot write that "
-                                      "output over that input",
-                                      out.name, in.name, node.label()));
+    throw InvalidArgument(
+        fmt::format("output '{}' is bound to the memory of input '{}', but {} cannot write that "
+                    "output over that input",
+                    out.name, in.name, node.label()));
   if (in.last_reader > out.producer)
-    throw InvalidArgument(fmt::format("output '{}' is bound to the memory of input '{}', which is still read after "
-                                      "{} writes it",
-                                      out.name, in.name, node.label()));
+    throw InvalidArgument(
+        fmt::format("output '{}' is bound to the memory of input '{}', which is still read after "
+                    "{} writes it",
+                    out.name, in.name, node.label()));
 }
 
 // The bound outputs' memory sorted by address, checked not to overlap; reused while unchanged.
@@ -78,8 +80,8 @@ void check_binding_overlaps(const ExecutionPlan& plan, const Model& model, const
       const PlannedValue& in = plan.values[static_cast<size_t>(id)];
       if (out.kind != PlannedValue::Kind::Bound) continue;  // copied in after every step has run
       if (it->begin != feed.begin || it->end != feed.end)
-        throw InvalidArgument(fmt::format("output '{}' is bound to memory that partly overlaps input '{}'", out.name,
-                                          in.name));
+        throw InvalidArgument(
+            fmt::format("output '{}' is bound to memory that partly overlaps input '{}'", out.name, in.name));
       check_overwrite(plan, model, out, in, id);
     }
   }

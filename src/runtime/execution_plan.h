@@ -5,9 +5,9 @@
 
 #include <limits>
 #include <map>
-#include <set>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -32,7 +32,7 @@ struct PlannedValue {
   TensorMeta meta;
   int buffer = -1;    // index into ExecutionPlan::buffers for Arena values
   int alias_of = -1;  // for Alias
-  int producer = -1;     // the step that writes it (index into steps), -1 for sources and folded values
+  int producer = -1;  // the step that writes it (index into steps), -1 for sources and folded values
   int producer_output = -1;
   int last_reader = -1;  // the last step that reads it; kReadAfterRun for graph outputs
 };
@@ -43,10 +43,10 @@ struct PlanStep {
   size_t node = 0;  // index into the graph's nodes
   std::unique_ptr<Kernel> kernel;
   int64_t opset = 0;
-  std::vector<int> inputs;   // value indices, -1 for an omitted input
-  std::vector<int> outputs;  // value indices (every output the kernel writes)
-  bool dynamic = false;      // infer + allocate at run time
-  bool alias_only = false;   // outputs are views of input 0: nothing to compute
+  std::vector<int> inputs;                // value indices, -1 for an omitted input
+  std::vector<int> outputs;               // value indices (every output the kernel writes)
+  bool dynamic = false;                   // infer + allocate at run time
+  bool alias_only = false;                // outputs are views of input 0: nothing to compute
   std::vector<const Tensor*> input_ptrs;  // the executor's ComputeContext lists, kept between runs
   std::vector<Tensor*> output_ptrs;
 };

@@ -91,7 +91,9 @@ void bind_values(ExecutionPlan& plan, const RunBinding& binding, RunValues& valu
   for (size_t i = 0; i < plan.values.size(); ++i) {
     PlannedValue& v = plan.values[i];
     switch (v.kind) {
-      case PlannedValue::Kind::Constant: values.at[i] = &v.meta.value; break;  // kernels do not write inputs
+      case PlannedValue::Kind::Constant:
+        values.at[i] = &v.meta.value;
+        break;  // kernels do not write inputs
       case PlannedValue::Kind::Arena:
         values.set(static_cast<int>(i), Tensor::view_of(plan.arena, plan.memory.offsets[static_cast<size_t>(v.buffer)],
                                                         v.meta.dtype, v.meta.shape));
@@ -99,7 +101,9 @@ void bind_values(ExecutionPlan& plan, const RunBinding& binding, RunValues& valu
       case PlannedValue::Kind::Feed:   // from the binding, below
       case PlannedValue::Kind::Bound:  // from the binding, below
       case PlannedValue::Kind::Alias:
-      case PlannedValue::Kind::Dynamic: values.at[i] = &values.own[i]; break;  // set when their step runs
+      case PlannedValue::Kind::Dynamic:
+        values.at[i] = &values.own[i];
+        break;  // set when their step runs
     }
   }
   for (const auto& [id, t] : binding.feeds) values.at[static_cast<size_t>(id)] = const_cast<Tensor*>(t);
@@ -116,8 +120,8 @@ void copy_to_bound_outputs(const ExecutionPlan& plan, const RunBinding& binding,
     if (v.kind == PlannedValue::Kind::Bound) continue;
     const Tensor& value = values[id];
     if (t->dtype() != value.dtype() || t->shape() != value.shape())
-      throw ShapeError(fmt::format("output '{}' is {}, but the tensor bound to it is {}", v.name, value.describe(),
-                                   t->describe()));
+      throw ShapeError(
+          fmt::format("output '{}' is {}, but the tensor bound to it is {}", v.name, value.describe(), t->describe()));
     if (t->raw_data() != value.raw_data()) t->copy_from(value);
   }
 }

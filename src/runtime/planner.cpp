@@ -79,8 +79,10 @@ struct Planner {
       }
       auto it = plan->index.find(in);
       if (it == plan->index.end())
-        throw InvalidModel(fmt::format("{} reads '{}', which is not a graph input, an initializer or the "
-                                       "output of an earlier node", node.label(), in));
+        throw InvalidModel(
+            fmt::format("{} reads '{}', which is not a graph input, an initializer or the "
+                        "output of an earlier node",
+                        node.label(), in));
       step.inputs.push_back(it->second);
       metas.emplace_back(plan->values[static_cast<size_t>(it->second)].meta);
     }
@@ -197,7 +199,8 @@ struct Planner {
     for (const PlannedValue& v : plan->values)
       if (v.kind == PlannedValue::Kind::Arena)
         plan->stats.unplanned_bytes +=
-            (static_cast<size_t>(numel(v.meta.shape)) * dtype_size(v.meta.dtype) + kAlignment - 1) / kAlignment * kAlignment;
+            (static_cast<size_t>(numel(v.meta.shape)) * dtype_size(v.meta.dtype) + kAlignment - 1) / kAlignment *
+            kAlignment;
     plan->stats.num_steps = plan->steps.size();
     record_producers_and_readers();
     return std::move(plan);
@@ -216,7 +219,8 @@ struct Planner {
       for (int in : step.inputs)
         if (in >= 0) values[static_cast<size_t>(in)].last_reader = static_cast<int>(s);
     }
-    for (const auto& out : model.graph.outputs) values[static_cast<size_t>(plan->index.at(out.name))].last_reader = kReadAfterRun;
+    for (const auto& out : model.graph.outputs)
+      values[static_cast<size_t>(plan->index.at(out.name))].last_reader = kReadAfterRun;
     for (auto s = plan->steps.rbegin(); s != plan->steps.rend(); ++s) {
       const bool view = s->alias_only || (s->dynamic && s->kernel->output_aliases_input());
       if (!view || s->inputs.empty() || s->inputs[0] < 0 || s->outputs.empty()) continue;

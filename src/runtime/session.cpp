@@ -54,13 +54,13 @@ void check_feeds(const Model& model, const std::map<std::string, Tensor>& feeds)
     if (info->has_type && info->dtype != t.dtype())
       throw TypeError(fmt::format("input '{}' expects {} but was given {}", name, info->describe(), t.describe()));
     if (!info->matches(t.shape()))
-      throw ShapeError(fmt::format("input '{}' expects shape {} but was given {}", name, info->describe(),
-                                   t.describe()));
+      throw ShapeError(
+          fmt::format("input '{}' expects shape {} but was given {}", name, info->describe(), t.describe()));
   }
   for (const ValueInfo& v : g.inputs)
     if (!feeds.count(v.name))
-      throw InvalidArgument(fmt::format("input '{}' ({}) is missing; the model's inputs are {}", v.name, v.describe(),
-                                        input_list(g)));
+      throw InvalidArgument(
+          fmt::format("input '{}' ({}) is missing; the model's inputs are {}", v.name, v.describe(), input_list(g)));
 }
 
 }  // namespace
@@ -101,8 +101,7 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   std::set<std::string> known;
   for (const auto& o : model_.graph.outputs) known.insert(o.name);
   for (const auto& name : wanted)
-    if (!known.count(name))
-      throw InvalidArgument(fmt::format("'{}' is not an output of the model", name));
+    if (!known.count(name)) throw InvalidArgument(fmt::format("'{}' is not an output of the model", name));
   ExecutionPlan& plan = plan_for(feeds);
   std::vector<Tensor> packed;  // feeds that were not contiguous, packed
   packed.reserve(feeds.size());

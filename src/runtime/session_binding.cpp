@@ -1,9 +1,9 @@
 // Session::run_with_binding: the graph run by position with outputs written into the caller's
 // tensors, for loops that call one graph every step (the Optimizer). After the first call with a
 // signature, a call builds no names, copies no tensors and allocates nothing but its outputs.
-#include <fmt/format.h>
-
 #include "runtime/session_binding.h"
+
+#include <fmt/format.h>
 
 namespace kiln {
 
@@ -57,11 +57,11 @@ void Session::plan_binding(const std::vector<const Tensor*>& inputs, const std::
 void Session::run_with_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs) {
   const Graph& g = model_.graph;
   if (inputs.size() != g.inputs.size())
-    throw InvalidArgument(fmt::format("run_with_binding was given {} inputs; the model has {}", inputs.size(),
-                                      g.inputs.size()));
+    throw InvalidArgument(
+        fmt::format("run_with_binding was given {} inputs; the model has {}", inputs.size(), g.inputs.size()));
   if (outputs.size() != g.outputs.size())
-    throw InvalidArgument(fmt::format("run_with_binding was given {} outputs; the model has {}", outputs.size(),
-                                      g.outputs.size()));
+    throw InvalidArgument(
+        fmt::format("run_with_binding was given {} outputs; the model has {}", outputs.size(), g.outputs.size()));
   for (size_t i = 0; i < inputs.size() || i < outputs.size(); ++i)
     if ((i < inputs.size() && inputs[i] == nullptr) || (i < outputs.size() && outputs[i] == nullptr))
       throw InvalidArgument("run_with_binding was given a null tensor pointer");

@@ -18,7 +18,7 @@ struct Session::BindingCache {
   std::vector<int> input_values;   // plan value of each graph input
   std::vector<int> output_values;  // plan value of each graph output
   BoundRanges ranges;
-  RunBinding binding;              // refilled every call; keeps its capacity
+  RunBinding binding;  // refilled every call; keeps its capacity
 
   bool matches(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs) const;
 };

@@ -2,6 +2,8 @@
 // becomes the training model; one update node per trainable parameter makes the optimizer model;
 // the initializers become the checkpoint. Parameters are graph inputs of the training and eval
 // models, so one CheckpointState feeds both and the optimizer updates it in place.
+#include "kiln/artifacts.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,11 +12,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "kiln/artifacts.h"
+#include "ir/graph_editor.h"
 #include "kiln/autodiff.h"
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
-#include "ir/graph_editor.h"
 #include "training/inference_mode.h"
 #include "training/losses.h"
 #include "training/optimizer_model.h"
@@ -62,7 +63,6 @@ std::vector<std::string> frozen_list(const Model& m, const ArtifactOptions& o) {
 
 std::string json_list(const std::vector<std::string>& names) { return nlohmann::json(names).dump(); }
 
-
 // The loss inputs the options name (default: the model's first output), each checked to exist.
 std::vector<std::string> loss_inputs_of(const Graph& g, const ArtifactOptions& options) {
   std::vector<std::string> loss_inputs = options.loss_input_names;
@@ -81,16 +81,20 @@ std::string add_loss_block(Model& base, GraphEditor& edit, const ArtifactOptions
                            const std::vector<std::string>& loss_inputs) {
   if (options.loss != LossType::None) return add_loss(options.loss, base, edit, loss_inputs, options.label_smoothing);
   if (loss_inputs.size() != 1)
-    throw InvalidArgument(fmt::format("without a loss block the model's output is the loss, but {} loss inputs "
-                                      "were named", loss_inputs.size()));
+    throw InvalidArgument(
+        fmt::format("without a loss block the model's output is the loss, but {} loss inputs "
+                    "were named",
+                    loss_inputs.size()));
   const std::string& loss = loss_inputs[0];
   if (const ValueInfo* v = find_declared(base.graph, loss); v && v->has_shape) {
     // Not a scalar when a fixed dimension exceeds 1 (a symbolic batch dimension may be 1).
     bool larger = false;
     for (const Dim& d : v->dims) larger = larger || d.value > 1 || d.value == 0;
     if (larger)
-      throw InvalidArgument(fmt::format("loss 'none' takes the model output '{}' as the loss, but it is {}, not a "
-                                        "scalar; choose a loss such as CrossEntropyLoss", loss, v->describe()));
+      throw InvalidArgument(
+          fmt::format("loss 'none' takes the model output '{}' as the loss, but it is {}, not a "
+                      "scalar; choose a loss such as CrossEntropyLoss",
+                      loss, v->describe()));
   }
   return loss;
 }
@@ -130,8 +134,10 @@ Model training_model(const Model& base, const std::string& loss, const Parameter
   for (const auto& [buffer, value] : params.updates) {
     const std::string name = buffer + ".updated";
     if (edit.has_value(name))
-      throw InvalidArgument(fmt::format("the model already has a value named '{}', the name of the training "
-                                        "model's output for the updated running statistic '{}'", name, buffer));
+      throw InvalidArgument(
+          fmt::format("the model already has a value named '{}', the name of the training "
+                      "model's output for the updated running statistic '{}'",
+                      name, buffer));
     Node id;
     id.op_type = "Identity";
     id.name = edit.fresh(name + "/Identity");
@@ -209,8 +215,7 @@ std::vector<std::string> generate_artifacts(const Model& forward, const Artifact
   Artifacts a = build_artifacts(forward, options);  // everything is built before anything is written
   std::error_code ec;
   std::filesystem::create_directories(artifact_directory, ec);
-  if (ec)
-    throw IOError(fmt::format("cannot create the artifact directory '{}': {}", artifact_directory, ec.message()));
+  if (ec) throw IOError(fmt::format("cannot create the artifact directory '{}': {}", artifact_directory, ec.message()));
   const std::filesystem::path dir(artifact_directory);
   std::vector<std::string> written;
   auto write_model = [&](const Model& m, const std::string& file) {

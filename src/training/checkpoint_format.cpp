@@ -114,8 +114,8 @@ PropertyBag decode_properties(const std::string& text, const std::string& source
 std::string encode_optimizer(const OptimizerState& state) {
   Json slots = Json::array();
   for (const auto& entry : state.slots) slots.push_back(entry.first);
-  Json out = {{"type", state.type}, {"step", state.step}, {"learning_rate", float_json(state.learning_rate)},
-              {"slots", slots}};
+  Json out = {
+      {"type", state.type}, {"step", state.step}, {"learning_rate", float_json(state.learning_rate)}, {"slots", slots}};
   return out.dump();
 }
 
@@ -142,8 +142,7 @@ OptimizerHeader decode_optimizer(const std::string& text, const std::string& sou
 
 std::string encode_nominal(const std::vector<NominalEntry>& entries) {
   Json out = Json::object();
-  for (const NominalEntry& e : entries)
-    out[e.name] = {{"dtype", safetensors_dtype_name(e.dtype)}, {"shape", e.shape}};
+  for (const NominalEntry& e : entries) out[e.name] = {{"dtype", safetensors_dtype_name(e.dtype)}, {"shape", e.shape}};
   return out.dump();
 }
 
@@ -155,7 +154,8 @@ std::vector<NominalEntry> decode_nominal(const std::string& text, const std::str
     const std::string what = fmt::format("parameter '{}'", name);
     if (!v.is_object() || v.size() != 2 || !v.contains("dtype") || !v.contains("shape") || !v["dtype"].is_string() ||
         !v["shape"].is_array())
-      corrupt(source, kNominalKey, fmt::format("has {} = {}, not {{\"dtype\": name, \"shape\": [dims]}}", what, v.dump()));
+      corrupt(source, kNominalKey,
+              fmt::format("has {} = {}, not {{\"dtype\": name, \"shape\": [dims]}}", what, v.dump()));
     NominalEntry e;
     e.name = name;
     try {

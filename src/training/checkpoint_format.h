@@ -14,8 +14,8 @@ namespace kiln::training::checkpoint_format {
 inline constexpr const char* kFormatKey = "format";
 inline constexpr const char* kFormatValue = "kiln.checkpoint";
 inline constexpr const char* kVersionKey = "kiln.version";
-inline constexpr const char* kTrainableKey = "kiln.trainable";  // ["name", ...]
-inline constexpr const char* kFrozenKey = "kiln.frozen";        // ["name", ...]
+inline constexpr const char* kTrainableKey = "kiln.trainable";    // ["name", ...]
+inline constexpr const char* kFrozenKey = "kiln.frozen";          // ["name", ...]
 inline constexpr const char* kPropertiesKey = "kiln.properties";  // {"name": 3 | 0.5 | "text"}
 inline constexpr const char* kOptimizerKey = "kiln.optimizer";    // {"type", "step", "learning_rate", "slots"}
 inline constexpr const char* kNominalKey = "kiln.nominal";        // {"name": {"dtype", "shape"}}

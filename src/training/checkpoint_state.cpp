@@ -1,12 +1,11 @@
 // CheckpointState, Parameter and PropertyBag, and the checkpoint file (docs/checkpoint.md): a
 // safetensors file holding the parameters, optionally the optimizer's slot tensors, and JSON
 // metadata for everything else (checkpoint_format.h).
-#include "kiln/checkpoint.h"
-
 #include <fmt/format.h>
 
 #include <set>
 
+#include "kiln/checkpoint.h"
 #include "kiln/safetensors.h"
 #include "kiln/version.h"
 #include "training/checkpoint_format.h"
@@ -20,8 +19,10 @@ namespace format = checkpoint_format;
 Parameter::Parameter(std::string name, Tensor data, bool requires_grad)
     : name_(std::move(name)), requires_grad_(requires_grad) {
   if (!data.defined())
-    throw InvalidArgument(fmt::format("parameter '{}': the data tensor is undefined (use Parameter::nominal for a "
-                                      "parameter without data)", name_));
+    throw InvalidArgument(
+        fmt::format("parameter '{}': the data tensor is undefined (use Parameter::nominal for a "
+                    "parameter without data)",
+                    name_));
   dtype_ = data.dtype();
   shape_ = data.shape();
   data_ = std::move(data);  // shared, not copied: the caller's tensor is the parameter
@@ -40,15 +41,14 @@ Parameter Parameter::nominal(std::string name, DType dtype, Shape shape, bool re
 
 const Tensor& Parameter::data() const {
   if (!data_.defined())
-    throw InvalidArgument(fmt::format("parameter '{}' ({}{}) has no data: it comes from a nominal checkpoint; "
-                                      "load a full checkpoint or call set_data", name_, dtype_name(dtype_),
-                                      to_string(shape_)));
+    throw InvalidArgument(
+        fmt::format("parameter '{}' ({}{}) has no data: it comes from a nominal checkpoint; "
+                    "load a full checkpoint or call set_data",
+                    name_, dtype_name(dtype_), to_string(shape_)));
   return data_;
 }
 
-Tensor& Parameter::data() {
-  return const_cast<Tensor&>(static_cast<const Parameter&>(*this).data());
-}
+Tensor& Parameter::data() { return const_cast<Tensor&>(static_cast<const Parameter&>(*this).data()); }
 
 void Parameter::set_data(const Tensor& value) {
   if (!value.defined()) throw InvalidArgument(fmt::format("parameter '{}': set_data with an undefined tensor", name_));
@@ -70,17 +70,21 @@ const PropertyValue& PropertyBag::get(const std::string& name) const {
   if (it == values_.end()) {
     std::string known;
     for (const auto& entry : values_) known += (known.empty() ? "" : ", ") + entry.first;
-    throw KeyError(fmt::format("no property '{}' in the checkpoint (properties: {})", name,
-                               known.empty() ? "none" : known));
+    throw KeyError(
+        fmt::format("no property '{}' in the checkpoint (properties: {})", name, known.empty() ? "none" : known));
   }
   return it->second;
 }
 
 namespace {
-template <class T> constexpr const char* kPropertyTypeName = "";
-template <> constexpr const char* kPropertyTypeName<int64_t> = "int64";
-template <> constexpr const char* kPropertyTypeName<float> = "float";
-template <> constexpr const char* kPropertyTypeName<std::string> = "string";
+template <class T>
+constexpr const char* kPropertyTypeName = "";
+template <>
+constexpr const char* kPropertyTypeName<int64_t> = "int64";
+template <>
+constexpr const char* kPropertyTypeName<float> = "float";
+template <>
+constexpr const char* kPropertyTypeName<std::string> = "string";
 
 const char* property_type_name(const PropertyValue& v) {
   return std::visit([](const auto& x) { return kPropertyTypeName<std::decay_t<decltype(x)>>; }, v);
@@ -139,8 +143,8 @@ std::vector<const Parameter*> ordered_parameters(const std::map<std::string, Par
     const auto it = params.find(key);
     if (it == params.end() || !placed.insert(key).second) return;
     if (it->second.name() != key)
-      throw InvalidArgument(fmt::format("save_checkpoint: parameters()['{}'] holds a parameter named '{}'", key,
-                                        it->second.name()));
+      throw InvalidArgument(
+          fmt::format("save_checkpoint: parameters()['{}'] holds a parameter named '{}'", key, it->second.name()));
     out.push_back(&it->second);
   };
   for (const std::string& name : order) place(name);
@@ -162,8 +166,10 @@ void CheckpointState::save_checkpoint(const CheckpointState& state, const std::s
     if (nominal) {
       nominal_entries.push_back({p->name(), p->dtype(), p->shape()});
     } else if (!p->has_data()) {
-      throw InvalidArgument(fmt::format("save_checkpoint('{}'): parameter '{}' has no data while others have; a "
-                                        "checkpoint holds all parameters' data or none (nominal)", path, p->name()));
+      throw InvalidArgument(
+          fmt::format("save_checkpoint('{}'): parameter '{}' has no data while others have; a "
+                      "checkpoint holds all parameters' data or none (nominal)",
+                      path, p->name()));
     } else {
       tensors.emplace_back(p->name(), p->data());
     }
@@ -182,27 +188,36 @@ void CheckpointState::save_checkpoint(const CheckpointState& state, const std::s
   if (include_optimizer_state && !opt.empty()) {
     for (const auto& [slot, per_param] : opt.slots) {
       if (slot.empty() || slot.find('.') != std::string::npos)
-        throw InvalidArgument(fmt::format("save_checkpoint('{}'): optimizer slot name '{}' must be non-empty and "
-                                          "without '.'", path, slot));
+        throw InvalidArgument(
+            fmt::format("save_checkpoint('{}'): optimizer slot name '{}' must be non-empty and "
+                        "without '.'",
+                        path, slot));
       for (const auto& [param, tensor] : per_param) {
         if (state.parameters_.count(param) == 0)
-          throw InvalidArgument(fmt::format("save_checkpoint('{}'): optimizer slot '{}' has a tensor for '{}', which "
-                                            "is not a parameter", path, slot, param));
+          throw InvalidArgument(
+              fmt::format("save_checkpoint('{}'): optimizer slot '{}' has a tensor for '{}', which "
+                          "is not a parameter",
+                          path, slot, param));
         if (!tensor.defined())
-          throw InvalidArgument(fmt::format("save_checkpoint('{}'): optimizer slot '{}' of parameter '{}' is "
-                                            "undefined", path, slot, param));
+          throw InvalidArgument(
+              fmt::format("save_checkpoint('{}'): optimizer slot '{}' of parameter '{}' is "
+                          "undefined",
+                          path, slot, param));
         if (nominal)
-          throw InvalidArgument(fmt::format("save_checkpoint('{}'): the parameters have no data (nominal) but "
-                                            "optimizer slot '{}' of '{}' has; save without the optimizer state",
-                                            path, slot, param));
+          throw InvalidArgument(
+              fmt::format("save_checkpoint('{}'): the parameters have no data (nominal) but "
+                          "optimizer slot '{}' of '{}' has; save without the optimizer state",
+                          path, slot, param));
       }
       for (const Parameter* p : params) {  // parameter order, as the parameters themselves
         const auto it = per_param.find(p->name());
         if (it == per_param.end()) continue;
         const std::string key = format::optimizer_tensor_name(slot, p->name());
         if (state.parameters_.count(key) != 0)
-          throw InvalidArgument(fmt::format("save_checkpoint('{}'): parameter '{}' has the name of optimizer slot "
-                                            "'{}' of parameter '{}'; rename the parameter", path, key, slot, p->name()));
+          throw InvalidArgument(
+              fmt::format("save_checkpoint('{}'): parameter '{}' has the name of optimizer slot "
+                          "'{}' of parameter '{}'; rename the parameter",
+                          path, key, slot, p->name()));
         tensors.emplace_back(key, it->second);
       }
     }
@@ -240,8 +255,8 @@ CheckpointState CheckpointState::load_checkpoint(const std::string& path) {
   for (const auto& [key, trainable] : {std::pair{format::kTrainableKey, true}, std::pair{format::kFrozenKey, false}})
     for (const std::string& name : format::decode_names(*find_meta(meta, key), key, path))
       if (!listed.emplace(name, trainable).second)
-        not_a_checkpoint(path, fmt::format("parameter '{}' is listed in both \"kiln.trainable\" and \"kiln.frozen\"",
-                                           name));
+        not_a_checkpoint(path,
+                         fmt::format("parameter '{}' is listed in both \"kiln.trainable\" and \"kiln.frozen\"", name));
 
   CheckpointState state;
   if (const std::string* props = find_meta(meta, format::kPropertiesKey))
@@ -251,13 +266,14 @@ CheckpointState CheckpointState::load_checkpoint(const std::string& path) {
 
   if (const std::string* nominal = find_meta(meta, format::kNominalKey)) {
     if (!file.tensors.empty())
-      not_a_checkpoint(path, fmt::format("it is nominal (\"kiln.nominal\") yet holds tensor '{}'",
-                                         file.tensors.front().first));
+      not_a_checkpoint(
+          path, fmt::format("it is nominal (\"kiln.nominal\") yet holds tensor '{}'", file.tensors.front().first));
     for (format::NominalEntry& e : format::decode_nominal(*nominal, path)) {
       const auto it = listed.find(e.name);
       if (it == listed.end())
         not_a_checkpoint(path, fmt::format("\"kiln.nominal\" describes '{}', which neither \"kiln.trainable\" nor "
-                                           "\"kiln.frozen\" lists", e.name));
+                                           "\"kiln.frozen\" lists",
+                                           e.name));
       state.add_parameter(Parameter::nominal(e.name, e.dtype, std::move(e.shape), it->second));
     }
   } else {
@@ -276,7 +292,8 @@ CheckpointState CheckpointState::load_checkpoint(const std::string& path) {
       }
       if (!is_slot)
         not_a_checkpoint(path, fmt::format("tensor '{}' is neither a parameter listed in \"kiln.trainable\" / "
-                                           "\"kiln.frozen\" nor an optimizer slot of one", name));
+                                           "\"kiln.frozen\" nor an optimizer slot of one",
+                                           name));
     }
   }
   for (const auto& [name, trainable] : listed)

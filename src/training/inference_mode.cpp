@@ -27,13 +27,16 @@ void to_inference_mode(Graph& g) {
   for (const Node& n : g.nodes)
     for (const auto& i : n.inputs)
       if (removed.count(i))
-        throw InvalidModel(fmt::format("{} reads '{}', a running statistic of a training-mode BatchNormalization; "
-                                       "it has no inference-mode equivalent",
-                                       n.label(), i));
+        throw InvalidModel(
+            fmt::format("{} reads '{}', a running statistic of a training-mode BatchNormalization; "
+                        "it has no inference-mode equivalent",
+                        n.label(), i));
   for (const auto& o : g.outputs)
     if (removed.count(o.name))
-      throw InvalidModel(fmt::format("graph output '{}' is a running statistic of a training-mode "
-                                     "BatchNormalization; it has no inference-mode equivalent", o.name));
+      throw InvalidModel(
+          fmt::format("graph output '{}' is a running statistic of a training-mode "
+                      "BatchNormalization; it has no inference-mode equivalent",
+                      o.name));
   g.value_info.erase(std::remove_if(g.value_info.begin(), g.value_info.end(),
                                     [&](const ValueInfo& v) { return removed.count(v.name) != 0; }),
                      g.value_info.end());

@@ -14,16 +14,18 @@ namespace {
 struct LossContext {
   Model& model;
   GraphEditor& edit;
-  std::string output;      // the model output the loss reads
-  ValueInfo info;          // its declared type and shape (a copy: the graph grows)
-  std::string name;        // "CrossEntropyLoss", for messages
+  std::string output;  // the model output the loss reads
+  ValueInfo info;      // its declared type and shape (a copy: the graph grows)
+  std::string name;    // "CrossEntropyLoss", for messages
   float label_smoothing = 0.0f;
 
   // Declares the labels input; its name must be free.
   std::string labels(DType dtype, std::vector<Dim> dims) {
     if (edit.has_value(kLabelsInput))
-      throw InvalidArgument(fmt::format("{}: the model already has a value named '{}', the name of the labels input "
-                                        "the loss adds", name, kLabelsInput));
+      throw InvalidArgument(
+          fmt::format("{}: the model already has a value named '{}', the name of the labels input "
+                      "the loss adds",
+                      name, kLabelsInput));
     edit.fresh(kLabelsInput);
     ValueInfo v;
     v.name = kLabelsInput;
@@ -37,8 +39,8 @@ struct LossContext {
 
   void require_float() const {
     if (!info.has_type || !is_floating(info.dtype))
-      throw InvalidArgument(fmt::format("{} needs a floating-point model output, but '{}' is {}", name, output,
-                                        info.describe()));
+      throw InvalidArgument(
+          fmt::format("{} needs a floating-point model output, but '{}' is {}", name, output, info.describe()));
   }
 
   // A constant as a Constant node: an initializer would count as a trainable parameter.
@@ -61,29 +63,34 @@ std::string smoothed_cross_entropy(LossContext& c, const std::string& labels) {
   auto& e = c.edit;
   const DType dt = c.info.dtype;
   auto scalar = [&](const std::string& base, double v) {
-    return c.constant(base, dt == DType::Float64 ? Tensor::scalar<double>(v) : Tensor::scalar<float>(static_cast<float>(v)));
+    return c.constant(base,
+                      dt == DType::Float64 ? Tensor::scalar<double>(v) : Tensor::scalar<float>(static_cast<float>(v)));
   };
   const std::string logp = e.op("LogSoftmax", {c.output}, {{"axis", Attribute::of_int(1)}}, "loss_logp");
-  const std::string nll = e.op("NegativeLogLikelihoodLoss", {logp, labels},
-                               {{"reduction", Attribute::of_string("mean")}, {"ignore_index", Attribute::of_int(-100)}},
-                               "loss_nll");
+  const std::string nll =
+      e.op("NegativeLogLikelihoodLoss", {logp, labels},
+           {{"reduction", Attribute::of_string("mean")}, {"ignore_index", Attribute::of_int(-100)}}, "loss_nll");
   const std::string class_axis = c.constant("loss_class_axis", Tensor::from_vector<int64_t>({1}, {1}));
-  const std::string row_sum = e.op("ReduceSum", {logp, class_axis}, {{"keepdims", Attribute::of_int(0)}}, "loss_row_sum");
-  const std::string ignored = e.op("Equal", {labels, c.constant("loss_ignore", Tensor::scalar<int64_t>(-100))}, {},
-                                   "loss_ignored");
+  const std::string row_sum =
+      e.op("ReduceSum", {logp, class_axis}, {{"keepdims", Attribute::of_int(0)}}, "loss_row_sum");
+  const std::string ignored =
+      e.op("Equal", {labels, c.constant("loss_ignore", Tensor::scalar<int64_t>(-100))}, {}, "loss_ignored");
   const std::string keep = e.op("Cast", {e.op("Not", {ignored}, {}, "loss_keep")},
                                 {{"to", Attribute::of_int(dtype_to_onnx(dt))}}, "loss_keep_f");
   const std::string total = e.op("ReduceSum", {e.op("Mul", {row_sum, keep}, {}, "loss_kept")},
                                  {{"keepdims", Attribute::of_int(0)}}, "loss_total");
-  const std::string classes = e.op("Cast", {e.op("Gather", {e.op("Shape", {c.output}, {}, "loss_shape"),
-                                                            c.constant("loss_one", Tensor::scalar<int64_t>(1))},
-                                                 {{"axis", Attribute::of_int(0)}}, "loss_c")},
-                                   {{"to", Attribute::of_int(dtype_to_onnx(dt))}}, "loss_classes");
+  const std::string classes = e.op(
+      "Cast",
+      {e.op("Gather", {e.op("Shape", {c.output}, {}, "loss_shape"), c.constant("loss_one", Tensor::scalar<int64_t>(1))},
+            {{"axis", Attribute::of_int(0)}}, "loss_c")},
+      {{"to", Attribute::of_int(dtype_to_onnx(dt))}}, "loss_classes");
   const std::string active = e.op("ReduceSum", {keep}, {{"keepdims", Attribute::of_int(0)}}, "loss_active");
-  const std::string smooth = e.op("Neg", {e.op("Div", {total, e.op("Mul", {active, classes}, {}, "loss_count")}, {},
-                                               "loss_smooth_neg")}, {}, "loss_smooth");
-  return e.op("Add", {e.op("Mul", {scalar("loss_one_minus_e", 1.0 - c.label_smoothing), nll}, {}, "loss_nll_part"),
-                      e.op("Mul", {scalar("loss_e", c.label_smoothing), smooth}, {}, "loss_smooth_part")},
+  const std::string smooth =
+      e.op("Neg", {e.op("Div", {total, e.op("Mul", {active, classes}, {}, "loss_count")}, {}, "loss_smooth_neg")}, {},
+           "loss_smooth");
+  return e.op("Add",
+              {e.op("Mul", {scalar("loss_one_minus_e", 1.0 - c.label_smoothing), nll}, {}, "loss_nll_part"),
+               e.op("Mul", {scalar("loss_e", c.label_smoothing), smooth}, {}, "loss_smooth_part")},
               {}, "loss");
 }
 
@@ -128,8 +135,8 @@ std::string bce_with_logits(LossContext& c) {
   const std::string& x = c.output;
   const std::string pos = e.op("Relu", {x}, {}, "loss_relu");
   const std::string xy = e.op("Mul", {x, y}, {}, "loss_xy");
-  const std::string soft = e.op("Softplus", {e.op("Neg", {e.op("Abs", {x}, {}, "loss_abs")}, {}, "loss_neg")}, {},
-                                "loss_softplus");
+  const std::string soft =
+      e.op("Softplus", {e.op("Neg", {e.op("Abs", {x}, {}, "loss_abs")}, {}, "loss_neg")}, {}, "loss_softplus");
   return c.mean(e.op("Add", {e.op("Sub", {pos, xy}, {}, "loss_sub"), soft}, {}, "loss_terms"));
 }
 
@@ -152,8 +159,8 @@ std::string add_loss(LossType loss, Model& model, GraphEditor& edit, const std::
   auto it = blocks().find(loss);
   if (it == blocks().end()) throw InvalidArgument(fmt::format("no loss block for {}", to_string(loss)));
   if (outputs.size() != 1)
-    throw InvalidArgument(fmt::format("{} takes one model output, but {} were named as its inputs", to_string(loss),
-                                      outputs.size()));
+    throw InvalidArgument(
+        fmt::format("{} takes one model output, but {} were named as its inputs", to_string(loss), outputs.size()));
   const ValueInfo* info = find_declared(model.graph, outputs[0]);
   if (info == nullptr)
     throw InvalidArgument(fmt::format("{}: '{}' is not a declared output of the model", to_string(loss), outputs[0]));

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "kiln/artifacts.h"
 #include "ir/graph_editor.h"
+#include "kiln/artifacts.h"
 
 namespace kiln::training {
 

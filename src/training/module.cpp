@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "ir/graph_editor.h"
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
 #include "kiln/training.h"
-#include "ir/graph_editor.h"
 #include "training/inference_mode.h"
 #include "training/tensor_math.h"
 
@@ -46,13 +46,16 @@ std::vector<std::string> declared_parameters(const Model& m, const CheckpointSta
     }
     if (!list.is_array()) throw InvalidModel(fmt::format("{}: metadata 'kiln.parameters' is not a list", where));
     for (const auto& name : list) {
-      if (!name.is_string()) throw InvalidModel(fmt::format("{}: metadata 'kiln.parameters' is not a list of names", where));
+      if (!name.is_string())
+        throw InvalidModel(fmt::format("{}: metadata 'kiln.parameters' is not a list of names", where));
       const std::string n = name.get<std::string>();
       if (!inputs.count(n))
         throw InvalidModel(fmt::format("{}: parameter '{}' listed in its metadata is not a graph input", where, n));
       if (!state.parameters().count(n))
-        throw KeyError(fmt::format("{} takes parameter '{}', which the checkpoint does not have (is the checkpoint "
-                                   "of another model?)", where, n));
+        throw KeyError(
+            fmt::format("{} takes parameter '{}', which the checkpoint does not have (is the checkpoint "
+                        "of another model?)",
+                        where, n));
       params.push_back(n);
     }
     return params;
@@ -64,18 +67,19 @@ std::vector<std::string> declared_parameters(const Model& m, const CheckpointSta
 
 void check_parameter(const ValueInfo& v, const Parameter& p, const std::string& where) {
   bool same = v.has_type && v.dtype == p.dtype() && v.dims.size() == p.shape().size();
-  for (size_t i = 0; same && i < v.dims.size(); ++i)
-    same = v.dims[i].value < 0 || v.dims[i].value == p.shape()[i];
+  for (size_t i = 0; same && i < v.dims.size(); ++i) same = v.dims[i].value < 0 || v.dims[i].value == p.shape()[i];
   if (same) return;
   const std::string held = fmt::format("{}{}", dtype_name(p.dtype()), kiln::to_string(p.shape()));
-  const std::string msg = fmt::format("parameter '{}': the checkpoint holds {} but the {} takes {} (is the checkpoint "
-                                      "of another model?)", p.name(), held, where, v.describe());
+  const std::string msg = fmt::format(
+      "parameter '{}': the checkpoint holds {} but the {} takes {} (is the checkpoint "
+      "of another model?)",
+      p.name(), held, where, v.describe());
   if (v.has_type && v.dtype != p.dtype()) throw TypeError(msg);
   throw ShapeError(msg);
 }
 
 BoundModel bind_model(const std::string& path, const std::string& role, CheckpointState& state, bool training,
-                const SessionOptions& options) {
+                      const SessionOptions& options) {
   BoundModel b;
   b.path = path;
   b.role = role;
@@ -97,9 +101,9 @@ BoundModel bind_model(const std::string& path, const std::string& role, Checkpoi
       ++trainable;
       const std::string g = p + "_grad";
       if (!outputs.count(g))
-        throw InvalidModel(fmt::format("{} has no gradient output '{}' for trainable parameter '{}'{}", where, g, p,
-                                       trainable == 1 ? " (is it a training model? generate one with kiln artifacts)"
-                                                      : ""));
+        throw InvalidModel(
+            fmt::format("{} has no gradient output '{}' for trainable parameter '{}'{}", where, g, p,
+                        trainable == 1 ? " (is it a training model? generate one with kiln artifacts)" : ""));
       b.grads.emplace_back(p, g);
       special.insert(g);
     }
@@ -130,8 +134,7 @@ struct Module::Graphs {
 Module::Module(const std::string& train_model_path, CheckpointState& state,
                const std::optional<std::string>& eval_model_path, const std::string& device, SessionOptions options)
     : state_(state), options_(options), graphs_(std::make_unique<Graphs>()) {
-  if (device != "cpu")
-    throw Unsupported(fmt::format("device '{}': Kiln trains on 'cpu' only for now", device));
+  if (device != "cpu") throw Unsupported(fmt::format("device '{}': Kiln trains on 'cpu' only for now", device));
   graphs_->train = bind_model(train_model_path, "training model", state, true, options);
   if (eval_model_path) graphs_->eval = bind_model(*eval_model_path, "eval model", state, false, options);
   for (const auto& p : graphs_->train.params)
@@ -143,7 +146,8 @@ Module::Module(const std::string& train_model_path, CheckpointState& state,
 Module::~Module() = default;
 
 std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs) {
-  if (!training_ && !graphs_->eval) throw InvalidArgument("the Module is in eval mode but was built without an eval model");
+  if (!training_ && !graphs_->eval)
+    throw InvalidArgument("the Module is in eval mode but was built without an eval model");
   return run(inputs, training_);
 }
 
@@ -164,8 +168,10 @@ std::vector<Tensor> Module::run(const std::vector<Tensor>& inputs, bool training
   for (const auto& p : b.params) {
     const Parameter& param = state_.parameter(p);
     if (!param.has_data())
-      throw InvalidArgument(fmt::format("parameter '{}' has no data: the checkpoint is nominal; copy the parameters "
-                                        "in with copy_buffer_to_parameters before running the {}", p, b.role));
+      throw InvalidArgument(
+          fmt::format("parameter '{}' has no data: the checkpoint is nominal; copy the parameters "
+                      "in with copy_buffer_to_parameters before running the {}",
+                      p, b.role));
     feeds[p] = param.data();
   }
   std::map<std::string, Tensor> out;
@@ -209,8 +215,10 @@ Tensor Module::get_contiguous_parameters(bool trainable_only) const {
     const Parameter& param = state_.parameter(p);
     if (trainable_only && !param.requires_grad()) continue;
     if (param.dtype() != DType::Float32)
-      throw TypeError(fmt::format("get_contiguous_parameters: parameter '{}' is {}; only float32 parameters can be "
-                                  "flattened into one buffer", p, dtype_name(param.dtype())));
+      throw TypeError(
+          fmt::format("get_contiguous_parameters: parameter '{}' is {}; only float32 parameters can be "
+                      "flattened into one buffer",
+                      p, dtype_name(param.dtype())));
     const Tensor& data = param.data();
     Tensor::wrap(flat.data<float>() + offset, DType::Float32, param.shape()).copy_from(data);
     offset += data.numel();
@@ -231,8 +239,10 @@ void Module::copy_buffer_to_parameters(const Tensor& buffer, bool trainable_only
     Parameter& param = state_.parameter(p);
     if (trainable_only && !param.requires_grad()) continue;
     if (param.dtype() != DType::Float32)
-      throw TypeError(fmt::format("copy_buffer_to_parameters: parameter '{}' is {}; only float32 parameters can be "
-                                  "filled from one buffer", p, dtype_name(param.dtype())));
+      throw TypeError(
+          fmt::format("copy_buffer_to_parameters: parameter '{}' is {}; only float32 parameters can be "
+                      "filled from one buffer",
+                      p, dtype_name(param.dtype())));
     const float* src = flat.data<float>() + offset;
     param.set_data(Tensor::wrap(const_cast<float*>(src), DType::Float32, param.shape()));
     offset += numel(param.shape());
@@ -254,7 +264,8 @@ std::vector<std::string> Module::output_names(bool training) const {
 void Module::export_model_for_inferencing(const std::string& path,
                                           const std::vector<std::string>& graph_output_names) const {
   if (!graphs_->eval)
-    throw InvalidArgument("export_model_for_inferencing needs the eval model: construct the Module with eval_model_path");
+    throw InvalidArgument(
+        "export_model_for_inferencing needs the eval model: construct the Module with eval_model_path");
   if (graph_output_names.empty()) throw InvalidArgument("export_model_for_inferencing: no output names given");
   const BoundModel& e = *graphs_->eval;
   Model m = e.session->model();
@@ -266,8 +277,8 @@ void Module::export_model_for_inferencing(const std::string& path,
   std::vector<ValueInfo> outputs;
   for (const auto& name : graph_output_names) {
     if (!values.count(name))
-      throw InvalidArgument(fmt::format("export_model_for_inferencing: '{}' is not a value of the eval model '{}'",
-                                        name, e.path));
+      throw InvalidArgument(
+          fmt::format("export_model_for_inferencing: '{}' is not a value of the eval model '{}'", name, e.path));
     ValueInfo v;
     v.name = name;
     if (const ValueInfo* d = find_declared(g, name)) v = *d;
@@ -284,8 +295,8 @@ void Module::export_model_for_inferencing(const std::string& path,
     }
     const Parameter& p = state_.parameter(v.name);
     if (!p.has_data())
-      throw InvalidArgument(fmt::format("export_model_for_inferencing: parameter '{}' has no data (nominal checkpoint)",
-                                        v.name));
+      throw InvalidArgument(
+          fmt::format("export_model_for_inferencing: parameter '{}' has no data (nominal checkpoint)", v.name));
     g.initializers[v.name] = p.data().clone();
   }
   g.inputs = inputs;
@@ -304,7 +315,8 @@ void Module::export_model_for_inferencing(const std::string& path,
     for (const auto& vi : g.value_info)
       if (vi.name == v.name) v = vi;
     if (!v.has_type)
-      throw Unsupported(fmt::format("export_model_for_inferencing: the type of output '{}' cannot be inferred", v.name));
+      throw Unsupported(
+          fmt::format("export_model_for_inferencing: the type of output '{}' cannot be inferred", v.name));
   }
   save_model(m, path);
 }

@@ -50,8 +50,8 @@ struct Optimizer::Impl {
     Tensor* grad = nullptr;
     std::vector<Tensor*> slots;
   };
-  std::vector<UpdateTensors> current;    // this step's tensors of each update
-  std::vector<const Tensor*> inputs;     // reused every step: no allocation once sized
+  std::vector<UpdateTensors> current;  // this step's tensors of each update
+  std::vector<const Tensor*> inputs;   // reused every step: no allocation once sized
   std::vector<Tensor*> outputs;
   Tensor lr = Tensor::scalar<float>(0.f);
   Tensor step = Tensor::scalar<int64_t>(0);
@@ -67,8 +67,10 @@ struct Optimizer::Impl {
     const Node& n = model().graph.nodes[i];
     const UpdateOp* u = update_op_for_node(n);
     if (u == nullptr)
-      throw Unsupported(fmt::format("{}: {} of domain '{}' is not an update op Kiln's Optimizer runs "
-                                    "(ai.kiln AdamWStep, SGDStep)", where(), n.label(), n.domain));
+      throw Unsupported(
+          fmt::format("{}: {} of domain '{}' is not an update op Kiln's Optimizer runs "
+                      "(ai.kiln AdamWStep, SGDStep)",
+                      where(), n.label(), n.domain));
     if (op != nullptr && u != op)
       throw InvalidModel(fmt::format("{} mixes {} and {} nodes", where(), op->op_type, u->op_type));
     op = u;
@@ -85,8 +87,8 @@ struct Optimizer::Impl {
       throw InvalidModel(fmt::format("{} updates parameter '{}' twice", where(), b.param));
     b.slots = node_slots(n, *op);
     if (n.outputs.size() != 1 + b.slots.size())
-      throw InvalidModel(fmt::format("{}: {} has {} outputs; expected {}", where(), n.label(), n.outputs.size(),
-                                     1 + b.slots.size()));
+      throw InvalidModel(
+          fmt::format("{}: {} has {} outputs; expected {}", where(), n.label(), n.outputs.size(), 1 + b.slots.size()));
     return b;
   }
 
@@ -97,8 +99,8 @@ struct Optimizer::Impl {
     for (size_t i = 0; i < g.nodes.size(); ++i) updates.push_back(bind_node(i, seen));
     for (const auto& p : module.parameter_names())
       if (state.parameter(p).requires_grad() && !seen.count(p))
-        throw InvalidArgument(fmt::format("{} does not update trainable parameter '{}' (artifacts of another model?)",
-                                          where(), p));
+        throw InvalidArgument(
+            fmt::format("{} does not update trainable parameter '{}' (artifacts of another model?)", where(), p));
     bind_graph_values();
   }
 
@@ -138,8 +140,10 @@ struct Optimizer::Impl {
       writes.erase(it);
     }
     if (!writes.empty())
-      throw InvalidModel(fmt::format("{}: '{}' is written by an update node but is not a graph output, so the "
-                                     "update would be lost", where(), writes.begin()->first));
+      throw InvalidModel(
+          fmt::format("{}: '{}' is written by an update node but is not a graph output, so the "
+                      "update would be lost",
+                      where(), writes.begin()->first));
     if (reads.size() != g.inputs.size())
       throw InvalidModel(fmt::format("{}: the update nodes read values that are not graph inputs", where()));
   }
@@ -147,8 +151,8 @@ struct Optimizer::Impl {
   void restore_or_init_state() {
     OptimizerState& s = state.optimizer_state();
     if (!s.empty() && s.type != op->type)
-      throw InvalidArgument(fmt::format("the checkpoint holds {} optimizer state but {} is {}", s.type, where(),
-                                        op->type));
+      throw InvalidArgument(
+          fmt::format("the checkpoint holds {} optimizer state but {} is {}", s.type, where(), op->type));
     if (s.empty()) {
       s.type = op->type;
       s.step = 0;
@@ -158,8 +162,8 @@ struct Optimizer::Impl {
         try {
           s.learning_rate = std::stof(it->second);
         } catch (const std::exception&) {
-          throw InvalidModel(fmt::format("{}: metadata '{}' is not a number: '{}'", where(), kLearningRateKey,
-                                         it->second));
+          throw InvalidModel(
+              fmt::format("{}: metadata '{}' is not a number: '{}'", where(), kLearningRateKey, it->second));
         }
       }
     }
@@ -198,11 +202,16 @@ struct Optimizer::Impl {
 
   Tensor& tensor_for(const Binding& b) {
     switch (b.kind) {
-      case Binding::Kind::LearningRate: return lr;
-      case Binding::Kind::Step: return step;
-      case Binding::Kind::Data: return *current[b.update].data;
-      case Binding::Kind::Grad: return *current[b.update].grad;
-      case Binding::Kind::Slot: break;
+      case Binding::Kind::LearningRate:
+        return lr;
+      case Binding::Kind::Step:
+        return step;
+      case Binding::Kind::Data:
+        return *current[b.update].data;
+      case Binding::Kind::Grad:
+        return *current[b.update].grad;
+      case Binding::Kind::Slot:
+        break;
     }
     return *current[b.update].slots[b.slot];
   }
@@ -215,8 +224,10 @@ struct Optimizer::Impl {
       const BoundUpdate& b = updates[u];
       Parameter& p = state.parameter(b.param);
       if (!p.grad().defined())
-        throw InvalidArgument(fmt::format("parameter '{}' has no gradient: run the Module in train mode before "
-                                          "Optimizer.step()", b.param));
+        throw InvalidArgument(
+            fmt::format("parameter '{}' has no gradient: run the Module in train mode before "
+                        "Optimizer.step()",
+                        b.param));
       if (!p.has_data()) throw InvalidArgument(fmt::format("parameter '{}' has no data (nominal checkpoint)", b.param));
       UpdateTensors& t = current[u];
       t.data = &p.data();
@@ -277,15 +288,16 @@ LinearLRScheduler::LinearLRScheduler(Optimizer& optimizer, int64_t warmup_step_c
       initial_lr_(initial_lr),
       step_(optimizer.step_count()) {  // a resumed optimizer resumes the schedule too
   if (warmup_ < 0 || total_ < 0)
-    throw InvalidArgument(fmt::format("LinearLRScheduler: step counts must be non-negative (warmup {}, total {})",
-                                      warmup_, total_));
+    throw InvalidArgument(
+        fmt::format("LinearLRScheduler: step counts must be non-negative (warmup {}, total {})", warmup_, total_));
   optimizer_.set_learning_rate(initial_lr_ * factor(step_));
 }
 
 float LinearLRScheduler::factor(int64_t step) const {
-  if (step < warmup_) return static_cast<float>(static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warmup_)));
-  return static_cast<float>(std::max(0.0, static_cast<double>(total_ - step) /
-                                              static_cast<double>(std::max<int64_t>(1, total_ - warmup_))));
+  if (step < warmup_)
+    return static_cast<float>(static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warmup_)));
+  return static_cast<float>(
+      std::max(0.0, static_cast<double>(total_ - step) / static_cast<double>(std::max<int64_t>(1, total_ - warmup_))));
 }
 
 void LinearLRScheduler::step() {

@@ -4,9 +4,9 @@
 
 #include <set>
 
+#include "ir/graph_editor.h"
 #include "kiln/autodiff.h"
 #include "kiln/error.h"
-#include "ir/graph_editor.h"
 
 namespace kiln::training {
 
@@ -95,14 +95,18 @@ Model build_optimizer_model(OptimType type, const std::vector<OptimizerParameter
   std::set<std::string> names{"learning_rate", "step"};
   auto claim = [&](const std::string& name) {
     if (!names.insert(name).second)
-      throw InvalidArgument(fmt::format("optimizer model: the name '{}' is used twice (parameter names clash with "
-                                        "gradient or slot names)", name));
+      throw InvalidArgument(
+          fmt::format("optimizer model: the name '{}' is used twice (parameter names clash with "
+                      "gradient or slot names)",
+                      name));
     return name;
   };
   for (const auto& p : params) {
     if (p.dtype != DType::Float32 && p.dtype != DType::Float64)
-      throw Unsupported(fmt::format("optimizer: parameter '{}' is {}; the optimizer updates float32 and float64 "
-                                    "parameters", p.name, dtype_name(p.dtype)));
+      throw Unsupported(
+          fmt::format("optimizer: parameter '{}' is {}; the optimizer updates float32 and float64 "
+                      "parameters",
+                      p.name, dtype_name(p.dtype)));
     Node n;
     n.op_type = op.op_type;
     n.domain = kKilnDomain;

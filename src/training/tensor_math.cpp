@@ -28,9 +28,14 @@ void scale(T* p, int64_t n, double factor) {
 void scale_in_place(Tensor& t, double factor) {
   if (!t.is_contiguous()) throw InvalidArgument(fmt::format("cannot scale a strided {}", t.describe()));
   switch (t.dtype()) {
-    case DType::Float32: scale(t.data<float>(), t.numel(), factor); break;
-    case DType::Float64: scale(t.data<double>(), t.numel(), factor); break;
-    default: throw Unsupported(fmt::format("scaling {} gradients; float32 and float64 are supported", t.describe()));
+    case DType::Float32:
+      scale(t.data<float>(), t.numel(), factor);
+      break;
+    case DType::Float64:
+      scale(t.data<double>(), t.numel(), factor);
+      break;
+    default:
+      throw Unsupported(fmt::format("scaling {} gradients; float32 and float64 are supported", t.describe()));
   }
 }
 
@@ -40,8 +45,12 @@ void add_into(Tensor& dst, const Tensor& src) {
   if (!dst.is_contiguous()) throw InvalidArgument(fmt::format("cannot add into a strided {}", dst.describe()));
   const Tensor s = src.contiguous();
   switch (dst.dtype()) {
-    case DType::Float32: add(dst.data<float>(), s.data<float>(), dst.numel()); break;
-    case DType::Float64: add(dst.data<double>(), s.data<double>(), dst.numel()); break;
+    case DType::Float32:
+      add(dst.data<float>(), s.data<float>(), dst.numel());
+      break;
+    case DType::Float64:
+      add(dst.data<double>(), s.data<double>(), dst.numel());
+      break;
     default:
       throw Unsupported(fmt::format("accumulating {} gradients; float32 and float64 are supported", src.describe()));
   }

@@ -41,15 +41,18 @@ void run_cases(const std::vector<Case>& cases, uint64_t seed) {
 }
 
 TEST(ConvGradient, TwoDimensionalGeometries) {
-  run_cases({{{1, 3, 5, 5}, {4, 3, 3, 3}, {}},
-             {{1, 2, 7, 6}, {3, 2, 3, 2}, {{"strides", ints({2, 1})}, {"pads", ints({1, 0, 2, 1})}}},
-             {{1, 2, 7, 7}, {2, 2, 2, 3}, {{"dilations", ints({2, 2})}, {"strides", ints({1, 2})}, {"pads", ints({1, 1, 0, 2})}}},
-             {{2, 4, 5, 5}, {6, 2, 3, 3}, {{"group", Attribute::of_int(2)}, {"pads", ints({1, 1, 1, 1})}}},
-             {{1, 3, 6, 5}, {3, 1, 3, 3}, {{"group", Attribute::of_int(3)}, {"strides", ints({2, 2})}}},
-             {{1, 2, 5, 6}, {2, 2, 3, 3}, {{"auto_pad", Attribute::of_string("SAME_UPPER")}, {"strides", ints({2, 2})}}},
-             {{1, 2, 5, 6}, {2, 2, 2, 2}, {{"auto_pad", Attribute::of_string("SAME_LOWER")}}},
-             {{1, 2, 5, 6}, {2, 2, 3, 3}, {{"auto_pad", Attribute::of_string("VALID")}, {"strides", ints({3, 2})}}}},
-            100);
+  run_cases(
+      {{{1, 3, 5, 5}, {4, 3, 3, 3}, {}},
+       {{1, 2, 7, 6}, {3, 2, 3, 2}, {{"strides", ints({2, 1})}, {"pads", ints({1, 0, 2, 1})}}},
+       {{1, 2, 7, 7},
+        {2, 2, 2, 3},
+        {{"dilations", ints({2, 2})}, {"strides", ints({1, 2})}, {"pads", ints({1, 1, 0, 2})}}},
+       {{2, 4, 5, 5}, {6, 2, 3, 3}, {{"group", Attribute::of_int(2)}, {"pads", ints({1, 1, 1, 1})}}},
+       {{1, 3, 6, 5}, {3, 1, 3, 3}, {{"group", Attribute::of_int(3)}, {"strides", ints({2, 2})}}},
+       {{1, 2, 5, 6}, {2, 2, 3, 3}, {{"auto_pad", Attribute::of_string("SAME_UPPER")}, {"strides", ints({2, 2})}}},
+       {{1, 2, 5, 6}, {2, 2, 2, 2}, {{"auto_pad", Attribute::of_string("SAME_LOWER")}}},
+       {{1, 2, 5, 6}, {2, 2, 3, 3}, {{"auto_pad", Attribute::of_string("VALID")}, {"strides", ints({3, 2})}}}},
+      100);
 }
 
 TEST(ConvGradient, OneAndThreeDimensional) {
@@ -76,8 +79,11 @@ TEST(ConvGradient, WeightOnly) {
 
 // The float64 Conv loop (which the finite differences run) agrees with the oneDNN float32 kernel.
 TEST(ConvGradient, Float64ForwardMatchesFloat32) {
-  const Case c{{2, 4, 7, 6}, {6, 2, 3, 2},
-               {{"group", Attribute::of_int(2)}, {"strides", ints({2, 1})}, {"dilations", ints({1, 2})},
+  const Case c{{2, 4, 7, 6},
+               {6, 2, 3, 2},
+               {{"group", Attribute::of_int(2)},
+                {"strides", ints({2, 1})},
+                {"dilations", ints({1, 2})},
                 {"pads", ints({1, 0, 2, 1})}}};
   const std::vector<Tensor> in{random_tensor(c.x, 450), random_tensor(c.w, 451), random_tensor({6}, 452)};
   std::vector<Tensor> in32;
@@ -118,8 +124,9 @@ TEST(ConvGradient, MismatchedOutputGradientIsAShapeError) {
   n.op_type = "ConvGrad";
   n.inputs = {"dy", "x", "w"};
   n.outputs = {"dx", "dw", "db"};
-  EXPECT_THROW(run_node(n, {random_tensor({1, 3, 3, 3}, 1), random_tensor({1, 2, 4, 4}, 2), random_tensor({3, 2, 3, 3}, 3)}),
-               ShapeError);
+  EXPECT_THROW(
+      run_node(n, {random_tensor({1, 3, 3, 3}, 1), random_tensor({1, 2, 4, 4}, 2), random_tensor({3, 2, 3, 3}, 3)}),
+      ShapeError);
 }
 
 }  // namespace

@@ -39,17 +39,19 @@ void run_cases(const std::vector<Case>& cases, uint64_t seed) {
 }
 
 TEST(ConvTransposeGradient, TwoDimensionalGeometries) {
-  run_cases({{{2, 3, 3, 4}, {3, 2, 3, 3}, {}},
-             {{1, 2, 3, 3}, {2, 3, 3, 2}, {{"strides", ints({2, 3})}, {"pads", ints({1, 0, 0, 1})}}},
-             {{1, 2, 3, 4}, {2, 2, 2, 3}, {{"strides", ints({2, 2})}, {"output_padding", ints({1, 0})},
-                                           {"dilations", ints({2, 1})}}},
-             {{1, 4, 3, 3}, {4, 1, 3, 3}, {{"group", Attribute::of_int(2)}, {"strides", ints({2, 1})}}},
-             {{1, 2, 3, 3}, {2, 2, 3, 3}, {{"auto_pad", Attribute::of_string("SAME_UPPER")}, {"strides", ints({2, 2})}}},
-             {{1, 2, 3, 3}, {2, 2, 2, 2}, {{"auto_pad", Attribute::of_string("SAME_LOWER")}, {"strides", ints({2, 2})}}},
-             {{1, 2, 3, 3}, {2, 1, 3, 3}, {{"strides", ints({2, 2})}, {"output_shape", ints({6, 7})}}},
-             // output_shape past the full line (7 + 2 extra): positions only the bias reaches.
-             {{1, 2, 3, 3}, {2, 1, 3, 3}, {{"strides", ints({2, 2})}, {"output_shape", ints({9, 8})}}}},
-            600);
+  run_cases(
+      {{{2, 3, 3, 4}, {3, 2, 3, 3}, {}},
+       {{1, 2, 3, 3}, {2, 3, 3, 2}, {{"strides", ints({2, 3})}, {"pads", ints({1, 0, 0, 1})}}},
+       {{1, 2, 3, 4},
+        {2, 2, 2, 3},
+        {{"strides", ints({2, 2})}, {"output_padding", ints({1, 0})}, {"dilations", ints({2, 1})}}},
+       {{1, 4, 3, 3}, {4, 1, 3, 3}, {{"group", Attribute::of_int(2)}, {"strides", ints({2, 1})}}},
+       {{1, 2, 3, 3}, {2, 2, 3, 3}, {{"auto_pad", Attribute::of_string("SAME_UPPER")}, {"strides", ints({2, 2})}}},
+       {{1, 2, 3, 3}, {2, 2, 2, 2}, {{"auto_pad", Attribute::of_string("SAME_LOWER")}, {"strides", ints({2, 2})}}},
+       {{1, 2, 3, 3}, {2, 1, 3, 3}, {{"strides", ints({2, 2})}, {"output_shape", ints({6, 7})}}},
+       // output_shape past the full line (7 + 2 extra): positions only the bias reaches.
+       {{1, 2, 3, 3}, {2, 1, 3, 3}, {{"strides", ints({2, 2})}, {"output_shape", ints({9, 8})}}}},
+      600);
 }
 
 TEST(ConvTransposeGradient, OneAndThreeDimensionalAndBlocked) {

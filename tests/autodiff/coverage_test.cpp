@@ -89,8 +89,8 @@ TEST(GradientCoverage, RulesLiveInTheAutodiffFileNamedLikeTheirKernelFamily) {
     for (const GradientEntry& e : entries) {
       const fs::path file(e.file);
       const std::string family = file.stem().string();
-      const std::string what = key.op_type + " (" + file.parent_path().filename().string() + "/" +
-                               file.filename().string() + ")";
+      const std::string what =
+          key.op_type + " (" + file.parent_path().filename().string() + "/" + file.filename().string() + ")";
       EXPECT_EQ(file.parent_path().filename(), "autodiff") << what << " is registered outside src/autodiff";
       const fs::path kernel = kernels / (family + ".cpp");
       if (!fs::exists(kernel)) {
@@ -123,8 +123,8 @@ TEST(GradientCoverage, EveryKilnOpIsDocumented) {
     if (d.domain != kKilnDomain) continue;
     bool found = false;
     for (const OpDoc& doc : op_docs())
-      found = found || (doc.domain == d.domain && doc.op_type == d.op_type && !doc.math.empty() && !doc.inputs.empty() &&
-                        !doc.outputs.empty());
+      found = found || (doc.domain == d.domain && doc.op_type == d.op_type && !doc.math.empty() &&
+                        !doc.inputs.empty() && !doc.outputs.empty());
     if (!found) undocumented.insert(d.op_type);
   }
   std::string list;

@@ -25,8 +25,8 @@ ValueInfo value(const std::string& name, DType dtype, Shape shape) {
 Model dropout_model(const Tensor& w, const Tensor& r, double ratio, bool training, bool with_mask) {
   Model m;
   m.opsets = {{"", 13}};
-  m.graph.initializers = {{"w", w}, {"r", r}, {"ratio", Tensor::scalar<double>(ratio)},
-                          {"training", Tensor::scalar<bool>(training)}};
+  m.graph.initializers = {
+      {"w", w}, {"r", r}, {"ratio", Tensor::scalar<double>(ratio)}, {"training", Tensor::scalar<bool>(training)}};
   Node drop;
   drop.name = "drop";
   drop.op_type = "Dropout";

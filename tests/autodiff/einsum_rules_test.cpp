@@ -56,8 +56,11 @@ TEST(EinsumGradients, OneAndThreeOperands) {
 // the operand with the repeated label is Unsupported, with the term named.
 TEST(EinsumGradients, RepeatedLabels) {
   both({einsum("ii,j->j", 2), {random_tensor({3, 3}, 970), random_tensor({4}, 971)}, {1}, 17, 970});
-  expect_error<Unsupported>([&] { check_gradient({einsum("ii->i", 1), {random_tensor({3, 3}, 972)}, {0}, 17, 972}); },
-                            "'ii'");
+  expect_error<Unsupported>(
+      [&] {
+        check_gradient({einsum("ii->i", 1), {random_tensor({3, 3}, 972)}, {0}, 17, 972});
+      },
+      "'ii'");
   EXPECT_THROW(check_gradient({einsum("i...j->ij", 1), {random_tensor({2, 3, 4}, 973)}, {0}, 17, 973}), Unsupported);
   EXPECT_THROW(
       check_gradient(

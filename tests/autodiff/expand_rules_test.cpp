@@ -37,7 +37,10 @@ TEST(ExpandGradients, PadReflectAndEdgeAccumulateBorders) {
 
 TEST(ExpandGradients, PadAttributeFormAtOpset10) {
   GradCheck c{node("Pad", {Tensor()}, {{"pads", Attribute::of_ints({1, 0, 0, 2})}, {"mode", s("reflect")}}),
-              {random_tensor({3, 3}, 84)}, {0}, 10, 84};
+              {random_tensor({3, 3}, 84)},
+              {0},
+              10,
+              84};
   c.node.inputs = {"x"};
   check_gradient(c);
 }

@@ -2,10 +2,10 @@
 // frozen parameters, zero gradients, and the errors it raises.
 #include <gtest/gtest.h>
 
+#include "graph_builder.h"
 #include "kiln/autodiff.h"
 #include "kiln/kernel.h"
 #include "kiln/session.h"
-#include "graph_builder.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -91,9 +91,10 @@ TEST(GradientBuilder, OpWithoutRuleOnThePathNamesNodeOpAndParameter) {
   for (Node& n : m.graph.nodes)
     if (n.name == "frob") n.domain = "com.example";
   m.opsets["com.example"] = 1;
-  expect_error<Unsupported>([&] { build_gradient_graph(m, {.loss = "loss"}); },
-               "node 'frob' (com.example.Frobnicate) is on the path from parameter 'w' to loss 'loss', but Kiln has "
-               "no gradient for op Frobnicate");
+  expect_error<Unsupported>(
+      [&] { build_gradient_graph(m, {.loss = "loss"}); },
+      "node 'frob' (com.example.Frobnicate) is on the path from parameter 'w' to loss 'loss', but Kiln has "
+      "no gradient for op Frobnicate");
 }
 
 }  // namespace

@@ -114,7 +114,9 @@ double check_gradient(const GradCheck& c) {
 
   // Numerical gradients in float64.
   Session loss_session(make_model(c, inputs64, proj64, false));
-  auto loss_at = [&](std::map<std::string, Tensor>& feeds) { return loss_session.run(feeds).at("loss").item_as_double(); };
+  auto loss_at = [&](std::map<std::string, Tensor>& feeds) {
+    return loss_session.run(feeds).at("loss").item_as_double();
+  };
   double worst = 0;
   for (size_t i : c.wrt) {
     const std::string name = fmt::format("x{}", i);

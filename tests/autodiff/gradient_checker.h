@@ -11,9 +11,9 @@
 namespace kiln::testing {
 
 struct GradCheck {
-  Node node;                    // inputs/outputs are renamed by the checker
-  std::vector<Tensor> inputs;   // float64 for differentiable inputs; any dtype for the others
-  std::vector<size_t> wrt;      // indices of inputs to differentiate
+  Node node;                   // inputs/outputs are renamed by the checker
+  std::vector<Tensor> inputs;  // float64 for differentiable inputs; any dtype for the others
+  std::vector<size_t> wrt;     // indices of inputs to differentiate
   int64_t opset = 17;
   uint64_t seed = 1;
   // float64: relative error of the gradient (2-norm) at most 1e-6; float32 (inputs cast down and

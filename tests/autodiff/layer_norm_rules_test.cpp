@@ -33,14 +33,21 @@ TEST(LayerNormRules, AxesAndBroadcastParameters) {
                                          {{4, 2, 3}, {2, 3}, {2, 3}, 0}}) {
     SCOPED_TRACE(to_string(c.x));
     both({layer_norm(3, {"out"}, c.axis),
-          {random_tensor(c.x, seed, -2.0, 2.0), random_tensor(c.scale, seed + 1, 0.5, 1.5), random_tensor(c.bias, seed + 2)},
-          {0, 1, 2}, 17, seed});
+          {random_tensor(c.x, seed, -2.0, 2.0), random_tensor(c.scale, seed + 1, 0.5, 1.5),
+           random_tensor(c.bias, seed + 2)},
+          {0, 1, 2},
+          17,
+          seed});
     seed += 10;
   }
 }
 
 TEST(LayerNormRules, WithoutBias) {
-  both({layer_norm(2, {"out"}, -1), {random_tensor({3, 6}, 250, -2.0, 2.0), random_tensor({6}, 251, 0.5, 1.5)}, {0, 1}, 17, 250});
+  both({layer_norm(2, {"out"}, -1),
+        {random_tensor({3, 6}, 250, -2.0, 2.0), random_tensor({6}, 251, 0.5, 1.5)},
+        {0, 1},
+        17,
+        250});
 }
 
 // The float32 forward's Mean / InvStdDev outputs are reused by the gradient kernel: the gradient
@@ -51,14 +58,16 @@ TEST(LayerNormRules, SavedStatisticsGiveTheSameGradient) {
   auto grads = [](bool with_stats) {
     Model m;
     m.opsets = {{"", 17}};
-    Tensor x = random_tensor({4, 6}, 260, -2.0, 2.0), s = random_tensor({6}, 261, 0.5, 1.5), r = random_tensor({4, 6}, 262);
+    Tensor x = random_tensor({4, 6}, 260, -2.0, 2.0), s = random_tensor({6}, 261, 0.5, 1.5),
+           r = random_tensor({4, 6}, 262);
     auto f32 = [](const Tensor& t) {
       Tensor o = Tensor::empty(DType::Float32, t.shape());
       for (int64_t i = 0; i < t.numel(); ++i) o.data<float>()[i] = float(t.item_as_double(i));
       return o;
     };
     m.graph.initializers = {{"x", f32(x)}, {"s", f32(s)}, {"r", f32(r)}};
-    Node n = layer_norm(2, with_stats ? std::vector<std::string>{"y", "mean", "inv"} : std::vector<std::string>{"y"}, -1);
+    Node n =
+        layer_norm(2, with_stats ? std::vector<std::string>{"y", "mean", "inv"} : std::vector<std::string>{"y"}, -1);
     n.inputs = {"x", "s"};
     n.name = "ln";
     Node mul;
@@ -79,7 +88,8 @@ TEST(LayerNormRules, SavedStatisticsGiveTheSameGradient) {
     GradientGraph g = build_gradient_graph(m, {.loss = "loss", .requires_grad = {"x", "s"}});
     bool saved = false;
     for (const Node& k : g.model.graph.nodes)
-      if (k.op_type == "LayerNormalizationGrad") saved = k.inputs.size() > 4 && k.inputs[3] == "mean" && k.inputs[4] == "inv";
+      if (k.op_type == "LayerNormalizationGrad")
+        saved = k.inputs.size() > 4 && k.inputs[3] == "mean" && k.inputs[4] == "inv";
     EXPECT_EQ(saved, with_stats);
     Session session(g.model);
     return session.run({});
@@ -90,7 +100,8 @@ TEST(LayerNormRules, SavedStatisticsGiveTheSameGradient) {
     const Tensor& gb = b.at(name);
     ASSERT_EQ(ga.shape(), gb.shape());
     for (int64_t i = 0; i < ga.numel(); ++i)
-      EXPECT_NEAR(ga.item_as_double(i), gb.item_as_double(i), 1e-5 * std::max(1.0, std::abs(gb.item_as_double(i)))) << name;
+      EXPECT_NEAR(ga.item_as_double(i), gb.item_as_double(i), 1e-5 * std::max(1.0, std::abs(gb.item_as_double(i))))
+          << name;
   }
 }
 

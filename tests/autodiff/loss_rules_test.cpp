@@ -18,11 +18,12 @@ TEST(LossGradients, SoftmaxCrossEntropyReductionsWeightsIgnoreIndex) {
     const std::map<std::string, Attribute> ignoring{{"reduction", s(red)}, {"ignore_index", i(1)}};
     for (size_t outs : {1, 2}) {
       both("SoftmaxCrossEntropyLoss", {random_tensor({4, 3}, ++seed, -2, 2), labels2d}, {0}, plain, seed, 17, outs);
-      both("SoftmaxCrossEntropyLoss", {random_tensor({4, 3}, ++seed, -2, 2), labels2d, random_tensor({3}, ++seed, 0.2, 2)},
-           {0, 2}, ignoring, seed, 17, outs);
-      both("SoftmaxCrossEntropyLoss", {random_tensor({2, 3, 2, 2}, ++seed, -2, 2), labels_nd,
-                                       random_tensor({3}, ++seed, 0.2, 2)},
-           {0, 2}, plain, seed, 17, outs);
+      both("SoftmaxCrossEntropyLoss",
+           {random_tensor({4, 3}, ++seed, -2, 2), labels2d, random_tensor({3}, ++seed, 0.2, 2)}, {0, 2}, ignoring, seed,
+           17, outs);
+      both("SoftmaxCrossEntropyLoss",
+           {random_tensor({2, 3, 2, 2}, ++seed, -2, 2), labels_nd, random_tensor({3}, ++seed, 0.2, 2)}, {0, 2}, plain,
+           seed, 17, outs);
       both("SoftmaxCrossEntropyLoss", {random_tensor({2, 3, 2, 2}, ++seed, -2, 2), labels_nd}, {0}, ignoring, seed, 17,
            outs);
     }
@@ -38,8 +39,8 @@ TEST(LossGradients, NegativeLogLikelihoodReductionsWeightsIgnoreIndex) {
     both("NegativeLogLikelihoodLoss", {random_tensor({5, 3}, ++seed), target, random_tensor({3}, ++seed, 0.2, 2)},
          {0, 2}, attrs, seed);
     both("NegativeLogLikelihoodLoss", {random_tensor({2, 3, 2, 2}, ++seed), target_nd}, {0}, attrs, seed);
-    both("NegativeLogLikelihoodLoss", {random_tensor({2, 3, 2, 2}, ++seed), target_nd, random_tensor({3}, ++seed, 0.2, 2)},
-         {0, 2}, attrs, seed);
+    both("NegativeLogLikelihoodLoss",
+         {random_tensor({2, 3, 2, 2}, ++seed), target_nd, random_tensor({3}, ++seed, 0.2, 2)}, {0, 2}, attrs, seed);
   }
 }
 

@@ -25,11 +25,21 @@ TEST(LpPoolGradient, WindowsAndNorms) {
   uint64_t seed = 1100;
   for (int64_t p : {1, 2, 3}) {
     const double lo = p == 1 ? 0.2 : -1.0;
-    both({lp("LpPool", p, {{"kernel_shape", ints({2, 2})}}), {random_tensor({2, 2, 4, 5}, ++seed, lo, 1.0)}, {0}, 17, seed});
+    both({lp("LpPool", p, {{"kernel_shape", ints({2, 2})}}),
+          {random_tensor({2, 2, 4, 5}, ++seed, lo, 1.0)},
+          {0},
+          17,
+          seed});
     both({lp("LpPool", p, {{"kernel_shape", ints({3, 2})}, {"strides", ints({2, 1})}, {"pads", ints({1, 0, 1, 1})}}),
-          {random_tensor({1, 2, 6, 5}, ++seed, lo, 1.0)}, {0}, 17, seed});
+          {random_tensor({1, 2, 6, 5}, ++seed, lo, 1.0)},
+          {0},
+          17,
+          seed});
     both({lp("LpPool", p, {{"kernel_shape", ints({3})}, {"strides", ints({2})}, {"dilations", ints({2})}}),
-          {random_tensor({1, 3, 9}, ++seed, lo, 1.0)}, {0}, 18, seed});
+          {random_tensor({1, 3, 9}, ++seed, lo, 1.0)},
+          {0},
+          18,
+          seed});
   }
 }
 

@@ -29,7 +29,8 @@ TEST(NormRules, BatchNormTrainingModeThroughBatchStatistics) {
 // (1 - m) * batch_mean and running_var (unbiased batch variance): gradients reach X through them
 // and input_mean / input_var get m * their output gradients.
 TEST(NormRules, BatchNormTrainingModeWithRunningStatisticsOutputs) {
-  Node n = op("BatchNormalization", 5, 3, {{"training_mode", Attribute::of_int(1)}, {"momentum", Attribute::of_float(0.7f)}});
+  Node n = op("BatchNormalization", 5, 3,
+              {{"training_mode", Attribute::of_int(1)}, {"momentum", Attribute::of_float(0.7f)}});
   both({n, bn_inputs({3, 2, 4}, 130), {0, 1, 2, 3, 4}, 14, 130});
 }
 
@@ -44,8 +45,12 @@ TEST(NormRules, InstanceNormalization) {
   for (const Shape& s : {Shape{2, 3, 4}, Shape{1, 2, 3, 3}, Shape{2, 2, 2, 2, 2}}) {
     SCOPED_TRACE(to_string(s));
     Node n = op("InstanceNormalization", 3, 1, {{"epsilon", Attribute::of_float(1e-3f)}});
-    both({n, {random_tensor(s, seed, -2.0, 2.0), random_tensor({s[1]}, seed + 1, 0.5, 1.5), random_tensor({s[1]}, seed + 2)},
-          {0, 1, 2}, 17, seed});
+    both({n,
+          {random_tensor(s, seed, -2.0, 2.0), random_tensor({s[1]}, seed + 1, 0.5, 1.5),
+           random_tensor({s[1]}, seed + 2)},
+          {0, 1, 2},
+          17,
+          seed});
     seed += 10;
   }
 }

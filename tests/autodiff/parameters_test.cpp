@@ -83,8 +83,11 @@ TEST(SelectParameters, ClearErrors) {
                                 "'w' is listed both in requires_grad and in frozen_params");
   expect_error<InvalidArgument>([&] { select_parameters(m, "loss", {}, {"nope"}); },
                                 "frozen_params names 'nope', which is not an initializer of the model");
-  expect_error<InvalidArgument>([&] { select_parameters(m, "loss", {}, {"w", "b", "scale", "shift"}); },
-                                "no trainable parameter");
+  expect_error<InvalidArgument>(
+      [&] {
+        select_parameters(m, "loss", {}, {"w", "b", "scale", "shift"});
+      },
+      "no trainable parameter");
 }
 
 TEST(SelectParameters, RunningStatisticInputsAreBatchNormInputsThreeAndFour) {

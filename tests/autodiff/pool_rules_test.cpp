@@ -32,12 +32,17 @@ const std::vector<Case> kWindows = {
     {{2, 2, 5, 6}, {{"kernel_shape", ints({2, 2})}}},
     {{1, 2, 6, 7}, {{"kernel_shape", ints({3, 2})}, {"strides", ints({2, 3})}, {"pads", ints({1, 0, 1, 1})}}},
     {{1, 2, 7, 6}, {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"ceil_mode", Attribute::of_int(1)}}},
-    {{1, 2, 6, 7}, {{"kernel_shape", ints({2, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 0, 1})},
-                    {"ceil_mode", Attribute::of_int(1)}}},
-    {{1, 2, 5, 5}, {{"kernel_shape", ints({3, 3})}, {"auto_pad", Attribute::of_string("SAME_UPPER")}, {"strides", ints({2, 2})}}},
+    {{1, 2, 6, 7},
+     {{"kernel_shape", ints({2, 3})},
+      {"strides", ints({2, 2})},
+      {"pads", ints({1, 1, 0, 1})},
+      {"ceil_mode", Attribute::of_int(1)}}},
+    {{1, 2, 5, 5},
+     {{"kernel_shape", ints({3, 3})}, {"auto_pad", Attribute::of_string("SAME_UPPER")}, {"strides", ints({2, 2})}}},
     {{1, 2, 5, 6}, {{"kernel_shape", ints({2, 2})}, {"auto_pad", Attribute::of_string("SAME_LOWER")}}},
     {{2, 3, 9}, {{"kernel_shape", ints({3})}, {"strides", ints({2})}, {"pads", ints({1, 2})}}},
-    {{1, 2, 4, 5, 4}, {{"kernel_shape", ints({2, 3, 2})}, {"strides", ints({2, 1, 2})}, {"pads", ints({0, 1, 0, 1, 1, 0})}}},
+    {{1, 2, 4, 5, 4},
+     {{"kernel_shape", ints({2, 3, 2})}, {"strides", ints({2, 1, 2})}, {"pads", ints({0, 1, 0, 1, 1, 0})}}},
 };
 
 TEST(PoolGradient, MaxPoolGeometries) {
@@ -45,7 +50,10 @@ TEST(PoolGradient, MaxPoolGeometries) {
   for (const Case& c : kWindows) both({pool("MaxPool", c.attrs), {random_tensor(c.x, ++seed)}, {0}, 17, seed});
   // Dilations, and the Indices output present (it carries no gradient).
   both({pool("MaxPool", {{"kernel_shape", ints({2, 2})}, {"dilations", ints({2, 2})}, {"pads", ints({1, 0, 0, 1})}}, 2),
-        {random_tensor({1, 2, 6, 6}, 850)}, {0}, 17, 850});
+        {random_tensor({1, 2, 6, 6}, 850)},
+        {0},
+        17,
+        850});
 }
 
 TEST(PoolGradient, AveragePoolGeometriesWithAndWithoutPadCounting) {
@@ -56,9 +64,14 @@ TEST(PoolGradient, AveragePoolGeometriesWithAndWithoutPadCounting) {
       attrs["count_include_pad"] = Attribute::of_int(include);
       both({pool("AveragePool", attrs), {random_tensor(c.x, ++seed)}, {0}, 17, seed});
     }
-  both({pool("AveragePool", {{"kernel_shape", ints({2, 2})}, {"dilations", ints({2, 1})}, {"pads", ints({1, 1, 1, 1})},
+  both({pool("AveragePool", {{"kernel_shape", ints({2, 2})},
+                             {"dilations", ints({2, 1})},
+                             {"pads", ints({1, 1, 1, 1})},
                              {"count_include_pad", Attribute::of_int(1)}}),
-        {random_tensor({1, 2, 6, 5}, 950)}, {0}, 19, 950});
+        {random_tensor({1, 2, 6, 5}, 950)},
+        {0},
+        19,
+        950});
 }
 
 TEST(PoolGradient, GlobalPools) {
@@ -94,7 +107,8 @@ TEST(PoolGradient, Float64ForwardMatchesFloat32) {
     const Tensor y64 = run_node(n, {x}, 19)[0], y32 = run_node(n, {to_f32(x)}, 19)[0];
     ASSERT_EQ(y64.shape(), y32.shape()) << nodes[k].first << " case " << k / 3;
     for (int64_t i = 0; i < y64.numel(); ++i)
-      ASSERT_NEAR(y64.data<double>()[i], y32.data<float>()[i], 1e-6) << nodes[k].first << " case " << k / 3 << " at " << i;
+      ASSERT_NEAR(y64.data<double>()[i], y32.data<float>()[i], 1e-6)
+          << nodes[k].first << " case " << k / 3 << " at " << i;
   }
   for (const char* type : {"GlobalAveragePool", "GlobalMaxPool"}) {
     const Tensor x = random_tensor({2, 3, 4, 5}, ++seed);

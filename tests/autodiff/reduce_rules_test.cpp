@@ -25,10 +25,8 @@ void check_reduction(const char* type, double lo, double hi, uint64_t seed) {
     if (!a.axes.empty()) attr17["axes"] = Attribute::of_ints(a.axes);
     both({op(type, 1, 1, attr17), {random_tensor(shape, seed, lo, hi)}, {0}, 17, seed});
     // Opset 18: axes input (absent means all axes).
-    if (a.axes.empty())
-      both({op(type, 1, 1, attrs), {random_tensor(shape, seed, lo, hi)}, {0}, 18, seed});
-    else
-      both({op(type, 2, 1, attrs), {random_tensor(shape, seed, lo, hi), ints(a.axes)}, {0}, 18, seed});
+    if (a.axes.empty()) both({op(type, 1, 1, attrs), {random_tensor(shape, seed, lo, hi)}, {0}, 18, seed});
+    else both({op(type, 2, 1, attrs), {random_tensor(shape, seed, lo, hi), ints(a.axes)}, {0}, 18, seed});
   }
 }
 

@@ -1,11 +1,12 @@
 // Gradient rules are keyed by opset range, as kernels are: the lookup takes the node's opset, and a
 // node at an opset without a rule is an Unsupported error naming the op, domain, opset and the
 // ranges that have one.
+#include "autodiff/registry.h"
+
 #include <gtest/gtest.h>
 
-#include "autodiff/registry.h"
-#include "kiln/autodiff.h"
 #include "graph_builder.h"
+#include "kiln/autodiff.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -14,8 +15,10 @@ namespace {
 TEST(GradientRegistry, LookupPicksTheRangeHoldingTheOpset) {
   GradientRegistry r;
   int used = 0;
-  r.add({"test.kiln", "Versioned", 1, 12}, [&](GradContext&) { used = 1; }, "autodiff/a.cpp");
-  r.add({"test.kiln", "Versioned", 13, kMaxOpset}, [&](GradContext&) { used = 2; }, "autodiff/b.cpp");
+  r.add(
+      {"test.kiln", "Versioned", 1, 12}, [&](GradContext&) { used = 1; }, "autodiff/a.cpp");
+  r.add(
+      {"test.kiln", "Versioned", 13, kMaxOpset}, [&](GradContext&) { used = 2; }, "autodiff/b.cpp");
   r.add({"test.kiln", "Marked", 5, 7}, nullptr, "autodiff/c.cpp");
   EXPECT_EQ(r.find("test.kiln", "Versioned", 0), nullptr);
   ASSERT_NE(r.find("test.kiln", "Versioned", 1), nullptr);

@@ -32,7 +32,8 @@ TEST(ResizeGradients, NearestAndCubic) {
 TEST(ResizeGradients, CropAndResizeDropsExtrapolatedPositions) {
   const Tensor roi = Tensor::from_vector<float>({8}, {0, 0, -0.2f, 0.1f, 1, 1, 0.9f, 1.3f});
   both("Resize", {random_tensor({1, 1, 4, 4}, 130), roi, Tensor(), ints({1, 1, 5, 3})}, {0},
-       {{"mode", s("linear")}, {"coordinate_transformation_mode", s("tf_crop_and_resize")},
+       {{"mode", s("linear")},
+        {"coordinate_transformation_mode", s("tf_crop_and_resize")},
         {"extrapolation_value", Attribute::of_float(2.0f)}},
        130);
 }

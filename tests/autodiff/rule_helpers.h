@@ -28,9 +28,7 @@ inline Tensor ints(std::vector<int64_t> v, Shape shape = {}) {
   return Tensor::from_vector<int64_t>(shape, v);
 }
 
-inline Tensor floats(std::vector<double> v) {
-  return Tensor::from_vector<double>({static_cast<int64_t>(v.size())}, v);
-}
+inline Tensor floats(std::vector<double> v) { return Tensor::from_vector<double>({static_cast<int64_t>(v.size())}, v); }
 
 // Float64 (relative error <= 1e-6), then float32 (<= 1e-3).
 inline void both(GradCheck c) {
@@ -41,12 +39,11 @@ inline void both(GradCheck c) {
 
 }  // namespace kiln::testing
 
-
 namespace kiln::testing::indexing {
 
 // A node with the given inputs: an undefined tensor in `inputs` marks an omitted optional input.
-inline Node node(const std::string& type, const std::vector<Tensor>& inputs, std::map<std::string, Attribute> attrs = {},
-                 size_t n_out = 1) {
+inline Node node(const std::string& type, const std::vector<Tensor>& inputs,
+                 std::map<std::string, Attribute> attrs = {}, size_t n_out = 1) {
   Node n;
   n.op_type = type;
   for (const Tensor& t : inputs) n.inputs.push_back(t.defined() ? "in" : "");
@@ -60,8 +57,7 @@ inline Attribute s(std::string v) { return Attribute::of_string(std::move(v)); }
 
 // Float64 (relative error <= 1e-6), then float32 (<= 1e-3), of a node built from `inputs`.
 inline void both(const std::string& type, const std::vector<Tensor>& inputs, std::vector<size_t> wrt,
-                 std::map<std::string, Attribute> attrs = {}, uint64_t seed = 1, int64_t opset = 17,
-                 size_t n_out = 1) {
+                 std::map<std::string, Attribute> attrs = {}, uint64_t seed = 1, int64_t opset = 17, size_t n_out = 1) {
   GradCheck c{node(type, inputs, std::move(attrs), n_out), inputs, std::move(wrt), opset, seed};
   testing::both(c);
 }

@@ -5,10 +5,10 @@
 
 #include <filesystem>
 
+#include "graph_builder.h"
 #include "kiln/autodiff.h"
 #include "kiln/onnx_io.h"
 #include "kiln/session.h"
-#include "graph_builder.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -45,7 +45,8 @@ TEST(SavedTrainingGraph, LoadsBackAndRunsIdentically) {
 
   Tensor x = Tensor::empty(DType::Float32, {4, 1, 28, 28});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 37) % 101) / 50.f - 1.f;
-  const std::map<std::string, Tensor> feeds = {{"images", x}, {"labels", Tensor::from_vector<int64_t>({4}, {0, 3, 9, 3})}};
+  const std::map<std::string, Tensor> feeds = {{"images", x},
+                                               {"labels", Tensor::from_vector<int64_t>({4}, {0, 3, 9, 3})}};
   Session a(g.model), c(std::move(reloaded));
   const auto ra = a.run(feeds);
   const auto rc = c.run(feeds);

@@ -24,16 +24,16 @@ TEST(ScatterGradients, ScatterElementsAddWithRepeats) {
 }
 
 TEST(ScatterGradients, DeprecatedScatterAtOpset10) {
-  both("Scatter", {random_tensor({3, 3}, 36), ints({1, 0, 2, 0, 2, 1}, {2, 3}), random_tensor({2, 3}, 37)}, {0},
-       {}, 36, 10);
+  both("Scatter", {random_tensor({3, 3}, 36), ints({1, 0, 2, 0, 2, 1}, {2, 3}), random_tensor({2, 3}, 37)}, {0}, {}, 36,
+       10);
 }
 
 TEST(ScatterGradients, ScatterNDNoneAndAdd) {
   // Rows 2 and 0 of a [3, 4] tensor replaced by whole slices.
   both("ScatterND", {random_tensor({3, 4}, 40), ints({2, -3}, {2, 1}), random_tensor({2, 4}, 41)}, {0, 2}, {}, 40);
   // Single elements, tuples of length 2.
-  both("ScatterND", {random_tensor({3, 4}, 42), ints({0, 1, 2, -1, 1, 3}, {3, 2}), random_tensor({3}, 43)}, {0, 2},
-       {}, 42);
+  both("ScatterND", {random_tensor({3, 4}, 42), ints({0, 1, 2, -1, 1, 3}, {3, 2}), random_tensor({3}, 43)}, {0, 2}, {},
+       42);
   // add: the tuple (1, 2) repeats.
   both("ScatterND", {random_tensor({3, 4}, 44), ints({1, 2, 0, 0, 1, 2}, {3, 2}), random_tensor({3}, 45)}, {0, 2},
        {{"reduction", s("add")}}, 44);

@@ -66,9 +66,8 @@ TEST(Npy, DescrsFollowNumpy) {
 
 TEST_F(NpyFiles, EveryDtypeRoundTripsBitExactly) {
   const std::vector<Shape> shapes = {{}, {0}, {5}, {2, 3, 4}, {3, 0, 2}};
-  for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int64,
-                   DType::Int32, DType::Int16, DType::Int8, DType::Uint64, DType::Uint32,
-                   DType::Uint16, DType::Uint8, DType::Bool}) {
+  for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int64, DType::Int32,
+                   DType::Int16, DType::Int8, DType::Uint64, DType::Uint32, DType::Uint16, DType::Uint8, DType::Bool}) {
     for (const Shape& shape : shapes) {
       Tensor t = Tensor::empty(dt, shape);
       auto* p = static_cast<uint8_t*>(t.raw_data());
@@ -122,23 +121,21 @@ TEST(Npy, ReadsVersions2And3AndLegacyHeaders) {
 }
 
 TEST(Npy, BoolBytesAreNormalised) {
-  Tensor t = parse_npy(make_npy("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", std::string("\x00\x02\xff", 3)));
+  Tensor t =
+      parse_npy(make_npy("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", std::string("\x00\x02\xff", 3)));
   EXPECT_EQ(t.to_int64_vector(), (std::vector<int64_t>{0, 1, 1}));
 }
 
 TEST(Npy, FortranOrderAndBigEndianAreUnsupported) {
   const std::string data(24, '\0');
-  std::string msg = error_message<Unsupported>([&] {
-    parse_npy(make_npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", data), "f.npy");
-  });
+  std::string msg = error_message<Unsupported>(
+      [&] { parse_npy(make_npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", data), "f.npy"); });
   EXPECT_TRUE(has(msg, "f.npy") && has(msg, "Fortran")) << msg;
-  msg = error_message<Unsupported>([&] {
-    parse_npy(make_npy("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", data), "b.npy");
-  });
+  msg = error_message<Unsupported>(
+      [&] { parse_npy(make_npy("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", data), "b.npy"); });
   EXPECT_TRUE(has(msg, "b.npy") && has(msg, "big-endian") && has(msg, ">f4")) << msg;
-  msg = error_message<Unsupported>([&] {
-    parse_npy(make_npy("{'descr': '<c8', 'fortran_order': False, 'shape': (3,), }", data), "c.npy");
-  });
+  msg = error_message<Unsupported>(
+      [&] { parse_npy(make_npy("{'descr': '<c8', 'fortran_order': False, 'shape': (3,), }", data), "c.npy"); });
   EXPECT_TRUE(has(msg, "c.npy") && has(msg, "'<c8'")) << msg;
   // One-dimensional Fortran order is the same layout, and one-byte types have no byte order.
   EXPECT_EQ(parse_npy(make_npy("{'descr': '>i1', 'fortran_order': True, 'shape': (2,), }", "ab")).numel(), 2);

@@ -85,16 +85,26 @@ inline DecodedPng decode_png(const std::string& png) {
       const int a = i >= 3 ? row[i - 3] : 0, b = up ? up[i] : 0, c = (up && i >= 3) ? up[i - 3] : 0;
       int predictor = 0;
       switch (filter) {
-        case 0: predictor = 0; break;
-        case 1: predictor = a; break;
-        case 2: predictor = b; break;
-        case 3: predictor = (a + b) / 2; break;
+        case 0:
+          predictor = 0;
+          break;
+        case 1:
+          predictor = a;
+          break;
+        case 2:
+          predictor = b;
+          break;
+        case 3:
+          predictor = (a + b) / 2;
+          break;
         case 4: {
           const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
           predictor = (pa <= pb && pa <= pc) ? a : (pb <= pc ? b : c);
           break;
         }
-        default: ADD_FAILURE() << "row " << y << " has filter type " << int{filter}; return out;
+        default:
+          ADD_FAILURE() << "row " << y << " has filter type " << int{filter};
+          return out;
       }
       row[i] = static_cast<uint8_t>(in[i] + predictor);
     }

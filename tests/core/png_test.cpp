@@ -16,9 +16,9 @@ namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
-using kiln::testing::decode_png;
 using kiln::test::expect_error;
 using kiln::test::has;
+using kiln::testing::decode_png;
 
 // 7x5 pixels mixing a gradient, noise-like values and a repeated row, so that the five filters
 // produce different bytes and each has something to undo.
@@ -66,8 +66,8 @@ TEST(Png, AdaptiveFilteringPicksSubForAFlatRowAndUpForARepeatedRow) {
   for (int x = 0; x < w; ++x) {
     const uint8_t flat[3] = {200, 10, 30};
     for (int c = 0; c < 3; ++c) {
-      rgb[x * 3 + c] = flat[c];                                        // row 0: one colour
-      rgb[(w + x) * 3 + c] = static_cast<uint8_t>(x * 37 + c * 91);    // row 1: varied
+      rgb[x * 3 + c] = flat[c];                                          // row 0: one colour
+      rgb[(w + x) * 3 + c] = static_cast<uint8_t>(x * 37 + c * 91);      // row 1: varied
       rgb[(2 * w + x) * 3 + c] = static_cast<uint8_t>(x * 37 + c * 91);  // row 2: row 1 again
     }
   }

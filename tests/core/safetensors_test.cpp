@@ -35,7 +35,9 @@ std::string le64(uint64_t v) {
 }
 
 // A file from a literal header (unpadded) and data bytes: what corruption tests start from.
-std::string make_file(const std::string& header, const std::string& data) { return le64(header.size()) + header + data; }
+std::string make_file(const std::string& header, const std::string& data) {
+  return le64(header.size()) + header + data;
+}
 
 std::string bytes_of(const Tensor& t) {
   const Tensor c = t.contiguous();
@@ -97,13 +99,12 @@ TEST_F(Safetensors, DTypeNames) {
 }
 
 TEST_F(Safetensors, ExactByteLayout) {
-  const std::vector<std::pair<std::string, Tensor>> tensors = {
-      {"b", Tensor::from_vector<float>({2}, {1.0f, -2.0f})}, {"a", Tensor::scalar<int64_t>(7)}};
+  const std::vector<std::pair<std::string, Tensor>> tensors = {{"b", Tensor::from_vector<float>({2}, {1.0f, -2.0f})},
+                                                               {"a", Tensor::scalar<int64_t>(7)}};
   const std::string bytes = serialize_safetensors(tensors, {{"k", "v"}});
   // Metadata first, then the tensors in the given order (not sorted by name), compact JSON.
-  const std::string json =
-      R"({"__metadata__":{"k":"v"},"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("a":{"dtype":"I64","shape":[],"data_offsets":[8,16]}})";
+  const std::string json = R"({"__metadata__":{"k":"v"},"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                           R"("a":{"dtype":"I64","shape":[],"data_offsets":[8,16]}})";
   const size_t padded = (8 + json.size() + 7) / 8 * 8 - 8;  // the data starts 8-byte aligned
   ASSERT_EQ(json.size(), 132u);
   ASSERT_EQ(padded, 136u);  // 4 spaces of padding
@@ -197,39 +198,57 @@ std::vector<CorruptCase> corrupt_cases() {
       {"missing dtype", make_file(one(R"({"shape":[2],"data_offsets":[0,8]})"), f32x2), {"'w'", "no \"dtype\""}},
       {"missing shape", make_file(one(R"({"dtype":"F32","data_offsets":[0,8]})"), f32x2), {"'w'", "no \"shape\""}},
       {"missing offsets", make_file(one(R"({"dtype":"F32","shape":[2]})"), f32x2), {"'w'", "no \"data_offsets\""}},
-      {"extra key", make_file(one(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1})"), f32x2),
+      {"extra key",
+       make_file(one(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1})"), f32x2),
        {"'w'", "unexpected key 'x'"}},
       {"entry not an object", make_file(one("3"), ""), {"'w'", "not an object"}},
-      {"unknown dtype", make_file(one(R"({"dtype":"F31","shape":[2],"data_offsets":[0,8]})"), f32x2),
+      {"unknown dtype",
+       make_file(one(R"({"dtype":"F31","shape":[2],"data_offsets":[0,8]})"), f32x2),
        {"'w'", "unknown safetensors dtype 'F31'"}},
-      {"dtype not a string", make_file(one(R"({"dtype":1,"shape":[2],"data_offsets":[0,8]})"), f32x2), {"'w'", "dtype"}},
-      {"negative dimension", make_file(one(R"({"dtype":"F32","shape":[-2],"data_offsets":[0,8]})"), f32x2),
+      {"dtype not a string",
+       make_file(one(R"({"dtype":1,"shape":[2],"data_offsets":[0,8]})"), f32x2),
+       {"'w'", "dtype"}},
+      {"negative dimension",
+       make_file(one(R"({"dtype":"F32","shape":[-2],"data_offsets":[0,8]})"), f32x2),
        {"'w'", "non-negative integer"}},
-      {"fractional dimension", make_file(one(R"({"dtype":"F32","shape":[2.0],"data_offsets":[0,8]})"), f32x2),
+      {"fractional dimension",
+       make_file(one(R"({"dtype":"F32","shape":[2.0],"data_offsets":[0,8]})"), f32x2),
        {"'w'", "non-negative integer"}},
-      {"huge shape", make_file(one(R"({"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]})"), f32x2),
+      {"huge shape",
+       make_file(one(R"({"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]})"), f32x2),
        {"'w'", "too large"}},
-      {"offsets wrong size", make_file(one(R"({"dtype":"F32","shape":[2],"data_offsets":[0,4]})"), "1234"),
+      {"offsets wrong size",
+       make_file(one(R"({"dtype":"F32","shape":[2],"data_offsets":[0,4]})"), "1234"),
        {"'w'", "hold 4 bytes", "needs 8"}},
-      {"offsets reversed", make_file(one(R"({"dtype":"F32","shape":[0],"data_offsets":[8,0]})"), f32x2),
+      {"offsets reversed",
+       make_file(one(R"({"dtype":"F32","shape":[0],"data_offsets":[8,0]})"), f32x2),
        {"'w'", "end before"}},
-      {"offsets one value", make_file(one(R"({"dtype":"F32","shape":[2],"data_offsets":[0]})"), f32x2),
+      {"offsets one value",
+       make_file(one(R"({"dtype":"F32","shape":[2],"data_offsets":[0]})"), f32x2),
        {"'w'", "[begin, end]"}},
-      {"offsets past the end", make_file(one(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"), "1234"),
+      {"offsets past the end",
+       make_file(one(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"), "1234"),
        {"'w'", "ends at file offset", "(truncated?)"}},
       {"overlap",
-       make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                 f32x2),
+       make_file(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           f32x2),
        {"'b'", "overlaps tensor 'a'"}},
       {"hole",
-       make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
-                 std::string(12, '\0')),
+       make_file(
+           R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+           std::string(12, '\0')),
        {"belong to no tensor", "before tensor 'b'"}},
-      {"hole at the start", make_file(one(R"({"dtype":"U8","shape":[1],"data_offsets":[1,2]})"), "ab"),
+      {"hole at the start",
+       make_file(one(R"({"dtype":"U8","shape":[1],"data_offsets":[1,2]})"), "ab"),
        {"belong to no tensor"}},
-      {"trailing bytes", make_file(one(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"), f32x2 + "xyz"),
+      {"trailing bytes",
+       make_file(one(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"), f32x2 + "xyz"),
        {"3 trailing bytes"}},
-      {"duplicate tensor", make_file(R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"w":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", "ab"),
+      {"duplicate tensor",
+       make_file(
+           R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"w":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
+           "ab"),
        {"duplicate key 'w'"}},
       {"duplicate metadata key", make_file(R"({"__metadata__":{"k":"1","k":"2"}})", ""), {"duplicate key 'k'"}},
       {"metadata not strings", make_file(R"({"__metadata__":{"k":1}})", ""), {"'k'", "must be a string"}},
@@ -257,10 +276,11 @@ TEST_F(Safetensors, ForeignDTypeIsUnsupportedNamingTensor) {
 }
 
 TEST_F(Safetensors, EveryTruncationIsCorruptFile) {
-  const std::string full = serialize_safetensors(
-      {{"w", Tensor::from_vector<float>({2, 2}, {1, 2, 3, 4})}, {"s", Tensor::scalar<int64_t>(-1)},
-       {"e", Tensor::empty(DType::Float16, {0, 3})}, {"b", Tensor::from_vector<uint8_t>({3}, {1, 2, 3})}},
-      {{"format", "kiln.checkpoint"}});
+  const std::string full = serialize_safetensors({{"w", Tensor::from_vector<float>({2, 2}, {1, 2, 3, 4})},
+                                                  {"s", Tensor::scalar<int64_t>(-1)},
+                                                  {"e", Tensor::empty(DType::Float16, {0, 3})},
+                                                  {"b", Tensor::from_vector<uint8_t>({3}, {1, 2, 3})}},
+                                                 {{"format", "kiln.checkpoint"}});
   ASSERT_NO_THROW(parse_safetensors(full, "full"));
   for (size_t n = 0; n < full.size(); ++n) {
     const std::string prefix = full.substr(0, n);
@@ -277,9 +297,8 @@ TEST_F(Safetensors, EveryTruncationIsCorruptFile) {
 TEST_F(Safetensors, ReadsWhatTheReferenceWriterProduces) {
   // Produced by huggingface safetensors' save_file({"a": np.array([[1, 2]], np.float32), "b":
   // np.array(3, np.int16)}, metadata={"m": "x"}): sorted by dtype alignment then name, header padded.
-  const std::string header =
-      R"({"__metadata__":{"m":"x"},"a":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"I16","shape":[],"data_offsets":[8,10]}})";
+  const std::string header = R"({"__metadata__":{"m":"x"},"a":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]},)"
+                             R"("b":{"dtype":"I16","shape":[],"data_offsets":[8,10]}})";
   std::string data(10, '\0');
   const float a[2] = {1, 2};
   const int16_t b = 3;

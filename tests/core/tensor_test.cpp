@@ -1,6 +1,7 @@
+#include "kiln/tensor.h"
+
 #include <gtest/gtest.h>
 
-#include "kiln/tensor.h"
 #include "test_util.h"
 
 namespace kiln {

@@ -14,7 +14,8 @@ using testing::write_file;
 TEST(Csv, HeaderQuotesCrlfAndIntegerLabels) {
   const kiln::test::TempDir dir;
   const std::string path = write_file(dir / "a.csv",
-                                      "\xEF\xBB\xBF" "a,\"label\",b\r\n"
+                                      "\xEF\xBB\xBF"
+                                      "a,\"label\",b\r\n"
                                       "1.5,2,-3\r\n"
                                       "\r\n"
                                       "\"4e-1\", 0 ,\"+6\"\r\n");

@@ -74,9 +74,13 @@ TEST(ConcatDataset, ChainsDatasets) {
   const std::vector<float> firsts{0, 1, 100, 101, 102};
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(cat.get(i).at("input").data<float>()[0], firsts[i]) << i;
   expect_error<InvalidArgument>([&] { cat.get(5); }, "index 5 is out of range for 5 items");
-  auto other = std::make_shared<TensorDataset>(std::map<std::string, Tensor>{{"x", Tensor::zeros(DType::Float32, {1})}});
-  expect_error<ShapeError>([&] { ConcatDataset({small_dataset(1), other}); },
-                           {"dataset 1 has columns [x]", "dataset 0 has [input, labels]"});
+  auto other =
+      std::make_shared<TensorDataset>(std::map<std::string, Tensor>{{"x", Tensor::zeros(DType::Float32, {1})}});
+  expect_error<ShapeError>(
+      [&] {
+        ConcatDataset({small_dataset(1), other});
+      },
+      {"dataset 1 has columns [x]", "dataset 0 has [input, labels]"});
 }
 
 }  // namespace

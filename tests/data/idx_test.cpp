@@ -1,6 +1,7 @@
+#include "data/idx.h"
+
 #include <gtest/gtest.h>
 
-#include "data/idx.h"
 #include "data_test_util.h"
 #include "kiln/data.h"
 #include "test_util.h"

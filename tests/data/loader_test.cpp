@@ -134,10 +134,13 @@ TEST(DefaultCollate, MismatchesNameColumnAndItems) {
   const Example wide{{"x", Tensor::zeros(DType::Float32, {3})}, {"y", Tensor::scalar<int64_t>(1)}};
   const Example doubled{{"x", Tensor::zeros(DType::Float64, {2})}, {"y", Tensor::scalar<int64_t>(1)}};
   const Example no_y{{"x", Tensor::zeros(DType::Float32, {2})}, {"z", Tensor::scalar<int64_t>(1)}};
-  const Example extra{{"x", Tensor::zeros(DType::Float32, {2})}, {"y", Tensor::scalar<int64_t>(1)},
-                      {"w", Tensor::scalar<int64_t>(1)}};
-  expect_error<ShapeError>([&] { default_collate({a, a, wide}); },
-                           "column 'x' has shape [3] in item 2 but [2] in item 0");
+  const Example extra{
+      {"x", Tensor::zeros(DType::Float32, {2})}, {"y", Tensor::scalar<int64_t>(1)}, {"w", Tensor::scalar<int64_t>(1)}};
+  expect_error<ShapeError>(
+      [&] {
+        default_collate({a, a, wide});
+      },
+      "column 'x' has shape [3] in item 2 but [2] in item 0");
   expect_error<TypeError>([&] { default_collate({a, doubled}); }, "column 'x' is double in item 1 but float in item 0");
   expect_error<ShapeError>([&] { default_collate({a, no_y}); }, "item 1 lacks column 'y' that item 0 has");
   expect_error<ShapeError>([&] { default_collate({a, extra}); }, "item 1 has column 'w' that item 0 lacks");

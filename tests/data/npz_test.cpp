@@ -1,12 +1,11 @@
 // .npz and .npy datasets: archives written by NumPy itself (np.savez, np.savez_compressed via
 // Debian's /usr/bin/python3), then corrupted byte by byte at offsets the test computes.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <map>
-
-#include <fmt/format.h>
 
 #include "data_test_util.h"
 #include "kiln/data.h"
@@ -24,10 +23,10 @@ using testing::write_file;
 
 // x: float32 [6, 2] = arange(12) / 4, y: int64 [6] = 0..5 * 3, m: uint8 [6, 3] (a third array).
 void write_npz(const std::string& path, bool compressed) {
-  run_python(fmt::format(
-      "import numpy as np; np.{}('{}', x=(np.arange(12, dtype=np.float32) / 4).reshape(6, 2), "
-      "y=np.arange(6, dtype=np.int64) * 3, m=np.arange(18, dtype=np.uint8).reshape(6, 3))",
-      compressed ? "savez_compressed" : "savez", path));
+  run_python(
+      fmt::format("import numpy as np; np.{}('{}', x=(np.arange(12, dtype=np.float32) / 4).reshape(6, 2), "
+                  "y=np.arange(6, dtype=np.int64) * 3, m=np.arange(18, dtype=np.uint8).reshape(6, 3))",
+                  compressed ? "savez_compressed" : "savez", path));
 }
 
 uint32_t le32(const std::string& b, size_t at) {
@@ -102,9 +101,8 @@ TEST(Npz, CorruptArchivesNameTheFileAndOffset) {
   std::string b = good;
   b[l.directory] = 'X';
   const std::string dir_sig = variant("dirsig.npz", b);
-  expect_error<CorruptFile>(
-      [&] { load_npz(dir_sig); },
-      {dir_sig, "bad zip central directory", "entry 0 of 3 at byte offset " + std::to_string(l.directory)});
+  expect_error<CorruptFile>([&] { load_npz(dir_sig); }, {dir_sig, "bad zip central directory",
+                                                         "entry 0 of 3 at byte offset " + std::to_string(l.directory)});
   // Central directory offset pointing past the end record.
   b = good;
   const uint32_t far = static_cast<uint32_t>(good.size());
@@ -129,22 +127,23 @@ TEST(Npz, BadNpyInsideTheArchive) {
   // file offset is the member data's offset + 10).
   const kiln::test::TempDir dir;
   const std::string path = (dir / "hdr.npz").string();
-  run_python(fmt::format(
-      "import zipfile, io, numpy as np\n"
-      "buf = io.BytesIO(); np.save(buf, np.arange(4, dtype=np.float32)); raw = buf.getvalue()\n"
-      "raw = raw.replace(b'shape', b'shapf')\n"
-      "z = zipfile.ZipFile('{}', 'w'); z.writestr('x.npy', raw); z.close()", path));
+  run_python(
+      fmt::format("import zipfile, io, numpy as np\n"
+                  "buf = io.BytesIO(); np.save(buf, np.arange(4, dtype=np.float32)); raw = buf.getvalue()\n"
+                  "raw = raw.replace(b'shape', b'shapf')\n"
+                  "z = zipfile.ZipFile('{}', 'w'); z.writestr('x.npy', raw); z.close()",
+                  path));
   const size_t data = layout(read_bytes(path)).data.at("x.npy");
   expect_error<CorruptFile>(
       [&] { load_npz(path); },
       {path, "member 'x.npy'", "bad .npy array at byte offset " + std::to_string(data + 10), "lacks 'shape'"});
   // Deflated, with the data cut short: offsets are of the decompressed member.
   const std::string short_path = (dir / "short.npz").string();
-  run_python(fmt::format(
-      "import zipfile, io, numpy as np\n"
-      "buf = io.BytesIO(); np.save(buf, np.arange(40, dtype=np.float32)); raw = buf.getvalue()[:-8]\n"
-      "z = zipfile.ZipFile('{}', 'w', zipfile.ZIP_DEFLATED); z.writestr('x.npy', raw); z.close()",
-      short_path));
+  run_python(
+      fmt::format("import zipfile, io, numpy as np\n"
+                  "buf = io.BytesIO(); np.save(buf, np.arange(40, dtype=np.float32)); raw = buf.getvalue()[:-8]\n"
+                  "z = zipfile.ZipFile('{}', 'w', zipfile.ZIP_DEFLATED); z.writestr('x.npy', raw); z.close()",
+                  short_path));
   const size_t compressed = layout(read_bytes(short_path)).data.at("x.npy");
   expect_error<CorruptFile>([&] { load_npz(short_path); },
                             {short_path, "byte offset 128 of the decompressed member",
@@ -160,12 +159,13 @@ TEST(Npz, Zip64EndRecord) {
   // Over 65535 members make Python's zipfile write a zip64 end record and locator.
   const kiln::test::TempDir dir;
   const std::string path = (dir / "z64.npz").string();
-  run_python(fmt::format(
-      "import zipfile, io, numpy as np\n"
-      "buf = io.BytesIO(); np.save(buf, np.arange(3, dtype=np.int64)); raw = buf.getvalue()\n"
-      "z = zipfile.ZipFile('{}', 'w'); z.writestr('x.npy', raw)\n"
-      "for i in range(65536): z.writestr('pad%d' % i, b'')\n"
-      "z.close()", path));
+  run_python(
+      fmt::format("import zipfile, io, numpy as np\n"
+                  "buf = io.BytesIO(); np.save(buf, np.arange(3, dtype=np.int64)); raw = buf.getvalue()\n"
+                  "z = zipfile.ZipFile('{}', 'w'); z.writestr('x.npy', raw)\n"
+                  "for i in range(65536): z.writestr('pad%d' % i, b'')\n"
+                  "z.close()",
+                  path));
   const std::string b = read_bytes(path);
   ASSERT_EQ(le16(b, b.size() - 22 + 10), 0xffff);  // the classic record defers to zip64
   auto ds = load_npz(path);

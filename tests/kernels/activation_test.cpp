@@ -46,24 +46,60 @@ std::vector<ActCase> cases() {
       {"Sigmoid", {}, 13, [](double x) { return 1 / (1 + std::exp(-x)); }, -110, 40},
       {"Tanh", {}, 13, [](double x) { return std::tanh(x); }, -20, 20},
       {"Elu", {}, 6, [](double x) { return x > 0 ? x : std::expm1(x); }, -20, 20, 1e-8},
-      {"Elu", {{"alpha", Attribute::of_float(0.5f)}}, 6, [](double x) { return x > 0 ? x : 0.5 * std::expm1(x); }, -20, 20, 1e-8},
+      {"Elu",
+       {{"alpha", Attribute::of_float(0.5f)}},
+       6,
+       [](double x) { return x > 0 ? x : 0.5 * std::expm1(x); },
+       -20,
+       20,
+       1e-8},
       {"Selu", {}, 6, [](double x) { return kSeluGamma * (x > 0 ? x : kSeluAlpha * std::expm1(x)); }, -20, 20, 1e-8},
-      {"Selu", {{"alpha", Attribute::of_float(2.f)}, {"gamma", Attribute::of_float(3.f)}}, 6,
-       [](double x) { return 3.0 * (x > 0 ? x : 2.0 * std::expm1(x)); }, -20, 20, 1e-8},
-      {"Softplus", {}, 1, [](double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }, -110, 110},
-      {"HardSigmoid", {}, 6, [](double x) { return std::clamp(static_cast<double>(0.2f) * x + 0.5, 0.0, 1.0); }, -5, 5, 1e-7},
-      {"HardSigmoid", {{"alpha", Attribute::of_float(0.5f)}, {"beta", Attribute::of_float(0.25f)}}, 6,
-       [](double x) { return std::clamp(0.5 * x + 0.25, 0.0, 1.0); }, -5, 5, 1e-7},
+      {"Selu",
+       {{"alpha", Attribute::of_float(2.f)}, {"gamma", Attribute::of_float(3.f)}},
+       6,
+       [](double x) { return 3.0 * (x > 0 ? x : 2.0 * std::expm1(x)); },
+       -20,
+       20,
+       1e-8},
+      {"Softplus",
+       {},
+       1,
+       [](double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); },
+       -110,
+       110},
+      {"HardSigmoid",
+       {},
+       6,
+       [](double x) { return std::clamp(static_cast<double>(0.2f) * x + 0.5, 0.0, 1.0); },
+       -5,
+       5,
+       1e-7},
+      {"HardSigmoid",
+       {{"alpha", Attribute::of_float(0.5f)}, {"beta", Attribute::of_float(0.25f)}},
+       6,
+       [](double x) { return std::clamp(0.5 * x + 0.25, 0.0, 1.0); },
+       -5,
+       5,
+       1e-7},
       {"HardSwish", {}, 14, [](double x) { return x * std::clamp(x / 6 + 0.5, 0.0, 1.0); }, -8, 8, 1e-7},
       {"Softsign", {}, 1, [](double x) { return x / (1 + std::fabs(x)); }, -1000, 1000},
       {"ThresholdedRelu", {}, 10, [](double x) { return x > 1.0 ? x : 0.0; }, -5, 5},
-      {"ThresholdedRelu", {{"alpha", Attribute::of_float(-0.5f)}}, 10, [](double x) { return x > -0.5 ? x : 0.0; }, -5, 5},
+      {"ThresholdedRelu",
+       {{"alpha", Attribute::of_float(-0.5f)}},
+       10,
+       [](double x) { return x > -0.5 ? x : 0.0; },
+       -5,
+       5},
       {"Mish", {}, 18, [](double x) { return x * std::tanh(std::log1p(std::exp(x))); }, -80, 40},
       // 1 + erf(x/sqrt 2) as erfc(-x/sqrt 2): the same value without cancelling to 0 for x << 0.
       {"Gelu", {}, 17, [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }, -12, 12},
-      {"Gelu", {{"approximate", Attribute::of_string("tanh")}}, 20,
+      {"Gelu",
+       {{"approximate", Attribute::of_string("tanh")}},
+       20,
        // x/2 (1 + tanh(u)) as x / (1 + e^(-2u)), equal but free of cancellation for x << 0.
-       [](double x) { return x / (1 + std::exp(-2 * std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }, -8, 8},
+       [](double x) { return x / (1 + std::exp(-2 * std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); },
+       -8,
+       8},
   };
 }
 
@@ -90,7 +126,8 @@ TEST(Activation, NaNPropagates) {
     x.data<float>()[500] = std::nanf("");
     const Tensor y = run1(make_node(c.op, {"X"}, c.attrs), {x}, c.opset);
     EXPECT_TRUE(std::isnan(y.data<float>()[500])) << c.op << " gives " << y.data<float>()[500];
-    const Tensor yd = run1(make_node(c.op, {"X"}, c.attrs), {Tensor::from_vector<double>({1}, {std::nan("")})}, c.opset);
+    const Tensor yd =
+        run1(make_node(c.op, {"X"}, c.attrs), {Tensor::from_vector<double>({1}, {std::nan("")})}, c.opset);
     EXPECT_TRUE(std::isnan(yd.data<double>()[0])) << c.op << " (double) gives " << yd.data<double>()[0];
   }
 }
@@ -175,17 +212,20 @@ TEST(Clip, IntegersAndBadBounds) {
   EXPECT_EQ(run1(n, {x, Tensor(), Tensor::scalar<int8_t>(2)}, 13).to_int64_vector(),
             (std::vector<int64_t>{-128, -3, 2, 2}));
   const Node both = make_node("Clip", {"X", "lo", "hi"});
-  EXPECT_EQ(run1(both, {Tensor::from_vector<int64_t>({3}, {-9, 0, 9}), Tensor::scalar<int64_t>(-1), Tensor::scalar<int64_t>(1)}, 13)
-                .to_int64_vector(),
-            (std::vector<int64_t>{-1, 0, 1}));
+  EXPECT_EQ(
+      run1(both,
+           {Tensor::from_vector<int64_t>({3}, {-9, 0, 9}), Tensor::scalar<int64_t>(-1), Tensor::scalar<int64_t>(1)}, 13)
+          .to_int64_vector(),
+      (std::vector<int64_t>{-1, 0, 1}));
   expect_error<ShapeError>(
       [&] {
         run1(both, {Tensor::zeros(DType::Float32, {3}), Tensor::zeros(DType::Float32, {2}), Tensor::scalar<float>(1.f)},
              13);
       },
       "min 'lo' must be a scalar, got shape [2]");
-  EXPECT_THROW(run1(both, {Tensor::zeros(DType::Float32, {3}), Tensor::scalar<double>(0), Tensor::scalar<float>(1.f)}, 13),
-               TypeError);
+  EXPECT_THROW(
+      run1(both, {Tensor::zeros(DType::Float32, {3}), Tensor::scalar<double>(0), Tensor::scalar<float>(1.f)}, 13),
+      TypeError);
 }
 
 TEST(PRelu, SlopeBroadcastsToX) {
@@ -256,7 +296,8 @@ TEST(Celu, MatchesFormulaAndRejectsOtherDtypes) {
 // Shrink follows ONNX's reference, NaN included (neither comparison holds, so NaN gives 0), and
 // runs integers through double like the reference's astype.
 TEST(Shrink, FloatsIntegersAndNaN) {
-  const Node n = make_node("Shrink", {"X"}, {{"lambd", Attribute::of_float(1.5f)}, {"bias", Attribute::of_float(0.5f)}});
+  const Node n =
+      make_node("Shrink", {"X"}, {{"lambd", Attribute::of_float(1.5f)}, {"bias", Attribute::of_float(0.5f)}});
   const Tensor x = Tensor::from_vector<float>({7}, {-3.f, -1.5f, -1.f, 0.f, 1.5f, 2.f, std::nanf("")});
   const Tensor y = run1(n, {x}, 9);
   const std::vector<float> want = {-2.5f, 0.f, 0.f, 0.f, 0.f, 1.5f, 0.f};

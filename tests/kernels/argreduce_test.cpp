@@ -49,8 +49,10 @@ TEST(ArgReduce, EveryAxisWithTiesFirstAndLast) {
     for (int64_t axis = -3; axis < 3; ++axis)
       for (int64_t keep : {0, 1})
         for (int64_t last : {0, 1}) {
-          const Node n = make_node(op, {"X"}, {{"axis", Attribute::of_int(axis)}, {"keepdims", Attribute::of_int(keep)},
-                                               {"select_last_index", Attribute::of_int(last)}});
+          const Node n = make_node(op, {"X"},
+                                   {{"axis", Attribute::of_int(axis)},
+                                    {"keepdims", Attribute::of_int(keep)},
+                                    {"select_last_index", Attribute::of_int(last)}});
           const Tensor y = run_node(n, {x}, 13).at(0);
           const int64_t a = axis < 0 ? axis + 3 : axis;
           Shape want_shape = x.shape();
@@ -63,7 +65,8 @@ TEST(ArgReduce, EveryAxisWithTiesFirstAndLast) {
             for (int64_t j = 0; j < inner; ++j) {
               int64_t best = 0;
               for (int64_t k = 1; k < len; ++k) {
-                const float v = x.data<float>()[(o * len + k) * inner + j], b = x.data<float>()[(o * len + best) * inner + j];
+                const float v = x.data<float>()[(o * len + k) * inner + j],
+                            b = x.data<float>()[(o * len + best) * inner + j];
                 const bool better = op == "ArgMax" ? v > b : v < b;
                 if (better || (last && v == b)) best = k;
               }
@@ -75,10 +78,14 @@ TEST(ArgReduce, EveryAxisWithTiesFirstAndLast) {
 TEST(ArgReduce, NaNIsPickedIntegersAndErrors) {
   const Tensor x = Tensor::from_vector<float>({5}, {1.f, std::nanf(""), 9.f, std::nanf(""), -3.f});
   const Node amax = make_node("ArgMax", {"X"}, {{"keepdims", Attribute::of_int(0)}});
-  const Node amin_last = make_node("ArgMin", {"X"}, {{"keepdims", Attribute::of_int(0)}, {"select_last_index", Attribute::of_int(1)}});
+  const Node amin_last =
+      make_node("ArgMin", {"X"}, {{"keepdims", Attribute::of_int(0)}, {"select_last_index", Attribute::of_int(1)}});
   EXPECT_EQ(run_node(amax, {x}, 13).at(0).data<int64_t>()[0], 1);
   EXPECT_EQ(run_node(amin_last, {x}, 13).at(0).data<int64_t>()[0], 3);
-  EXPECT_EQ(run_node(amax, {Tensor::from_vector<int64_t>({3}, {INT64_MIN, INT64_MAX, INT64_MAX})}, 13).at(0).data<int64_t>()[0], 1);
+  EXPECT_EQ(run_node(amax, {Tensor::from_vector<int64_t>({3}, {INT64_MIN, INT64_MAX, INT64_MAX})}, 13)
+                .at(0)
+                .data<int64_t>()[0],
+            1);
   // Empty along a kept axis: an empty result, not an error.
   EXPECT_EQ(run_node(amax, {Tensor::zeros(DType::Float32, {3, 0})}, 13).at(0).shape(), (Shape{0}));
   expect_error<ShapeError>(
@@ -103,8 +110,9 @@ TEST(TopK, LargestAndSmallestOnEveryAxisWithTies) {
   for (int64_t largest : {0, 1})
     for (int64_t axis = 0; axis < 3; ++axis)
       for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{3}, x.shape()[static_cast<size_t>(axis)]}) {
-        const Node n = make_node("TopK", {"X", "K"}, {{"axis", Attribute::of_int(axis)}, {"largest", Attribute::of_int(largest)}},
-                                 {"V", "I"});
+        const Node n =
+            make_node("TopK", {"X", "K"}, {{"axis", Attribute::of_int(axis)}, {"largest", Attribute::of_int(largest)}},
+                      {"V", "I"});
         const auto out = run_node(n, {x, k_tensor(k)}, 11);
         Shape want_shape = x.shape();
         want_shape[static_cast<size_t>(axis)] = k;
@@ -117,7 +125,8 @@ TEST(TopK, LargestAndSmallestOnEveryAxisWithTies) {
             std::vector<int64_t> idx(static_cast<size_t>(len));
             std::iota(idx.begin(), idx.end(), 0);
             const auto at = [&](int64_t m) { return x.data<float>()[(o * len + m) * inner + j]; };
-            std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return largest ? at(a) > at(b) : at(a) < at(b); });
+            std::stable_sort(idx.begin(), idx.end(),
+                             [&](int64_t a, int64_t b) { return largest ? at(a) > at(b) : at(a) < at(b); });
             for (int64_t m = 0; m < k; ++m) {
               const int64_t pos = (o * k + m) * inner + j;
               ASSERT_EQ(out[1].data<int64_t>()[pos], idx[static_cast<size_t>(m)]) << "axis " << axis << " k " << k;
@@ -131,7 +140,8 @@ TEST(TopK, NaNIsLargestAndOpset1ReadsKAttribute) {
   const Tensor x = Tensor::from_vector<double>({4}, {1.0, std::nan(""), 3.0, -1.0});
   const auto big = run_node(make_node("TopK", {"X", "K"}, {}, {"V", "I"}), {x, k_tensor(2)}, 11);
   EXPECT_EQ(big[1].to_int64_vector(), (std::vector<int64_t>{1, 2}));
-  const auto small = run_node(make_node("TopK", {"X", "K"}, {{"largest", Attribute::of_int(0)}}, {"V", "I"}), {x, k_tensor(4)}, 11);
+  const auto small =
+      run_node(make_node("TopK", {"X", "K"}, {{"largest", Attribute::of_int(0)}}, {"V", "I"}), {x, k_tensor(4)}, 11);
   EXPECT_EQ(small[1].to_int64_vector(), (std::vector<int64_t>{3, 0, 2, 1}));
   const auto v1 = run_node(make_node("TopK", {"X"}, {{"k", Attribute::of_int(1)}}, {"V", "I"}),
                            {Tensor::from_vector<int32_t>({3}, {5, 9, 2})}, 1);
@@ -141,10 +151,15 @@ TEST(TopK, NaNIsLargestAndOpset1ReadsKAttribute) {
 
 TEST(TopK, RejectsBadK) {
   const Node n = make_node("TopK", {"X", "K"}, {}, {"V", "I"});
-  expect_error<ShapeError>([&] { run_node(n, {Tensor::zeros(DType::Float32, {2, 3}), k_tensor(4)}, 11); },
-                           "K = 4 is outside [0, 3], the size of axis 1 of input 'X' [2, 3]");
+  expect_error<ShapeError>(
+      [&] {
+        run_node(n, {Tensor::zeros(DType::Float32, {2, 3}), k_tensor(4)}, 11);
+      },
+      "K = 4 is outside [0, 3], the size of axis 1 of input 'X' [2, 3]");
   expect_error<TypeError>(
-      [&] { run_node(n, {Tensor::zeros(DType::Float32, {3}), Tensor::from_vector<int32_t>({1}, {1})}, 11); },
+      [&] {
+        run_node(n, {Tensor::zeros(DType::Float32, {3}), Tensor::from_vector<int32_t>({1}, {1})}, 11);
+      },
       "K 'K' must be a 1-D int64 tensor of one element, got int32[1]");
   EXPECT_THROW(run_node(n, {Tensor::zeros(DType::Float32, {3}), k_tensor(-1)}, 11), ShapeError);
 }
@@ -154,7 +169,8 @@ TEST(CumSum, EveryAxisExclusiveAndReverse) {
   for (int64_t axis = -3; axis < 3; ++axis)
     for (int64_t excl : {0, 1})
       for (int64_t rev : {0, 1}) {
-        const Node n = make_node("CumSum", {"X", "axis"}, {{"exclusive", Attribute::of_int(excl)}, {"reverse", Attribute::of_int(rev)}});
+        const Node n = make_node("CumSum", {"X", "axis"},
+                                 {{"exclusive", Attribute::of_int(excl)}, {"reverse", Attribute::of_int(rev)}});
         const Tensor y = run_node(n, {x, Tensor::scalar<int64_t>(axis)}, 14).at(0);
         ASSERT_EQ(y.shape(), x.shape());
         const auto [outer, len, inner] = split(x.shape(), axis < 0 ? axis + 3 : axis);
@@ -174,10 +190,16 @@ TEST(CumSum, EveryAxisExclusiveAndReverse) {
 
 TEST(CumSum, IntegersAndErrors) {
   const Node n = make_node("CumSum", {"X", "axis"});
-  const Tensor y = run_node(n, {Tensor::from_vector<int32_t>({4}, {INT32_MAX, 1, -5, 2}), Tensor::from_vector<int32_t>({1}, {0})}, 14).at(0);
-  EXPECT_EQ(y.to_int64_vector(), (std::vector<int64_t>{INT32_MAX, INT32_MIN, INT32_MIN - int64_t{5} + (int64_t{1} << 32), INT32_MAX - 2}));
+  const Tensor y =
+      run_node(n, {Tensor::from_vector<int32_t>({4}, {INT32_MAX, 1, -5, 2}), Tensor::from_vector<int32_t>({1}, {0})},
+               14)
+          .at(0);
+  EXPECT_EQ(y.to_int64_vector(),
+            (std::vector<int64_t>{INT32_MAX, INT32_MIN, INT32_MIN - int64_t{5} + (int64_t{1} << 32), INT32_MAX - 2}));
   expect_error<ShapeError>(
-      [&] { run_node(n, {Tensor::zeros(DType::Float32, {2, 3}), Tensor::scalar<int64_t>(2)}, 14); },
+      [&] {
+        run_node(n, {Tensor::zeros(DType::Float32, {2, 3}), Tensor::scalar<int64_t>(2)}, 14);
+      },
       "axis 'axis' for input 'X' [2, 3]");
   EXPECT_THROW(run_node(n, {Tensor::zeros(DType::Float32, {2}), Tensor::scalar<float>(0.f)}, 14), TypeError);
   EXPECT_THROW(run_node(n, {Tensor::zeros(DType::Int8, {2}), Tensor::scalar<int64_t>(0)}, 14), Unsupported);

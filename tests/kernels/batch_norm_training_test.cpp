@@ -17,7 +17,8 @@ Node bn_training(float momentum, std::vector<std::string> outputs = {"y", "runni
   n.op_type = "BatchNormalization";
   n.inputs = {"x", "scale", "b", "mean", "var"};
   n.outputs = std::move(outputs);
-  n.attrs = {{"training_mode", Attribute::of_int(1)}, {"momentum", Attribute::of_float(momentum)},
+  n.attrs = {{"training_mode", Attribute::of_int(1)},
+             {"momentum", Attribute::of_float(momentum)},
              {"epsilon", Attribute::of_float(1e-5f)}};
   return n;
 }
@@ -31,9 +32,18 @@ const Tensor kVar = Tensor::from_vector<float>({2}, {1.1f, 0.9f});
 
 TEST(BatchNormTraining, MatchesPyTorchTrainModeBatchNorm) {
   // torch.nn.BatchNorm1d(2, momentum=0.1, eps=1e-5) in train mode on the tensors above.
-  const std::vector<double> y_torch = {0.25, 1.071582555770874, 2.714747905731201, 1.1929608583450317,
-                                       1.689145803451538, 0.3659859299659729, -2.214747905731201, -0.5715826153755188,
-                                       0.25, 0.6967759132385254, 0.5313808917999268, 1.523750901222229};
+  const std::vector<double> y_torch = {0.25,
+                                       1.071582555770874,
+                                       2.714747905731201,
+                                       1.1929608583450317,
+                                       1.689145803451538,
+                                       0.3659859299659729,
+                                       -2.214747905731201,
+                                       -0.5715826153755188,
+                                       0.25,
+                                       0.6967759132385254,
+                                       0.5313808917999268,
+                                       1.523750901222229};
   const std::vector<double> mean_torch = {0.2800000011920929, -0.1616666615009308};
   const std::vector<double> var_torch = {1.3899999856948853, 1.0841666460037231};
   for (int opset : {14, 15}) {
@@ -78,7 +88,8 @@ TEST(BatchNormTraining, HandComputedStatisticsFloat64AndSpatialRanks) {
 
 TEST(BatchNormTraining, ErrorsAreNamed) {
   // One value per channel has no batch variance (PyTorch refuses it too).
-  EXPECT_THROW(run_node(bn_training(0.9f), {Tensor::zeros(DType::Float32, {1, 2}), kScale, kB, kMean, kVar}, 15), ShapeError);
+  EXPECT_THROW(run_node(bn_training(0.9f), {Tensor::zeros(DType::Float32, {1, 2}), kScale, kB, kMean, kVar}, 15),
+               ShapeError);
   // training_mode exists from opset 14.
   EXPECT_THROW(run_node(bn_training(0.9f, {"y"}), {kX, kScale, kB, kMean, kVar}, 13), InvalidModel);
 }

@@ -15,8 +15,8 @@ using kiln::test::expect_error;
 
 // ONNX TensorProto.DataType codes, as written in models.
 const std::vector<std::pair<DType, int64_t>> kOnnxCodes = {
-    {DType::Float32, 1}, {DType::Uint8, 2},  {DType::Int8, 3},    {DType::Uint16, 4}, {DType::Int16, 5},
-    {DType::Int32, 6},   {DType::Int64, 7},  {DType::Bool, 9},    {DType::Float16, 10}, {DType::Float64, 11},
+    {DType::Float32, 1}, {DType::Uint8, 2},   {DType::Int8, 3},      {DType::Uint16, 4},   {DType::Int16, 5},
+    {DType::Int32, 6},   {DType::Int64, 7},   {DType::Bool, 9},      {DType::Float16, 10}, {DType::Float64, 11},
     {DType::Uint32, 12}, {DType::Uint64, 13}, {DType::BFloat16, 16},
 };
 
@@ -108,8 +108,8 @@ TEST(Cast, SixteenBitFloatsRoundToNearestEvenWithoutDoubleRounding) {
   const float h_ulp = 1.f / 1024;  // float16 spacing at 1
   const Tensor x = Tensor::from_vector<float>({4}, {1.f + h_ulp / 2, 1.f + 3 * h_ulp / 2, 70000.f, std::nanf("")});
   const Tensor h = cast_to(x, DType::Float16);
-  EXPECT_EQ(h.item_as_double(0), 1.0);                  // tie: to even
-  EXPECT_EQ(h.item_as_double(1), 1.0 + 2 * h_ulp);      // tie: to even (upwards)
+  EXPECT_EQ(h.item_as_double(0), 1.0);              // tie: to even
+  EXPECT_EQ(h.item_as_double(1), 1.0 + 2 * h_ulp);  // tie: to even (upwards)
   EXPECT_TRUE(std::isinf(h.item_as_double(2)));
   EXPECT_TRUE(std::isnan(h.item_as_double(3)));
   // Just above a tie in double: rounding double->float first would land on the tie and go down.
@@ -119,7 +119,8 @@ TEST(Cast, SixteenBitFloatsRoundToNearestEvenWithoutDoubleRounding) {
   EXPECT_EQ(cast_to(Tensor::from_vector<double>({1}, {b_above}), DType::BFloat16).item_as_double(0),
             1.0 + std::ldexp(1.0, -7));
   // float -> bfloat16: nearest even (ONNX 1.12's test data truncates instead; see the report).
-  const Tensor bf = cast_to(Tensor::from_vector<float>({3}, {0.48033667f, -0.81910545f, std::nanf("")}), DType::BFloat16);
+  const Tensor bf =
+      cast_to(Tensor::from_vector<float>({3}, {0.48033667f, -0.81910545f, std::nanf("")}), DType::BFloat16);
   EXPECT_EQ(bf.data<BFloat16>()[0].bits, 16118);
   EXPECT_EQ(bf.data<BFloat16>()[1].bits, 16210 | 0x8000);
   EXPECT_TRUE(std::isnan(bf.item_as_double(2)));

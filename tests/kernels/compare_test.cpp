@@ -22,15 +22,19 @@ Tensor values(const Shape& shape, uint32_t seed) {
   std::uniform_int_distribution<int> d(-3, 3);
   Tensor t = Tensor::empty(DType::Float32, shape);
   for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(d(gen));
-  const float specials[] = {std::nanf(""), std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+  const float specials[] = {std::nanf(""), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity()};
   for (int64_t i = 0; i < t.numel() && i < 3; ++i) t.data<float>()[i * 7 % t.numel()] = specials[i];
   return t;
 }
 
 const std::vector<std::array<Shape, 3>> kShapes = {
-    {Shape{3, 4, 5}, Shape{3, 4, 5}, Shape{3, 4, 5}}, {Shape{3, 4, 5}, Shape{}, Shape{3, 4, 5}},
-    {Shape{5}, Shape{3, 4, 5}, Shape{3, 4, 5}},       {Shape{2, 1, 4}, Shape{3, 1}, Shape{2, 3, 4}},
-    {Shape{0, 3}, Shape{3}, Shape{0, 3}},             {Shape{70, 300}, Shape{300}, Shape{70, 300}},
+    {Shape{3, 4, 5}, Shape{3, 4, 5}, Shape{3, 4, 5}},
+    {Shape{3, 4, 5}, Shape{}, Shape{3, 4, 5}},
+    {Shape{5}, Shape{3, 4, 5}, Shape{3, 4, 5}},
+    {Shape{2, 1, 4}, Shape{3, 1}, Shape{2, 3, 4}},
+    {Shape{0, 3}, Shape{3}, Shape{0, 3}},
+    {Shape{70, 300}, Shape{300}, Shape{70, 300}},
 };
 
 TEST(Compare, AllComparisonsUnderBroadcasting) {
@@ -48,8 +52,8 @@ TEST(Compare, AllComparisonsUnderBroadcasting) {
       ASSERT_EQ(y.dtype(), DType::Bool);
       ASSERT_EQ(y.shape(), s[2]) << op;
       for (int64_t i = 0; i < y.numel(); ++i)
-        ASSERT_EQ(y.data<bool>()[i], ref(a.data<float>()[source_index(s[0], s[2], i)],
-                                         b.data<float>()[source_index(s[1], s[2], i)]))
+        ASSERT_EQ(y.data<bool>()[i],
+                  ref(a.data<float>()[source_index(s[0], s[2], i)], b.data<float>()[source_index(s[1], s[2], i)]))
             << op << " " << to_string(s[0]) << " vs " << to_string(s[1]) << " at " << i;
     }
 }
@@ -116,8 +120,10 @@ TEST(FloatTests, IsNaNAndIsInfWithDirections) {
 
 TEST(Where, ThreeWayBroadcast) {
   const std::vector<std::array<Shape, 4>> shapes = {
-      {Shape{3, 4}, Shape{3, 4}, Shape{3, 4}, Shape{3, 4}}, {Shape{4}, Shape{3, 1}, Shape{}, Shape{3, 4}},
-      {Shape{2, 1, 1}, Shape{1, 3, 1}, Shape{1, 1, 5}, Shape{2, 3, 5}}, {Shape{}, Shape{0}, Shape{1}, Shape{0}},
+      {Shape{3, 4}, Shape{3, 4}, Shape{3, 4}, Shape{3, 4}},
+      {Shape{4}, Shape{3, 1}, Shape{}, Shape{3, 4}},
+      {Shape{2, 1, 1}, Shape{1, 3, 1}, Shape{1, 1, 5}, Shape{2, 3, 5}},
+      {Shape{}, Shape{0}, Shape{1}, Shape{0}},
       {Shape{40, 1}, Shape{1, 1000}, Shape{40, 1000}, Shape{40, 1000}},
   };
   for (const auto& s : shapes) {
@@ -133,9 +139,9 @@ TEST(Where, ThreeWayBroadcast) {
       ASSERT_TRUE(got == want || (std::isnan(got) && std::isnan(want))) << to_string(s[3]) << " at " << i;
     }
   }
-  const Tensor yi = run1(make_node("Where", {"C", "X", "Y"}), {Tensor::from_vector<bool>({2}, {true, false}),
-                                                               Tensor::from_vector<int64_t>({2}, {1, 2}),
-                                                               Tensor::from_vector<int64_t>({}, {-9})});
+  const Tensor yi = run1(make_node("Where", {"C", "X", "Y"}),
+                         {Tensor::from_vector<bool>({2}, {true, false}), Tensor::from_vector<int64_t>({2}, {1, 2}),
+                          Tensor::from_vector<int64_t>({}, {-9})});
   EXPECT_EQ(yi.to_int64_vector(), (std::vector<int64_t>{1, -9}));
 }
 
@@ -152,9 +158,10 @@ TEST(Where, RejectsNonBoolConditionAndMixedValues) {
              {Tensor::zeros(DType::Bool, {2}), Tensor::zeros(DType::Float32, {2}), Tensor::zeros(DType::Int64, {2})});
       },
       "X 'X' (float) and Y 'Y' (int64) must have the same dtype");
-  EXPECT_THROW(run1(make_node("Where", {"C", "X", "Y"}), {Tensor::zeros(DType::Bool, {3}), Tensor::zeros(DType::Float32, {2}),
-                                                          Tensor::zeros(DType::Float32, {2})}),
-               ShapeError);
+  EXPECT_THROW(
+      run1(make_node("Where", {"C", "X", "Y"}),
+           {Tensor::zeros(DType::Bool, {3}), Tensor::zeros(DType::Float32, {2}), Tensor::zeros(DType::Float32, {2})}),
+      ShapeError);
 }
 
 }  // namespace

@@ -102,8 +102,11 @@ TEST(ConstantOfShape, ValueSetsDtypeAndEveryElement) {
 
 TEST(ConstantOfShape, BadShapeOrValueIsAnError) {
   const Node n = make_node("ConstantOfShape", 1, {});
-  expect_error<ShapeError>([&] { run_node(n, {ints({2, -1})}, 13); },
-                           "the shape input [2, -1] has a negative dimension");
+  expect_error<ShapeError>(
+      [&] {
+        run_node(n, {ints({2, -1})}, 13);
+      },
+      "the shape input [2, -1] has a negative dimension");
   const Node two =
       make_node("ConstantOfShape", 1, {{"value", Attribute::of_tensor(Tensor::from_vector<float>({2}, {1, 2}))}});
   EXPECT_THROW(run_node(two, {ints({2})}, 13), InvalidModel);

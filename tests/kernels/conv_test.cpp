@@ -136,8 +136,8 @@ TEST(Conv, ChannelMismatchNamesBothShapes) {
       {"input float[1, 3, 8, 8] has 3 channels but weight float[16, 4, 3, 3] expects 4 (group 1)",
        "node 'conv' (Conv)"});
   ConvCase too_small{"kernel larger than input", {1, 1, 2, 2}, {1, 1, 3, 3}, 1};
-  EXPECT_THROW(run_node(conv_node(too_small), {random_f32(too_small.x, 1, -1.f, 1.f), random_f32(too_small.w, 2, -1.f, 1.f),
-                                               random_f32({1}, 3, -1.f, 1.f)}),
+  EXPECT_THROW(run_node(conv_node(too_small), {random_f32(too_small.x, 1, -1.f, 1.f),
+                                               random_f32(too_small.w, 2, -1.f, 1.f), random_f32({1}, 3, -1.f, 1.f)}),
                ShapeError);
 }
 

@@ -23,7 +23,7 @@ struct Case {
   int64_t group = 1;
   std::vector<int64_t> strides, dilations, pads, output_padding, output_shape;
   std::string auto_pad;
-  Shape want;  // expected output shape, worked out by hand from ONNX's formulas
+  Shape want;                      // expected output shape, worked out by hand from ONNX's formulas
   std::vector<int64_t> pad_begin;  // the begin padding those formulas give
 };
 
@@ -88,21 +88,61 @@ TEST(ConvTranspose, MatchesReference) {
   const std::vector<Case> cases = {
       {"basic", {2, 3, 5, 4}, {3, 2, 3, 3}, 1, {}, {}, {}, {}, {}, "", {2, 2, 7, 6}, {0, 0}},
       {"strides, pads", {1, 2, 4, 5}, {2, 3, 3, 2}, 1, {2, 3}, {}, {1, 0, 1, 1}, {}, {}, "", {1, 3, 7, 13}, {1, 0}},
-      {"dilations, output_padding", {1, 2, 4, 4}, {2, 2, 2, 3}, 1, {2, 2}, {2, 1}, {}, {1, 0}, {}, "", {1, 2, 10, 9},
+      {"dilations, output_padding",
+       {1, 2, 4, 4},
+       {2, 2, 2, 3},
+       1,
+       {2, 2},
+       {2, 1},
+       {},
+       {1, 0},
+       {},
+       "",
+       {1, 2, 10, 9},
        {0, 0}},
       {"groups", {2, 4, 3, 3}, {4, 3, 2, 2}, 2, {2, 2}, {}, {}, {}, {}, "", {2, 6, 6, 6}, {0, 0}},
       // Larger than the full line (9x7): the extra row and column get only the bias.
-      {"output_shape past the full line", {1, 1, 3, 3}, {1, 2, 3, 3}, 1, {3, 2}, {}, {}, {}, {10, 8}, "",
-       {1, 2, 10, 8}, {0, 0}},
+      {"output_shape past the full line",
+       {1, 1, 3, 3},
+       {1, 2, 3, 3},
+       1,
+       {3, 2},
+       {},
+       {},
+       {},
+       {10, 8},
+       "",
+       {1, 2, 10, 8},
+       {0, 0}},
       // Smaller than the full line (full 9x7, total pads 2 and 1; NOTSET puts the odd one first).
       {"output_shape cropping", {1, 1, 3, 3}, {1, 2, 3, 3}, 1, {3, 2}, {}, {}, {}, {7, 6}, "", {1, 2, 7, 6}, {1, 1}},
       {"SAME_UPPER", {1, 2, 3, 4}, {2, 1, 3, 3}, 1, {2, 2}, {}, {}, {}, {}, "SAME_UPPER", {1, 1, 6, 8}, {0, 0}},
       {"SAME_LOWER", {1, 2, 3, 4}, {2, 1, 3, 3}, 1, {2, 2}, {}, {}, {}, {}, "SAME_LOWER", {1, 1, 6, 8}, {1, 1}},
       {"1-D", {2, 3, 7}, {3, 2, 4}, 1, {3}, {}, {2, 1}, {}, {}, "", {2, 2, 19}, {2}},
-      {"3-D", {1, 2, 3, 4, 2}, {2, 2, 2, 2, 3}, 1, {1, 2, 2}, {}, {0, 1, 0, 1, 0, 1}, {}, {}, "", {1, 2, 3, 7, 4},
+      {"3-D",
+       {1, 2, 3, 4, 2},
+       {2, 2, 2, 2, 3},
+       1,
+       {1, 2, 2},
+       {},
+       {0, 1, 0, 1, 0, 1},
+       {},
+       {},
+       "",
+       {1, 2, 3, 7, 4},
        {0, 1, 0}},
       // 8+ channels take oneDNN's blocked layouts (with reorders).
-      {"wide, grouped", {2, 16, 5, 6}, {16, 4, 3, 3}, 2, {2, 1}, {1, 2}, {1, 1, 0, 2}, {1, 0}, {}, "", {2, 8, 11, 7},
+      {"wide, grouped",
+       {2, 16, 5, 6},
+       {16, 4, 3, 3},
+       2,
+       {2, 1},
+       {1, 2},
+       {1, 1, 0, 2},
+       {1, 0},
+       {},
+       "",
+       {2, 8, 11, 7},
        {1, 1}},
   };
   uint32_t seed = 100;
@@ -128,11 +168,15 @@ TEST(ConvTranspose, BadWeightAndAttributesAreNamed) {
   Tensor x = random_real(DType::Float32, {1, 3, 4, 4}, 1, -1.0, 1.0);
   Case c{"bad", {1, 3, 4, 4}, {4, 2, 3, 3}};
   expect_error<ShapeError>(
-      [&] { run_node(node_of(c, false), {x, random_real(DType::Float32, c.w, 2, -1.0, 1.0)}); },
-      {"input float[1, 3, 4, 4] has 3 channels but weight float[4, 2, 3, 3] expects " "4 (group 1",
+      [&] {
+        run_node(node_of(c, false), {x, random_real(DType::Float32, c.w, 2, -1.0, 1.0)});
+      },
+      {"input float[1, 3, 4, 4] has 3 channels but weight float[4, 2, 3, 3] expects "
+       "4 (group 1",
        "node 'deconv' (ConvTranspose)"});
   Case bad_pad{"bad output_padding", {1, 3, 4, 4}, {3, 2, 3, 3}, 1, {}, {}, {}, {1}};
-  EXPECT_THROW(run_node(node_of(bad_pad, false), {x, random_real(DType::Float32, bad_pad.w, 2, -1.0, 1.0)}), InvalidModel);
+  EXPECT_THROW(run_node(node_of(bad_pad, false), {x, random_real(DType::Float32, bad_pad.w, 2, -1.0, 1.0)}),
+               InvalidModel);
   Case bad_bias{"bad bias", {1, 3, 4, 4}, {3, 2, 3, 3}};
   EXPECT_THROW(run_node(node_of(bad_bias, true), {x, random_real(DType::Float32, bad_bias.w, 2, -1.0, 1.0),
                                                   random_real(DType::Float32, {3}, 3, -1.0, 1.0)}),

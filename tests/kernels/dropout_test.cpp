@@ -43,7 +43,8 @@ TEST(Dropout, InferenceIsIdentityWithAnAllTrueMask) {
 TEST(Dropout, BadRatiosAreRefused) {
   EXPECT_THROW(run_node(dropout(2, 1), {kX, Tensor::scalar<float>(1.f)}, 13), InvalidModel);  // ratio in [0, 1)
   EXPECT_THROW(run_node(dropout(1, 1, {{"ratio", Attribute::of_float(1.5f)}}), {kX}, 10), InvalidModel);
-  EXPECT_THROW(run_node(dropout(3, 1), {kX, Tensor::scalar<float>(-0.1f), Tensor::scalar<bool>(true)}, 13), InvalidModel);
+  EXPECT_THROW(run_node(dropout(3, 1), {kX, Tensor::scalar<float>(-0.1f), Tensor::scalar<bool>(true)}, 13),
+               InvalidModel);
 }
 
 Tensor ramp(int64_t n) {
@@ -113,10 +114,11 @@ TEST(Dropout, EachRunIndexDrawsItsOwnMaskAndReplaysIt) {
 }
 
 TEST(Dropout, TrainingNeedsAFloatInput) {
-  EXPECT_THROW(run_node(dropout(3, 1), {Tensor::from_vector<int64_t>({2}, {1, 2}), Tensor::scalar<float>(0.5f),
-                                        Tensor::scalar<bool>(true)},
-                        13),
-               TypeError);
+  EXPECT_THROW(
+      run_node(dropout(3, 1),
+               {Tensor::from_vector<int64_t>({2}, {1, 2}), Tensor::scalar<float>(0.5f), Tensor::scalar<bool>(true)},
+               13),
+      TypeError);
 }
 
 }  // namespace

@@ -146,13 +146,15 @@ TEST(Einsum, MatchesBruteForce) {
 TEST(Einsum, BadEquationsAreNamed) {
   Tensor a = random_tensor(DType::Float32, {3, 4}, 1), b = random_tensor(DType::Float32, {5, 6}, 2);
   expect_error<ShapeError>(
-      [&] { run_node(einsum_node("ij,jk->ik", 2), {a, b}); },
+      [&] {
+        run_node(einsum_node("ij,jk->ik", 2), {a, b});
+      },
       {"equation 'ij,jk->ik': a label has size 5 in input 1 [5, 6] but 4 elsewhere", "node 'es' (Einsum)"});
-  EXPECT_THROW(run_node(einsum_node("ij->ik", 1), {a}), InvalidModel);         // k is not an input label
-  EXPECT_THROW(run_node(einsum_node("ij,jk->ik", 1), {a}), InvalidModel);      // two terms, one input
-  EXPECT_THROW(run_node(einsum_node("ijk->i", 1), {a}), ShapeError);           // three labels for a 2-D input
-  EXPECT_THROW(run_node(einsum_node("i.j->i", 1), {a}), InvalidModel);         // malformed ellipsis
-  EXPECT_THROW(run_node(einsum_node("ij->ii", 1), {a}), InvalidModel);         // repeated output label
+  EXPECT_THROW(run_node(einsum_node("ij->ik", 1), {a}), InvalidModel);     // k is not an input label
+  EXPECT_THROW(run_node(einsum_node("ij,jk->ik", 1), {a}), InvalidModel);  // two terms, one input
+  EXPECT_THROW(run_node(einsum_node("ijk->i", 1), {a}), ShapeError);       // three labels for a 2-D input
+  EXPECT_THROW(run_node(einsum_node("i.j->i", 1), {a}), InvalidModel);     // malformed ellipsis
+  EXPECT_THROW(run_node(einsum_node("ij->ii", 1), {a}), InvalidModel);     // repeated output label
 }
 
 }  // namespace

@@ -39,20 +39,20 @@ struct BroadcastCase {
 };
 
 const std::vector<BroadcastCase> kBroadcastCases = {
-    {{3, 4, 5}, {3, 4, 5}, {3, 4, 5}},    // same shape
-    {{3, 4, 5}, {}, {3, 4, 5}},           // scalar right
-    {{}, {3, 4, 5}, {3, 4, 5}},           // scalar left
-    {{3, 4, 5}, {5}, {3, 4, 5}},          // trailing dim
-    {{5}, {3, 4, 5}, {3, 4, 5}},          // trailing dim, other direction
-    {{3, 1, 1}, {3, 4, 5}, {3, 4, 5}},    // leading dim
-    {{2, 1, 4}, {3, 1}, {2, 3, 4}},       // both directions, rank differs
-    {{4, 1}, {1, 5}, {4, 5}},             // outer product
-    {{2, 3, 4}, {2, 1, 4}, {2, 3, 4}},    // middle dim
-    {{}, {}, {}},                         // scalar and scalar
-    {{1, 1}, {}, {1, 1}},                 // all ones
-    {{0, 3}, {3}, {0, 3}},                // empty
-    {{64, 300}, {300}, {64, 300}},        // big enough to run on several threads
-    {{2, 20000}, {2, 1}, {2, 20000}},     // big, broadcast along the long inner dim
+    {{3, 4, 5}, {3, 4, 5}, {3, 4, 5}},  // same shape
+    {{3, 4, 5}, {}, {3, 4, 5}},         // scalar right
+    {{}, {3, 4, 5}, {3, 4, 5}},         // scalar left
+    {{3, 4, 5}, {5}, {3, 4, 5}},        // trailing dim
+    {{5}, {3, 4, 5}, {3, 4, 5}},        // trailing dim, other direction
+    {{3, 1, 1}, {3, 4, 5}, {3, 4, 5}},  // leading dim
+    {{2, 1, 4}, {3, 1}, {2, 3, 4}},     // both directions, rank differs
+    {{4, 1}, {1, 5}, {4, 5}},           // outer product
+    {{2, 3, 4}, {2, 1, 4}, {2, 3, 4}},  // middle dim
+    {{}, {}, {}},                       // scalar and scalar
+    {{1, 1}, {}, {1, 1}},               // all ones
+    {{0, 3}, {3}, {0, 3}},              // empty
+    {{64, 300}, {300}, {64, 300}},      // big enough to run on several threads
+    {{2, 20000}, {2, 1}, {2, 20000}},   // big, broadcast along the long inner dim
     {{7, 1, 3000}, {1, 6, 1}, {7, 6, 3000}},
 };
 
@@ -140,7 +140,9 @@ TEST(Elementwise, IntegerArithmeticWrapsLikeNumpy) {
 
 TEST(Elementwise, IncompatibleBroadcastNamesBothInputsAndShapes) {
   expect_error<ShapeError>(
-      [&] { run1("Add", {Tensor::zeros(DType::Float32, {2, 3}), Tensor::zeros(DType::Float32, {4})}); },
+      [&] {
+        run1("Add", {Tensor::zeros(DType::Float32, {2, 3}), Tensor::zeros(DType::Float32, {4})});
+      },
       {"'A' [2, 3]", "'B' [4]"});
 }
 
@@ -201,7 +203,8 @@ TEST(Pow, FloatMatchesDoubleReferenceAndBroadcasts) {
   const Tensor sq = run1("Pow", {a, Tensor::scalar<float>(2.f)}, 15);
   for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(sq.data<float>()[i], a.data<float>()[i] * a.data<float>()[i]);
   // Negative base with integral exponent, and NaN for a fractional one.
-  const Tensor n = run1("Pow", {Tensor::from_vector<float>({2}, {-2.f, -2.f}), Tensor::from_vector<float>({2}, {3.f, 0.5f})}, 15);
+  const Tensor n =
+      run1("Pow", {Tensor::from_vector<float>({2}, {-2.f, -2.f}), Tensor::from_vector<float>({2}, {3.f, 0.5f})}, 15);
   EXPECT_EQ(n.data<float>()[0], -8.f);
   EXPECT_TRUE(std::isnan(n.data<float>()[1]));
 }
@@ -220,8 +223,8 @@ TEST(Pow, MixedDtypesFollowTheBase) {
   EXPECT_EQ(b.dtype(), DType::Int32);
   EXPECT_EQ(b.to_int64_vector(), (std::vector<int64_t>{1, 32, 729}));
 
-  const Tensor c = run1("Pow", {Tensor::from_vector<int64_t>({4}, {3, -3, 2, 10}),
-                                Tensor::from_vector<int64_t>({4}, {3, 3, 62, 0})}, 15);
+  const Tensor c = run1(
+      "Pow", {Tensor::from_vector<int64_t>({4}, {3, -3, 2, 10}), Tensor::from_vector<int64_t>({4}, {3, 3, 62, 0})}, 15);
   EXPECT_EQ(c.to_int64_vector(), (std::vector<int64_t>{27, -27, int64_t{1} << 62, 1}));
 
   // Negative integer exponents truncate 1/x^n toward zero; 0 to a negative power is an error.
@@ -229,8 +232,9 @@ TEST(Pow, MixedDtypesFollowTheBase) {
   EXPECT_EQ(d.to_int64_vector(), (std::vector<int64_t>{1, -1, 0}));
   EXPECT_THROW(run1("Pow", {Tensor::scalar<int32_t>(0), Tensor::scalar<int32_t>(-1)}, 15), InvalidArgument);
 
-  const Tensor h = run1("Pow", {Tensor::from_vector<Half>({2}, {float_to_half(1.5f), float_to_half(-2.f)}),
-                                Tensor::scalar<uint8_t>(2)}, 15);
+  const Tensor h = run1(
+      "Pow", {Tensor::from_vector<Half>({2}, {float_to_half(1.5f), float_to_half(-2.f)}), Tensor::scalar<uint8_t>(2)},
+      15);
   EXPECT_EQ(h.dtype(), DType::Float16);
   EXPECT_EQ(h.item_as_double(0), 2.25);
   EXPECT_EQ(h.item_as_double(1), 4.0);
@@ -265,7 +269,9 @@ TEST(Unary, Float32MatchesDoubleReference) {
       for (int64_t i = 0; i < y.numel(); ++i) {
         const double want = c.ref(x.data<float>()[i]);
         if (c.rtol == 0) ASSERT_EQ(y.data<float>()[i], static_cast<float>(want)) << c.op << " x=" << x.data<float>()[i];
-        else ASSERT_NEAR(y.data<float>()[i], want, c.rtol * std::fabs(want) + c.atol) << c.op << " x=" << x.data<float>()[i];
+        else
+          ASSERT_NEAR(y.data<float>()[i], want, c.rtol * std::fabs(want) + c.atol)
+              << c.op << " x=" << x.data<float>()[i];
       }
     }
   }
@@ -316,7 +322,8 @@ TEST(Mod, IntegerSemanticsOfBothModes) {
   EXPECT_EQ(run_mod(a, b, 1).to_int64_vector(), (std::vector<int64_t>{1, -1, 1, -1, 0, 0, 0}));
   // Broadcast divisor, uint8.
   const Tensor u = Tensor::from_vector<uint8_t>({2, 2}, {250, 7, 9, 3});
-  EXPECT_EQ(run_mod(u, Tensor::from_vector<uint8_t>({2}, {7, 4}), 0).to_int64_vector(), (std::vector<int64_t>{5, 3, 2, 3}));
+  EXPECT_EQ(run_mod(u, Tensor::from_vector<uint8_t>({2}, {7, 4}), 0).to_int64_vector(),
+            (std::vector<int64_t>{5, 3, 2, 3}));
 }
 
 TEST(Mod, FloatIsCFmodAndNeedsFmod1) {
@@ -335,14 +342,16 @@ TEST(Mod, FloatIsCFmodAndNeedsFmod1) {
       [&] { run_mod(Tensor::zeros(DType::Float32, {2}), Tensor::zeros(DType::Float32, {2}), 0); },
       "fmod=0 (integer remainder) given for float inputs 'A' and 'B'");
   expect_error<InvalidArgument>(
-      [&] { run_mod(Tensor::from_vector<int64_t>({2}, {1, 2}), Tensor::from_vector<int64_t>({2}, {1, 0}), 0); },
+      [&] {
+        run_mod(Tensor::from_vector<int64_t>({2}, {1, 2}), Tensor::from_vector<int64_t>({2}, {1, 0}), 0);
+      },
       "divisor 'B' (int64[2]) is 0 at element 1");
   EXPECT_THROW(run_mod(Tensor::zeros(DType::Int32, {2}), Tensor::zeros(DType::Int64, {2}), 1), TypeError);
 }
 
 TEST(Sign, AllDtypesAndSpecialValues) {
-  const Tensor f = Tensor::from_vector<float>({6}, {-2.5f, -0.f, 0.f, 3.f, -std::numeric_limits<float>::infinity(),
-                                                    std::nanf("")});
+  const Tensor f =
+      Tensor::from_vector<float>({6}, {-2.5f, -0.f, 0.f, 3.f, -std::numeric_limits<float>::infinity(), std::nanf("")});
   const Tensor y = run1("Sign", {f}, 13);
   EXPECT_EQ(y.data<float>()[0], -1.f);
   EXPECT_EQ(y.data<float>()[1], 0.f);
@@ -370,7 +379,8 @@ TEST(Round, HalfToEven) {
   EXPECT_EQ(s.data<float>()[0], inf);
   EXPECT_EQ(s.data<float>()[1], -inf);
   EXPECT_TRUE(std::isnan(s.data<float>()[2]));
-  EXPECT_EQ(run1("Round", {Tensor::from_vector<double>({2}, {4.5, 5.5})}, 11).to_int64_vector(), (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(run1("Round", {Tensor::from_vector<double>({2}, {4.5, 5.5})}, 11).to_int64_vector(),
+            (std::vector<int64_t>{4, 6}));
   EXPECT_THROW(run1("Round", {Tensor::zeros(DType::Int32, {2})}, 11), Unsupported);
 }
 

@@ -36,7 +36,9 @@ TEST(Expand, BroadcastsBothWaysForEveryDtype) {
 
 TEST(Expand, RejectsIncompatibleShapes) {
   expect_error<ShapeError>(
-      [] { run_node(make_node("Expand", 2), {Tensor::zeros(DType::Float32, {3}), ints({2})}, 13); },
+      [] {
+        run_node(make_node("Expand", 2), {Tensor::zeros(DType::Float32, {3}), ints({2})}, 13);
+      },
       "cannot expand input [3] to shape [2]: dimensions must be equal or 1");
 }
 
@@ -54,7 +56,9 @@ TEST(Tile, RepeatsEveryAxisForEveryDtype) {
 
 TEST(Tile, RejectsRepeatsOfTheWrongLength) {
   expect_error<ShapeError>(
-      [] { run_node(make_node("Tile", 2), {Tensor::zeros(DType::Float32, {2, 2}), ints({2})}, 13); },
+      [] {
+        run_node(make_node("Tile", 2), {Tensor::zeros(DType::Float32, {2, 2}), ints({2})}, 13);
+      },
       "repeats [2] must have one entry per dimension of input [2, 2]");
 }
 
@@ -104,12 +108,20 @@ TEST(Pad, ConstantValueNegativePadsAndOldOpsetAttributes) {
 
 TEST(Pad, RejectsBadPadsAndModes) {
   const Tensor x = Tensor::zeros(DType::Float32, {2, 3});
-  expect_error<ShapeError>([&] { run_node(make_node("Pad", 2), {x, ints({1, 1})}, 13); },
-                           "pads [1, 1] must have 2 * 2 entries for input [2, 3]");
-  expect_error<ShapeError>([&] { run_node(make_node("Pad", 2), {x, ints({0, -4, 0, 0})}, 13); },
-                           "pads [0, -4, 0, 0] crop axis 1 of input [2, 3] below zero");
+  expect_error<ShapeError>(
+      [&] {
+        run_node(make_node("Pad", 2), {x, ints({1, 1})}, 13);
+      },
+      "pads [1, 1] must have 2 * 2 entries for input [2, 3]");
+  expect_error<ShapeError>(
+      [&] {
+        run_node(make_node("Pad", 2), {x, ints({0, -4, 0, 0})}, 13);
+      },
+      "pads [0, -4, 0, 0] crop axis 1 of input [2, 3] below zero");
   expect_error<Unsupported>(
-      [&] { run_node(make_node("Pad", 2, {{"mode", mode("wrap")}}), {x, ints({0, 1, 0, 0})}, 13); },
+      [&] {
+        run_node(make_node("Pad", 2, {{"mode", mode("wrap")}}), {x, ints({0, 1, 0, 0})}, 13);
+      },
       "mode 'wrap' is not supported");
 }
 

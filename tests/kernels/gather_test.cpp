@@ -60,11 +60,12 @@ TEST(Gather, ScalarIndexDropsTheAxis) {
 }
 
 TEST(Gather, EmptyIndicesAndEmptyData) {
-  EXPECT_EQ(run_node(gather_node(0), {filled(DType::Float32, {3, 4}, 1), Tensor::empty(DType::Int64, {0})}, 13)[0].shape(),
-            (Shape{0, 4}));
   EXPECT_EQ(
-      run_node(gather_node(1), {filled(DType::Float32, {0, 4}, 1), Tensor::from_vector<int64_t>({1}, {3})}, 13)[0].shape(),
-      (Shape{0, 1}));
+      run_node(gather_node(0), {filled(DType::Float32, {3, 4}, 1), Tensor::empty(DType::Int64, {0})}, 13)[0].shape(),
+      (Shape{0, 4}));
+  EXPECT_EQ(run_node(gather_node(1), {filled(DType::Float32, {0, 4}, 1), Tensor::from_vector<int64_t>({1}, {3})}, 13)[0]
+                .shape(),
+            (Shape{0, 1}));
 }
 
 TEST(Gather, LargeRandomGatherMatchesAnIndexWalk) {
@@ -86,7 +87,9 @@ TEST(Gather, LargeRandomGatherMatchesAnIndexWalk) {
 TEST(Gather, OutOfRangeIndexNamesIndexAxisAndDim) {
   const Tensor x = filled(DType::Float32, {3, 2}, 1);
   expect_error<InvalidArgument>(
-      [&] { run_node(gather_node(0), {x, Tensor::from_vector<int64_t>({2, 2}, {0, 1, 3, 0})}, 13); },
+      [&] {
+        run_node(gather_node(0), {x, Tensor::from_vector<int64_t>({2, 2}, {0, 1, 3, 0})}, 13);
+      },
       "node 'g' (Gather): index 3 (at [1, 0] of indices int64[2, 2]) is out of range for axis 0 of data float[3, 2], "
       "whose size is 3 (valid: -3..2)");
   EXPECT_THROW(run_node(gather_node(1), {x, Tensor::from_vector<int32_t>({1}, {-3})}, 13), InvalidArgument);

@@ -83,8 +83,11 @@ TEST(EyeLike, DiagonalsAndDtype) {
 }
 
 TEST(EyeLike, RejectsNon2DAndUnknownDtype) {
-  expect_error<ShapeError>([] { run_node(make_node("EyeLike", 1), {Tensor::zeros(DType::Float32, {2, 2, 2})}, 9); },
-                           "input must be 2-D, got [2, 2, 2]");
+  expect_error<ShapeError>(
+      [] {
+        run_node(make_node("EyeLike", 1), {Tensor::zeros(DType::Float32, {2, 2, 2})}, 9);
+      },
+      "input must be 2-D, got [2, 2, 2]");
   expect_error<Unsupported>(
       [] {
         run_node(make_node("EyeLike", 1, {{"dtype", Attribute::of_int(8)}}), {Tensor::zeros(DType::Float32, {2, 2})},

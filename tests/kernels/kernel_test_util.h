@@ -27,8 +27,7 @@ inline Node make_node(const std::string& op, size_t inputs, std::map<std::string
   n.name = "n";
   n.op_type = op;
   for (size_t i = 0; i < inputs; ++i) n.inputs.push_back("x" + std::to_string(i));
-  if (outputs == 1)
-    n.outputs = {"y"};
+  if (outputs == 1) n.outputs = {"y"};
   else
     for (size_t i = 0; i < outputs; ++i) n.outputs.push_back("y" + std::to_string(i));
   n.attrs = std::move(attrs);
@@ -78,10 +77,8 @@ inline Tensor random_real(DType dt, const Shape& shape, uint32_t seed, double lo
   std::uniform_real_distribution<double> dist(lo, hi);
   Tensor t = Tensor::empty(dt, shape);
   for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dt == DType::Float64)
-      t.data<double>()[i] = dist(gen);
-    else
-      t.data<float>()[i] = static_cast<float>(dist(gen));
+    if (dt == DType::Float64) t.data<double>()[i] = dist(gen);
+    else t.data<float>()[i] = static_cast<float>(dist(gen));
   }
   return t;
 }

@@ -37,8 +37,8 @@ TEST(LayerNormalization, MatchesFormula) {
     bool bias;
   };
   const std::vector<Case> cases = {
-      {{4, 6}, std::nullopt, {6}, true},    {{2, 3, 5}, -1, {5}, false},   {{2, 3, 5}, 1, {3, 5}, true},
-      {{2, 3, 5}, 1, {5}, true},           {{2, 3, 5}, 0, {2, 3, 5}, true}, {{3, 4, 2, 5}, -2, {1, 5}, true},
+      {{4, 6}, std::nullopt, {6}, true}, {{2, 3, 5}, -1, {5}, false},     {{2, 3, 5}, 1, {3, 5}, true},
+      {{2, 3, 5}, 1, {5}, true},         {{2, 3, 5}, 0, {2, 3, 5}, true}, {{3, 4, 2, 5}, -2, {1, 5}, true},
       {{8, 768}, -1, {768}, true},
   };
   uint32_t seed = 1;
@@ -72,7 +72,8 @@ TEST(LayerNormalization, MatchesFormula) {
                              (c.bias ? b.item_as_double(i % ps) : 0.0);
           err = std::max(err, std::abs(out[0].item_as_double(r * inner + i) - ref));
         }
-        serr = std::max(serr, std::abs(out[1].item_as_double(r) - mean) + std::abs(out[2].item_as_double(r) - inv) / inv);
+        serr =
+            std::max(serr, std::abs(out[1].item_as_double(r) - mean) + std::abs(out[2].item_as_double(r) - inv) / inv);
       }
       // |y| stays below ~2 * 4 + 2 here; float32 rounding of mean, variance and products.
       EXPECT_LE(err, dt == DType::Float32 ? 1e-5 : 1e-12);
@@ -90,8 +91,11 @@ TEST(LayerNormalization, OnlyYRequested) {
 TEST(LayerNormalization, BadScaleAndAxisAreNamed) {
   Tensor x = random_real(DType::Float32, {2, 3, 5}, 1, -2.0, 2.0);
   expect_error<ShapeError>(
-      [&] { run_node(ln_node(1, false, 1), {x, random_real(DType::Float32, {4, 5}, 2, -2.0, 2.0)}); },
-      {"Scale float[4, 5] does not broadcast to the normalised shape [3, 5] (X " "float[2, 3, 5], axis 1)",
+      [&] {
+        run_node(ln_node(1, false, 1), {x, random_real(DType::Float32, {4, 5}, 2, -2.0, 2.0)});
+      },
+      {"Scale float[4, 5] does not broadcast to the normalised shape [3, 5] (X "
+       "float[2, 3, 5], axis 1)",
        "node 'ln' (LayerNormalization)"});
   EXPECT_THROW(run_node(ln_node(3, false, 1), {x, random_real(DType::Float32, {5}, 2, -2.0, 2.0)}), ShapeError);
   EXPECT_THROW(run_node(ln_node(-1, false, 1), {x, random_real(DType::Float64, {5}, 2, -2.0, 2.0)}), TypeError);

@@ -83,7 +83,8 @@ TEST(Loss, BothOpsAllReductionsWeightsAndIgnoreIndex) {
     for (const std::string op : {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"})
       for (const std::string red : {"none", "sum", "mean"})
         for (bool weighted : {false, true})
-          for (std::optional<int64_t> ignore : {std::optional<int64_t>(), std::optional<int64_t>(2), std::optional<int64_t>(-1)}) {
+          for (std::optional<int64_t> ignore :
+               {std::optional<int64_t>(), std::optional<int64_t>(2), std::optional<int64_t>(-1)}) {
             const bool sce = op == "SoftmaxCrossEntropyLoss";
             const Tensor x = random_f32(xs, 1, -3.f, 3.f);
             Shape ts{xs[0]};
@@ -98,7 +99,8 @@ TEST(Loss, BothOpsAllReductionsWeightsAndIgnoreIndex) {
             ASSERT_EQ(out[0].shape(), red == "none" ? ts : Shape{}) << op << " " << red;
             for (size_t i = 0; i < want.loss.size(); ++i)
               ASSERT_NEAR(out[0].data<float>()[i], want.loss[i], 1e-6 * std::fabs(want.loss[i]) + 1e-6)
-                  << op << " " << to_string(xs) << " " << red << " weighted " << weighted << " ignore " << ignore.value_or(99);
+                  << op << " " << to_string(xs) << " " << red << " weighted " << weighted << " ignore "
+                  << ignore.value_or(99);
             if (sce) {
               ASSERT_EQ(out[1].shape(), xs);
               for (size_t i = 0; i < want.log_prob.size(); ++i)
@@ -120,7 +122,8 @@ TEST(Loss, SoftmaxIsStableAndAllIgnoredMeanIsNaN) {
   // int32 targets and double inputs.
   const Tensor xd = Tensor::from_vector<double>({1, 2}, {-0.25, -1.5});
   const Tensor y = run_node(loss_node("NegativeLogLikelihoodLoss", false, "sum", std::nullopt),
-                            {xd, Tensor::from_vector<int32_t>({1}, {1})}, 13).at(0);
+                            {xd, Tensor::from_vector<int32_t>({1}, {1})}, 13)
+                       .at(0);
   EXPECT_EQ(y.data<double>()[0], 1.5);
 }
 
@@ -128,18 +131,26 @@ TEST(Loss, RejectsBadTargetsShapesAndAttributes) {
   const Tensor x = Tensor::zeros(DType::Float32, {2, 3, 4});
   const Node nll = loss_node("NegativeLogLikelihoodLoss", false, "mean", -100);
   expect_error<InvalidArgument>(
-      [&] { run_node(nll, {x, Tensor::from_vector<int64_t>({2, 4}, {0, 1, 2, 3, 0, 0, 0, 0})}, 13); },
+      [&] {
+        run_node(nll, {x, Tensor::from_vector<int64_t>({2, 4}, {0, 1, 2, 3, 0, 0, 0, 0})}, 13);
+      },
       "target 'T' has value 3 at element 3, outside the classes [0, 3) (ignore_index is -100)");
-  expect_error<ShapeError>([&] { run_node(nll, {x, Tensor::zeros(DType::Int64, {2, 3})}, 13); },
-                           "target 'T' has shape [2, 3] but input [2, 3, 4] needs target [2, 4]");
+  expect_error<ShapeError>(
+      [&] {
+        run_node(nll, {x, Tensor::zeros(DType::Int64, {2, 3})}, 13);
+      },
+      "target 'T' has shape [2, 3] but input [2, 3, 4] needs target [2, 4]");
   expect_error<ShapeError>(
       [&] {
         run_node(loss_node("SoftmaxCrossEntropyLoss", true, "sum", std::nullopt),
                  {x, Tensor::zeros(DType::Int64, {2, 4}), Tensor::zeros(DType::Float32, {4})}, 13);
       },
       "weights 'W' has shape [4]; it must be [C] = [3]");
-  expect_error<TypeError>([&] { run_node(nll, {x, Tensor::zeros(DType::Float32, {2, 4})}, 13); },
-                          "target 'T' is float; it must be int32 or int64");
+  expect_error<TypeError>(
+      [&] {
+        run_node(nll, {x, Tensor::zeros(DType::Float32, {2, 4})}, 13);
+      },
+      "target 'T' is float; it must be int32 or int64");
   expect_error<InvalidModel>(
       [&] {
         run_node(loss_node("SoftmaxCrossEntropyLoss", false, "avg", std::nullopt),

@@ -58,19 +58,45 @@ TEST(LpPool, MatchesReference) {
   const std::vector<Case> cases = {
       {"p=2 default", {{"kernel_shape", Attribute::of_ints({2, 3})}}, {2, 3, 5, 4}, {2, 3}, {1, 1}, {1, 1}, {0, 0}, 2},
       {"p=3, strides, pads",
-       {{"kernel_shape", Attribute::of_ints({3, 3})}, {"p", Attribute::of_int(3)},
-        {"strides", Attribute::of_ints({2, 2})}, {"pads", Attribute::of_ints({1, 0, 1, 2})}},
-       {2, 3, 3, 3}, {3, 3}, {2, 2}, {1, 1}, {1, 0}, 3},
+       {{"kernel_shape", Attribute::of_ints({3, 3})},
+        {"p", Attribute::of_int(3)},
+        {"strides", Attribute::of_ints({2, 2})},
+        {"pads", Attribute::of_ints({1, 0, 1, 2})}},
+       {2, 3, 3, 3},
+       {3, 3},
+       {2, 2},
+       {1, 1},
+       {1, 0},
+       3},
       {"p=1 SAME_UPPER",
-       {{"kernel_shape", Attribute::of_ints({2, 2})}, {"p", Attribute::of_int(1)},
-        {"strides", Attribute::of_ints({2, 2})}, {"auto_pad", Attribute::of_string("SAME_UPPER")}},
-       {2, 3, 3, 3}, {2, 2}, {2, 2}, {1, 1}, {0, 0}, 1},
+       {{"kernel_shape", Attribute::of_ints({2, 2})},
+        {"p", Attribute::of_int(1)},
+        {"strides", Attribute::of_ints({2, 2})},
+        {"auto_pad", Attribute::of_string("SAME_UPPER")}},
+       {2, 3, 3, 3},
+       {2, 2},
+       {2, 2},
+       {1, 1},
+       {0, 0},
+       1},
       {"dilations (opset 18)",
        {{"kernel_shape", Attribute::of_ints({2, 2})}, {"dilations", Attribute::of_ints({2, 1})}},
-       {2, 3, 4, 5}, {2, 2}, {1, 1}, {2, 1}, {0, 0}, 2, 18},
+       {2, 3, 4, 5},
+       {2, 2},
+       {1, 1},
+       {2, 1},
+       {0, 0},
+       2,
+       18},
       {"opset 1 float p",
        {{"kernel_shape", Attribute::of_ints({2, 2})}, {"p", Attribute::of_float(2.5f)}},
-       {2, 3, 5, 5}, {2, 2}, {1, 1}, {1, 1}, {0, 0}, 2.5, 1},
+       {2, 3, 5, 5},
+       {2, 2},
+       {1, 1},
+       {1, 1},
+       {0, 0},
+       2.5,
+       1},
   };
   for (DType dt : {DType::Float32, DType::Float64})
     for (const Case& c : cases) {
@@ -110,8 +136,10 @@ TEST(LpPool, BadKernelIsNamed) {
                  {random_real(DType::Float32, {1, 2, 4, 4}, 1, -2.0, 2.0)});
       },
       {"kernel_shape [2] has 1 dims but input float[1, 2, 4, 4] has 2 spatial dims", "node 'lp' (LpPool)"});
-  EXPECT_THROW(run_node(pool_node("LpPool", {}), {random_real(DType::Float32, {1, 2, 4, 4}, 1, -2.0, 2.0)}), InvalidModel);
-  EXPECT_THROW(run_node(pool_node("GlobalLpPool", {}), {random_real(DType::Float32, {1, 2}, 1, -2.0, 2.0)}), ShapeError);
+  EXPECT_THROW(run_node(pool_node("LpPool", {}), {random_real(DType::Float32, {1, 2, 4, 4}, 1, -2.0, 2.0)}),
+               InvalidModel);
+  EXPECT_THROW(run_node(pool_node("GlobalLpPool", {}), {random_real(DType::Float32, {1, 2}, 1, -2.0, 2.0)}),
+               ShapeError);
 }
 
 }  // namespace

@@ -87,10 +87,18 @@ struct MatMulCase {
 
 TEST(MatMul, BroadcastBatchesAndVectorsMatchReference) {
   const std::vector<MatMulCase> cases = {
-      {{3, 4}, {4, 5}},           {{2, 3, 4}, {4, 5}},      {{2, 3, 4}, {2, 4, 5}},
-      {{4}, {4, 5}},              {{3, 4}, {4}},            {{4}, {4}},
-      {{2, 1, 3, 4}, {5, 4, 6}},  {{1, 3, 4}, {7, 4, 2}},   {{3, 1, 2, 8}, {1, 4, 8, 3}},
-      {{2, 3, 64}, {2, 64, 33}},  {{5}, {2, 5, 3}},         {{2, 2, 3, 5}, {5}},
+      {{3, 4}, {4, 5}},
+      {{2, 3, 4}, {4, 5}},
+      {{2, 3, 4}, {2, 4, 5}},
+      {{4}, {4, 5}},
+      {{3, 4}, {4}},
+      {{4}, {4}},
+      {{2, 1, 3, 4}, {5, 4, 6}},
+      {{1, 3, 4}, {7, 4, 2}},
+      {{3, 1, 2, 8}, {1, 4, 8, 3}},
+      {{2, 3, 64}, {2, 64, 33}},
+      {{5}, {2, 5, 3}},
+      {{2, 2, 3, 5}, {5}},
   };
   uint32_t seed = 1;
   for (const auto& c : cases) {
@@ -133,7 +141,9 @@ TEST(MatMul, EmptyInnerDimGivesZeros) {
 
 TEST(MatMul, InnerDimMismatchNamesBothShapes) {
   expect_error<ShapeError>(
-      [&] { run_node(node_of("MatMul", 2), {random_tensor<float>({2, 3}, 1), random_tensor<float>({4, 5}, 2)}); },
+      [&] {
+        run_node(node_of("MatMul", 2), {random_tensor<float>({2, 3}, 1), random_tensor<float>({4, 5}, 2)});
+      },
       {"cannot multiply float[2, 3] by float[4, 5] (inner dims 3 vs 4)", "node 'mm' (MatMul)"});
   EXPECT_THROW(run_node(node_of("MatMul", 2), {random_tensor<float>({2, 3, 4}, 1), random_tensor<float>({3, 4, 5}, 2)}),
                ShapeError);
@@ -174,8 +184,8 @@ TEST(Gemm, TransposesScalesAndBroadcastBiasMatchReference) {
         for (size_t ci = 0; ci <= c_shapes.size(); ++ci) {
           const bool has_c = ci < c_shapes.size();
           const float alpha = 0.75f, beta = has_c && ci % 2 ? 1.5f : 1.f;
-          SCOPED_TRACE(::testing::Message() << dtype_name(t) << " transA=" << ta << " transB=" << tb << " C="
-                                            << (has_c ? to_string(c_shapes[ci]) : "none"));
+          SCOPED_TRACE(::testing::Message() << dtype_name(t) << " transA=" << ta << " transB=" << tb
+                                            << " C=" << (has_c ? to_string(c_shapes[ci]) : "none"));
           auto rnd = [&](const Shape& s) {
             return t == DType::Float32 ? random_tensor<float>(s, seed++) : random_tensor<double>(s, seed++);
           };

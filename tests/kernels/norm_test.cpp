@@ -53,10 +53,15 @@ TEST(BatchNormalization, MatchesFormulaForEveryRank) {
 TEST(BatchNormalization, TrainingOutputsAndBadShapesAreNamed) {
   Tensor x = random_f32({2, 3, 4}, 1, -1.f, 1.f), p = random_f32({3}, 2, -1.f, 1.f);
   // Training mode itself is tested in batch_norm_training_test.cpp; here its outputs without it.
-  expect_error<Unsupported>([&] { run_node(bn_node({}, {"y", "running_mean", "running_var"}), {x, p, p, p, p}, 15); },
-                            "exists only in training mode");
+  expect_error<Unsupported>(
+      [&] {
+        run_node(bn_node({}, {"y", "running_mean", "running_var"}), {x, p, p, p, p}, 15);
+      },
+      "exists only in training mode");
   expect_error<ShapeError>(
-      [&] { run_node(bn_node(), {x, p, random_f32({4}, 3, -1.f, 1.f), p, p}, 15); },
+      [&] {
+        run_node(bn_node(), {x, p, random_f32({4}, 3, -1.f, 1.f), p, p}, 15);
+      },
       {"B float[4] must be [3], one value per channel of X float[2, 3, 4]", "node 'bn' (BatchNormalization)"});
 }
 
@@ -85,8 +90,9 @@ TEST(BatchNormalization, Float64AndMixedParameterDtypes) {
     SCOPED_TRACE(fmt::format("X {} params {} stats {} opset {}", dtype_name(c.x), dtype_name(c.params),
                              dtype_name(c.stats), c.opset));
     // The parameters are float32 values, so converting them loses nothing.
-    Tensor y = run_node(bn_node(), {convert(x, c.x), convert(scale, c.params), convert(b, c.params),
-                                    convert(mean, c.stats), convert(var, c.stats)},
+    Tensor y = run_node(bn_node(),
+                        {convert(x, c.x), convert(scale, c.params), convert(b, c.params), convert(mean, c.stats),
+                         convert(var, c.stats)},
                         c.opset)
                    .at(0);
     ASSERT_EQ(y.dtype(), c.x);
@@ -94,14 +100,18 @@ TEST(BatchNormalization, Float64AndMixedParameterDtypes) {
     for (int64_t i = 0; i < x.numel(); ++i) {
       const int64_t ch = (i / 20) % 3;
       const double ref = scale.item_as_double(ch) * (x.item_as_double(i) - mean.item_as_double(ch)) /
-                             std::sqrt(var.item_as_double(ch) + 1e-5) + b.item_as_double(ch);
+                             std::sqrt(var.item_as_double(ch) + 1e-5) +
+                         b.item_as_double(ch);
       err = std::max(err, std::abs(y.item_as_double(i) - ref));
     }
     EXPECT_LE(err, c.x == DType::Float64 ? 1e-6 : 1e-5);  // epsilon is a float attribute (1e-5f)
   }
   // Before opset 14 every input shares X's dtype.
-  expect_error<TypeError>([&] { run_node(bn_node(), {x, scale, b, convert(mean, DType::Float64), var}, 13); },
-                          "input_mean double[3] must have the dtype of X float[2, 3, 4, 5] (opset 13)");
+  expect_error<TypeError>(
+      [&] {
+        run_node(bn_node(), {x, scale, b, convert(mean, DType::Float64), var}, 13);
+      },
+      "input_mean double[3] must have the dtype of X float[2, 3, 4, 5] (opset 13)");
 }
 
 Node in_node() {
@@ -129,7 +139,8 @@ TEST(InstanceNormalization, MatchesFormula) {
         for (int64_t i = 0; i < plane; ++i) var += std::pow(x.item_as_double(p * plane + i) - mean, 2) / double(plane);
         for (int64_t i = 0; i < plane; ++i) {
           const double ref = scale.item_as_double(p % s[1]) * (x.item_as_double(p * plane + i) - mean) /
-                                 std::sqrt(var + double(1e-3f)) + b.item_as_double(p % s[1]);
+                                 std::sqrt(var + double(1e-3f)) +
+                             b.item_as_double(p % s[1]);
           err = std::max(err, std::abs(y.item_as_double(p * plane + i) - ref));
         }
       }

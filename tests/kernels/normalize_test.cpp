@@ -86,7 +86,9 @@ TEST(LpNormalization, L1AndL2AlongAxis) {
           if (dt == DType::Float64) x.data<double>()[20 + j] = 0;  // x[1, 0, :]
           else x.data<float>()[20 + j] = 0;
         }
-        const Tensor y = run_node(node("LpNormalization", {{"axis", Attribute::of_int(axis)}, {"p", Attribute::of_int(p)}}), {x}).at(0);
+        const Tensor y =
+            run_node(node("LpNormalization", {{"axis", Attribute::of_int(axis)}, {"p", Attribute::of_int(p)}}), {x})
+                .at(0);
         const int64_t a = axis < 0 ? axis + 3 : axis;
         int64_t inner = 1, outer = 1;
         for (int64_t d = 0; d < 3; ++d) (d < a ? outer : d > a ? inner : outer) *= (d == a ? 1 : shape[size_t(d)]);
@@ -101,11 +103,13 @@ TEST(LpNormalization, L1AndL2AlongAxis) {
             }
             if (p == 2) norm = std::sqrt(norm);
             for (int64_t j = 0; j < len; ++j)
-              ref[size_t((o * len + j) * inner + i)] = norm == 0 ? 0 : x.item_as_double((o * len + j) * inner + i) / norm;
+              ref[size_t((o * len + j) * inner + i)] =
+                  norm == 0 ? 0 : x.item_as_double((o * len + j) * inner + i) / norm;
           }
         EXPECT_LE(max_err(y, ref), dt == DType::Float32 ? 1e-6 : 1e-14);  // |ref| <= 1
       }
-  EXPECT_THROW(run_node(node("LpNormalization", {{"p", Attribute::of_int(3)}}), {random_real(DType::Float32, shape, 1, -2.0, 2.0)}),
+  EXPECT_THROW(run_node(node("LpNormalization", {{"p", Attribute::of_int(3)}}),
+                        {random_real(DType::Float32, shape, 1, -2.0, 2.0)}),
                InvalidModel);
 }
 
@@ -137,7 +141,8 @@ TEST(LRN, MatchesOnnxFormulaForOddAndEvenSizes) {
         // The attributes are float32 in the model, so the reference uses their float values.
         EXPECT_LE(max_err(y, ref), dt == DType::Float32 ? 2e-6 : 1e-12);  // |ref| <= 2
       }
-  EXPECT_THROW(run_node(node("LRN", {{"size", Attribute::of_int(0)}}), {random_real(DType::Float32, {1, 3, 2, 2}, 1, -2.0, 2.0)}),
+  EXPECT_THROW(run_node(node("LRN", {{"size", Attribute::of_int(0)}}),
+                        {random_real(DType::Float32, {1, 3, 2, 2}, 1, -2.0, 2.0)}),
                InvalidModel);
   expect_error<ShapeError>(
       [&] {

@@ -183,21 +183,37 @@ TEST(AdamWStep, Errors) {
   const Node node = adamw_node({});
   const Tensor x = Tensor::zeros(DType::Float32, {2, 3});
   expect_error<ShapeError>(
-      [&] { run_node(node, {lr_tensor(1e-3f), step_tensor(1), x, x, Tensor::zeros(DType::Float32, {3, 2}), x}); },
+      [&] {
+        run_node(node, {lr_tensor(1e-3f), step_tensor(1), x, x, Tensor::zeros(DType::Float32, {3, 2}), x});
+      },
       "M has shape [3, 2] but X has shape [2, 3]");
   expect_error<TypeError>(
-      [&] { run_node(node, {lr_tensor(1e-3f), step_tensor(1), x, Tensor::zeros(DType::Float64, {2, 3}), x, x}); },
+      [&] {
+        run_node(node, {lr_tensor(1e-3f), step_tensor(1), x, Tensor::zeros(DType::Float64, {2, 3}), x, x});
+      },
       "G is double but X is float");
-  expect_error<InvalidArgument>([&] { run_node(node, {lr_tensor(1e-3f), step_tensor(0), x, x, x, x}); },
-                                "step must be >= 1");
-  expect_error<InvalidArgument>([&] { run_node(node, {lr_tensor(-1e-3f), step_tensor(1), x, x, x, x}); },
-                                "learning rate must be >= 0");
-  expect_error<TypeError>([&] { run_node(node, {lr_tensor(1e-3f), Tensor::scalar<int32_t>(1), x, x, x, x}); },
-                          "step count must be int64");
+  expect_error<InvalidArgument>(
+      [&] {
+        run_node(node, {lr_tensor(1e-3f), step_tensor(0), x, x, x, x});
+      },
+      "step must be >= 1");
+  expect_error<InvalidArgument>(
+      [&] {
+        run_node(node, {lr_tensor(-1e-3f), step_tensor(1), x, x, x, x});
+      },
+      "learning rate must be >= 0");
+  expect_error<TypeError>(
+      [&] {
+        run_node(node, {lr_tensor(1e-3f), Tensor::scalar<int32_t>(1), x, x, x, x});
+      },
+      "step count must be int64");
   AdamWConfig bad;
   bad.beta1 = 1.0;
-  expect_error<InvalidArgument>([&] { run_node(adamw_node(bad), {lr_tensor(1e-3f), step_tensor(1), x, x, x, x}); },
-                                "must lie in [0, 1)");
+  expect_error<InvalidArgument>(
+      [&] {
+        run_node(adamw_node(bad), {lr_tensor(1e-3f), step_tensor(1), x, x, x, x});
+      },
+      "must lie in [0, 1)");
 }
 
 // ---- SGDStep ---------------------------------------------------------------------------------
@@ -296,23 +312,37 @@ TEST(SGDStep, Errors) {
   SGDConfig c;
   c.momentum = 0.9;
   expect_error<ShapeError>(
-      [&] { run_node(sgd_node(c), {lr_tensor(0.1f), step_tensor(1), x, x, Tensor::zeros(DType::Float32, {5})}); },
+      [&] {
+        run_node(sgd_node(c), {lr_tensor(0.1f), step_tensor(1), x, x, Tensor::zeros(DType::Float32, {5})});
+      },
       "momentum_buffer has shape [5] but X has shape [4]");
-  expect_error<InvalidArgument>([&] { run_node(sgd_node(c), {lr_tensor(0.1f), step_tensor(0), x, x, x}); },
-                                "step must be >= 1");
+  expect_error<InvalidArgument>(
+      [&] {
+        run_node(sgd_node(c), {lr_tensor(0.1f), step_tensor(0), x, x, x});
+      },
+      "step must be >= 1");
   // The buffer goes with momentum != 0, both ways.
   Node no_buffer = sgd_node(c);
   no_buffer.inputs.pop_back();
   no_buffer.outputs.pop_back();
-  expect_error<InvalidArgument>([&] { run_node(no_buffer, {lr_tensor(0.1f), step_tensor(1), x, x}); },
-                                "momentum_buffer must be given exactly when momentum != 0");
+  expect_error<InvalidArgument>(
+      [&] {
+        run_node(no_buffer, {lr_tensor(0.1f), step_tensor(1), x, x});
+      },
+      "momentum_buffer must be given exactly when momentum != 0");
   SGDConfig bad;
   bad.nesterov = true;  // without momentum
-  expect_error<InvalidArgument>([&] { run_node(sgd_node(bad), {lr_tensor(0.1f), step_tensor(1), x, x}); },
-                                "nesterov needs momentum > 0 and dampening == 0");
+  expect_error<InvalidArgument>(
+      [&] {
+        run_node(sgd_node(bad), {lr_tensor(0.1f), step_tensor(1), x, x});
+      },
+      "nesterov needs momentum > 0 and dampening == 0");
   bad.momentum = 0.9, bad.dampening = 0.1;
-  expect_error<InvalidArgument>([&] { run_node(sgd_node(bad), {lr_tensor(0.1f), step_tensor(1), x, x, x}); },
-                                "nesterov needs momentum > 0 and dampening == 0");
+  expect_error<InvalidArgument>(
+      [&] {
+        run_node(sgd_node(bad), {lr_tensor(0.1f), step_tensor(1), x, x, x});
+      },
+      "nesterov needs momentum > 0 and dampening == 0");
 }
 
 // ---- ai.onnx.preview.training ----------------------------------------------------------------
@@ -450,21 +480,32 @@ TEST(PreviewTraining, AdamInPlaceEqualsSeparateBuffers) {
 TEST(PreviewTraining, Errors) {
   const Tensor x = Tensor::zeros(DType::Float32, {2});
   const Node uneven = optimizer_node(kTraining, "Adam", 7, 3);
-  expect_error<InvalidModel>([&] { run_node(uneven, {lr_tensor(0.1f), step_tensor(0), x, x, x, x, x}, 1); },
-                             "4 groups of equally many tensors");
+  expect_error<InvalidModel>(
+      [&] {
+        run_node(uneven, {lr_tensor(0.1f), step_tensor(0), x, x, x, x, x}, 1);
+      },
+      "4 groups of equally many tensors");
   const Node bad_mode = optimizer_node(kTraining, "Momentum", 5, 2,
                                        {{"alpha", Attribute::of_float(0.9f)},
                                         {"beta", Attribute::of_float(0.1f)},
                                         {"norm_coefficient", Attribute::of_float(0.f)},
                                         {"mode", Attribute::of_string("heavy-ball")}});
-  expect_error<InvalidArgument>([&] { run_node(bad_mode, {lr_tensor(0.1f), step_tensor(0), x, x, x}, 1); },
-                                "mode must be \"standard\" or \"nesterov\"");
+  expect_error<InvalidArgument>(
+      [&] {
+        run_node(bad_mode, {lr_tensor(0.1f), step_tensor(0), x, x, x}, 1);
+      },
+      "mode must be \"standard\" or \"nesterov\"");
   const Node adagrad = optimizer_node(kTraining, "Adagrad", 5, 2);
   expect_error<ShapeError>(
-      [&] { run_node(adagrad, {lr_tensor(0.1f), step_tensor(0), x, x, Tensor::zeros(DType::Float32, {3})}, 1); },
+      [&] {
+        run_node(adagrad, {lr_tensor(0.1f), step_tensor(0), x, x, Tensor::zeros(DType::Float32, {3})}, 1);
+      },
       "H1 has shape [3] but X1 has shape [2]");
-  expect_error<InvalidArgument>([&] { run_node(adagrad, {lr_tensor(0.1f), step_tensor(-1), x, x, x}, 1); },
-                                "T must be >= 0");
+  expect_error<InvalidArgument>(
+      [&] {
+        run_node(adagrad, {lr_tensor(0.1f), step_tensor(-1), x, x, x}, 1);
+      },
+      "T must be >= 0");
 }
 
 TEST(PreviewTraining, NoGradientMarkers) {

@@ -21,8 +21,8 @@ Tensor axes_tensor(const std::vector<int64_t>& axes) {
 }
 
 // Runs op with `axes` as attribute (attr_opset) or as input (input_opset), so both forms are tested.
-Tensor reduce(const std::string& op, const Tensor& x, const std::optional<std::vector<int64_t>>& axes,
-              int64_t opset, int64_t keepdims = 1, int64_t noop = -1) {
+Tensor reduce(const std::string& op, const Tensor& x, const std::optional<std::vector<int64_t>>& axes, int64_t opset,
+              int64_t keepdims = 1, int64_t noop = -1) {
   Node n;
   n.name = "r";
   n.op_type = op;
@@ -136,8 +136,9 @@ TEST(Reduce, IntegersHalfAndEmptyTensors) {
   EXPECT_EQ(reduce("ReduceSum", xi, std::vector<int64_t>{1}, 13, 0).to_int64_vector(), (std::vector<int64_t>{7, 1}));
   // Integer mean truncates toward zero: 7/3 = 2, 1/3 = 0.
   EXPECT_EQ(reduce("ReduceMean", xi, std::vector<int64_t>{1}, 13, 0).to_int64_vector(), (std::vector<int64_t>{2, 0}));
-  EXPECT_EQ(reduce("ReduceSum", Tensor::from_vector<int64_t>({2}, {INT64_MAX, 1}), std::nullopt, 13, 0).data<int64_t>()[0],
-            INT64_MIN);  // wraps
+  EXPECT_EQ(
+      reduce("ReduceSum", Tensor::from_vector<int64_t>({2}, {INT64_MAX, 1}), std::nullopt, 13, 0).data<int64_t>()[0],
+      INT64_MIN);  // wraps
   const Tensor xh = Tensor::from_vector<Half>({3}, {float_to_half(1.5f), float_to_half(2.f), float_to_half(-0.25f)});
   const Tensor yh = reduce("ReduceMean", xh, std::nullopt, 13, 0);
   EXPECT_EQ(yh.dtype(), DType::Float16);
@@ -156,8 +157,11 @@ TEST(Reduce, BadAxesAreErrorsNamingThem) {
   const Tensor x = Tensor::zeros(DType::Float32, {2, 3});
   expect_error<ShapeError>([&] { reduce("ReduceSum", x, std::vector<int64_t>{2}, 13); },
                            "axes entry 2 is out of range for rank 2");
-  expect_error<InvalidModel>([&] { reduce("ReduceMean", x, std::vector<int64_t>{1, -1}, 13); },
-                             "axes [1, -1] name axis 1 twice");
+  expect_error<InvalidModel>(
+      [&] {
+        reduce("ReduceMean", x, std::vector<int64_t>{1, -1}, 13);
+      },
+      "axes [1, -1] name axis 1 twice");
 }
 
 TEST(Reduce, AxesInputMustBeKnownWhenPlanning) {
@@ -218,8 +222,8 @@ double ref_op(const std::string& op, const std::vector<double>& v) {
   return r;
 }
 
-const std::vector<std::string> kOtherOps = {"ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-                                            "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"};
+const std::vector<std::string> kOtherOps = {"ReduceMax", "ReduceMin",    "ReduceProd",      "ReduceL1",
+                                            "ReduceL2",  "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"};
 
 // axes attribute at opset 13, input at 18: both forms, every subset of 3 axes, both keepdims.
 TEST(ReduceOthers, EverySubsetOfAxesMatchesDoubleReference) {
@@ -242,15 +246,16 @@ TEST(ReduceOthers, EverySubsetOfAxesMatchesDoubleReference) {
           ASSERT_EQ(y.numel(), static_cast<int64_t>(slots.size()));
           for (size_t i = 0; i < slots.size(); ++i) {
             const double want = ref_op(op, slots[i]);
-            ASSERT_NEAR(y.data<float>()[i], want, 2e-6 * std::fabs(want)) << op << " opset " << opset << " mask " << mask;
+            ASSERT_NEAR(y.data<float>()[i], want, 2e-6 * std::fabs(want))
+                << op << " opset " << opset << " mask " << mask;
           }
         }
 }
 
 TEST(ReduceOthers, LogSumExpDoesNotOverflowAndNaNPropagates) {
   const float inf = std::numeric_limits<float>::infinity();
-  const Tensor x = Tensor::from_vector<float>({4, 3}, {1000.f, 1000.f, 999.f, -inf, -inf, -inf, inf, 1.f, inf,
-                                                       std::nanf(""), 1.f, 2.f});
+  const Tensor x = Tensor::from_vector<float>(
+      {4, 3}, {1000.f, 1000.f, 999.f, -inf, -inf, -inf, inf, 1.f, inf, std::nanf(""), 1.f, 2.f});
   const Tensor y = reduce("ReduceLogSumExp", x, std::vector<int64_t>{1}, 18, 0);
   EXPECT_NEAR(y.data<float>()[0], 1000.0 + std::log(2.0 + std::exp(-1.0)), 1e-4);
   EXPECT_EQ(y.data<float>()[1], -inf);
@@ -268,7 +273,7 @@ TEST(ReduceOthers, EmptyReductionsGiveTheIdentity) {
   const Tensor e = Tensor::zeros(DType::Float32, {0, 2});
   const float inf = std::numeric_limits<float>::infinity();
   const std::vector<std::pair<std::string, float>> want = {
-      {"ReduceMax", -inf}, {"ReduceMin", inf}, {"ReduceProd", 1.f}, {"ReduceL1", 0.f},
+      {"ReduceMax", -inf}, {"ReduceMin", inf},     {"ReduceProd", 1.f},       {"ReduceL1", 0.f},
       {"ReduceL2", 0.f},   {"ReduceLogSum", -inf}, {"ReduceLogSumExp", -inf}, {"ReduceSumSquare", 0.f}};
   for (const auto& [op, v] : want) {
     const Tensor y = reduce(op, e, std::vector<int64_t>{0}, 18, 0);
@@ -280,7 +285,9 @@ TEST(ReduceOthers, EmptyReductionsGiveTheIdentity) {
 
 TEST(ReduceOthers, IntegerDtypes) {
   const Tensor xi = Tensor::from_vector<int32_t>({2, 3}, {3, -4, 0, -2, 5, 1});
-  const auto run = [&](const std::string& op) { return reduce(op, xi, std::vector<int64_t>{1}, 18, 0).to_int64_vector(); };
+  const auto run = [&](const std::string& op) {
+    return reduce(op, xi, std::vector<int64_t>{1}, 18, 0).to_int64_vector();
+  };
   EXPECT_EQ(run("ReduceMax"), (std::vector<int64_t>{3, 5}));
   EXPECT_EQ(run("ReduceMin"), (std::vector<int64_t>{-4, -2}));
   EXPECT_EQ(run("ReduceProd"), (std::vector<int64_t>{0, -10}));
@@ -302,8 +309,11 @@ TEST(ReduceOthers, NoopAndBadAxesInput) {
   n.op_type = "ReduceMax";
   n.inputs = {"data", "axes"};
   n.outputs = {"reduced"};
-  expect_error<TypeError>([&] { run_node(n, {x, Tensor::from_vector<int32_t>({1}, {0})}, 18); },
-                          "axes 'axes' must be a 1-D int64 tensor, got int32[1]");
+  expect_error<TypeError>(
+      [&] {
+        run_node(n, {x, Tensor::from_vector<int32_t>({1}, {0})}, 18);
+      },
+      "axes 'axes' must be a 1-D int64 tensor, got int32[1]");
 }
 
 }  // namespace

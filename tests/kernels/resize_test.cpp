@@ -147,8 +147,11 @@ TEST(Resize, RejectsBadInputsWithClearMessages) {
                  {x, Tensor(), scales({1, 1, 2, 2}), sizes({1, 1, 4, 4})}, 13);
       },
       "exactly one of scales and sizes must be given (non-empty); got both");
-  expect_error<ShapeError>([&] { run_node(resize_node({}), {x, Tensor(), scales({1, 2})}, 13); },
-                           "must be float with one entry per dimension of input [1, 1, 2, 2]");
+  expect_error<ShapeError>(
+      [&] {
+        run_node(resize_node({}), {x, Tensor(), scales({1, 2})}, 13);
+      },
+      "must be float with one entry per dimension of input [1, 1, 2, 2]");
   expect_error<Unsupported>(
       [&] {
         run_node(resize_node({{"mode", str("linear")}}),
@@ -156,7 +159,9 @@ TEST(Resize, RejectsBadInputsWithClearMessages) {
       },
       "linear interpolation of int32 input [2, 2] is not supported");
   expect_error<Unsupported>(
-      [&] { run_node(resize_node({{"mode", str("area")}}), {x, Tensor(), scales({1, 1, 2, 2})}, 13); },
+      [&] {
+        run_node(resize_node({{"mode", str("area")}}), {x, Tensor(), scales({1, 1, 2, 2})}, 13);
+      },
       "mode 'area' is not supported");
   EXPECT_THROW(run_node(resize_node({{"mode", str("area")}}), {x, Tensor(), scales({1, 1, 2, 2})}, 13), Unsupported);
 }

@@ -64,7 +64,9 @@ TEST(GatherElements, RejectsOutOfRangeIndexAndOversizedIndices) {
       },
       "index 3 (at [0, 1] of indices int64[1, 2]) is out of range for axis 1 of data float[2, 3] of size 3");
   expect_error<ShapeError>(
-      [&] { run_node(make_node("GatherElements", 2), {d, Tensor::zeros(DType::Int64, {1, 4})}, 13); },
+      [&] {
+        run_node(make_node("GatherElements", 2), {d, Tensor::zeros(DType::Int64, {1, 4})}, 13);
+      },
       "indices [1, 4] is larger than data [2, 3] in dimension 1");
 }
 
@@ -95,10 +97,14 @@ TEST(GatherND, SpecExamplesByHand) {
 TEST(GatherND, RejectsTooLongTuplesAndOutOfRange) {
   const Tensor d = Tensor::zeros(DType::Float32, {2, 2});
   expect_error<ShapeError>(
-      [&] { run_node(make_node("GatherND", 2), {d, Tensor::zeros(DType::Int64, {1, 3})}, 13); },
+      [&] {
+        run_node(make_node("GatherND", 2), {d, Tensor::zeros(DType::Int64, {1, 3})}, 13);
+      },
       "the last dimension of indices [1, 3] is 3, but must be in [1, 2] for data [2, 2] with batch_dims 0");
   expect_error<InvalidArgument>(
-      [&] { run_node(make_node("GatherND", 2), {d, Tensor::from_vector<int64_t>({1, 2}, {0, -3})}, 13); },
+      [&] {
+        run_node(make_node("GatherND", 2), {d, Tensor::from_vector<int64_t>({1, 2}, {0, -3})}, 13);
+      },
       "index -3 (at [0, 1] of indices int64[1, 2]) is out of range for axis 1 of data [2, 2] of size 2");
 }
 
@@ -148,7 +154,9 @@ TEST(ScatterElements, RejectsReductionBeforeItsOpsetAndMismatchedUpdates) {
       },
       "reduction 'max' is not valid at opset 16");
   expect_error<ShapeError>(
-      [&] { run_node(make_node("ScatterElements", 3), {d, idx, Tensor::zeros(DType::Float32, {2})}, 13); },
+      [&] {
+        run_node(make_node("ScatterElements", 3), {d, idx, Tensor::zeros(DType::Float32, {2})}, 13);
+      },
       "updates [2] must have the shape of indices [1]");
   expect_error<InvalidArgument>(
       [&] {

@@ -47,8 +47,11 @@ TEST(Reshape, AllowZeroKeepsZeroAsADimension) {
   Node az = make_node("Reshape", 2, {{"allowzero", Attribute::of_int(1)}});
   EXPECT_EQ(run_node(az, {x, ints({3, 0})}, 14)[0].shape(), (Shape{3, 0}));
   // Without allowzero the 0 copies input dim 1 (3): [3, 3] has 9 elements, not 0.
-  expect_error<ShapeError>([&] { run_node(make_node("Reshape", 2), {x, ints({3, 0})}, 14); },
-                           "cannot reshape float[0, 3] (0 elements) to [3, 0]");
+  expect_error<ShapeError>(
+      [&] {
+        run_node(make_node("Reshape", 2), {x, ints({3, 0})}, 14);
+      },
+      "cannot reshape float[0, 3] (0 elements) to [3, 0]");
   // -1 next to a literal 0 cannot be inferred.
   EXPECT_THROW(run_node(az, {x, ints({-1, 0})}, 14), ShapeError);
   // Before opset 14 the attribute does not exist, so 0 copies.
@@ -74,7 +77,9 @@ TEST(Reshape, ScalarToOneAndBack) {
 
 TEST(Reshape, MismatchNamesShapes) {
   expect_error<ShapeError>(
-      [&] { run_node(make_node("Reshape", 2), {counting(DType::Float32, {2, 3}), ints({4, -1})}, 13); },
+      [&] {
+        run_node(make_node("Reshape", 2), {counting(DType::Float32, {2, 3}), ints({4, -1})}, 13);
+      },
       "node 'n' (Reshape): cannot reshape float[2, 3] (6 elements) to [4, -1]");
   EXPECT_THROW(run_node(make_node("Reshape", 2), {counting(DType::Float32, {6}), ints({-1, -1})}, 13), ShapeError);
   EXPECT_THROW(run_node(make_node("Reshape", 2), {counting(DType::Float32, {6}), ints({-2, 3})}, 13), ShapeError);
@@ -92,8 +97,11 @@ TEST(Flatten, AxisSplitsOuterAndInner) {
   EXPECT_EQ(flat(-3).shape(), (Shape{1, 24}));
   expect_bytes_equal(flat(1), x.reshape({2, 12}));
   EXPECT_EQ(run_node(make_node("Flatten", 1), {x}, 13)[0].shape(), (Shape{2, 12}));  // default axis 1
-  expect_error<ShapeError>([&] { run_node(make_node("Flatten", 1, {{"axis", Attribute::of_int(4)}}), {x}, 13); },
-                           "axis 4 is out of range for rank 3");
+  expect_error<ShapeError>(
+      [&] {
+        run_node(make_node("Flatten", 1, {{"axis", Attribute::of_int(4)}}), {x}, 13);
+      },
+      "axis 4 is out of range for rank 3");
 }
 
 TEST(Squeeze, AxesFromAttributeBeforeOpset13AndInputFrom13) {
@@ -104,8 +112,11 @@ TEST(Squeeze, AxesFromAttributeBeforeOpset13AndInputFrom13) {
   EXPECT_EQ(run_node(make_node("Squeeze", 2), {x, ints({-2})}, 13)[0].shape(), (Shape{1, 3, 2}));
   EXPECT_EQ(run_node(make_node("Squeeze", 1), {x}, 13)[0].shape(), (Shape{3, 2}));  // every 1
   EXPECT_EQ(run_node(make_node("Squeeze", 1), {Tensor::scalar<int64_t>(4)}, 13)[0].shape(), Shape{});
-  expect_error<ShapeError>([&] { run_node(make_node("Squeeze", 2), {x, ints({1})}, 13); },
-                           "cannot squeeze axis 1 of shape [1, 3, 1, 2]: its size is 3");
+  expect_error<ShapeError>(
+      [&] {
+        run_node(make_node("Squeeze", 2), {x, ints({1})}, 13);
+      },
+      "cannot squeeze axis 1 of shape [1, 3, 1, 2]: its size is 3");
   EXPECT_THROW(run_node(make_node("Squeeze", 2), {x, ints({0, -4})}, 13), InvalidModel);  // axis 0 twice
 }
 
@@ -118,8 +129,11 @@ TEST(Unsqueeze, AxesIndexTheOutputInAnyOrder) {
   EXPECT_EQ(run_node(make_node("Unsqueeze", 2), {x, ints({1, -1})}, 13)[0].shape(), (Shape{3, 1, 4, 1}));
   EXPECT_EQ(run_node(make_node("Unsqueeze", 2), {Tensor::scalar<float>(1), ints({0})}, 13)[0].shape(), (Shape{1}));
   EXPECT_THROW(run_node(make_node("Unsqueeze", 2), {x, ints({1, 1})}, 13), InvalidModel);
-  expect_error<ShapeError>([&] { run_node(make_node("Unsqueeze", 2), {x, ints({3})}, 13); },
-                           "axis 3 is out of range for rank 3");
+  expect_error<ShapeError>(
+      [&] {
+        run_node(make_node("Unsqueeze", 2), {x, ints({3})}, 13);
+      },
+      "axis 3 is out of range for rank 3");
   EXPECT_THROW(run_node(make_node("Unsqueeze", 1), {x}, 13), InvalidModel);  // axes missing
 }
 

@@ -88,8 +88,11 @@ TEST(Softmax, LargeInputsStayFinite) {
 }
 
 TEST(Softmax, AxisOutOfRangeIsNamed) {
-  expect_error<ShapeError>([&] { run_node(softmax_node("Softmax", 3), {random_f32({2, 3, 4}, 1, -4.f, 4.f)}, 13); },
-                           {"axis 3 is out of range for input float[2, 3, 4] (rank 3)", "node 'sm' (Softmax)"});
+  expect_error<ShapeError>(
+      [&] {
+        run_node(softmax_node("Softmax", 3), {random_f32({2, 3, 4}, 1, -4.f, 4.f)}, 13);
+      },
+      {"axis 3 is out of range for input float[2, 3, 4] (rank 3)", "node 'sm' (Softmax)"});
 }
 
 // Hardmax: 1 at the first maximum of each line of x viewed as [outer, n, inner], else 0.
@@ -114,9 +117,9 @@ TEST(Hardmax, OneHotOfFirstMaximumPerAxisAndFlattened) {
     std::optional<int64_t> axis;
     int64_t outer, n, inner;
   };
-  for (const Case& c : {Case{13, std::nullopt, 12, 5, 1}, Case{13, 1, 3, 4, 5}, Case{13, 0, 1, 3, 20},
-                        Case{13, -2, 3, 4, 5}, Case{11, std::nullopt, 3, 20, 1}, Case{11, 0, 1, 60, 1},
-                        Case{11, 2, 12, 5, 1}, Case{11, 3, 60, 1, 1}}) {
+  for (const Case& c :
+       {Case{13, std::nullopt, 12, 5, 1}, Case{13, 1, 3, 4, 5}, Case{13, 0, 1, 3, 20}, Case{13, -2, 3, 4, 5},
+        Case{11, std::nullopt, 3, 20, 1}, Case{11, 0, 1, 60, 1}, Case{11, 2, 12, 5, 1}, Case{11, 3, 60, 1, 1}}) {
     SCOPED_TRACE(fmt::format("opset {} axis {}", c.opset, c.axis ? *c.axis : 999));
     const std::vector<double> ref = ref_hardmax(x, c.outer, c.n, c.inner);
     Tensor y = run_node(softmax_node("Hardmax", c.axis), {x}, c.opset).at(0);
@@ -130,8 +133,11 @@ TEST(Hardmax, OneHotOfFirstMaximumPerAxisAndFlattened) {
 }
 
 TEST(Hardmax, AxisOutOfRangeIsNamed) {
-  expect_error<ShapeError>([&] { run_node(softmax_node("Hardmax", 3), {random_f32({2, 3, 4}, 1, -4.f, 4.f)}); },
-                           "axis 3 is out of range for input float[2, 3, 4] (rank 3)");
+  expect_error<ShapeError>(
+      [&] {
+        run_node(softmax_node("Hardmax", 3), {random_f32({2, 3, 4}, 1, -4.f, 4.f)});
+      },
+      "axis 3 is out of range for input float[2, 3, 4] (rank 3)");
 }
 
 }  // namespace

@@ -46,9 +46,14 @@ std::vector<double> reference(const Tensor& g, const Shape& like) {
 }
 
 TEST(SumToShapeOf, MatchesBroadcastSums) {
-  for (const auto& [gs, like] : std::vector<std::pair<Shape, Shape>>{
-           {{2, 3}, {2, 3}}, {{4, 2, 3}, {3}}, {{4, 2, 3}, {2, 3}}, {{4, 2, 3}, {1, 1, 3}}, {{2, 3, 5}, {2, 1, 5}},
-           {{2, 3}, {2, 1}}, {{3, 4}, {}}, {{600, 300}, {300}}}) {
+  for (const auto& [gs, like] : std::vector<std::pair<Shape, Shape>>{{{2, 3}, {2, 3}},
+                                                                     {{4, 2, 3}, {3}},
+                                                                     {{4, 2, 3}, {2, 3}},
+                                                                     {{4, 2, 3}, {1, 1, 3}},
+                                                                     {{2, 3, 5}, {2, 1, 5}},
+                                                                     {{2, 3}, {2, 1}},
+                                                                     {{3, 4}, {}},
+                                                                     {{600, 300}, {300}}}) {
     const Tensor g = iota(gs);
     const Tensor y = sum_to(g, like);
     ASSERT_EQ(y.shape(), like);

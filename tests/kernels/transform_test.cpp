@@ -225,7 +225,9 @@ TEST(Slice, ReversesEveryDtype) {
 TEST(Slice, BadParametersAreErrors) {
   const Tensor x = arange(10);
   expect_error<InvalidModel>(
-      [&] { run_node(make_node("Slice", 5), {x, ints({0}), ints({5}), ints({0}), ints({0})}, 13); },
+      [&] {
+        run_node(make_node("Slice", 5), {x, ints({0}), ints({5}), ints({0}), ints({0})}, 13);
+      },
       "step for axis 0 is 0");
   EXPECT_THROW(run_node(make_node("Slice", 3), {x, ints({0, 1}), ints({5})}, 13), InvalidModel);
   EXPECT_THROW(run_node(make_node("Slice", 4), {x, ints({0}), ints({5}), ints({1})}, 13), ShapeError);

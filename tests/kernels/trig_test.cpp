@@ -66,7 +66,8 @@ TEST(Trig, OutsideTheDomainAndSpecialValues) {
   const Tensor x = Tensor::from_vector<float>({5}, {2.f, -2.f, std::nanf(""), static_cast<float>(inf), 0.5f});
   for (const std::string op : {"Asin", "Acos"}) {
     const Tensor y = run1(op, x);
-    EXPECT_TRUE(std::isnan(y.data<float>()[0]) && std::isnan(y.data<float>()[1]) && std::isnan(y.data<float>()[2])) << op;
+    EXPECT_TRUE(std::isnan(y.data<float>()[0]) && std::isnan(y.data<float>()[1]) && std::isnan(y.data<float>()[2]))
+        << op;
   }
   EXPECT_TRUE(std::isnan(run1("Acosh", Tensor::from_vector<float>({1}, {0.5f})).data<float>()[0]));
   const Tensor at = run1("Atanh", Tensor::from_vector<float>({3}, {1.f, -1.f, 2.f}));

@@ -37,12 +37,9 @@ double fold(const std::string& op, const std::vector<double>& v) {
 
 TEST(Variadic, OneToFourInputsUnderBroadcasting) {
   const std::vector<std::vector<Shape>> cases = {
-      {{3, 4}},
-      {{3, 4}, {3, 4}},
-      {{4}, {3, 1}, {}},
-      {{2, 1, 5}, {1, 3, 1}, {5}, {2, 3, 5}},
-      {{0, 2}, {2}},
-      {{50, 1000}, {1000}, {50, 1}},
+      {{3, 4}},          {{3, 4}, {3, 4}},
+      {{4}, {3, 1}, {}}, {{2, 1, 5}, {1, 3, 1}, {5}, {2, 3, 5}},
+      {{0, 2}, {2}},     {{50, 1000}, {1000}, {50, 1}},
   };
   for (const std::string op : {"Min", "Max", "Sum", "Mean"})
     for (const auto& shapes : cases) {
@@ -58,7 +55,8 @@ TEST(Variadic, OneToFourInputsUnderBroadcasting) {
         std::vector<double> v;
         for (size_t i = 0; i < in.size(); ++i) v.push_back(in[i].data<float>()[source_index(shapes[i], out, e)]);
         const double want = fold(op, v);
-        ASSERT_NEAR(y.data<float>()[e], want, 1e-6 * std::fabs(want) + 1e-6) << op << " " << shapes.size() << " inputs at " << e;
+        ASSERT_NEAR(y.data<float>()[e], want, 1e-6 * std::fabs(want) + 1e-6)
+            << op << " " << shapes.size() << " inputs at " << e;
       }
     }
 }
@@ -78,10 +76,12 @@ TEST(Variadic, NaNPropagatesThroughMinAndMax) {
 TEST(Variadic, IntegersAndFloat16) {
   const Tensor a = Tensor::from_vector<int64_t>({3}, {std::numeric_limits<int64_t>::min(), 5, -7});
   const Tensor b = Tensor::from_vector<int64_t>({1}, {0});
-  EXPECT_EQ(run_op("Min", {a, b}).to_int64_vector(), (std::vector<int64_t>{std::numeric_limits<int64_t>::min(), 0, -7}));
+  EXPECT_EQ(run_op("Min", {a, b}).to_int64_vector(),
+            (std::vector<int64_t>{std::numeric_limits<int64_t>::min(), 0, -7}));
   EXPECT_EQ(run_op("Max", {a, b}).to_int64_vector(), (std::vector<int64_t>{0, 5, 0}));
   const Tensor u = Tensor::from_vector<uint8_t>({2}, {200, 3});
-  EXPECT_EQ(run_op("Max", {u, Tensor::from_vector<uint8_t>({2}, {100, 4})}).to_int64_vector(), (std::vector<int64_t>{200, 4}));
+  EXPECT_EQ(run_op("Max", {u, Tensor::from_vector<uint8_t>({2}, {100, 4})}).to_int64_vector(),
+            (std::vector<int64_t>{200, 4}));
   // Float16 sums accumulate in float: 2048 + 1 + 1 is 2050 (summing in half would stay at 2048).
   const auto h = [](float v) { return Tensor::from_vector<Half>({1}, {float_to_half(v)}); };
   EXPECT_EQ(run_op("Sum", {h(2048.f), h(1.f), h(1.f)}).item_as_double(), 2050.0);

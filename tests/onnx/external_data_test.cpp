@@ -104,9 +104,8 @@ TEST(OnnxExternalData, SymlinkInsideTheFolderIsAllowed) {
 TEST(OnnxExternalData, MissingFile) {
   ModelDir dir;
   const std::string path = write_model(dir.model_dir(), "nope.bin");
-  expect_error<IOError>(
-      [&] { load_model(path); },
-      {"external data file 'nope.bin' for tensor 'w' not found in '" + dir.model_dir().string() + "'"});
+  expect_error<IOError>([&] { load_model(path); }, {"external data file 'nope.bin' for tensor 'w' not found in '" +
+                                                    dir.model_dir().string() + "'"});
 }
 
 TEST(OnnxExternalData, DotDotIsRefused) {

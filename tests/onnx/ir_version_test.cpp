@@ -2,8 +2,8 @@
 
 #include <filesystem>
 
-#include "kiln/onnx_io.h"
 #include "graph_builder.h"
+#include "kiln/onnx_io.h"
 #include "test_util.h"
 
 namespace kiln {

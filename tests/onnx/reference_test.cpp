@@ -38,7 +38,8 @@ void expect_values(const Tensor& t, DType d, const std::string& what) {
   EXPECT_EQ(t.dtype(), d) << what;
   EXPECT_EQ(t.shape(), (Shape{2, 3})) << what;
   const auto want = values_for(d);
-  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(t.item_as_double(i), want[static_cast<size_t>(i)]) << what << " [" << i << "]";
+  for (int64_t i = 0; i < 6; ++i)
+    EXPECT_EQ(t.item_as_double(i), want[static_cast<size_t>(i)]) << what << " [" << i << "]";
 }
 
 bool python_has_onnx() {

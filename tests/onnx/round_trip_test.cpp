@@ -179,14 +179,30 @@ void expect_graph_eq(const Graph& a, const Graph& b);
 void expect_attr_eq(const Attribute& a, const Attribute& b, const std::string& what) {
   ASSERT_EQ(a.kind, b.kind) << what;
   switch (a.kind) {
-    case Attribute::Kind::Float: EXPECT_EQ(a.f, b.f) << what; break;
-    case Attribute::Kind::Int: EXPECT_EQ(a.i, b.i) << what; break;
-    case Attribute::Kind::String: EXPECT_EQ(a.s, b.s) << what; break;
-    case Attribute::Kind::Tensor: expect_tensor_eq(a.t, b.t, what); break;
-    case Attribute::Kind::Graph: expect_graph_eq(*a.g, *b.g); break;
-    case Attribute::Kind::Floats: EXPECT_EQ(a.floats, b.floats) << what; break;
-    case Attribute::Kind::Ints: EXPECT_EQ(a.ints, b.ints) << what; break;
-    case Attribute::Kind::Strings: EXPECT_EQ(a.strings, b.strings) << what; break;
+    case Attribute::Kind::Float:
+      EXPECT_EQ(a.f, b.f) << what;
+      break;
+    case Attribute::Kind::Int:
+      EXPECT_EQ(a.i, b.i) << what;
+      break;
+    case Attribute::Kind::String:
+      EXPECT_EQ(a.s, b.s) << what;
+      break;
+    case Attribute::Kind::Tensor:
+      expect_tensor_eq(a.t, b.t, what);
+      break;
+    case Attribute::Kind::Graph:
+      expect_graph_eq(*a.g, *b.g);
+      break;
+    case Attribute::Kind::Floats:
+      EXPECT_EQ(a.floats, b.floats) << what;
+      break;
+    case Attribute::Kind::Ints:
+      EXPECT_EQ(a.ints, b.ints) << what;
+      break;
+    case Attribute::Kind::Strings:
+      EXPECT_EQ(a.strings, b.strings) << what;
+      break;
     case Attribute::Kind::Tensors:
       ASSERT_EQ(a.tensors.size(), b.tensors.size()) << what;
       for (size_t i = 0; i < a.tensors.size(); ++i) expect_tensor_eq(a.tensors[i], b.tensors[i], what);
@@ -291,9 +307,7 @@ TEST(OnnxRoundTrip, LoadsModelsLargerThan64MiB) {
 TEST(OnnxRoundTrip, OverwritesAtomicallyWithoutTempFiles) {
   TempDir dir;
   const std::string path = (dir / "model.onnx").string();
-  {
-    std::ofstream(path) << "old contents";
-  }
+  { std::ofstream(path) << "old contents"; }
   save_model(build_model(), path);
   EXPECT_EQ(read_bytes(path), serialize_model(build_model()));
   size_t files = 0;

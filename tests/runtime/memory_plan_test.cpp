@@ -17,7 +17,9 @@ namespace {
 
 size_t align_up(size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
-bool lifetimes_overlap(const BufferRequest& a, const BufferRequest& b) { return a.first <= b.last && b.first <= a.last; }
+bool lifetimes_overlap(const BufferRequest& a, const BufferRequest& b) {
+  return a.first <= b.last && b.first <= a.last;
+}
 
 std::string describe(const std::vector<BufferRequest>& requests, const MemoryPlan& plan, size_t i) {
   const BufferRequest& r = requests[i];

@@ -112,8 +112,8 @@ TEST(Planner, FoldsANodeWhoseInputsAreAllInitializers) {
 
 TEST(Planner, FoldsChainsOfKnownValuesAndShapeArithmetic) {
   // Shape(x) is known from the feed's shape; Reshape(initializer, Shape(x)) is then known too.
-  Model m = model({node("Shape", {"x"}, {"s"}), node("Reshape", {"w", "s"}, {"w2"}), node("Add", {"x", "w2"}, {"y"})},
-                  {"y"});
+  Model m =
+      model({node("Shape", {"x"}, {"s"}), node("Reshape", {"w", "s"}, {"w2"}), node("Add", {"x", "w2"}, {"y"})}, {"y"});
   m.graph.initializers = {{"w", Tensor::from_vector<float>({6}, {0, 1, 2, 3, 4, 5})}};
   const Planned p(std::move(m));
   EXPECT_EQ(p.plan->stats.num_folded, 2u);
@@ -219,9 +219,12 @@ TEST(Planner, ANodeReadingAnUndefinedValueIsInvalidModel) {
   // build_plan given the nodes in an order of its own says the same of a value not yet computed.
   expect_error<InvalidModel>([&] { build_plan(m, {0, 1}, kFeeds); }, "reads 'ghost'");
   const Model swapped = model({node("Relu", {"x"}, {"a"}), node("Relu", {"a"}, {"y"})}, {"y"});
-  expect_error<InvalidModel>([&] { build_plan(swapped, {1, 0}, kFeeds); },
-                             "node 'y_node' (Relu) reads 'a', which is not a graph input, an initializer or the "
-                             "output of an earlier node");
+  expect_error<InvalidModel>(
+      [&] {
+        build_plan(swapped, {1, 0}, kFeeds);
+      },
+      "node 'y_node' (Relu) reads 'a', which is not a graph input, an initializer or the "
+      "output of an earlier node");
 }
 
 TEST(Planner, AGraphOutputNobodyProducesIsInvalidModel) {

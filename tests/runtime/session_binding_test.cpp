@@ -143,8 +143,11 @@ TEST(SessionBinding, RejectsAnOutputOverAnInputThatIsReadLater) {
   Session s(std::move(model));
   Tensor x = vec({1, 2, 3, 4}), g = vec({1, 1, 1, 1}), m = vec({0, 0, 0, 0});
   std::vector<Tensor> outputs{x, Tensor(), Tensor()};
-  expect_error<InvalidArgument>([&] { s.run_with_binding({x, g, m}, outputs); },
-                                {"output 'x_new'", "input 'x'", "still read after"});
+  expect_error<InvalidArgument>(
+      [&] {
+        s.run_with_binding({x, g, m}, outputs);
+      },
+      {"output 'x_new'", "input 'x'", "still read after"});
   EXPECT_EQ(x.data<float>()[0], 1.f);  // checked before anything ran
 }
 
@@ -153,8 +156,11 @@ TEST(SessionBinding, RejectsAnOutputOverAnInputItsKernelCannotOverwrite) {
   Tensor x = vec({1, 2, 3, 4}), g = vec({1, 1, 1, 1}), m = vec({0, 0, 0, 0});
   std::vector<Tensor> outputs{g, Tensor()};  // x_new over g: Update reads g[i] before writing x_new[i],
                                              // but does not declare it
-  expect_error<InvalidArgument>([&] { s.run_with_binding({x, g, m}, outputs); },
-                                {"output 'x_new'", "input 'g'", "cannot write that output over that input"});
+  expect_error<InvalidArgument>(
+      [&] {
+        s.run_with_binding({x, g, m}, outputs);
+      },
+      {"output 'x_new'", "input 'g'", "cannot write that output over that input"});
   std::vector<Tensor> swapped{m, x};  // each over the other one's input
   expect_error<InvalidArgument>([&] { s.run_with_binding({x, g, m}, swapped); }, "cannot write");
 }
@@ -166,7 +172,7 @@ TEST(SessionBinding, RejectsOverlappingAndPartlyOverlappingMemory) {
   std::vector<Tensor> both{same, same};
   expect_error<InvalidArgument>([&] { s.run_with_binding({x, g, m}, both); }, "bound to overlapping memory");
   Tensor wide = Tensor::zeros(DType::Float32, {8});
-  Tensor x_part = Tensor::view_of(wide.storage(), 0, DType::Float32, {4});                  // wide[0:4]
+  Tensor x_part = Tensor::view_of(wide.storage(), 0, DType::Float32, {4});                   // wide[0:4]
   Tensor shifted = Tensor::view_of(wide.storage(), 2 * sizeof(float), DType::Float32, {4});  // wide[2:6]
   std::vector<Tensor> partly{shifted, Tensor()};
   expect_error<InvalidArgument>([&] { s.run_with_binding({x_part, g, m}, partly); }, "partly overlaps input 'x'");
@@ -184,7 +190,9 @@ TEST(SessionBinding, RejectsBadCountsShapesAndNulls) {
   expect_error<ShapeError>([&] { s.run_with_binding({x, g, vec({1, 2})}, two); }, "input 'm'");
   Tensor out;
   expect_error<InvalidArgument>(
-      [&] { s.run_with_binding(std::vector<const Tensor*>{&x, nullptr, &m}, std::vector<Tensor*>{&out, &out}); },
+      [&] {
+        s.run_with_binding(std::vector<const Tensor*>{&x, nullptr, &m}, std::vector<Tensor*>{&out, &out});
+      },
       "null tensor pointer");
 }
 

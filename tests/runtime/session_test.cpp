@@ -1,11 +1,12 @@
 // Session and planner behaviour, on test-only kernels in the domain "test.kiln" so that these
 // tests depend on nothing but the runtime.
+#include "kiln/session.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
 
 #include "kiln/kernel.h"
-#include "kiln/session.h"
 #include "runtime/runtime_test_util.h"
 #include "test_util.h"
 
@@ -35,7 +36,8 @@ class Add2 : public Kernel {
  public:
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    if (ctx.shape(0) != ctx.shape(1)) throw ShapeError("Add2: shapes differ: " + to_string(ctx.shape(0)) + " vs " + to_string(ctx.shape(1)));
+    if (ctx.shape(0) != ctx.shape(1))
+      throw ShapeError("Add2: shapes differ: " + to_string(ctx.shape(0)) + " vs " + to_string(ctx.shape(1)));
     return {{ctx.dtype(0), ctx.shape(0)}};
   }
   void compute(ComputeContext& ctx) override {
@@ -88,7 +90,8 @@ const KernelRegistrar r1({"test.kiln", "AddOne", 1, kMaxOpset, {DType::Float32}}
                          [](const Node& n) { return std::make_unique<AddOne>(n); });
 const KernelRegistrar r2({"test.kiln", "Add2", 1, kMaxOpset, {DType::Float32}},
                          [](const Node& n) { return std::make_unique<Add2>(n); });
-const KernelRegistrar r3({"test.kiln", "Flat", 1, kMaxOpset, {}}, [](const Node& n) { return std::make_unique<Flat>(n); });
+const KernelRegistrar r3({"test.kiln", "Flat", 1, kMaxOpset, {}},
+                         [](const Node& n) { return std::make_unique<Flat>(n); });
 const KernelRegistrar r4({"test.kiln", "ShapeOf", 1, kMaxOpset, {}},
                          [](const Node& n) { return std::make_unique<ShapeOf>(n); });
 
@@ -117,9 +120,9 @@ TEST(Session, RunsNodesInTopologicalOrderWithInPlaceReuse) {
   ASSERT_EQ(out.count("y"), 1u);
   EXPECT_EQ(out["y"].shape(), (Shape{8}));
   for (int i = 0; i < 8; ++i) EXPECT_EQ(out["y"].data<float>()[i], i + 3.f);
-  EXPECT_EQ(g_compute_calls, 3);                       // Flat is a view: no compute
-  EXPECT_EQ(x.data<float>()[0], 0.f);                  // the feed is never written
-  EXPECT_EQ(s.last_plan_stats().peak_bytes, 64u);      // a, b, c share one 32-byte buffer (aligned to 64)
+  EXPECT_EQ(g_compute_calls, 3);                   // Flat is a view: no compute
+  EXPECT_EQ(x.data<float>()[0], 0.f);              // the feed is never written
+  EXPECT_EQ(s.last_plan_stats().peak_bytes, 64u);  // a, b, c share one 32-byte buffer (aligned to 64)
   EXPECT_EQ(s.last_plan_stats().unplanned_bytes, 3 * 64u);
 }
 
@@ -230,15 +233,26 @@ TEST(Session, ProfileCountsStepsWhoseShapesAreKnownOnlyAtRunTime) {
 TEST(Session, BadFeedsAreClearErrors) {
   Session s(chain_model());
   expect_error<InvalidArgument>([&] { s.run({}); }, "input 'x' (float[batch, 4]) is missing");
-  expect_error<ShapeError>([&] { s.run({{"x", Tensor::zeros(DType::Float32, {2, 5})}}); },
-                           "input 'x' expects shape float[batch, 4] but was given float[2, 5]");
-  expect_error<TypeError>([&] { s.run({{"x", Tensor::zeros(DType::Int64, {2, 4})}}); },
-                          "expects float[batch, 4] but was given int64[2, 4]");
+  expect_error<ShapeError>(
+      [&] {
+        s.run({{"x", Tensor::zeros(DType::Float32, {2, 5})}});
+      },
+      "input 'x' expects shape float[batch, 4] but was given float[2, 5]");
+  expect_error<TypeError>(
+      [&] {
+        s.run({{"x", Tensor::zeros(DType::Int64, {2, 4})}});
+      },
+      "expects float[batch, 4] but was given int64[2, 4]");
   expect_error<InvalidArgument>(
-      [&] { s.run({{"x", Tensor::zeros(DType::Float32, {2, 4})}, {"z", Tensor::zeros(DType::Float32, {1})}}); },
+      [&] {
+        s.run({{"x", Tensor::zeros(DType::Float32, {2, 4})}, {"z", Tensor::zeros(DType::Float32, {1})}});
+      },
       "'z' is not an input of the model");
-  expect_error<InvalidArgument>([&] { s.run({{"x", Tensor::zeros(DType::Float32, {2, 4})}}, {"nope"}); },
-                                "'nope' is not an output");
+  expect_error<InvalidArgument>(
+      [&] {
+        s.run({{"x", Tensor::zeros(DType::Float32, {2, 4})}}, {"nope"});
+      },
+      "'nope' is not an output");
 }
 
 TEST(Session, KernelShapeErrorsNameTheNode) {
@@ -249,7 +263,9 @@ TEST(Session, KernelShapeErrorsNameTheNode) {
   m.graph.nodes = {node("Add2", {"x", "z"}, {"y"})};
   Session s(std::move(m));
   expect_error<ShapeError>(
-      [&] { s.run({{"x", Tensor::zeros(DType::Float32, {2})}, {"z", Tensor::zeros(DType::Float32, {3})}}); },
+      [&] {
+        s.run({{"x", Tensor::zeros(DType::Float32, {2})}, {"z", Tensor::zeros(DType::Float32, {3})}});
+      },
       "node 'y_node' (test.kiln.Add2): Add2: shapes differ: [2] vs [3]");
 }
 
@@ -266,7 +282,9 @@ TEST(Session, UnknownOpNamesOpDomainAndOpset) {
   m.graph.nodes = {n};
   Session s(std::move(m));
   expect_error<Unsupported>(
-      [&] { s.run({{"x", Tensor::zeros(DType::Float32, {2})}}); },
+      [&] {
+        s.run({{"x", Tensor::zeros(DType::Float32, {2})}});
+      },
       "node 'f' (FrobnicateZ): op FrobnicateZ (domain 'ai.onnx', opset 17) is not implemented by Kiln");
 }
 

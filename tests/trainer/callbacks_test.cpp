@@ -30,17 +30,31 @@ struct Recorder : TrainerCallback {
     events.push_back(std::string(event) + "@" + std::to_string(s.global_step));
     saw_model = saw_model || ctx.model != nullptr;
   }
-  void on_init_end(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override { add("init_end", s, c); }
+  void on_init_end(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override {
+    add("init_end", s, c);
+  }
   void on_train_begin(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override {
     add("train_begin", s, c);
     saw_scheduler = c.lr_scheduler != nullptr && c.train_dataloader != nullptr && c.optimizer != nullptr;
   }
-  void on_train_end(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override { add("train_end", s, c); }
-  void on_epoch_begin(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override { add("epoch_begin", s, c); }
-  void on_epoch_end(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override { add("epoch_end", s, c); }
-  void on_step_begin(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override { add("step_begin", s, c); }
-  void on_pre_optimizer_step(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override { add("pre_optimizer_step", s, c); }
-  void on_optimizer_step(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override { add("optimizer_step", s, c); }
+  void on_train_end(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override {
+    add("train_end", s, c);
+  }
+  void on_epoch_begin(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override {
+    add("epoch_begin", s, c);
+  }
+  void on_epoch_end(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override {
+    add("epoch_end", s, c);
+  }
+  void on_step_begin(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override {
+    add("step_begin", s, c);
+  }
+  void on_pre_optimizer_step(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override {
+    add("pre_optimizer_step", s, c);
+  }
+  void on_optimizer_step(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override {
+    add("optimizer_step", s, c);
+  }
   void on_substep_end(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override {
     add("substep_end", s, c);
     EXPECT_TRUE(c.loss.has_value());
@@ -54,12 +68,16 @@ struct Recorder : TrainerCallback {
     add("evaluate", s, c);
     evaluations.push_back(*c.metrics);
   }
-  void on_predict(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override { add("predict", s, c); }
+  void on_predict(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override {
+    add("predict", s, c);
+  }
   void on_prediction_step(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override {
     add("prediction_step", s, c);
     EXPECT_NE(c.eval_dataloader, nullptr);
   }
-  void on_save(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override { add("save", s, c); }
+  void on_save(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override {
+    add("save", s, c);
+  }
   void on_log(const Args&, const TrainerState& s, TrainerControl&, const CallbackContext& c) override {
     add("log", s, c);
     logs.push_back(*c.logs);
@@ -67,9 +85,18 @@ struct Recorder : TrainerCallback {
 };
 
 TrainingArguments args_for(const fs::path& out, std::vector<std::string> extra) {
-  std::vector<std::string> argv = {"--output_dir", out.string(), "--learning_rate", "0.01", "--report_to", "none",
-                                   "--disable_tqdm", "true", "--per_device_train_batch_size", "2",
-                                   "--per_device_eval_batch_size", "2"};
+  std::vector<std::string> argv = {"--output_dir",
+                                   out.string(),
+                                   "--learning_rate",
+                                   "0.01",
+                                   "--report_to",
+                                   "none",
+                                   "--disable_tqdm",
+                                   "true",
+                                   "--per_device_train_batch_size",
+                                   "2",
+                                   "--per_device_eval_batch_size",
+                                   "2"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return TrainingArguments::parse_args(argv);
 }
@@ -92,9 +119,17 @@ TEST(Callbacks, EventOrderMatchesHuggingFacesLoop) {
                                              "optimizer_step@0", "step_end@1"};
   auto update_with_log_eval_save = [](int before, int after) {
     const std::string b = std::to_string(before), a = std::to_string(after);
-    return std::vector<std::string>{"step_begin@" + b, "substep_end@" + b, "pre_optimizer_step@" + b,
-                                    "optimizer_step@" + b, "step_end@" + a, "log@" + a, "prediction_step@" + a,
-                                    "prediction_step@" + a, "log@" + a, "evaluate@" + a, "save@" + a};
+    return std::vector<std::string>{"step_begin@" + b,
+                                    "substep_end@" + b,
+                                    "pre_optimizer_step@" + b,
+                                    "optimizer_step@" + b,
+                                    "step_end@" + a,
+                                    "log@" + a,
+                                    "prediction_step@" + a,
+                                    "prediction_step@" + a,
+                                    "log@" + a,
+                                    "evaluate@" + a,
+                                    "save@" + a};
   };
   std::vector<std::string> expected = {"init_end@0", "train_begin@0", "epoch_begin@0"};
   expected.insert(expected.end(), update_1.begin(), update_1.end());
@@ -165,9 +200,9 @@ TEST(Callbacks, EarlyStoppingStopsAPlateau) {
   const fs::path dir2 = fresh("cb_early_falls");
   auto early2 = std::make_shared<EarlyStoppingCallback>();
   Trainer t2(ModelSource::onnx(write_model(dir2, false).string(), training::LossType::CrossEntropyLoss),
-             args_for(dir2 / "out", {"--learning_rate", "0.05", "--max_steps", "6", "--eval_strategy", "steps",
-                                     "--eval_steps", "1", "--save_steps", "1", "--load_best_model_at_end", "true",
-                                     "--per_device_train_batch_size", "8"}),
+             args_for(dir2 / "out",
+                      {"--learning_rate", "0.05", "--max_steps", "6", "--eval_strategy", "steps", "--eval_steps", "1",
+                       "--save_steps", "1", "--load_best_model_at_end", "true", "--per_device_train_batch_size", "8"}),
              dataset(8, 1), dataset(8, 1), nullptr, nullptr, {early2});
   EXPECT_EQ(t2.train().global_step, 6);
 }
@@ -219,8 +254,9 @@ TEST(Callbacks, EarlyStoppingThresholdAndDirection) {
 TEST(Callbacks, EarlyStoppingStateSurvivesResume) {
   const fs::path dir = fresh("cb_early_resume");
   const fs::path model = write_model(dir, false);
-  const std::vector<std::string> flags = {"--learning_rate", "0", "--max_steps", "20", "--eval_strategy", "steps",
-                                          "--eval_steps", "1", "--save_steps", "1", "--load_best_model_at_end", "true"};
+  const std::vector<std::string> flags = {
+      "--learning_rate", "0", "--max_steps",  "20", "--eval_strategy",          "steps",
+      "--eval_steps",    "1", "--save_steps", "1",  "--load_best_model_at_end", "true"};
   auto run = [&](const std::string& resume, bool restore) {
     std::vector<std::string> f = flags;
     f.insert(f.end(), {"--restore_callback_states_from_checkpoint", restore ? "true" : "false"});

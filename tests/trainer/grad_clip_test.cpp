@@ -71,9 +71,10 @@ TEST(GradClip, ManyBlocksMatchALongDoubleReference) {
   const double coef = 0.25 / (total + 1e-6);
   for (size_t t = 0; t < grads.size(); ++t)
     for (int64_t i = 0; i < grads[t].numel(); i += 997) {
-      const double expected = grads[t].dtype() == DType::Float32
-                                  ? static_cast<double>(static_cast<float>(before[t].item_as_double(i)) * static_cast<float>(coef))
-                                  : before[t].item_as_double(i) * coef;
+      const double expected =
+          grads[t].dtype() == DType::Float32
+              ? static_cast<double>(static_cast<float>(before[t].item_as_double(i)) * static_cast<float>(coef))
+              : before[t].item_as_double(i) * coef;
       ASSERT_EQ(grads[t].item_as_double(i), expected) << "gradient " << t << " element " << i;
     }
   // The clipped set has norm max_norm (up to the 1e-6 and float32 rounding).

@@ -91,7 +91,8 @@ TEST(LRSchedulerDump, Request) {
     ASSERT_TRUE(in) << "KILN_LR_DUMP=" << dir << " has no request.json";
     const Json response = run_request(Json::parse(in));
     std::ofstream(fs::path(dir) / "response.json") << response.dump();
-    EXPECT_EQ(response["schedules"].size(), Json::parse(std::ifstream(fs::path(dir) / "request.json"))["schedules"].size());
+    EXPECT_EQ(response["schedules"].size(),
+              Json::parse(std::ifstream(fs::path(dir) / "request.json"))["schedules"].size());
     return;
   }
   const kiln::test::TempDir tmp;

@@ -38,7 +38,8 @@ void expect_schedule(const std::string& type, const std::vector<std::pair<int64_
   auto s = make_lr_scheduler(type, kLr, warmup, total, kwargs);
   EXPECT_EQ(s->type(), type);
   EXPECT_FALSE(s->steps_on_metric());
-  for (const auto& [step, lr] : expected) expect_rel(s->lr(step), lr, fmt::format("{} {} step {}", type, kwargs.dump(), step));
+  for (const auto& [step, lr] : expected)
+    expect_rel(s->lr(step), lr, fmt::format("{} {} step {}", type, kwargs.dump(), step));
   // current_lr() after n step() calls is lr(n).
   auto ordered = expected;
   std::sort(ordered.begin(), ordered.end());
@@ -58,15 +59,20 @@ TEST(LRSchedulers, NamesAreHuggingFaces) {
 
 TEST(LRSchedulers, Linear) {
   // warmup: step/10; then (100 - step) / 90, floored at 0.
-  expect_schedule("linear", {{0, 0.0}, {1, kLr / 10}, {9, kLr * 9 / 10}, {10, kLr}, {55, kLr / 2}, {99, kLr / 90},
-                             {100, 0.0}, {150, 0.0}});
+  expect_schedule(
+      "linear",
+      {{0, 0.0}, {1, kLr / 10}, {9, kLr * 9 / 10}, {10, kLr}, {55, kLr / 2}, {99, kLr / 90}, {100, 0.0}, {150, 0.0}});
   // No warmup: max(1, 0) keeps the division defined; step 0 is the full rate.
   expect_schedule("linear", {{0, kLr}, {50, kLr / 2}, {100, 0.0}}, {}, 0, 100);
 }
 
 TEST(LRSchedulers, Cosine) {
   // 0.5 * (1 + cos(pi * 0.5 * 2 * progress)), progress = (step - 10) / 90.
-  expect_schedule("cosine", {{0, 0.0}, {9, kLr * 0.9}, {10, kLr}, {55, kLr / 2}, {40, kLr * 0.75},  // cos(pi/3) = 1/2
+  expect_schedule("cosine", {{0, 0.0},
+                             {9, kLr * 0.9},
+                             {10, kLr},
+                             {55, kLr / 2},
+                             {40, kLr * 0.75},  // cos(pi/3) = 1/2
                              {100, 0.0},
                              // past the end HF's cosine rises again: progress 14/9, cos(14pi/9) = cos(80 deg)
                              {150, kLr * 0.5 * (1 + std::sin(std::numbers::pi / 18))}});
@@ -76,7 +82,12 @@ TEST(LRSchedulers, Cosine) {
 
 TEST(LRSchedulers, CosineWithRestarts) {
   // num_cycles = 1: 0.5 * (1 + cos(pi * (progress % 1))), 0 from progress 1 on.
-  expect_schedule("cosine_with_restarts", {{0, 0.0}, {9, kLr * 0.9}, {10, kLr}, {55, kLr / 2}, {100, 0.0}, {150, 0.0},
+  expect_schedule("cosine_with_restarts", {{0, 0.0},
+                                           {9, kLr * 0.9},
+                                           {10, kLr},
+                                           {55, kLr / 2},
+                                           {100, 0.0},
+                                           {150, 0.0},
                                            {99, kLr * 0.5 * (1 - std::cos(std::numbers::pi / 90))}});
   // num_cycles = 3: step 25 is progress 1/6 -> (1/2 % 1); step 45 is 7/18 -> 7/6 % 1 = 1/6 -> cos(pi/6).
   expect_schedule("cosine_with_restarts", {{25, kLr / 2}, {45, kLr * 0.5 * (1 + std::sqrt(3.0) / 2)}, {100, 0.0}},
@@ -86,8 +97,8 @@ TEST(LRSchedulers, CosineWithRestarts) {
 TEST(LRSchedulers, Polynomial) {
   // (lr_init - lr_end) * (1 - (step - 10) / 90) ** power + lr_end, then / lr_init * lr_init; lr_end past the end.
   const double end = 1e-7;
-  expect_schedule("polynomial", {{0, 0.0}, {9, kLr * 0.9}, {10, kLr}, {55, (kLr - end) * 0.5 + end}, {100, end},
-                                 {150, end}});
+  expect_schedule("polynomial",
+                  {{0, 0.0}, {9, kLr * 0.9}, {10, kLr}, {55, (kLr - end) * 0.5 + end}, {100, end}, {150, end}});
   expect_schedule("polynomial", {{10, kLr}, {55, (kLr - 1e-4) * 0.25 + 1e-4}, {100, 1e-4}, {101, 1e-4}},
                   {{"lr_end", 1e-4}, {"power", 2.0}});
 }
@@ -102,7 +113,8 @@ TEST(LRSchedulers, ConstantWithWarmup) {
 
 TEST(LRSchedulers, InverseSqrt) {
   // timescale = num_warmup_steps = 10: 1 / sqrt((step + 0) / 10).
-  expect_schedule("inverse_sqrt", {{0, 0.0}, {9, kLr * 0.9}, {10, kLr}, {40, kLr / 2}, {90, kLr / 3}, {1000, kLr / 10}});
+  expect_schedule("inverse_sqrt",
+                  {{0, 0.0}, {9, kLr * 0.9}, {10, kLr}, {40, kLr / 2}, {90, kLr / 3}, {1000, kLr / 10}});
   // timescale 100: 1 / sqrt((step + 90) / 100).
   expect_schedule("inverse_sqrt", {{10, kLr}, {310, kLr / 2}, {9910, kLr / 10}}, {{"timescale", 100}});
   // No warmup: timescale 10_000.
@@ -115,12 +127,12 @@ TEST(LRSchedulers, PlateauFollowsTorchRules) {
   EXPECT_TRUE(s->steps_on_metric());
   EXPECT_EQ(s->current_lr(), 1.0);  // warmup is ignored, as in HF
   const std::vector<std::pair<double, double>> trace = {
-      {1.0, 1.0},       // best inf -> 1.0
-      {0.99995, 1.0},   // not below 0.9999: bad 1
-      {1.0, 1.0},       // bad 2
-      {1.0, 0.5},       // bad 3 > patience: halve, bad 0
-      {0.5, 0.5},       // better
-      {0.6, 0.5}, {0.6, 0.5}, {0.6, 0.25},
+      {1.0, 1.0},      // best inf -> 1.0
+      {0.99995, 1.0},  // not below 0.9999: bad 1
+      {1.0, 1.0},      // bad 2
+      {1.0, 0.5},      // bad 3 > patience: halve, bad 0
+      {0.5, 0.5},      // better
+      {0.6, 0.5},     {0.6, 0.5}, {0.6, 0.25},
   };
   for (size_t i = 0; i < trace.size(); ++i) {
     s->step(trace[i].first);
@@ -139,20 +151,26 @@ TEST(LRSchedulers, PlateauFollowsTorchRules) {
 TEST(LRSchedulers, PlateauCooldownMinLrAndMax) {
   // mode max, abs threshold 0.1, patience 0, cooldown 1, min_lr 0.3, factor 0.5.
   auto s = make_lr_scheduler("reduce_lr_on_plateau", 1.0, 0, 0,
-                             {{"mode", "max"}, {"threshold_mode", "abs"}, {"threshold", 0.1}, {"patience", 0},
-                              {"cooldown", 1}, {"min_lr", 0.3}, {"factor", 0.5}, {"verbose", false}});
-  s->step(1.0);   // better than -inf
+                             {{"mode", "max"},
+                              {"threshold_mode", "abs"},
+                              {"threshold", 0.1},
+                              {"patience", 0},
+                              {"cooldown", 1},
+                              {"min_lr", 0.3},
+                              {"factor", 0.5},
+                              {"verbose", false}});
+  s->step(1.0);  // better than -inf
   EXPECT_EQ(s->current_lr(), 1.0);
   s->step(1.05);  // not above 1.0 + 0.1: bad 1 > 0 -> 0.5, cooldown 1
   EXPECT_EQ(s->current_lr(), 0.5);
-  s->step(0.0);   // in cooldown: bad reset
+  s->step(0.0);  // in cooldown: bad reset
   EXPECT_EQ(s->current_lr(), 0.5);
-  s->step(0.0);   // bad -> max(0.25, 0.3) = 0.3
+  s->step(0.0);  // bad -> max(0.25, 0.3) = 0.3
   EXPECT_EQ(s->current_lr(), 0.3);
-  s->step(0.0);   // cooldown
-  s->step(0.0);   // max(0.15, 0.3) = 0.3: no move
+  s->step(0.0);  // cooldown
+  s->step(0.0);  // max(0.15, 0.3) = 0.3: no move
   EXPECT_EQ(s->current_lr(), 0.3);
-  s->step(1.2);   // 1.2 > 1.1: better
+  s->step(1.2);  // 1.2 > 1.1: better
   EXPECT_EQ(s->current_lr(), 0.3);
 }
 
@@ -217,28 +235,55 @@ TEST(LRSchedulers, ErrorsNameTheValidChoices) {
   expect_error<InvalidArgument>(
       [] { make_lr_scheduler("cosine_annealing", 1e-3, 0, 10); },
       {"'cosine_annealing'", "constant, constant_with_warmup, cosine", "reduce_lr_on_plateau"});
-  expect_error<InvalidArgument>([] { make_lr_scheduler("cosine", 1e-3, 0, 10, {{"num_cycle", 1}}); },
-                                {"'num_cycle'", "valid: num_cycles"});
-  expect_error<InvalidArgument>([] { make_lr_scheduler("linear", 1e-3, 0, 10, {{"power", 1}}); },
-                                {"'power'", "valid: (none)"});
-  expect_error<InvalidArgument>([] { make_lr_scheduler("cosine", 1e-3, 0, 10, {{"num_cycles", "two"}}); },
-                                {"'num_cycles'", "a number"});
+  expect_error<InvalidArgument>(
+      [] {
+        make_lr_scheduler("cosine", 1e-3, 0, 10, {{"num_cycle", 1}});
+      },
+      {"'num_cycle'", "valid: num_cycles"});
+  expect_error<InvalidArgument>(
+      [] {
+        make_lr_scheduler("linear", 1e-3, 0, 10, {{"power", 1}});
+      },
+      {"'power'", "valid: (none)"});
+  expect_error<InvalidArgument>(
+      [] {
+        make_lr_scheduler("cosine", 1e-3, 0, 10, {{"num_cycles", "two"}});
+      },
+      {"'num_cycles'", "a number"});
   expect_error<InvalidArgument>([] { make_lr_scheduler("cosine", 1e-3, 0, 10, Json::array({1})); }, "JSON object");
-  expect_error<InvalidArgument>([] { make_lr_scheduler("polynomial", 1e-3, 0, 10, {{"lr_end", 1e-3}}); },
-                                "lr_end (0.001) must be smaller than initial lr (0.001)");
+  expect_error<InvalidArgument>(
+      [] {
+        make_lr_scheduler("polynomial", 1e-3, 0, 10, {{"lr_end", 1e-3}});
+      },
+      "lr_end (0.001) must be smaller than initial lr (0.001)");
   expect_error<InvalidArgument>([] { make_lr_scheduler("polynomial", 1e-3, 10, 10); },
                                 {"num_training_steps (10)", "num_warmup_steps (10)"});
-  expect_error<InvalidArgument>([] { make_lr_scheduler("inverse_sqrt", 1e-3, 0, 10, {{"timescale", 0}}); },
-                                {"timescale", "positive"});
-  expect_error<InvalidArgument>([] { make_lr_scheduler("inverse_sqrt", 1e-3, 0, 10, {{"timescale", 2.5}}); },
-                                {"'timescale'", "integer"});
+  expect_error<InvalidArgument>(
+      [] {
+        make_lr_scheduler("inverse_sqrt", 1e-3, 0, 10, {{"timescale", 0}});
+      },
+      {"timescale", "positive"});
+  expect_error<InvalidArgument>(
+      [] {
+        make_lr_scheduler("inverse_sqrt", 1e-3, 0, 10, {{"timescale", 2.5}});
+      },
+      {"'timescale'", "integer"});
   expect_error<InvalidArgument>([] { make_lr_scheduler("linear", 1e-3, -1, 10); }, "num_warmup_steps (-1)");
-  expect_error<InvalidArgument>([] { make_lr_scheduler("reduce_lr_on_plateau", 1e-3, 0, 0, {{"factor", 1.0}}); },
-                                "factor should be < 1.0");
-  expect_error<InvalidArgument>([] { make_lr_scheduler("reduce_lr_on_plateau", 1e-3, 0, 0, {{"mode", "avg"}}); },
-                                {"'mode'", "min, max"});
-  expect_error<InvalidArgument>([] { make_lr_scheduler("reduce_lr_on_plateau", 1e-3, 0, 0, {{"patience", true}}); },
-                                {"'patience'", "integer"});
+  expect_error<InvalidArgument>(
+      [] {
+        make_lr_scheduler("reduce_lr_on_plateau", 1e-3, 0, 0, {{"factor", 1.0}});
+      },
+      "factor should be < 1.0");
+  expect_error<InvalidArgument>(
+      [] {
+        make_lr_scheduler("reduce_lr_on_plateau", 1e-3, 0, 0, {{"mode", "avg"}});
+      },
+      {"'mode'", "min, max"});
+  expect_error<InvalidArgument>(
+      [] {
+        make_lr_scheduler("reduce_lr_on_plateau", 1e-3, 0, 0, {{"patience", true}});
+      },
+      {"'patience'", "integer"});
   expect_error<InvalidArgument>([] { make_lr_scheduler("linear", 1e-3, 0, 10)->step(0.5); }, "takes no metric");
   expect_error<InvalidArgument>([] { make_lr_scheduler("reduce_lr_on_plateau", 1e-3, 0, 0)->step(); }, "metric");
   expect_error<InvalidArgument>([] { make_lr_scheduler("linear", 1e-3, 0, 10)->lr(-1); }, "step -1");

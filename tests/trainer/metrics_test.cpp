@@ -104,8 +104,8 @@ TEST(Metrics, RegressionSingleOutput) {
   const Tensor ones = Tensor::from_vector<float>({3}, {1, 1, 1});
   EXPECT_NEAR(mean_squared_error(pred, ones), 5.0 / 3.0, kTol);
   EXPECT_NEAR(mean_absolute_error(pred, ones), 1.0, kTol);
-  EXPECT_EQ(r2_score(pred, ones), 0.0);   // constant targets, not predicted: force_finite 0
-  EXPECT_EQ(r2_score(ones, ones), 1.0);   // constant targets predicted exactly: 1
+  EXPECT_EQ(r2_score(pred, ones), 0.0);  // constant targets, not predicted: force_finite 0
+  EXPECT_EQ(r2_score(ones, ones), 1.0);  // constant targets predicted exactly: 1
   const Tensor targets = Tensor::from_vector<double>({3}, {1, 2, 3});
   EXPECT_NEAR(r2_score(Tensor::from_vector<double>({3}, {1, 2, 4}), targets), 0.5, kTol);
   EXPECT_TRUE(std::isnan(r2_score(Tensor::from_vector<double>({1}, {1}), Tensor::from_vector<double>({1}, {2}))));
@@ -131,8 +131,7 @@ TEST(Metrics, Perplexity) {
 TEST(Metrics, ErrorsNameTheShapesAndOptions) {
   const Tensor logits = Tensor::from_vector<float>({2, 3}, {0, 1, 2, 3, 4, 5});
   expect_error<ShapeError>([&] { accuracy(logits, ids({0, 1, 2})); }, {"float[2, 3]", "int64[3]"});
-  EXPECT_THROW(mean_squared_error(Tensor::from_vector<float>({3, 2}, {0, 0, 0, 0, 0, 0}), ids({1, 2, 3})),
-               ShapeError);
+  EXPECT_THROW(mean_squared_error(Tensor::from_vector<float>({3, 2}, {0, 0, 0, 0, 0, 0}), ids({1, 2, 3})), ShapeError);
   EXPECT_THROW(top_k_accuracy(logits, ids({0, 1}).reshape({1, 2}), 1), ShapeError);
   EXPECT_THROW(accuracy(Tensor::zeros(DType::Float32, {0, 3}), Tensor::zeros(DType::Int64, {0})), InvalidArgument);
   EXPECT_THROW(r2_score(Tensor::zeros(DType::Float32, {0}), Tensor::zeros(DType::Float32, {0})), InvalidArgument);
@@ -161,8 +160,11 @@ TEST(Metrics, ClassificationMetricsForTheTrainer) {
 }
 
 TEST(Metrics, UnknownMetricNameListsTheValidOnes) {
-  expect_error<InvalidArgument>([] { classification_metrics({"accuracy", "f1_binary"}); },
-                                {"'f1_binary'", "f1_weighted", "top<k>_accuracy"});
+  expect_error<InvalidArgument>(
+      [] {
+        classification_metrics({"accuracy", "f1_binary"});
+      },
+      {"'f1_binary'", "f1_weighted", "top<k>_accuracy"});
   EXPECT_THROW(classification_metrics({"top0_accuracy"}), InvalidArgument);
   EXPECT_THROW(classification_metrics({"topx_accuracy"}), InvalidArgument);
   EXPECT_THROW(classification_metrics({}), InvalidArgument);
@@ -227,15 +229,14 @@ TEST(MetricsDump, Request) {
   save_npy(ids({0, 0, 1, 2, 2, 2}), (dir / "l.npy").string());
   save_npy(Tensor::from_vector<float>({1, 4}, {1, 2, 2, 0}), (dir / "s.npy").string());
   save_npy(ids({1}), (dir / "t.npy").string());
-  std::ofstream(dir / "request.json") << Json{{"cases",
-                                               {{{"metric", "prf"}, {"predictions", "p.npy"}, {"labels", "l.npy"},
-                                                 {"average", "weighted"}},
-                                                {{"metric", "accuracy"}, {"predictions", "p.npy"}, {"labels", "l.npy"}},
-                                                {{"metric", "top_k"}, {"predictions", "s.npy"}, {"labels", "t.npy"},
-                                                 {"k", 2}},
-                                                {{"metric", "r2"}, {"predictions", "p.npy"}, {"labels", "t.npy"}},
-                                                {{"metric", "perplexity"}, {"loss", 1e6}}}}}
-                                             .dump();
+  std::ofstream(dir / "request.json") << Json{
+      {"cases",
+       {{{"metric", "prf"}, {"predictions", "p.npy"}, {"labels", "l.npy"}, {"average", "weighted"}},
+        {{"metric", "accuracy"}, {"predictions", "p.npy"}, {"labels", "l.npy"}},
+        {{"metric", "top_k"}, {"predictions", "s.npy"}, {"labels", "t.npy"}, {"k", 2}},
+        {{"metric", "r2"}, {"predictions", "p.npy"}, {"labels", "t.npy"}},
+        {{"metric", "perplexity"},
+         {"loss", 1e6}}}}}.dump();
   const Json r = run_request(dir).at("results");
   ASSERT_EQ(r.size(), 5u);
   EXPECT_NEAR(r[0].at("precision").get<double>(), 0.75, kTol);

@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "test_util.h"
 #include "kiln/error.h"
 #include "kiln/integrations.h"
-#include "trainer/trainer_fixtures.h"
+#include "test_util.h"
 #include "trainer/loggers/mlflow_store.h"
+#include "trainer/trainer_fixtures.h"
 
 namespace kiln::trainer {
 namespace {

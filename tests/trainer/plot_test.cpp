@@ -75,7 +75,8 @@ using Pixels = std::vector<uint8_t>;
 
 bool is(const Pixels& rgb, int w, int x, int y, size_t colour) {
   const size_t i = (static_cast<size_t>(y) * w + x) * 3;
-  return rgb[i] == kPlotPalette[colour][0] && rgb[i + 1] == kPlotPalette[colour][1] && rgb[i + 2] == kPlotPalette[colour][2];
+  return rgb[i] == kPlotPalette[colour][0] && rgb[i + 1] == kPlotPalette[colour][1] &&
+         rgb[i + 2] == kPlotPalette[colour][2];
 }
 
 // For each column holding the colour, the median row of its pixels.
@@ -93,11 +94,16 @@ std::map<int, double> median_rows(const Pixels& rgb, int w, int h, size_t colour
 std::vector<json> linear_run(int steps) {
   std::vector<json> h;
   for (int s = 5; s <= steps; s += 5) {
-    h.push_back({{"loss", 2.0 - 1.5 * (s - 5) / (steps - 5)}, {"learning_rate", 1e-4 * (1 - double(s) / steps)},
-                 {"epoch", s / 50.0}, {"step", s}});
+    h.push_back({{"loss", 2.0 - 1.5 * (s - 5) / (steps - 5)},
+                 {"learning_rate", 1e-4 * (1 - double(s) / steps)},
+                 {"epoch", s / 50.0},
+                 {"step", s}});
     if (s % 20 == 0)
-      h.push_back({{"eval_loss", 2.2 - 1.5 * s / steps}, {"eval_accuracy", 0.5 + 0.4 * s / steps},
-                   {"eval_runtime", 1.5}, {"epoch", s / 50.0}, {"step", s}});
+      h.push_back({{"eval_loss", 2.2 - 1.5 * s / steps},
+                   {"eval_accuracy", 0.5 + 0.4 * s / steps},
+                   {"eval_runtime", 1.5},
+                   {"epoch", s / 50.0},
+                   {"step", s}});
   }
   h.push_back({{"train_loss", 1.2}, {"train_runtime", 10.0}, {"epoch", 2.0}, {"step", steps}});
   return h;
@@ -137,7 +143,8 @@ TEST(PlotRender, TwoPanelsShareTheHeight) {
   // Evaluations only: eval_loss in the loss panel above, eval_accuracy (rising to its maximum at
   // the last step) below, each half the height, so the accuracy's lowest point is near the bottom.
   std::vector<json> h;
-  for (int s = 0; s <= 90; s += 10) h.push_back({{"eval_loss", 1.0 / (s + 1)}, {"eval_accuracy", 0.5 + s / 200.0}, {"step", s}});
+  for (int s = 0; s <= 90; s += 10)
+    h.push_back({{"eval_loss", 1.0 / (s + 1)}, {"eval_accuracy", 0.5 + s / 200.0}, {"step", s}});
   const Pixels rgb = render_log_history(h, {800, 600, ""});
   const auto accuracy = median_rows(rgb, 800, 600, 4);
   ASSERT_FALSE(accuracy.empty());
@@ -166,8 +173,11 @@ TEST(PlotRender, NothingToPlotAndBadEntriesAreNamed) {
   const std::vector<json> nan_only{{{"loss", nullptr}, {"step", 1}}, {{"train_loss", 0.3}, {"step", 1}}};
   expect_error<InvalidArgument>([&] { render_log_history(nan_only, {}); }, "no loss or eval metrics");
   expect_error<CorruptFile>([] { render_log_history({json(3)}, {}); }, "log_history[0] is 3");
-  expect_error<CorruptFile>([] { render_log_history({{{"loss", "low"}, {"step", 1}}}, {}); },
-                            "log_history[0][\"loss\"] is \"low\"");
+  expect_error<CorruptFile>(
+      [] {
+        render_log_history({{{"loss", "low"}, {"step", 1}}}, {});
+      },
+      "log_history[0][\"loss\"] is \"low\"");
   expect_error<CorruptFile>([] { render_log_history({{{"loss", 1.0}}}, {}); }, "no numeric \"step\"");
   expect_error<InvalidArgument>([] { render_log_history(linear_run(20), {100, 800, ""}); }, "100x800");
 }

@@ -3,13 +3,15 @@
 // here from the format (framing, both CRCs, Event/Summary/Value fields; floats compared exactly).
 // tests/python/test_tensorboard.py decodes the file of TensorBoardDump.Write with python3-protobuf
 // and python3-crc32c.
+#include "kiln/tensorboard.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <bit>
 #include <cmath>
-#include <ctime>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -18,7 +20,6 @@
 #include <vector>
 
 #include "kiln/error.h"
-#include "kiln/tensorboard.h"
 #include "test_util.h"
 
 namespace kiln::trainer {
@@ -63,9 +64,17 @@ std::vector<Field> parse_message(const std::string& s) {
     f.number = static_cast<uint32_t>(key >> 3);
     f.wire_type = static_cast<uint32_t>(key & 7);
     switch (f.wire_type) {
-      case 0: f.scalar = read_varint(s, at); break;
-      case 1: f.scalar = read_le(s, at, 8); at += 8; break;
-      case 5: f.scalar = read_le(s, at, 4); at += 4; break;
+      case 0:
+        f.scalar = read_varint(s, at);
+        break;
+      case 1:
+        f.scalar = read_le(s, at, 8);
+        at += 8;
+        break;
+      case 5:
+        f.scalar = read_le(s, at, 4);
+        at += 4;
+        break;
       case 2: {
         const uint64_t n = read_varint(s, at);
         f.bytes = s.substr(at, n);
@@ -73,7 +82,9 @@ std::vector<Field> parse_message(const std::string& s) {
         at += n;
         break;
       }
-      default: ADD_FAILURE() << "unexpected wire type " << f.wire_type; return fields;
+      default:
+        ADD_FAILURE() << "unexpected wire type " << f.wire_type;
+        return fields;
     }
     fields.push_back(f);
   }
@@ -153,7 +164,7 @@ const std::vector<Scalar> kDumpScalars = {
     {"train/loss", 0.1, 1, 1700000001.25},
     {"train/learning_rate", 5e-05, 1, 1700000001.25},
     {"eval/accuracy", -3.75, 1099511627776, 1700000002.0},  // step 2^40: a 6-byte varint
-    {"train/loss", 1e30, -1, 1700000003.0},                   // negative int64: a 10-byte varint
+    {"train/loss", 1e30, -1, 1700000003.0},                 // negative int64: a 10-byte varint
     {"train/grad_norm", 0.0, 7, 0.0},
 };
 

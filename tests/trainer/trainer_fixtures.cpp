@@ -4,8 +4,8 @@
 
 #include <random>
 
-#include "kiln/onnx_io.h"
 #include "graph_builder.h"
+#include "kiln/onnx_io.h"
 
 namespace kiln::trainer::testing {
 
@@ -23,7 +23,8 @@ fs::path write_model(const fs::path& dir, bool dropout) {
   std::string x = b.input("input", DType::Float32, {-1, 6});
   x = b.op("Relu", {b.linear(x, 6, 16, "fc1")});
   if (dropout)
-    x = b.op("Dropout", {x, b.initializer("p", Tensor::scalar<float>(0.25f)), b.initializer("train", Tensor::scalar<bool>(true))});
+    x = b.op("Dropout",
+             {x, b.initializer("p", Tensor::scalar<float>(0.25f)), b.initializer("train", Tensor::scalar<bool>(true))});
   x = b.linear(x, 16, 3, "fc2");
   b.output(x, "logits", DType::Float32, {-1, 3});
   Model m = b.build();
@@ -48,9 +49,9 @@ std::shared_ptr<data::TensorDataset> dataset(int64_t n, uint64_t seed) {
 }
 
 TrainingArguments base_args(const fs::path& out) {
-  TrainingArguments a = TrainingArguments::parse_args({"--output_dir", out.string(), "--learning_rate", "0.01",
-                                                       "--logging_steps", "1", "--save_strategy", "no",
-                                                       "--report_to", "none"});
+  TrainingArguments a =
+      TrainingArguments::parse_args({"--output_dir", out.string(), "--learning_rate", "0.01", "--logging_steps", "1",
+                                     "--save_strategy", "no", "--report_to", "none"});
   return a;
 }
 

@@ -1,10 +1,12 @@
 // The Trainer: accumulation equivalence, exact resume after SIGKILL at random moments, checkpoint
 // folders (complete or absent, rotation keeping the best), and the non-finite-loss stop.
+#include "kiln/trainer.h"
+
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,11 +15,10 @@
 #include <fstream>
 #include <random>
 
+#include "graph_builder.h"
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
 #include "kiln/safetensors.h"
-#include "kiln/trainer.h"
-#include "graph_builder.h"
 #include "test_util.h"
 #include "trainer/loop/checkpoint_folder.h"
 #include "trainer/trainer_fixtures.h"
@@ -82,13 +83,38 @@ void write_csv(const fs::path& path, const data::TensorDataset& d) {
 }
 
 pid_t start_kiln_train(const fs::path& model, const fs::path& csv, const fs::path& out, bool resume) {
-  std::vector<std::string> argv = {KILN_BINARY_DIR "/bin/kiln", "train", "--model", model.string(),
-                                   "--train-data", csv.string(), "--eval-data", csv.string(),
-                                   "--output_dir", out.string(), "--learning_rate", "0.01", "--logging_steps", "1",
-                                   "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
-                                   "--num_train_epochs", "3", "--save_steps", "1", "--lr_scheduler_type", "cosine",
-                                   "--warmup_steps", "2", "--report_to", "none", "--disable_tqdm", "true",
-                                   "--dataloader_drop_last", "false"};
+  std::vector<std::string> argv = {KILN_BINARY_DIR "/bin/kiln",
+                                   "train",
+                                   "--model",
+                                   model.string(),
+                                   "--train-data",
+                                   csv.string(),
+                                   "--eval-data",
+                                   csv.string(),
+                                   "--output_dir",
+                                   out.string(),
+                                   "--learning_rate",
+                                   "0.01",
+                                   "--logging_steps",
+                                   "1",
+                                   "--per_device_train_batch_size",
+                                   "4",
+                                   "--gradient_accumulation_steps",
+                                   "2",
+                                   "--num_train_epochs",
+                                   "3",
+                                   "--save_steps",
+                                   "1",
+                                   "--lr_scheduler_type",
+                                   "cosine",
+                                   "--warmup_steps",
+                                   "2",
+                                   "--report_to",
+                                   "none",
+                                   "--disable_tqdm",
+                                   "true",
+                                   "--dataloader_drop_last",
+                                   "false"};
   if (resume) argv.insert(argv.end(), {"--resume_from_checkpoint", "true"});
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -147,7 +173,8 @@ TEST(Trainer, ResumeAfterSigkillIsExact) {
     ::kill(pid, SIGKILL);
     const int status = wait(pid);
     if (WIFEXITED(status))  // it outran the kill: aim within its own (shorter) run time from now on
-      run_ms = std::min(run_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
+      run_ms = std::min(run_ms,
+                        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
     const auto after = last_checkpoint(out.string());
     if (after && after != before) ++progressed;
     if (WIFSIGNALED(status)) ++kills;
@@ -228,11 +255,30 @@ TEST(Trainer, OptimizerAndSchedulerOverrides) {
 TEST(Trainer, EvaluationBestModelAndMetricHooks) {
   const fs::path dir = fresh("eval");
   const ModelSource source = ModelSource::onnx(write_model(dir, false).string(), training::LossType::CrossEntropyLoss);
-  TrainingArguments a = TrainingArguments::parse_args(
-      {"--output_dir", (dir / "out").string(), "--learning_rate", "0.05", "--per_device_train_batch_size", "8",
-       "--num_train_epochs", "4", "--eval_strategy", "steps", "--eval_steps", "2", "--save_steps", "2",
-       "--save_total_limit", "1", "--load_best_model_at_end", "true", "--metric_for_best_model", "accuracy",
-       "--logging_steps", "2", "--report_to", "none"});
+  TrainingArguments a = TrainingArguments::parse_args({"--output_dir",
+                                                       (dir / "out").string(),
+                                                       "--learning_rate",
+                                                       "0.05",
+                                                       "--per_device_train_batch_size",
+                                                       "8",
+                                                       "--num_train_epochs",
+                                                       "4",
+                                                       "--eval_strategy",
+                                                       "steps",
+                                                       "--eval_steps",
+                                                       "2",
+                                                       "--save_steps",
+                                                       "2",
+                                                       "--save_total_limit",
+                                                       "1",
+                                                       "--load_best_model_at_end",
+                                                       "true",
+                                                       "--metric_for_best_model",
+                                                       "accuracy",
+                                                       "--logging_steps",
+                                                       "2",
+                                                       "--report_to",
+                                                       "none"});
   auto train = dataset(32, 5), eval = dataset(24, 6);
   int preprocessed = 0;
   auto accuracy = [](const EvalPrediction& p) {
@@ -262,12 +308,14 @@ TEST(Trainer, EvaluationBestModelAndMetricHooks) {
   const auto left = sorted_checkpoints((dir / "out").string());
   EXPECT_LE(left.size(), 2u);
   bool best_kept = false;
-  for (const auto& c : left) best_kept = best_kept || fs::path(c).filename() == fs::path(*t.state().best_model_checkpoint).filename();
+  for (const auto& c : left)
+    best_kept = best_kept || fs::path(c).filename() == fs::path(*t.state().best_model_checkpoint).filename();
   EXPECT_TRUE(best_kept);
   // The best weights are loaded at the end: evaluating gives the best accuracy.
   const Metrics now = t.evaluate();
   EXPECT_DOUBLE_EQ(now.at("eval_accuracy"), *t.state().best_metric);
-  const Metrics named = t.evaluate(std::map<std::string, std::shared_ptr<const data::Dataset>>{{"a", eval}, {"b", train}});
+  const Metrics named =
+      t.evaluate(std::map<std::string, std::shared_ptr<const data::Dataset>>{{"a", eval}, {"b", train}});
   EXPECT_TRUE(named.count("eval_a_accuracy") && named.count("eval_b_accuracy") && named.count("eval_a_loss"));
   EXPECT_DOUBLE_EQ(named.at("eval_a_accuracy"), now.at("eval_accuracy"));
   const PredictionOutput p = t.predict(eval);
@@ -305,7 +353,8 @@ TEST(Trainer, PredictWithoutLabels) {
             dataset(32, 7));
   t.train();
   const auto labelled = dataset(10, 9);
-  auto unlabelled = std::make_shared<data::TensorDataset>(std::map<std::string, Tensor>{{"input", labelled->column("input")}});
+  auto unlabelled =
+      std::make_shared<data::TensorDataset>(std::map<std::string, Tensor>{{"input", labelled->column("input")}});
   const PredictionOutput with = t.predict(labelled);
   const PredictionOutput without = t.predict(unlabelled);
   ASSERT_TRUE(without.predictions.defined());
@@ -336,7 +385,8 @@ TEST(Trainer, SaveOnlyModelCheckpoints) {
   EXPECT_FALSE(fs::exists(ckpt / "scheduler.json"));
   expect_error<InvalidArgument>([&] { t.train(ckpt.string()); }, "save_only_model");
   // The weights of the last checkpoint ("TRUE": any case) load into a fresh Trainer.
-  Trainer u(ModelSource::onnx(write_model(dir, false).string(), training::LossType::CrossEntropyLoss), a, dataset(32, 7));
+  Trainer u(ModelSource::onnx(write_model(dir, false).string(), training::LossType::CrossEntropyLoss), a,
+            dataset(32, 7));
   u.load_model_weights("TRUE");
   EXPECT_EQ(weights(u), weights(t));
 }

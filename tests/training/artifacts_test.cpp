@@ -1,10 +1,11 @@
 // generate_artifacts: which parameters train, the four files, the loss blocks, and bad options.
+#include "kiln/artifacts.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "kiln/artifacts.h"
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
 #include "kiln/session.h"

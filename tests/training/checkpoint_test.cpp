@@ -37,7 +37,8 @@ std::string bytes_of(const Tensor& t) {
 // Two trainable parameters and a frozen one, as a small classifier with a fixed embedding has.
 CheckpointState make_state() {
   CheckpointState s;
-  s.add_parameter(Parameter("fc.weight", Tensor::from_vector<float>({2, 3}, {0.1f, -0.2f, 0.3f, 1e-30f, -0.0f, 7.5f}), true));
+  s.add_parameter(
+      Parameter("fc.weight", Tensor::from_vector<float>({2, 3}, {0.1f, -0.2f, 0.3f, 1e-30f, -0.0f, 7.5f}), true));
   s.add_parameter(Parameter("embedding", Tensor::from_vector<double>({2, 2}, {1.0 / 3, 2, 3, 4}), false));
   s.add_parameter(Parameter("fc.bias", Tensor::from_vector<float>({3}, {1, 2, 3}), true));
   s.add_parameter(Parameter("steps_seen", Tensor::scalar<int64_t>(int64_t{1} << 40), false));
@@ -249,10 +250,16 @@ TEST_F(Checkpoint, LookupsAndSetDataErrorsNameWhatIsWrong) {
                                 "'fc.bias'");
 
   Parameter& w = s.parameter("fc.weight");
-  expect_error<ShapeError>([&] { w.set_data(Tensor::zeros(DType::Float32, {3, 2})); },
-                           {"'fc.weight'", "[2, 3]", "[3, 2]"});
-  expect_error<TypeError>([&] { w.set_data(Tensor::zeros(DType::Float64, {2, 3})); },
-                          {"'fc.weight'", "float[2, 3]", "double[2, 3]"});
+  expect_error<ShapeError>(
+      [&] {
+        w.set_data(Tensor::zeros(DType::Float32, {3, 2}));
+      },
+      {"'fc.weight'", "[2, 3]", "[3, 2]"});
+  expect_error<TypeError>(
+      [&] {
+        w.set_data(Tensor::zeros(DType::Float64, {2, 3}));
+      },
+      {"'fc.weight'", "float[2, 3]", "double[2, 3]"});
 
   // set_data writes into the existing buffer: a view taken before sees the new values.
   const Tensor view = w.data().reshape({6});
@@ -280,8 +287,8 @@ TEST_F(Checkpoint, MissingAndForeignFiles) {
 TEST_F(Checkpoint, InconsistentMetadataIsCorruptFile) {
   const Tensor one = Tensor::scalar<float>(1);
   auto meta = [](std::map<std::string, std::string> extra) {
-    std::map<std::string, std::string> m = {{"format", "kiln.checkpoint"}, {"kiln.trainable", R"(["w"])"},
-                                            {"kiln.frozen", "[]"}};
+    std::map<std::string, std::string> m = {
+        {"format", "kiln.checkpoint"}, {"kiln.trainable", R"(["w"])"}, {"kiln.frozen", "[]"}};
     for (auto& [k, v] : extra) m[k] = v;
     return m;
   };
@@ -300,7 +307,10 @@ TEST_F(Checkpoint, InconsistentMetadataIsCorruptFile) {
        meta({{"kiln.optimizer", R"({"type":"AdamW","step":1,"learning_rate":0.5,"slots":["exp_avg"]})"}}),
        "'optimizer.exp_avg.v'"},
       {"both lists", {{"w", one}}, meta({{"kiln.frozen", R"(["w"])"}}), "'w' is listed in both"},
-      {"no trainable list", {{"w", one}}, {{"format", "kiln.checkpoint"}, {"kiln.frozen", "[]"}}, "no \"kiln.trainable\""},
+      {"no trainable list",
+       {{"w", one}},
+       {{"format", "kiln.checkpoint"}, {"kiln.frozen", "[]"}},
+       "no \"kiln.trainable\""},
       {"bad JSON list", {{"w", one}}, meta({{"kiln.trainable", "[\"w\""}}), "\"kiln.trainable\" is not valid JSON"},
       {"list of numbers", {{"w", one}}, meta({{"kiln.trainable", "[1]"}}), "not a string"},
       {"bad properties JSON", {{"w", one}}, meta({{"kiln.properties", "{"}}), "\"kiln.properties\" is not valid JSON"},
@@ -310,9 +320,13 @@ TEST_F(Checkpoint, InconsistentMetadataIsCorruptFile) {
        {{"w", one}},
        meta({{"kiln.optimizer", R"({"type":"SGD","learning_rate":0.5,"slots":[]})"}}),
        "has no \"step\""},
-      {"nominal with tensors", {{"w", one}}, meta({{"kiln.nominal", R"({"w":{"dtype":"F32","shape":[]}})"}}),
+      {"nominal with tensors",
+       {{"w", one}},
+       meta({{"kiln.nominal", R"({"w":{"dtype":"F32","shape":[]}})"}}),
        "nominal"},
-      {"nominal unlisted", {}, meta({{"kiln.nominal", R"({"w":{"dtype":"F32","shape":[]},"v":{"dtype":"F32","shape":[]}})"}}),
+      {"nominal unlisted",
+       {},
+       meta({{"kiln.nominal", R"({"w":{"dtype":"F32","shape":[]},"v":{"dtype":"F32","shape":[]}})"}}),
        "'v'"},
       {"nominal missing", {}, meta({{"kiln.nominal", "{}"}}), "no \"kiln.nominal\" entry"},
       {"nominal bad dtype", {}, meta({{"kiln.nominal", R"({"w":{"dtype":"F33","shape":[]}})"}}), "'F33'"},
@@ -337,8 +351,9 @@ TEST_F(Checkpoint, NumpyReaderFromTheDocsReadsIt) {
   const std::string reader = text.substr(begin + 10, end - begin - 10);
 
   CheckpointState s = make_state();
-  s.add_parameter(Parameter("half", Tensor::from_vector<Half>({3}, {float_to_half(0.5f), float_to_half(-2.0f),
-                                                                     float_to_half(65504.0f)}), true));
+  s.add_parameter(Parameter(
+      "half", Tensor::from_vector<Half>({3}, {float_to_half(0.5f), float_to_half(-2.0f), float_to_half(65504.0f)}),
+      true));
   s.add_parameter(Parameter("empty", Tensor::empty(DType::Float32, {0, 4}), true));
   s.properties().set("epoch", int64_t{5});
   s.properties().set("best", 0.1f);

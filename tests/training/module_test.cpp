@@ -27,8 +27,8 @@ struct TrainingRun {
 
   explicit TrainingRun(std::filesystem::path d, bool with_optimizer = true, const std::string& ckpt = "checkpoint")
       : dir(std::move(d)), state(CheckpointState::load_checkpoint((dir / ckpt).string())) {
-    module = std::make_unique<Module>((dir / "training_model.onnx").string(), state,
-                                      (dir / "eval_model.onnx").string());
+    module =
+        std::make_unique<Module>((dir / "training_model.onnx").string(), state, (dir / "eval_model.onnx").string());
     if (with_optimizer) optimizer = std::make_unique<Optimizer>((dir / "optimizer_model.onnx").string(), *module);
   }
   float train_step(uint64_t seed) {
@@ -183,9 +183,9 @@ TEST(Module, AModelWithoutGradientOutputsIsNoTrainingModel) {
 
 TEST(Module, WrongInputsAreClearErrors) {
   TrainingRun r(kiln::testing::write_bn_mlp_artifacts("inputs", OptimType::AdamW));
-  EXPECT_THROW((*r.module)({random_tensor({8, 4}, 1)}), InvalidArgument);                        // count
-  EXPECT_THROW((*r.module)({random_tensor({8, 5}, 1), class_labels(8, 3, 2)}), ShapeError);      // shape
-  EXPECT_THROW((*r.module)({random_tensor({8, 4}, 1), random_tensor({8}, 2)}), TypeError);       // dtype
+  EXPECT_THROW((*r.module)({random_tensor({8, 4}, 1)}), InvalidArgument);                    // count
+  EXPECT_THROW((*r.module)({random_tensor({8, 5}, 1), class_labels(8, 3, 2)}), ShapeError);  // shape
+  EXPECT_THROW((*r.module)({random_tensor({8, 4}, 1), random_tensor({8}, 2)}), TypeError);   // dtype
   // Nothing changed: a good call still works.
   EXPECT_NO_THROW((*r.module)({random_tensor({8, 4}, 1), class_labels(8, 3, 2)}));
   EXPECT_THROW(Module((r.dir / "training_model.onnx").string(), r.state, std::nullopt, "cuda"), Unsupported);

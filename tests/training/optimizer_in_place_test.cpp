@@ -37,8 +37,8 @@ TEST(OptimizerInPlace, StepsUpdateInPlaceAndAllocateNothingAfterTheFirst) {
   for (OptimType type : {OptimType::AdamW, OptimType::SGD}) {
     ArtifactOptions options;
     options.sgd.momentum = 0.9f;  // SGD with a slot too
-    const auto dir = kiln::testing::write_bn_mlp_artifacts(
-        type == OptimType::AdamW ? "in_place_adamw" : "in_place_sgd", type, options);
+    const auto dir = kiln::testing::write_bn_mlp_artifacts(type == OptimType::AdamW ? "in_place_adamw" : "in_place_sgd",
+                                                           type, options);
     CheckpointState state = CheckpointState::load_checkpoint((dir / "checkpoint").string());
     Module module((dir / "training_model.onnx").string(), state, (dir / "eval_model.onnx").string());
     Optimizer optimizer((dir / "optimizer_model.onnx").string(), module);

@@ -17,7 +17,8 @@ Model make_bn_mlp(uint64_t seed) {
   x = b.op("BatchNormalization",
            {x, b.initializer("bn.weight", ones), b.initializer("bn.bias", zeros),
             b.initializer("bn.running_mean", zeros), b.initializer("bn.running_var", ones)},
-           {{"epsilon", Attribute::of_float(1e-5f)}, {"momentum", Attribute::of_float(0.9f)},
+           {{"epsilon", Attribute::of_float(1e-5f)},
+            {"momentum", Attribute::of_float(0.9f)},
             {"training_mode", Attribute::of_int(1)}},
            "bn");
   x = b.op("Relu", {x});

@@ -23,9 +23,12 @@ namespace fs = std::filesystem;
 
 const char* status_name(Status s) {
   switch (s) {
-    case Status::Passed: return "passed";
-    case Status::Failed: return "failed";
-    case Status::Skipped: return "skipped";
+    case Status::Passed:
+      return "passed";
+    case Status::Failed:
+      return "failed";
+    case Status::Skipped:
+      return "skipped";
   }
   return "failed";
 }
@@ -64,7 +67,8 @@ std::vector<fs::path> numbered_files(const fs::path& dir, const std::string& pre
     const std::string name = entry.path().filename().string();
     if (name.rfind(prefix, 0) != 0 || entry.path().extension() != ".pb") continue;
     const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - 3);
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
     found.emplace_back(std::stoi(digits), entry.path());
   }
   std::sort(found.begin(), found.end());
@@ -100,8 +104,8 @@ std::optional<std::string> run_data_set(Session& session, const fs::path& set, c
   const auto& inputs = session.inputs();
   const auto& outputs = session.outputs();
   if (input_files.size() > inputs.size())
-    throw Error(fmt::format("{}: {} input files for a model with {} inputs", set.string(), input_files.size(),
-                            inputs.size()));
+    throw Error(
+        fmt::format("{}: {} input files for a model with {} inputs", set.string(), input_files.size(), inputs.size()));
   if (output_files.size() != outputs.size())
     throw Error(fmt::format("{}: {} output files for a model with {} outputs", set.string(), output_files.size(),
                             outputs.size()));
@@ -149,11 +153,11 @@ std::optional<std::string> compare_tensors(const std::string& name, const Tensor
   }
   if (first < 0) return std::nullopt;
   const double g = got.item_as_double(first), w = want.item_as_double(first);
-  std::string detail = exact ? "" : fmt::format(" (|diff| {:.3g} > {:.3g})", std::fabs(g - w),
-                                                tol.atol + tol.rtol * std::fabs(w));
-  return fmt::format("output '{}' {} element {}: got {}, expected {}{}; {} of {} elements differ", name,
-                     got.describe(), index_of(got.shape(), first), element_string(got, first),
-                     element_string(want, first), detail, count, n);
+  std::string detail =
+      exact ? "" : fmt::format(" (|diff| {:.3g} > {:.3g})", std::fabs(g - w), tol.atol + tol.rtol * std::fabs(w));
+  return fmt::format("output '{}' {} element {}: got {}, expected {}{}; {} of {} elements differ", name, got.describe(),
+                     index_of(got.shape(), first), element_string(got, first), element_string(want, first), detail,
+                     count, n);
 }
 
 namespace {
@@ -170,12 +174,9 @@ std::optional<KnownBad> parse_header(const std::string& line) {
   const std::string tag = line.substr(1, close - 1);
   KnownBad group;
   group.reason = trimmed(line.substr(close + 1));
-  if (tag == "skip")
-    group.skip = true;
-  else if (tag.starts_with("raises ") && tag.size() > 7)
-    group.raises = tag.substr(7);
-  else
-    return std::nullopt;
+  if (tag == "skip") group.skip = true;
+  else if (tag.starts_with("raises ") && tag.size() > 7) group.raises = tag.substr(7);
+  else return std::nullopt;
   if (group.reason.empty()) return std::nullopt;
   return group;
 }
@@ -194,8 +195,10 @@ std::map<std::string, KnownBad> load_known_bad(const std::string& path) {
     const std::string where = fmt::format("{}:{}: ", path, number);
     if (line[0] == '[') {
       group = parse_header(line);
-      if (!group) throw std::runtime_error(where + fmt::format("'{}' is not a [skip] or [raises ERROR] header "
-                                                               "followed by a reason", line));
+      if (!group)
+        throw std::runtime_error(where + fmt::format("'{}' is not a [skip] or [raises ERROR] header "
+                                                     "followed by a reason",
+                                                     line));
     } else if (!group) {
       throw std::runtime_error(where + fmt::format("case '{}' comes before any [skip] or [raises ERROR] header", line));
     } else if (!cases.emplace(line, *group).second) {

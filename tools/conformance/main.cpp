@@ -95,7 +95,8 @@ CaseResult run_isolated(const fs::path& dir, int timeout_s) {
   }
   ::close(fds[0]);
   int wstatus = 0;
-  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {}
+  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
   if (WIFSIGNALED(wstatus)) {
     const int sig = WTERMSIG(wstatus);
     if (sig == SIGALRM) return {Status::Failed, fmt::format("timed out after {} s", timeout_s)};

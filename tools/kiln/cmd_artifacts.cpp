@@ -42,8 +42,8 @@ Action setup(CLI::App& app) {
   app.add_option("--optimizer", a->optimizer, "AdamW, SGD, or none (no optimizer model)")->required();
   app.add_option("--out", a->out, "The artifact directory (created if needed)")->required();
   app.add_option("--requires-grad", a->requires_grad,
-                            "Trainable parameters, comma separated (default: every floating-point initializer "
-                            "through which a gradient reaches the loss)");
+                 "Trainable parameters, comma separated (default: every floating-point initializer "
+                 "through which a gradient reaches the loss)");
   app.add_option("--frozen-params", a->frozen, "Parameters kept fixed, comma separated");
   app.add_option("--loss-input-names", a->loss_inputs, "Model outputs the loss reads (default: the first)");
   app.add_option("--additional-output-names", a->additional_outputs,

@@ -33,8 +33,9 @@ Action setup(CLI::App& app) {
   auto o = std::make_shared<GradOptions>();
   app.add_option("model", o->model, "The forward ONNX model (it computes the loss)")->required();
   app.add_option("--loss", o->loss, "Name of the scalar loss value")->required();
-  app.add_option("--requires-grad", o->requires_grad, "Parameters to differentiate (comma separated; default: every "
-                                                      "float initializer except BatchNorm statistics)");
+  app.add_option("--requires-grad", o->requires_grad,
+                 "Parameters to differentiate (comma separated; default: every "
+                 "float initializer except BatchNorm statistics)");
   app.add_option("--frozen-params", o->frozen, "Parameters to leave out (comma separated)");
   app.add_option("--out", o->out, "Where to write the training graph")->required();
   return [o] { run_grad(*o); };

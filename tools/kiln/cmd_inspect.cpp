@@ -9,8 +9,8 @@
 #include <set>
 
 #include "commands.h"
-#include "kiln/kernel.h"
 #include "kiln/autodiff.h"
+#include "kiln/kernel.h"
 #include "kiln/onnx_io.h"
 #include "kiln/session.h"
 #include "options.h"
@@ -36,8 +36,8 @@ std::string op_label(const std::string& domain, const std::string& op) {
 }
 
 struct Summary {
-  std::map<std::string, int64_t> op_counts;            // by op_label
-  std::set<std::pair<std::string, std::string>> ops;   // (domain, op_type)
+  std::map<std::string, int64_t> op_counts;           // by op_label
+  std::set<std::pair<std::string, std::string>> ops;  // (domain, op_type)
   int64_t num_nodes = 0;
   int64_t num_parameters = 0;
   int64_t parameter_bytes = 0;
@@ -96,18 +96,18 @@ json values_json(const std::vector<ValueInfo>& values) {
 json to_json(const InspectOptions& o, const Model& m, const Summary& s) {
   json opsets = json::object();
   for (const auto& [domain, version] : m.opsets) opsets[domain_label(domain)] = version;
-  return {{"model", o.model},
-          {"ir_version", m.ir_version},
-          {"producer", {{"name", m.producer_name}, {"version", m.producer_version}}},
-          {"opsets", opsets},
-          {"inputs", values_json(m.graph.inputs)},
-          {"outputs", values_json(m.graph.outputs)},
-          {"num_nodes", s.num_nodes},
-          {"op_counts", s.op_counts},
-          {"parameters",
-           {{"count", s.num_parameters}, {"bytes", s.parameter_bytes}, {"initializers", s.num_initializers}}},
-          {"unsupported_ops", s.unsupported},
-          {"all_ops_supported", s.unsupported.empty()}};
+  return {
+      {"model", o.model},
+      {"ir_version", m.ir_version},
+      {"producer", {{"name", m.producer_name}, {"version", m.producer_version}}},
+      {"opsets", opsets},
+      {"inputs", values_json(m.graph.inputs)},
+      {"outputs", values_json(m.graph.outputs)},
+      {"num_nodes", s.num_nodes},
+      {"op_counts", s.op_counts},
+      {"parameters", {{"count", s.num_parameters}, {"bytes", s.parameter_bytes}, {"initializers", s.num_initializers}}},
+      {"unsupported_ops", s.unsupported},
+      {"all_ops_supported", s.unsupported.empty()}};
 }
 
 void print_text(const InspectOptions& o, const Model& m, const Summary& s) {
@@ -124,16 +124,16 @@ void print_text(const InspectOptions& o, const Model& m, const Summary& s) {
   for (const ValueInfo& v : m.graph.outputs) std::cout << fmt::format("  {}: {}\n", v.name, v.describe());
   std::cout << fmt::format("ops: {} nodes\n", s.num_nodes);
   for (const auto& [op, count] : s.op_counts) std::cout << fmt::format("  {}: {}\n", op, count);
-  std::cout << fmt::format("parameters: {} ({} bytes in {} initializers)\n", s.num_parameters,
-                           s.parameter_bytes, s.num_initializers);
+  std::cout << fmt::format("parameters: {} ({} bytes in {} initializers)\n", s.num_parameters, s.parameter_bytes,
+                           s.num_initializers);
   if (s.unsupported.empty()) {
     std::cout << "all ops supported\n";
     return;
   }
   std::cout << "unsupported ops:\n";
   for (const json& u : s.unsupported)
-    std::cout << fmt::format("  {} (domain {}, opset {})\n", u["op"].get<std::string>(),
-                             u["domain"].get<std::string>(), u["opset"].get<int64_t>());
+    std::cout << fmt::format("  {} (domain {}, opset {})\n", u["op"].get<std::string>(), u["domain"].get<std::string>(),
+                             u["opset"].get<int64_t>());
 }
 
 // Planned activation memory of the forward graph and of its training graph, at example shapes.
@@ -174,10 +174,11 @@ void inspect(const InspectOptions& o) {
   std::cout << fmt::format("training plan (loss '{}', inputs {}):\n", o.loss,
                            fmt::join(plan["inputs"].get<std::vector<std::string>>(), ", "));
   std::cout << fmt::format("  forward peak activation memory:  {:.3f} MiB\n", mib(plan["forward_peak_bytes"]));
-  std::cout << fmt::format("  training peak activation memory: {:.3f} MiB ({:.3f} MiB without reuse), {} steps, "
-                           "{} parameters with gradients\n",
-                           mib(plan["training_peak_bytes"]), mib(plan["training_unplanned_bytes"]),
-                           plan["training_steps"].get<int64_t>(), plan["parameters_with_gradients"].get<int64_t>());
+  std::cout << fmt::format(
+      "  training peak activation memory: {:.3f} MiB ({:.3f} MiB without reuse), {} steps, "
+      "{} parameters with gradients\n",
+      mib(plan["training_peak_bytes"]), mib(plan["training_unplanned_bytes"]), plan["training_steps"].get<int64_t>(),
+      plan["parameters_with_gradients"].get<int64_t>());
 }
 
 Action setup(CLI::App& app) {
@@ -190,8 +191,8 @@ Action setup(CLI::App& app) {
   return [o] { inspect(*o); };
 }
 
-const CommandRegistrar reg({"inspect", "Show a model's inputs, outputs, ops and parameters, and the ops Kiln cannot run",
-                            setup});
+const CommandRegistrar reg({"inspect",
+                            "Show a model's inputs, outputs, ops and parameters, and the ops Kiln cannot run", setup});
 
 }  // namespace
 }  // namespace kiln::cli

@@ -58,7 +58,8 @@ void list_ops(bool as_json) {
   for (const auto& [key, e] : ops) {
     std::vector<std::string> parts;
     for (const auto& r : e.ranges)
-      parts.push_back(fmt::format("{}..{} {}", r.since, r.until == kMaxOpset ? std::string("") : std::to_string(r.until),
+      parts.push_back(fmt::format("{}..{} {}", r.since,
+                                  r.until == kMaxOpset ? std::string("") : std::to_string(r.until),
                                   r.dtypes.empty() ? std::string("any") : fmt::format("{}", fmt::join(r.dtypes, "/"))));
     fmt::print("{:<28} {:<26} {}\n", e.op, e.domain, fmt::join(parts, "; "));
   }

@@ -34,8 +34,8 @@ struct RunOptions {
 std::string sanitize_file_stem(const std::string& name, size_t index) {
   std::string out;
   for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     out.push_back(ok ? c : '_');
   }
   if (out.empty() || out.find_first_not_of('.') == std::string::npos) out = fmt::format("output_{}", index);
@@ -123,7 +123,8 @@ void run(const RunOptions& o) {
     const auto ops = session.profile();
     double total = 0;
     for (const OpProfile& p : ops) total += p.total_ms;
-    std::cout << fmt::format("profile over {} runs (kernel time {:.3f} ms per run):\n", 1 + o.repeat, total / (1 + o.repeat));
+    std::cout << fmt::format("profile over {} runs (kernel time {:.3f} ms per run):\n", 1 + o.repeat,
+                             total / (1 + o.repeat));
     for (const OpProfile& p : ops)
       std::cout << fmt::format("  {:<28} {:>6} calls {:>10.3f} ms/run {:>6.1f}%\n", p.op_type, p.calls,
                                p.total_ms / (1 + o.repeat), total > 0 ? 100 * p.total_ms / total : 0.0);
@@ -134,15 +135,12 @@ Action setup(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   app.add_option("model", o->model, "The ONNX model file")->required();
   // One value per --input, so a model path after it is not swallowed as another input.
-  app.add_option("-i,--input", o->inputs, "An input as NAME=FILE.npy (repeat for each input)")
-      ->allow_extra_args(false);
+  app.add_option("-i,--input", o->inputs, "An input as NAME=FILE.npy (repeat for each input)")->allow_extra_args(false);
   app.add_option("-o,--output-dir", o->output_dir,
                  "Write each output to DIR/<output name>.npy (names made safe for the file system)");
-  app.add_option("-t,--threads", o->threads, "Threads for kernels; 0 means all cores")
-      ->check(CLI::NonNegativeNumber);
+  app.add_option("-t,--threads", o->threads, "Threads for kernels; 0 means all cores")->check(CLI::NonNegativeNumber);
   app.add_flag("--profile", o->profile, "Print the kernel time per op type");
-  app.add_option("-r,--repeat", o->repeat,
-                 "After one warm-up run, time N runs and print 'time_ms mean=X min=Y runs=N'")
+  app.add_option("-r,--repeat", o->repeat, "After one warm-up run, time N runs and print 'time_ms mean=X min=Y runs=N'")
       ->check(CLI::NonNegativeNumber);
   return [o] { run(*o); };
 }

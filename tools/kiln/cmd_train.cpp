@@ -22,8 +22,9 @@ struct TrainOptions {
 };
 
 void add_common(CLI::App& app, TrainOptions& o) {
-  app.add_option("--model", o.model,
-                 "A built-in model (the model zoo: mlp, lenet, resnet18, ...), a forward .onnx file or an artifacts folder")
+  app.add_option(
+         "--model", o.model,
+         "A built-in model (the model zoo: mlp, lenet, resnet18, ...), a forward .onnx file or an artifacts folder")
       ->capture_default_str();
   app.add_option("--model-config", o.model_config,
                  "A built-in model's config overrides as JSON, e.g. '{\"num_channels\": 1, \"num_labels\": 10}'");
@@ -50,8 +51,8 @@ void run_train(CLI::App& app, const TrainOptions& o) {
   t.save_model();
   t.save_state();
   if (auto it = metrics.find("eval_accuracy"); it != metrics.end())
-    fmt::print("accuracy {:.4f} on {} examples; model and checkpoints in {}\n", it->second,
-               eval->size(), args.output_dir);
+    fmt::print("accuracy {:.4f} on {} examples; model and checkpoints in {}\n", it->second, eval->size(),
+               args.output_dir);
 }
 
 Action setup_train(CLI::App& app) {
@@ -97,9 +98,11 @@ Action setup_predict(CLI::App& app) {
   return [o, out, &app] { run_evaluate(app, *o, true, *out); };
 }
 
-const CommandRegistrar reg_train({"train", "Train a model with the Trainer (default: LeNet on Fashion-MNIST); every "
-                                  "TrainingArguments field is a flag too (--learning_rate 3e-4, --report_to tensorboard ...)",
-                                  setup_train});
+const CommandRegistrar reg_train(
+    {"train",
+     "Train a model with the Trainer (default: LeNet on Fashion-MNIST); every "
+     "TrainingArguments field is a flag too (--learning_rate 3e-4, --report_to tensorboard ...)",
+     setup_train});
 const CommandRegistrar reg_evaluate({"evaluate", "Evaluate a model (with --resume_from_checkpoint DIR: a checkpoint)",
                                      setup_evaluate});
 const CommandRegistrar reg_predict({"predict", "Predict with a model and write predictions.npy", setup_predict});

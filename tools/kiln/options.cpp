@@ -44,7 +44,8 @@ std::map<std::string, Tensor> example_feeds(const Model& m, const std::map<std::
   std::map<std::string, Tensor> feeds;
   for (const ValueInfo& v : m.graph.inputs) {
     if (!v.has_type || !v.has_shape)
-      throw InvalidArgument(fmt::format("input '{}' has no declared dtype and shape; Kiln cannot plan without them", v.name));
+      throw InvalidArgument(
+          fmt::format("input '{}' has no declared dtype and shape; Kiln cannot plan without them", v.name));
     Shape shape;
     for (const Dim& d : v.dims) {
       if (d.value >= 0) shape.push_back(d.value);

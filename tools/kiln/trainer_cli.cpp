@@ -31,8 +31,10 @@ std::shared_ptr<const data::Dataset> load_dataset(const std::string& spec, const
     const std::string split = spec == "fashion-mnist:train" ? "train" : "t10k";
     const fs::path dir(kFashionDir);
     if (!fs::exists(dir / (split + "-images-idx3-ubyte.gz")))
-      throw IOError(fmt::format("Fashion-MNIST is not installed in {}: install Debian's dataset-fashion-mnist "
-                                "(scripts/setup.sh does)", kFashionDir));
+      throw IOError(
+          fmt::format("Fashion-MNIST is not installed in {}: install Debian's dataset-fashion-mnist "
+                      "(scripts/setup.sh does)",
+                      kFashionDir));
     return data::load_idx((dir / (split + "-images-idx3-ubyte.gz")).string(),
                           (dir / (split + "-labels-idx1-ubyte.gz")).string(), idx);
   }
@@ -44,8 +46,10 @@ std::shared_ptr<const data::Dataset> load_dataset(const std::string& spec, const
     o.label_column = label_column;
     return data::load_csv(spec, o);
   }
-  throw InvalidArgument(fmt::format("data '{}': expected fashion-mnist:train|test, IMAGES,LABELS (IDX), a .npz or a "
-                                    ".csv file", spec));
+  throw InvalidArgument(
+      fmt::format("data '{}': expected fashion-mnist:train|test, IMAGES,LABELS (IDX), a .npz or a "
+                  ".csv file",
+                  spec));
 }
 
 trainer::TrainingArguments cli_training_arguments(const std::vector<std::string>& flags) {
@@ -68,7 +72,8 @@ trainer::ModelSource model_source(const std::string& model, const std::string& l
       throw InvalidArgument(fmt::format("--model-config '{}' is not valid JSON: {}", model_config, e.what()));
     }
     if (!config.is_object())
-      throw InvalidArgument(fmt::format("--model-config must be a JSON object such as '{{\"num_labels\": 10}}', got {}", model_config));
+      throw InvalidArgument(
+          fmt::format("--model-config must be a JSON object such as '{{\"num_labels\": 10}}', got {}", model_config));
   }
   return trainer::ModelSource::builtin(model, std::move(config));
 }

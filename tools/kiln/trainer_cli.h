@@ -23,6 +23,7 @@ trainer::TrainingArguments cli_training_arguments(const std::vector<std::string>
 // The model: a built-in name (a model zoo entry; `model_config`, a JSON object, overrides its
 // config), a .onnx file (with `loss`), or an artifacts folder. InvalidArgument for a config that
 // is not a JSON object, or one given for a model that is not built in.
-trainer::ModelSource model_source(const std::string& model, const std::string& loss, const std::string& model_config = "");
+trainer::ModelSource model_source(const std::string& model, const std::string& loss,
+                                  const std::string& model_config = "");
 
 }  // namespace kiln::cli

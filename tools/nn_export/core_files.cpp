@@ -11,8 +11,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "models/nn/nn_test_modules.h"
 #include "kiln/npy.h"
+#include "models/nn/nn_test_modules.h"
 #include "spec_exports.h"
 
 namespace kiln::nn_export {
@@ -23,11 +23,12 @@ void write_core_files(const std::string& out_dir) {
   const std::filesystem::path dir(out_dir);
   std::filesystem::create_directories(dir);
   manual_seed(7);
-  auto net = std::make_shared<Sequential>(std::vector<ModulePtr>{
-      std::make_shared<TLinear>(4, 5), std::make_shared<TBatchNorm1d>(5), std::make_shared<TRelu>(),
-      std::make_shared<TLinear>(5, 3)});
+  auto net = std::make_shared<Sequential>(
+      std::vector<ModulePtr>{std::make_shared<TLinear>(4, 5), std::make_shared<TBatchNorm1d>(5),
+                             std::make_shared<TRelu>(), std::make_shared<TLinear>(5, 3)});
   net->save_safetensors((dir / "weights_init.safetensors").string());
-  net->export_onnx((dir / "train.onnx").string(), {{"input", {2, 4}}}, {{"input", {{0, "batch"}}}, {"output", {{0, "batch"}}}});
+  net->export_onnx((dir / "train.onnx").string(), {{"input", {2, 4}}},
+                   {{"input", {{0, "batch"}}}, {"output", {{0, "batch"}}}});
   Tensor x = Tensor::empty(DType::Float32, {6, 4});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = float(1.5 * std::sin(0.9 * double(i) + 0.2) + 0.3);
   save_npy(x, (dir / "x.npy").string());

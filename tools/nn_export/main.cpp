@@ -85,74 +85,96 @@ ConvOptions<D> conv_options(const Args& a) {
     const std::string mode = a.get<json>("padding", json()).is_string() ? a.need<std::string>("padding") : "";
     if (mode == "same") o.padding(kSame);
     else if (mode == "valid") o.padding(kValid);
-    else if (!mode.empty()) throw kiln::InvalidArgument(fmt::format("Invalid padding string '{}', should be one of {{'valid', 'same'}}", mode));
+    else if (!mode.empty())
+      throw kiln::InvalidArgument(
+          fmt::format("Invalid padding string '{}', should be one of {{'valid', 'same'}}", mode));
     else o.padding(a.array<D>("padding"));
   }
   if (a.has("dilation")) o.dilation(a.array<D>("dilation"));
-  return o.groups(a.get<int64_t>("groups", 1)).bias(a.get<bool>("bias", true)).padding_mode(a.get<std::string>("padding_mode", "zeros"));
+  return o.groups(a.get<int64_t>("groups", 1))
+      .bias(a.get<bool>("bias", true))
+      .padding_mode(a.get<std::string>("padding_mode", "zeros"));
 }
 
 using Factory = std::function<ModulePtr(const Args&)>;
 
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> f = {
-      {"Linear", [](const Args& a) -> ModulePtr {
-         return std::make_shared<Linear>(a.need<int64_t>("in_features"), a.need<int64_t>("out_features"), a.get<bool>("bias", true));
+      {"Linear",
+       [](const Args& a) -> ModulePtr {
+         return std::make_shared<Linear>(a.need<int64_t>("in_features"), a.need<int64_t>("out_features"),
+                                         a.get<bool>("bias", true));
        }},
-      {"Embedding", [](const Args& a) -> ModulePtr {
+      {"Embedding",
+       [](const Args& a) -> ModulePtr {
          std::optional<int64_t> pad;
          if (a.has("padding_idx")) pad = a.need<int64_t>("padding_idx");
          return std::make_shared<Embedding>(a.need<int64_t>("num_embeddings"), a.need<int64_t>("embedding_dim"), pad);
        }},
       {"Conv1d", [](const Args& a) -> ModulePtr { return std::make_shared<Conv1d>(conv_options<1>(a)); }},
       {"Conv2d", [](const Args& a) -> ModulePtr { return std::make_shared<Conv2d>(conv_options<2>(a)); }},
-      {"ConvTranspose2d", [](const Args& a) -> ModulePtr {
-         ConvTranspose2dOptions o(a.need<int64_t>("in_channels"), a.need<int64_t>("out_channels"), a.array<2>("kernel_size"));
+      {"ConvTranspose2d",
+       [](const Args& a) -> ModulePtr {
+         ConvTranspose2dOptions o(a.need<int64_t>("in_channels"), a.need<int64_t>("out_channels"),
+                                  a.array<2>("kernel_size"));
          if (a.has("stride")) o.stride(a.array<2>("stride"));
          if (a.has("padding")) o.padding(a.array<2>("padding"));
          if (a.has("output_padding")) o.output_padding(a.array<2>("output_padding"));
          if (a.has("dilation")) o.dilation(a.array<2>("dilation"));
-         o.groups(a.get<int64_t>("groups", 1)).bias(a.get<bool>("bias", true)).padding_mode(a.get<std::string>("padding_mode", "zeros"));
+         o.groups(a.get<int64_t>("groups", 1))
+             .bias(a.get<bool>("bias", true))
+             .padding_mode(a.get<std::string>("padding_mode", "zeros"));
          return std::make_shared<ConvTranspose2d>(o);
        }},
-      {"BatchNorm1d", [](const Args& a) -> ModulePtr {
-         return std::make_shared<BatchNorm1d>(a.need<int64_t>("num_features"), a.get<double>("eps", 1e-5), a.get<double>("momentum", 0.1),
-                                              a.get<bool>("affine", true), a.get<bool>("track_running_stats", true));
+      {"BatchNorm1d",
+       [](const Args& a) -> ModulePtr {
+         return std::make_shared<BatchNorm1d>(a.need<int64_t>("num_features"), a.get<double>("eps", 1e-5),
+                                              a.get<double>("momentum", 0.1), a.get<bool>("affine", true),
+                                              a.get<bool>("track_running_stats", true));
        }},
-      {"BatchNorm2d", [](const Args& a) -> ModulePtr {
-         return std::make_shared<BatchNorm2d>(a.need<int64_t>("num_features"), a.get<double>("eps", 1e-5), a.get<double>("momentum", 0.1),
-                                              a.get<bool>("affine", true), a.get<bool>("track_running_stats", true));
+      {"BatchNorm2d",
+       [](const Args& a) -> ModulePtr {
+         return std::make_shared<BatchNorm2d>(a.need<int64_t>("num_features"), a.get<double>("eps", 1e-5),
+                                              a.get<double>("momentum", 0.1), a.get<bool>("affine", true),
+                                              a.get<bool>("track_running_stats", true));
        }},
-      {"LayerNorm", [](const Args& a) -> ModulePtr {
+      {"LayerNorm",
+       [](const Args& a) -> ModulePtr {
          return std::make_shared<LayerNorm>(a.ints("normalized_shape"), a.get<double>("eps", 1e-5),
                                             a.get<bool>("elementwise_affine", true), a.get<bool>("bias", true));
        }},
-      {"GroupNorm", [](const Args& a) -> ModulePtr {
-         return std::make_shared<GroupNorm>(a.need<int64_t>("num_groups"), a.need<int64_t>("num_channels"), a.get<double>("eps", 1e-5),
-                                            a.get<bool>("affine", true));
+      {"GroupNorm",
+       [](const Args& a) -> ModulePtr {
+         return std::make_shared<GroupNorm>(a.need<int64_t>("num_groups"), a.need<int64_t>("num_channels"),
+                                            a.get<double>("eps", 1e-5), a.get<bool>("affine", true));
        }},
       {"Dropout", [](const Args& a) -> ModulePtr { return std::make_shared<Dropout>(a.get<double>("p", 0.5)); }},
       {"ReLU", [](const Args&) -> ModulePtr { return std::make_shared<ReLU>(); }},
-      {"GELU", [](const Args& a) -> ModulePtr { return std::make_shared<GELU>(a.get<std::string>("approximate", "none")); }},
+      {"GELU",
+       [](const Args& a) -> ModulePtr { return std::make_shared<GELU>(a.get<std::string>("approximate", "none")); }},
       {"SiLU", [](const Args&) -> ModulePtr { return std::make_shared<SiLU>(); }},
       {"Tanh", [](const Args&) -> ModulePtr { return std::make_shared<Tanh>(); }},
       {"Sigmoid", [](const Args&) -> ModulePtr { return std::make_shared<Sigmoid>(); }},
-      {"MaxPool2d", [](const Args& a) -> ModulePtr {
+      {"MaxPool2d",
+       [](const Args& a) -> ModulePtr {
          MaxPool2dOptions o(a.array<2>("kernel_size"));
          if (a.has("stride")) o.stride(a.array<2>("stride"));
          if (a.has("padding")) o.padding(a.array<2>("padding"));
          if (a.has("dilation")) o.dilation(a.array<2>("dilation"));
          return std::make_shared<MaxPool2d>(o.ceil_mode(a.get<bool>("ceil_mode", false)));
        }},
-      {"AvgPool2d", [](const Args& a) -> ModulePtr {
+      {"AvgPool2d",
+       [](const Args& a) -> ModulePtr {
          AvgPool2dOptions o(a.array<2>("kernel_size"));
          if (a.has("stride")) o.stride(a.array<2>("stride"));
          if (a.has("padding")) o.padding(a.array<2>("padding"));
          return std::make_shared<AvgPool2d>(
              o.ceil_mode(a.get<bool>("ceil_mode", false)).count_include_pad(a.get<bool>("count_include_pad", true)));
        }},
-      {"AdaptiveAvgPool2d", [](const Args& a) -> ModulePtr { return std::make_shared<AdaptiveAvgPool2d>(a.ints("output_size")); }},
-      {"Flatten", [](const Args& a) -> ModulePtr {
+      {"AdaptiveAvgPool2d",
+       [](const Args& a) -> ModulePtr { return std::make_shared<AdaptiveAvgPool2d>(a.ints("output_size")); }},
+      {"Flatten",
+       [](const Args& a) -> ModulePtr {
          return std::make_shared<Flatten>(a.get<int64_t>("start_dim", 1), a.get<int64_t>("end_dim", -1));
        }},
       {"Identity", [](const Args&) -> ModulePtr { return std::make_shared<Identity>(); }},
@@ -215,7 +237,7 @@ Built build_model(const std::string& spec_text, const std::string& zoo_name, con
 // The options of a module export (no subcommand).
 struct ModuleOptions {
   std::string spec_text, zoo_name, backbone, config_text, out, weights, input_shape, input_dtype = "float", run_input,
-      out_dir;
+                                                                                     out_dir;
   std::vector<int64_t> dynamic, out_indices;
   bool eval = false;
   uint64_t seed = 0;
@@ -275,7 +297,8 @@ int export_module(const ModuleOptions& o) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"Build a kiln::nn layer from a JSON spec (or a zoo model or backbone), load torch weights, export ONNX, run it"};
+  CLI::App app{
+      "Build a kiln::nn layer from a JSON spec (or a zoo model or backbone), load torch weights, export ONNX, run it"};
   ModuleOptions module;
   add_module_options(app, module);
   std::string core_dir, layers_spec, zoo_spec;

@@ -50,11 +50,12 @@ ModulePtr build(const json& c) {
   const std::string type = c.at("module");
   const json& o = c.at("options");
   if (type == "MultiheadAttention")
-    return std::make_shared<MultiheadAttention>(MultiheadAttentionOptions{.embed_dim = o.at("embed_dim"),
-                                                                          .num_heads = o.at("num_heads"),
-                                                                          .dropout = o.value("dropout", 0.0),
-                                                                          .bias = o.value("bias", true),
-                                                                          .batch_first = o.value("batch_first", false)});
+    return std::make_shared<MultiheadAttention>(
+        MultiheadAttentionOptions{.embed_dim = o.at("embed_dim"),
+                                  .num_heads = o.at("num_heads"),
+                                  .dropout = o.value("dropout", 0.0),
+                                  .bias = o.value("bias", true),
+                                  .batch_first = o.value("batch_first", false)});
   if (type == "TransformerEncoderLayer") return std::make_shared<TransformerEncoderLayer>(layer_options(o));
   if (type == "TransformerDecoderLayer") return std::make_shared<TransformerDecoderLayer>(layer_options(o));
   throw InvalidArgument("spec: unknown module '" + type + "'");

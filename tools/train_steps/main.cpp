@@ -77,13 +77,17 @@ std::vector<Batch> load_manifest(const std::string& path, const std::vector<std:
   for (size_t b = 0; b < doc.size(); ++b) {
     const nlohmann::json& entry = doc[b];
     if (!entry.is_object())
-      throw kiln::InvalidArgument(fmt::format("manifest '{}': batch {} must be an object {{input: file.npy}}", path, b));
+      throw kiln::InvalidArgument(
+          fmt::format("manifest '{}': batch {} must be an object {{input: file.npy}}", path, b));
     for (const auto& [name, file] : entry.items()) {
       if (!expected.count(name))
-        throw kiln::InvalidArgument(fmt::format("manifest '{}': batch {} names input '{}', which the model does not "
-                                                "take (its inputs: {})", path, b, name, fmt::join(names, ", ")));
+        throw kiln::InvalidArgument(
+            fmt::format("manifest '{}': batch {} names input '{}', which the model does not "
+                        "take (its inputs: {})",
+                        path, b, name, fmt::join(names, ", ")));
       if (!file.is_string())
-        throw kiln::InvalidArgument(fmt::format("manifest '{}': batch {}, input '{}': expected a file name", path, b, name));
+        throw kiln::InvalidArgument(
+            fmt::format("manifest '{}': batch {}, input '{}': expected a file name", path, b, name));
     }
     Batch batch;
     for (const std::string& name : names) {
@@ -191,8 +195,10 @@ void run(const Options& o) {
   if (o.steps > 0) {
     const std::string optimizer_path = artifact(o, optimizer_model_file(o.prefix));
     if (!fs::exists(optimizer_path))
-      throw kiln::IOError(fmt::format("training steps need the optimizer model, and '{}' does not exist "
-                                      "(generate the artifacts with --optimizer)", optimizer_path));
+      throw kiln::IOError(
+          fmt::format("training steps need the optimizer model, and '{}' does not exist "
+                      "(generate the artifacts with --optimizer)",
+                      optimizer_path));
     Optimizer optimizer(optimizer_path, module);
     train(o, module, optimizer);
   }

@@ -64,14 +64,16 @@ class Backbone : public Module {
 // A backbone factory: gets the zoo model's full config (its defaults merged with the caller's
 // overrides) and the output selection. Model files register theirs by zoo name (a static
 // registrar, as zoo entries do); registering a name again replaces it.
-using BackboneFactory = std::function<std::shared_ptr<Backbone>(const zoo::Config& config, const BackboneOptions& options)>;
+using BackboneFactory =
+    std::function<std::shared_ptr<Backbone>(const zoo::Config& config, const BackboneOptions& options)>;
 void register_backbone(const std::string& name, BackboneFactory factory);
 
 struct AutoBackbone {
   // "resnet18" / "resnet34" / "resnet50", "convnext_tiny", "vit": the zoo model's config (its
   // classification head left out) with HF's stage names: "stem", "stage1", ... InvalidArgument for
   // a model without a backbone (naming the ones that have one).
-  static std::shared_ptr<Backbone> from_config(const std::string& name, const zoo::Config& config = zoo::Config::object(),
+  static std::shared_ptr<Backbone> from_config(const std::string& name,
+                                               const zoo::Config& config = zoo::Config::object(),
                                                const BackboneOptions& options = {});
   static std::vector<std::string> names();
 };

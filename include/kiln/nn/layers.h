@@ -16,8 +16,8 @@
 // Modes: BatchNorm in training mode exports BatchNormalization(training_mode=1) with its
 // running-statistic outputs (momentum written as 1 - torch's momentum, as torch's exporter does);
 // in eval mode the inference form. Dropout in training mode exports Dropout(x, ratio,
-// training_mode=True) with its mask output (what the gradient reads); in eval mode an Identity. An Embedding's padding_idx row gets no gradient in generated training graphs, as in
-// torch (see Embedding).
+// training_mode=True) with its mask output (what the gradient reads); in eval mode an Identity. An Embedding's
+// padding_idx row gets no gradient in generated training graphs, as in torch (see Embedding).
 #pragma once
 
 #include <array>
@@ -103,13 +103,35 @@ class ConvOptions {
  public:
   ConvOptions(int64_t in_channels, int64_t out_channels, ExpandingArray<D> kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  ConvOptions& stride(ExpandingArray<D> v) { stride_ = v; return *this; }
-  ConvOptions& padding(ExpandingArray<D> v) { padding_ = v; padding_mode_same_.reset(); return *this; }
-  ConvOptions& padding(ConvPadding v) { padding_mode_same_ = v == ConvPadding::Same; return *this; }
-  ConvOptions& dilation(ExpandingArray<D> v) { dilation_ = v; return *this; }
-  ConvOptions& groups(int64_t v) { groups_ = v; return *this; }
-  ConvOptions& bias(bool v) { bias_ = v; return *this; }
-  ConvOptions& padding_mode(std::string v) { padding_mode_ = std::move(v); return *this; }  // "zeros" only
+  ConvOptions& stride(ExpandingArray<D> v) {
+    stride_ = v;
+    return *this;
+  }
+  ConvOptions& padding(ExpandingArray<D> v) {
+    padding_ = v;
+    padding_mode_same_.reset();
+    return *this;
+  }
+  ConvOptions& padding(ConvPadding v) {
+    padding_mode_same_ = v == ConvPadding::Same;
+    return *this;
+  }
+  ConvOptions& dilation(ExpandingArray<D> v) {
+    dilation_ = v;
+    return *this;
+  }
+  ConvOptions& groups(int64_t v) {
+    groups_ = v;
+    return *this;
+  }
+  ConvOptions& bias(bool v) {
+    bias_ = v;
+    return *this;
+  }
+  ConvOptions& padding_mode(std::string v) {
+    padding_mode_ = std::move(v);
+    return *this;
+  }  // "zeros" only
 
   int64_t in_channels() const { return in_channels_; }
   int64_t out_channels() const { return out_channels_; }
@@ -140,13 +162,34 @@ class ConvTransposeOptions {
  public:
   ConvTransposeOptions(int64_t in_channels, int64_t out_channels, ExpandingArray<D> kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  ConvTransposeOptions& stride(ExpandingArray<D> v) { stride_ = v; return *this; }
-  ConvTransposeOptions& padding(ExpandingArray<D> v) { padding_ = v; return *this; }
-  ConvTransposeOptions& output_padding(ExpandingArray<D> v) { output_padding_ = v; return *this; }
-  ConvTransposeOptions& dilation(ExpandingArray<D> v) { dilation_ = v; return *this; }
-  ConvTransposeOptions& groups(int64_t v) { groups_ = v; return *this; }
-  ConvTransposeOptions& bias(bool v) { bias_ = v; return *this; }
-  ConvTransposeOptions& padding_mode(std::string v) { padding_mode_ = std::move(v); return *this; }
+  ConvTransposeOptions& stride(ExpandingArray<D> v) {
+    stride_ = v;
+    return *this;
+  }
+  ConvTransposeOptions& padding(ExpandingArray<D> v) {
+    padding_ = v;
+    return *this;
+  }
+  ConvTransposeOptions& output_padding(ExpandingArray<D> v) {
+    output_padding_ = v;
+    return *this;
+  }
+  ConvTransposeOptions& dilation(ExpandingArray<D> v) {
+    dilation_ = v;
+    return *this;
+  }
+  ConvTransposeOptions& groups(int64_t v) {
+    groups_ = v;
+    return *this;
+  }
+  ConvTransposeOptions& bias(bool v) {
+    bias_ = v;
+    return *this;
+  }
+  ConvTransposeOptions& padding_mode(std::string v) {
+    padding_mode_ = std::move(v);
+    return *this;
+  }
 
   int64_t in_channels() const { return in_channels_; }
   int64_t out_channels() const { return out_channels_; }
@@ -366,10 +409,22 @@ template <size_t D>
 class MaxPoolOptions {
  public:
   MaxPoolOptions(ExpandingArray<D> kernel_size) : kernel_size_(kernel_size), stride_(kernel_size) {}
-  MaxPoolOptions& stride(ExpandingArray<D> v) { stride_ = v; return *this; }
-  MaxPoolOptions& padding(ExpandingArray<D> v) { padding_ = v; return *this; }
-  MaxPoolOptions& dilation(ExpandingArray<D> v) { dilation_ = v; return *this; }
-  MaxPoolOptions& ceil_mode(bool v) { ceil_mode_ = v; return *this; }
+  MaxPoolOptions& stride(ExpandingArray<D> v) {
+    stride_ = v;
+    return *this;
+  }
+  MaxPoolOptions& padding(ExpandingArray<D> v) {
+    padding_ = v;
+    return *this;
+  }
+  MaxPoolOptions& dilation(ExpandingArray<D> v) {
+    dilation_ = v;
+    return *this;
+  }
+  MaxPoolOptions& ceil_mode(bool v) {
+    ceil_mode_ = v;
+    return *this;
+  }
   const ExpandingArray<D>& kernel_size() const { return kernel_size_; }
   const ExpandingArray<D>& stride() const { return stride_; }
   const ExpandingArray<D>& padding() const { return padding_; }
@@ -386,10 +441,22 @@ template <size_t D>
 class AvgPoolOptions {
  public:
   AvgPoolOptions(ExpandingArray<D> kernel_size) : kernel_size_(kernel_size), stride_(kernel_size) {}
-  AvgPoolOptions& stride(ExpandingArray<D> v) { stride_ = v; return *this; }
-  AvgPoolOptions& padding(ExpandingArray<D> v) { padding_ = v; return *this; }
-  AvgPoolOptions& ceil_mode(bool v) { ceil_mode_ = v; return *this; }
-  AvgPoolOptions& count_include_pad(bool v) { count_include_pad_ = v; return *this; }
+  AvgPoolOptions& stride(ExpandingArray<D> v) {
+    stride_ = v;
+    return *this;
+  }
+  AvgPoolOptions& padding(ExpandingArray<D> v) {
+    padding_ = v;
+    return *this;
+  }
+  AvgPoolOptions& ceil_mode(bool v) {
+    ceil_mode_ = v;
+    return *this;
+  }
+  AvgPoolOptions& count_include_pad(bool v) {
+    count_include_pad_ = v;
+    return *this;
+  }
   const ExpandingArray<D>& kernel_size() const { return kernel_size_; }
   const ExpandingArray<D>& stride() const { return stride_; }
   const ExpandingArray<D>& padding() const { return padding_; }

@@ -81,14 +81,15 @@ class Tracer {
   Var op(const std::string& op_type, const std::vector<Var>& inputs, std::map<std::string, Attribute> attrs,
          DType dtype, std::vector<int64_t> shape);
   std::vector<Var> op_multi(const std::string& op_type, const std::vector<Var>& inputs,
-                            std::map<std::string, Attribute> attrs, std::vector<std::pair<DType, std::vector<int64_t>>> outputs);
+                            std::map<std::string, Attribute> attrs,
+                            std::vector<std::pair<DType, std::vector<int64_t>>> outputs);
   // An empty optional input (ONNX's "").
   static Var none();
   // A constant (a Constant node: not in the state_dict, and never trained — artifact generation
   // trains every float initializer that reaches the loss, so constants are not initializers).
   Var constant(const Tensor& value, const std::string& hint = "const");
   Var constant_ints(const std::vector<int64_t>& values, const std::string& hint = "shape");  // int64 [n]
-  Var constant_scalar(double value, DType dtype, const std::string& hint = "scalar");         // rank 0
+  Var constant_scalar(double value, DType dtype, const std::string& hint = "scalar");        // rank 0
   // The initializer of module `m`'s parameter or buffer `name` (registered under its state_dict
   // key the first time; a shared module's parameter is one initializer).
   Var parameter(const Module& m, const std::string& name);
@@ -102,8 +103,8 @@ class Tracer {
   void update_buffer(const Module& m, const std::string& name, const Var& new_value);
   struct BufferUpdate {
     const Module* module;
-    std::string name;        // the buffer's local name
-    std::string value;       // the value holding its new content
+    std::string name;          // the buffer's local name
+    std::string value;         // the value holding its new content
     bool count_batch = false;  // also add 1 to the module's num_batches_tracked
   };
   std::vector<BufferUpdate> buffer_updates() const;  // explicit ones, then the detected ones
@@ -198,7 +199,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, Tensor*>> named_buffers(bool recurse = true);
   std::vector<std::pair<std::string, ModulePtr>> named_children() const;
   std::vector<std::pair<std::string, ModulePtr>> named_modules();  // "" is this module
-  ModulePtr get_submodule(const std::string& target);  // KeyError with torch's message
+  ModulePtr get_submodule(const std::string& target);              // KeyError with torch's message
   Tensor& get_parameter(const std::string& target);
   bool requires_grad(const std::string& parameter_name) const;  // a local name
   Module& requires_grad_(bool requires_grad = true);            // every parameter below
@@ -264,7 +265,7 @@ class Module : public std::enable_shared_from_this<Module> {
   struct RunCache;
   std::shared_ptr<RunCache> run_cache_;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // lets a RemovableHandle outlive us
-  const Slot* find_slot(const std::string& name) const;  // a parameter or buffer
+  const Slot* find_slot(const std::string& name) const;    // a parameter or buffer
   Slot* find_slot(const std::string& name);
   void check_new_name(const std::string& name, const char* what) const;
   void visit_state(const std::string& prefix, const std::function<void(const std::string&, Tensor&)>& f);
@@ -274,7 +275,7 @@ class Module : public std::enable_shared_from_this<Module> {
 class Sequential : public Module {
  public:
   Sequential() = default;
-  explicit Sequential(std::vector<ModulePtr> modules);                       // named "0", "1", ...
+  explicit Sequential(std::vector<ModulePtr> modules);                        // named "0", "1", ...
   explicit Sequential(std::vector<std::pair<std::string, ModulePtr>> named);  // OrderedDict form
   void push_back(ModulePtr m);
   void push_back(const std::string& name, ModulePtr m);

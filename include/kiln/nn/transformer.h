@@ -45,8 +45,8 @@ struct MultiheadAttentionOptions {
   int64_t num_heads = 0;
   double dropout = 0.0;  // on the attention weights, in training mode
   bool bias = true;
-  bool add_bias_kv = false;    // Unsupported when true
-  bool add_zero_attn = false;  // Unsupported when true
+  bool add_bias_kv = false;           // Unsupported when true
+  bool add_zero_attn = false;         // Unsupported when true
   std::optional<int64_t> kdim, vdim;  // must equal embed_dim (Unsupported otherwise)
   bool batch_first = false;
   // forward's defaults
@@ -110,8 +110,8 @@ class TransformerEncoderLayer : public Module {
   explicit TransformerEncoderLayer(TransformerEncoderLayerOptions options);
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override;
   // Module::call with torch's keyword arguments.
-  Var apply(Tracer& t, const Var& src, std::optional<Var> src_mask = {},
-            std::optional<Var> src_key_padding_mask = {}, bool is_causal = false);
+  Var apply(Tracer& t, const Var& src, std::optional<Var> src_mask = {}, std::optional<Var> src_key_padding_mask = {},
+            bool is_causal = false);
 
   std::string type_name() const override { return "TransformerEncoderLayer"; }
   const TransformerEncoderLayerOptions& options() const { return options_; }

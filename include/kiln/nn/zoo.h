@@ -33,10 +33,9 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kiln/nn/module.h"
 
@@ -48,7 +47,7 @@ struct ZooEntry {
   std::string name;
   std::string description;
   Config default_config;
-  std::function<ModulePtr(const Config&)> create;           // the full config (defaults merged)
+  std::function<ModulePtr(const Config&)> create;            // the full config (defaults merged)
   std::function<InputShapes(const Config&)> example_inputs;  // batch dim first (use 2)
   // The dims export marks dynamic (batch, and sequence for text models), by input name.
   std::function<DynamicAxes(const Config&)> dynamic_axes;

@@ -1,7 +1,8 @@
 // Activations: Relu, LeakyRelu, Sigmoid, Tanh, Elu, Selu, Softplus, HardSigmoid, HardSwish, Clip,
-// PRelu, Celu, Softsign, ThresholdedRelu, Shrink, Mish, Gelu. Float32 runs on oneDNN's eltwise primitive where its algorithm is the ONNX formula, NaN
-// handling included, and its accuracy is within 1e-6 relative (activation_test checks each against
-// double); other dtypes, and ops where oneDNN falls short (said at each), are plain vectorised loops.
+// PRelu, Celu, Softsign, ThresholdedRelu, Shrink, Mish, Gelu. Float32 runs on oneDNN's eltwise primitive where its
+// algorithm is the ONNX formula, NaN handling included, and its accuracy is within 1e-6 relative (activation_test
+// checks each against double); other dtypes, and ops where oneDNN falls short (said at each), are plain vectorised
+// loops.
 #include <cmath>
 #include <limits>
 
@@ -16,14 +17,20 @@ namespace {
 struct ReluOp {
   using Types = SignedFloatIntTypes;
   explicit ReluOp(const Node&) {}
-  template <class T> T operator()(T x) const { return x < T(0) ? T(0) : x; }  // NaN stays NaN
+  template <class T>
+  T operator()(T x) const {
+    return x < T(0) ? T(0) : x;
+  }  // NaN stays NaN
 };
 
 struct LeakyReluOp {
   using Types = FloatTypes;
   float alpha;
   explicit LeakyReluOp(const Node& n) : alpha(n.attr_float("alpha", 0.01f)) {}
-  template <class T> T operator()(T x) const { return x < T(0) ? static_cast<T>(alpha) * x : x; }
+  template <class T>
+  T operator()(T x) const {
+    return x < T(0) ? static_cast<T>(alpha) * x : x;
+  }
   std::optional<DnnlAlgo> dnnl() const { return DnnlAlgo{dnnl::algorithm::eltwise_relu, alpha, 0.f}; }
 };
 
@@ -31,7 +38,8 @@ struct SigmoidOp {
   using Types = FloatTypes;
   explicit SigmoidOp(const Node&) {}
   // Two branches so that exp never overflows and tiny results keep their precision.
-  template <class T> T operator()(T x) const {
+  template <class T>
+  T operator()(T x) const {
     if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
     const T e = std::exp(x);
     return e / (T(1) + e);
@@ -42,7 +50,10 @@ struct SigmoidOp {
 struct TanhOp {
   using Types = FloatTypes;
   explicit TanhOp(const Node&) {}
-  template <class T> T operator()(T x) const { return std::tanh(x); }
+  template <class T>
+  T operator()(T x) const {
+    return std::tanh(x);
+  }
   std::optional<DnnlAlgo> dnnl() const { return DnnlAlgo{dnnl::algorithm::eltwise_tanh}; }
 };
 
@@ -52,7 +63,10 @@ struct EluOp {
   using Types = FloatTypes;
   float alpha;
   explicit EluOp(const Node& n) : alpha(n.attr_float("alpha", 1.0f)) {}
-  template <class T> T operator()(T x) const { return x > T(0) ? x : static_cast<T>(alpha) * std::expm1(x); }
+  template <class T>
+  T operator()(T x) const {
+    return x > T(0) ? x : static_cast<T>(alpha) * std::expm1(x);
+  }
 };
 
 // Plain C++: oneDNN 2.6 has no selu (it would take elu plus a scaling post-op for one multiply).
@@ -62,7 +76,8 @@ struct SeluOp {
   explicit SeluOp(const Node& n)
       : alpha(n.attr_float("alpha", 1.67326319217681884765625f)),
         gamma(n.attr_float("gamma", 1.05070102214813232421875f)) {}
-  template <class T> T operator()(T x) const {
+  template <class T>
+  T operator()(T x) const {
     return static_cast<T>(gamma) * (x > T(0) ? x : static_cast<T>(alpha) * std::expm1(x));
   }
 };
@@ -73,7 +88,10 @@ struct SoftplusOp {
   using Types = FloatTypes;
   explicit SoftplusOp(const Node&) {}
   // log(1 + e^x) without overflow for large x.
-  template <class T> T operator()(T x) const { return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
+  template <class T>
+  T operator()(T x) const {
+    return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+  }
 };
 
 // Plain C++: oneDNN 2.6 has no hardsigmoid (added in 3.0); the loop vectorises.
@@ -81,7 +99,8 @@ struct HardSigmoidOp {
   using Types = FloatTypes;
   float alpha, beta;
   explicit HardSigmoidOp(const Node& n) : alpha(n.attr_float("alpha", 0.2f)), beta(n.attr_float("beta", 0.5f)) {}
-  template <class T> T operator()(T x) const {
+  template <class T>
+  T operator()(T x) const {
     return std::min(std::max(static_cast<T>(alpha) * x + static_cast<T>(beta), T(0)), T(1));  // NaN stays
   }
 };
@@ -90,7 +109,8 @@ struct HardSwishOp {
   using Types = FloatTypes;
   explicit HardSwishOp(const Node&) {}
   // ONNX: x * max(0, min(1, x/6 + 1/2)), which is oneDNN's hardswish x * relu6(x + 3) / 6.
-  template <class T> T operator()(T x) const {
+  template <class T>
+  T operator()(T x) const {
     return x * std::min(std::max(x * static_cast<T>(1.0 / 6.0) + T(0.5), T(0)), T(1));
   }
   std::optional<DnnlAlgo> dnnl() const { return DnnlAlgo{dnnl::algorithm::eltwise_hardswish}; }
@@ -109,8 +129,8 @@ class ClipKernel final : public Kernel {
       if (!ctx.has_input(i)) continue;
       const char* what = i == 1 ? "min" : "max";
       if (numel(ctx.shape(i)) != 1)
-        throw ShapeError(fmt::format("{} '{}' must be a scalar, got shape {}", what, node_.inputs[i],
-                                     to_string(ctx.shape(i))));
+        throw ShapeError(
+            fmt::format("{} '{}' must be a scalar, got shape {}", what, node_.inputs[i], to_string(ctx.shape(i))));
       if (ctx.dtype(i) != ctx.dtype(0))
         throw TypeError(fmt::format("{} '{}' is {} but the input is {}", what, node_.inputs[i],
                                     dtype_name(ctx.dtype(i)), dtype_name(ctx.dtype(0))));
@@ -161,8 +181,7 @@ class PReluKernel final : public Kernel {
     const Shape out = broadcast_inputs(ctx, 2);
     if (out != ctx.shape(0))
       throw ShapeError(fmt::format("slope '{}' of shape {} does not broadcast to X's shape {} (it would make {})",
-                                   node_.inputs[1], to_string(ctx.shape(1)), to_string(ctx.shape(0)),
-                                   to_string(out)));
+                                   node_.inputs[1], to_string(ctx.shape(1)), to_string(ctx.shape(0)), to_string(out)));
     return {TensorMeta{ctx.dtype(0), out, false, Tensor()}};
   }
 
@@ -193,7 +212,8 @@ struct CeluOp {
   explicit CeluOp(const Node& n) : alpha(n.attr_float("alpha", 1.0f)) {
     if (alpha == 0.f) throw InvalidModel("attribute alpha is 0; Celu divides by it");
   }
-  template <class T> T operator()(T x) const {
+  template <class T>
+  T operator()(T x) const {
     return x > T(0) ? x : static_cast<T>(alpha) * std::expm1(x / static_cast<T>(alpha));
   }
 };
@@ -201,14 +221,20 @@ struct CeluOp {
 struct SoftsignOp {
   using Types = FloatTypes;
   explicit SoftsignOp(const Node&) {}
-  template <class T> T operator()(T x) const { return x / (T(1) + std::fabs(x)); }
+  template <class T>
+  T operator()(T x) const {
+    return x / (T(1) + std::fabs(x));
+  }
 };
 
 struct ThresholdedReluOp {
   using Types = FloatTypes;
   float alpha;
   explicit ThresholdedReluOp(const Node& n) : alpha(n.attr_float("alpha", 1.0f)) {}
-  template <class T> T operator()(T x) const { return x > static_cast<T>(alpha) ? x : (x != x ? x : T(0)); }
+  template <class T>
+  T operator()(T x) const {
+    return x > static_cast<T>(alpha) ? x : (x != x ? x : T(0));
+  }
 };
 
 // x + bias below -lambd, x - bias above lambd, 0 between — and for NaN, which is neither below nor
@@ -218,7 +244,8 @@ struct ShrinkOp {
   using Types = NumericTypes;
   float lambd, bias;
   explicit ShrinkOp(const Node& n) : lambd(n.attr_float("lambd", 0.5f)), bias(n.attr_float("bias", 0.0f)) {}
-  template <class T> T operator()(T x) const {
+  template <class T>
+  T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>) {
       const T l = static_cast<T>(lambd), b = static_cast<T>(bias);
       return x < -l ? x + b : (x > l ? x - b : T(0));
@@ -233,7 +260,8 @@ struct ShrinkOp {
 struct MishOp {
   using Types = FloatTypes;
   explicit MishOp(const Node&) {}
-  template <class T> T operator()(T x) const {
+  template <class T>
+  T operator()(T x) const {
     const T sp = std::log1p(std::exp(-std::fabs(x))) + std::max(x, T(0));
     return x * std::tanh(sp);
   }
@@ -252,7 +280,8 @@ struct GeluOp {
   }
   // In double: for x << 0 both forms are exp-like tails whose relative error is the argument's
   // rounding times |x|^2, which float arguments would make reach 1e-5.
-  template <class T> T operator()(T x) const {
+  template <class T>
+  T operator()(T x) const {
     const double v = static_cast<double>(x);
     if (tanh_form) {
       const double u = 0.7978845608028654 * (v + 0.044715 * v * v * v);  // sqrt(2/pi)

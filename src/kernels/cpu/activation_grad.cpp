@@ -43,7 +43,9 @@ class ReluGrad final : public Kernel {
 
 const KernelRegistrar reg({kKilnDomain, "ReluGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                           [](const Node& n) { return std::make_unique<ReluGrad>(n); });
-const OpDocRegistrar doc({kKilnDomain, "ReluGrad", "The gradient of Relu, from its output.",
+const OpDocRegistrar doc({kKilnDomain,
+                          "ReluGrad",
+                          "The gradient of Relu, from its output.",
                           {"dY: the gradient of Relu's output", "Y: Relu's output"},
                           {"dX: the gradient of Relu's input, dY's shape and dtype"},
                           "dX = dY where Y > 0, else 0 (PyTorch's convention: 0 at x == 0)"});

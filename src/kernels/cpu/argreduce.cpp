@@ -29,8 +29,10 @@ class ArgReduceKernel final : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const Shape& in = ctx.shape(0);
     const int64_t rank = static_cast<int64_t>(in.size());
-    if (rank == 0) throw ShapeError(fmt::format("input {} is a scalar; it needs an axis to reduce", input_label(node_, 0)));
-    axis_ = normalize_axis(axis_attr_, rank, fmt::format("attribute axis of input {} {}", input_label(node_, 0), to_string(in)));
+    if (rank == 0)
+      throw ShapeError(fmt::format("input {} is a scalar; it needs an axis to reduce", input_label(node_, 0)));
+    axis_ = normalize_axis(axis_attr_, rank,
+                           fmt::format("attribute axis of input {} {}", input_label(node_, 0), to_string(in)));
     Shape out = in;
     int64_t rest = 1;  // output elements
     for (int64_t i = 0; i < rank; ++i)

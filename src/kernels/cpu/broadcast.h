@@ -118,24 +118,24 @@ void broadcast_for_each(const BroadcastPlan<N>& plan, Run&& run, int64_t grain =
 // stride patterns (both contiguous, one operand constant along the run) so it vectorises.
 template <class TA, class TB, class TO, class Op>
 void broadcast_binary(const BroadcastPlan<2>& plan, const TA* a, const TB* b, TO* out, Op op) {
-  broadcast_for_each(plan, [&](int64_t o, const std::array<int64_t, 2>& in, const std::array<int64_t, 2>& st,
-                               int64_t n) {
-    const TA* pa = a + in[0];
-    const TB* pb = b + in[1];
-    TO* po = out + o;
-    if (st[0] == 1 && st[1] == 1) {
-      for (int64_t i = 0; i < n; ++i) po[i] = op(pa[i], pb[i]);
-    } else if (st[0] == 1) {
-      const TB vb = *pb;
-      for (int64_t i = 0; i < n; ++i) po[i] = op(pa[i], vb);
-    } else if (st[1] == 1) {
-      const TA va = *pa;
-      for (int64_t i = 0; i < n; ++i) po[i] = op(va, pb[i]);
-    } else {
-      const TO v = op(*pa, *pb);
-      for (int64_t i = 0; i < n; ++i) po[i] = v;
-    }
-  });
+  broadcast_for_each(plan,
+                     [&](int64_t o, const std::array<int64_t, 2>& in, const std::array<int64_t, 2>& st, int64_t n) {
+                       const TA* pa = a + in[0];
+                       const TB* pb = b + in[1];
+                       TO* po = out + o;
+                       if (st[0] == 1 && st[1] == 1) {
+                         for (int64_t i = 0; i < n; ++i) po[i] = op(pa[i], pb[i]);
+                       } else if (st[0] == 1) {
+                         const TB vb = *pb;
+                         for (int64_t i = 0; i < n; ++i) po[i] = op(pa[i], vb);
+                       } else if (st[1] == 1) {
+                         const TA va = *pa;
+                         for (int64_t i = 0; i < n; ++i) po[i] = op(va, pb[i]);
+                       } else {
+                         const TO v = op(*pa, *pb);
+                         for (int64_t i = 0; i < n; ++i) po[i] = v;
+                       }
+                     });
 }
 
 }  // namespace kiln

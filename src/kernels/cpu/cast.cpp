@@ -14,8 +14,8 @@ namespace kiln {
 
 namespace {
 
-using AllTypes = TypeList<float, double, Half, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
-                          uint32_t, uint64_t, bool>;
+using AllTypes = TypeList<float, double, Half, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
+                          uint64_t, bool>;
 
 // The ONNX TensorProto.DataType element types Kiln lacks, by name, for the message.
 struct OnnxType {
@@ -23,9 +23,8 @@ struct OnnxType {
   const char* name;
 };
 constexpr OnnxType kMissingOnnxTypes[] = {
-    {8, "string"},        {14, "complex64"},       {15, "complex128"}, {17, "float8e4m3fn"},
-    {18, "float8e4m3fnuz"}, {19, "float8e5m2"},    {20, "float8e5m2fnuz"}, {21, "uint4"},
-    {22, "int4"},
+    {8, "string"},      {14, "complex64"},      {15, "complex128"}, {17, "float8e4m3fn"}, {18, "float8e4m3fnuz"},
+    {19, "float8e5m2"}, {20, "float8e5m2fnuz"}, {21, "uint4"},      {22, "int4"},
 };
 
 DType dtype_from_to_attr(int64_t to) {
@@ -68,7 +67,7 @@ To convert(From v) {
   } else if constexpr (std::is_integral_v<To>) {
     if constexpr (std::is_floating_point_v<compute_t<From>>) return float_to_int<To>(static_cast<double>(load(v)));
     else return static_cast<To>(v);  // modular (C++20), as numpy
-  } else {  // float or double
+  } else {                           // float or double
     return static_cast<To>(load(v));
   }
 }
@@ -102,9 +101,7 @@ class CastKernel final : public Kernel {
   void compute(ComputeContext& ctx) override { cast_tensor(ctx.input(0), ctx.output(0), node_); }
 
   // Converting in place is safe elementwise, but the planner only shares buffers of one dtype.
-  std::optional<size_t> inplace_input() const override {
-    return same_dtype_ ? std::optional<size_t>(0) : std::nullopt;
-  }
+  std::optional<size_t> inplace_input() const override { return same_dtype_ ? std::optional<size_t>(0) : std::nullopt; }
 
  private:
   bool like_;

@@ -9,18 +9,49 @@ namespace kiln {
 
 namespace {
 
-struct EqualOp { template <class C> static bool apply(C a, C b) { return a == b; } };
-struct LessOp { template <class C> static bool apply(C a, C b) { return a < b; } };
-struct GreaterOp { template <class C> static bool apply(C a, C b) { return a > b; } };
-struct LessOrEqualOp { template <class C> static bool apply(C a, C b) { return a <= b; } };
-struct GreaterOrEqualOp { template <class C> static bool apply(C a, C b) { return a >= b; } };
-struct AndOp { static bool apply(bool a, bool b) { return a && b; } };
-struct OrOp { static bool apply(bool a, bool b) { return a || b; } };
-struct XorOp { static bool apply(bool a, bool b) { return a != b; } };
+struct EqualOp {
+  template <class C>
+  static bool apply(C a, C b) {
+    return a == b;
+  }
+};
+struct LessOp {
+  template <class C>
+  static bool apply(C a, C b) {
+    return a < b;
+  }
+};
+struct GreaterOp {
+  template <class C>
+  static bool apply(C a, C b) {
+    return a > b;
+  }
+};
+struct LessOrEqualOp {
+  template <class C>
+  static bool apply(C a, C b) {
+    return a <= b;
+  }
+};
+struct GreaterOrEqualOp {
+  template <class C>
+  static bool apply(C a, C b) {
+    return a >= b;
+  }
+};
+struct AndOp {
+  static bool apply(bool a, bool b) { return a && b; }
+};
+struct OrOp {
+  static bool apply(bool a, bool b) { return a || b; }
+};
+struct XorOp {
+  static bool apply(bool a, bool b) { return a != b; }
+};
 
 using ComparableTypes = NumericTypes;
-using EquatableTypes = TypeList<float, double, Half, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t,
-                                uint16_t, uint32_t, uint64_t, bool>;
+using EquatableTypes = TypeList<float, double, Half, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
+                                uint32_t, uint64_t, bool>;
 using BoolTypes = TypeList<bool>;
 
 // y = op(a, b) under broadcasting; a and b share a dtype from Types, y is bool.
@@ -83,14 +114,18 @@ class FloatTestKernel final : public Kernel {
 
 struct IsNaNTest {
   explicit IsNaNTest(const Node&) {}
-  template <class C> bool operator()(C v) const { return std::isnan(v); }
+  template <class C>
+  bool operator()(C v) const {
+    return std::isnan(v);
+  }
 };
 
 struct IsInfTest {
   bool positive, negative;
   explicit IsInfTest(const Node& n)
       : positive(n.attr_int("detect_positive", 1) != 0), negative(n.attr_int("detect_negative", 1) != 0) {}
-  template <class C> bool operator()(C v) const {
+  template <class C>
+  bool operator()(C v) const {
     return std::isinf(v) && (v > C(0) ? positive : negative);
   }
 };

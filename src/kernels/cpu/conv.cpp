@@ -33,8 +33,8 @@ ConvShape conv_shape(const Node& node, const InferContext& ctx) {
   if (x.shape.size() < 3)
     throw ShapeError(fmt::format("Conv: input {} must be [N, C, D1, ...] with at least one spatial dim", describe(x)));
   if (w.shape.size() != x.shape.size())
-    throw ShapeError(fmt::format("Conv: weight {} must have the rank of input {} ([M, C/group, k1, ...])",
-                                 describe(w), describe(x)));
+    throw ShapeError(fmt::format("Conv: weight {} must have the rank of input {} ([M, C/group, k1, ...])", describe(w),
+                                 describe(x)));
   const size_t nsp = x.shape.size() - 2;
   if (nsp > 3)
     throw Unsupported(fmt::format("Conv: input {} has {} spatial dims; Kiln supports 1 to 3", describe(x), nsp));

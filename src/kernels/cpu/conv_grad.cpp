@@ -19,7 +19,8 @@ using dnnl_util::to_dims;
 std::array<bool, 3> output_mask(const Node& node) {
   const std::vector<int64_t> mask = node.attr_ints("output_mask", {1, 1, 1});
   if (mask.size() != 3)
-    throw InvalidModel(fmt::format("attribute 'output_mask' = [{}] must have 3 values (dX, dW, dB)", fmt::join(mask, ", ")));
+    throw InvalidModel(
+        fmt::format("attribute 'output_mask' = [{}] must have 3 values (dX, dW, dB)", fmt::join(mask, ", ")));
   std::array<bool, 3> out{};
   for (size_t i = 0; i < 3; ++i) out[i] = mask[i] != 0 && i < node.outputs.size() && !node.outputs[i].empty();
   return out;
@@ -32,7 +33,8 @@ bool DnnlConv::build(const Problem& pr, bool forward, bool data, bool weights, b
     wdims[0] = pr.w[0] / pr.group;
     wdims.insert(wdims.begin(), pr.group);
   }
-  const memory::desc xp = dnnl_util::plain_desc(pr.x), wp = dnnl_util::plain_desc(wdims), yp = dnnl_util::plain_desc(pr.y);
+  const memory::desc xp = dnnl_util::plain_desc(pr.x), wp = dnnl_util::plain_desc(wdims),
+                     yp = dnnl_util::plain_desc(pr.y);
   const memory::desc bp = dnnl_util::plain_desc({pr.w[0]});
   std::vector<int64_t> dil = pr.dilations;
   for (int64_t& d : dil) d -= 1;  // oneDNN counts the holes between taps
@@ -40,7 +42,8 @@ bool DnnlConv::build(const Problem& pr, bool forward, bool data, bool weights, b
   const bool blocked = pr.x[1] >= 8;
   auto any = [](const Shape& s) { return memory::desc(to_dims(s), memory::data_type::f32, memory::format_tag::any); };
   const memory::desc xa = blocked ? any(pr.x) : xp, wa = blocked ? any(wdims) : wp, ya = blocked ? any(pr.y) : yp;
-  const auto strides = to_dims(pr.strides), dilations = to_dims(dil), pl = to_dims(pr.pad_begin), pr_ = to_dims(pr.pad_end);
+  const auto strides = to_dims(pr.strides), dilations = to_dims(dil), pl = to_dims(pr.pad_begin),
+             pr_ = to_dims(pr.pad_end);
   try {
     const dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, xa,
                                              wa, has_bias_ ? bp : memory::desc(), ya, strides, dilations, pl, pr_);
@@ -127,8 +130,8 @@ class ConvGradKernel final : public Kernel {
     const TensorMeta& x = ctx.input(1);
     const TensorMeta& w = ctx.input(2);
     if (dy.dtype != x.dtype || w.dtype != x.dtype)
-      throw TypeError(fmt::format("ConvGrad: dY {}, X {} and W {} must share a dtype", describe(dy), describe(x),
-                                  describe(w)));
+      throw TypeError(
+          fmt::format("ConvGrad: dY {}, X {} and W {} must share a dtype", describe(dy), describe(x), describe(w)));
     if (x.shape.size() < 3 || x.shape.size() > 5 || w.shape.size() != x.shape.size())
       throw ShapeError(fmt::format("ConvGrad: X {} must be [N, C, D1..D3] and W {} [M, C/group, k...] of the same rank",
                                    describe(x), describe(w)));
@@ -139,7 +142,8 @@ class ConvGradKernel final : public Kernel {
     if (p_.group < 1 || x.shape[1] != w.shape[1] * p_.group || w.shape[0] % p_.group != 0)
       throw ShapeError(fmt::format("ConvGrad: X {} and W {} do not fit group {}", describe(x), describe(w), p_.group));
     const std::vector<int64_t> kernel(w.shape.begin() + 2, w.shape.end());
-    const dnnl_util::Window win = dnnl_util::make_window(node_, Shape(x.shape.begin() + 2, x.shape.end()), kernel, false);
+    const dnnl_util::Window win =
+        dnnl_util::make_window(node_, Shape(x.shape.begin() + 2, x.shape.end()), kernel, false);
     p_.y = {x.shape[0], w.shape[0]};
     p_.y.insert(p_.y.end(), win.out.begin(), win.out.end());
     if (dy.shape != p_.y)
@@ -153,7 +157,9 @@ class ConvGradKernel final : public Kernel {
     dtype_ = x.dtype;
     built_ = false;
     // Outputs not asked for are empty, so the planner reserves nothing for them.
-    const auto meta = [&](size_t i, Shape s) { return TensorMeta{x.dtype, mask_[i] ? s : Shape{0}, dy.dynamic, Tensor()}; };
+    const auto meta = [&](size_t i, Shape s) {
+      return TensorMeta{x.dtype, mask_[i] ? s : Shape{0}, dy.dynamic, Tensor()};
+    };
     return {meta(0, x.shape), meta(1, w.shape), meta(2, {w.shape[0]})};
   }
 
@@ -205,7 +211,8 @@ class ConvGradKernel final : public Kernel {
 const KernelRegistrar reg({kKilnDomain, "ConvGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                           [](const Node& n) { return std::make_unique<ConvGradKernel>(n); });
 const OpDocRegistrar doc(
-    {kKilnDomain, "ConvGrad",
+    {kKilnDomain,
+     "ConvGrad",
      "Gradients of Conv with respect to its input, weight and bias. Attributes: those of the Conv "
      "(group, strides, dilations, pads, auto_pad, kernel_shape) and output_mask (3 ints, default "
      "[1, 1, 1]); an output masked off or left unnamed is not computed and has shape [0].",

@@ -22,11 +22,12 @@ namespace {
 std::vector<int64_t> ints_attr(const Node& node, const std::string& key, size_t n, int64_t fallback, int64_t min) {
   std::vector<int64_t> v = node.attr_ints(key, std::vector<int64_t>(n, fallback));
   if (v.size() != n)
-    throw InvalidModel(fmt::format("ConvTranspose: attribute '{}' = [{}] must have {} values", key,
-                                   fmt::join(v, ", "), n));
+    throw InvalidModel(
+        fmt::format("ConvTranspose: attribute '{}' = [{}] must have {} values", key, fmt::join(v, ", "), n));
   for (int64_t x : v)
     if (x < min)
-      throw InvalidModel(fmt::format("ConvTranspose: attribute '{}' = [{}] must be >= {}", key, fmt::join(v, ", "), min));
+      throw InvalidModel(
+          fmt::format("ConvTranspose: attribute '{}' = [{}] must be >= {}", key, fmt::join(v, ", "), min));
   return v;
 }
 
@@ -40,23 +41,25 @@ DeconvShape deconv_shape(const Node& node, const InferContext& ctx) {
   if (w.dtype != x.dtype)
     throw TypeError(fmt::format("ConvTranspose: weight {} must have the dtype of input {}", describe(w), describe(x)));
   if (x.shape.size() < 3)
-    throw ShapeError(fmt::format("ConvTranspose: input {} must be [N, C, D1, ...] with at least one spatial dim",
-                                 describe(x)));
+    throw ShapeError(
+        fmt::format("ConvTranspose: input {} must be [N, C, D1, ...] with at least one spatial dim", describe(x)));
   if (w.shape.size() != x.shape.size())
     throw ShapeError(fmt::format("ConvTranspose: weight {} must have the rank of input {} ([C, M/group, k1, ...])",
                                  describe(w), describe(x)));
   const size_t nsp = x.shape.size() - 2;
   if (nsp > 3)
-    throw Unsupported(fmt::format("ConvTranspose: input {} has {} spatial dims; Kiln supports 1 to 3", describe(x), nsp));
+    throw Unsupported(
+        fmt::format("ConvTranspose: input {} has {} spatial dims; Kiln supports 1 to 3", describe(x), nsp));
   DeconvShape s;
   s.x = x.shape;
   s.w = w.shape;
   s.group = node.attr_int("group", 1);
   if (s.group < 1) throw InvalidModel(fmt::format("ConvTranspose: group {} must be positive", s.group));
   if (w.shape[0] != x.shape[1] || x.shape[1] % s.group != 0)
-    throw ShapeError(fmt::format("ConvTranspose: input {} has {} channels but weight {} expects {} (group {}; the "
-                                 "channel count must be a multiple of group)",
-                                 describe(x), x.shape[1], describe(w), w.shape[0], s.group));
+    throw ShapeError(
+        fmt::format("ConvTranspose: input {} has {} channels but weight {} expects {} (group {}; the "
+                    "channel count must be a multiple of group)",
+                    describe(x), x.shape[1], describe(w), w.shape[0], s.group));
   s.kernel.assign(w.shape.begin() + 2, w.shape.end());
   if (node.has_attr("kernel_shape") && node.attr_ints("kernel_shape") != s.kernel)
     throw ShapeError(fmt::format("ConvTranspose: kernel_shape [{}] does not match weight {}",
@@ -65,9 +68,10 @@ DeconvShape deconv_shape(const Node& node, const InferContext& ctx) {
   if (ctx.has_input(2)) {
     const TensorMeta& b = ctx.input(2);
     if (b.dtype != x.dtype || b.shape != Shape{m})
-      throw ShapeError(fmt::format("ConvTranspose: bias {} must be {}[{}] (one per output channel: weight {} times "
-                                   "group {})",
-                                   describe(b), dtype_name(x.dtype), m, describe(w), s.group));
+      throw ShapeError(
+          fmt::format("ConvTranspose: bias {} must be {}[{}] (one per output channel: weight {} times "
+                      "group {})",
+                      describe(b), dtype_name(x.dtype), m, describe(w), s.group));
     s.has_bias = true;
   }
   s.strides = ints_attr(node, "strides", nsp, 1, 1);
@@ -76,8 +80,8 @@ DeconvShape deconv_shape(const Node& node, const InferContext& ctx) {
   const std::vector<int64_t> pads = ints_attr(node, "pads", 2 * nsp, 0, 0);
   const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
   if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER")
-    throw InvalidModel(fmt::format("ConvTranspose: auto_pad '{}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID",
-                                   auto_pad));
+    throw InvalidModel(
+        fmt::format("ConvTranspose: auto_pad '{}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID", auto_pad));
   std::vector<int64_t> out_shape;
   if (node.has_attr("output_shape")) {
     out_shape = node.attr_ints("output_shape");
@@ -103,10 +107,10 @@ DeconvShape deconv_shape(const Node& node, const InferContext& ctx) {
       out = full - s.pad_begin[i] - (auto_pad == "NOTSET" ? pads[nsp + i] : 0);
     }
     if (out < 0 || (out == 0 && in > 0))
-      throw ShapeError(fmt::format("ConvTranspose: spatial dim {} of input {} gives output size {} (pads [{}], "
-                                   "output_padding [{}], output_shape [{}])",
-                                   i, describe(x), out, fmt::join(pads, ", "), fmt::join(adj, ", "),
-                                   fmt::join(out_shape, ", ")));
+      throw ShapeError(
+          fmt::format("ConvTranspose: spatial dim {} of input {} gives output size {} (pads [{}], "
+                      "output_padding [{}], output_shape [{}])",
+                      i, describe(x), out, fmt::join(pads, ", "), fmt::join(adj, ", "), fmt::join(out_shape, ", ")));
     s.pad_end[i] = full - adj[i] - s.pad_begin[i] - out;  // relative to the line without output_padding
     s.y.push_back(out);
   }
@@ -121,8 +125,8 @@ namespace {
 using dnnl::memory;
 using dnnl_util::to_dims;
 
-using deconv::DeconvShape;
 using deconv::deconv_shape;
+using deconv::DeconvShape;
 using deconv::describe;
 
 // y = bias, then every input element scatters its kernel-shaped contribution. Spatial dims padded
@@ -194,8 +198,7 @@ class ConvTransposeKernel final : public Kernel {
         if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
           deconv_direct<T>(s_, ctx.input(0).data<T>(), ctx.input(1).data<T>(),
                            s_.has_bias ? ctx.input(2).data<T>() : nullptr, y.data<T>());
-        else
-          throw Unsupported(fmt::format("ConvTranspose: {} input", dtype_name(dtype_)));
+        else throw Unsupported(fmt::format("ConvTranspose: {} input", dtype_name(dtype_)));
       });
       return;
     }

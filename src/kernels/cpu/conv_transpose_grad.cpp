@@ -13,8 +13,8 @@ namespace kiln {
 namespace {
 
 using deconv::as_conv;
-using deconv::DeconvShape;
 using deconv::deconv_shape;
+using deconv::DeconvShape;
 using deconv::describe;
 
 class ConvTransposeGradKernel final : public Kernel {
@@ -32,7 +32,9 @@ class ConvTransposeGradKernel final : public Kernel {
     dtype_ = dy.dtype;
     built_ = false;
     // Outputs not asked for are empty, so the planner reserves nothing for them.
-    const auto meta = [&](size_t i, Shape sh) { return TensorMeta{dtype_, mask_[i] ? sh : Shape{0}, dy.dynamic, Tensor()}; };
+    const auto meta = [&](size_t i, Shape sh) {
+      return TensorMeta{dtype_, mask_[i] ? sh : Shape{0}, dy.dynamic, Tensor()};
+    };
     return {meta(0, s_.x), meta(1, s_.w), meta(2, {s_.y[1]})};
   }
   void prepare(const InferContext&, const std::vector<TensorMeta>&) override { build(); }
@@ -61,8 +63,8 @@ class ConvTransposeGradKernel final : public Kernel {
         }
         if (mask_[2]) conv::channel_sum<T>(s_.y, dy.data<T>(), ctx.output(2).data<T>());
       } else {
-        throw Unsupported(fmt::format("ConvTransposeGrad: {} inputs (float32 and float64 are supported)",
-                                      dtype_name(dtype_)));
+        throw Unsupported(
+            fmt::format("ConvTransposeGrad: {} inputs (float32 and float64 are supported)", dtype_name(dtype_)));
       }
     });
   }
@@ -83,10 +85,12 @@ class ConvTransposeGradKernel final : public Kernel {
   conv::DnnlConv dnnl_;
 };
 
-const KernelRegistrar conv_transpose_grad({kKilnDomain, "ConvTransposeGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
-                                          [](const Node& n) { return std::make_unique<ConvTransposeGradKernel>(n); });
+const KernelRegistrar conv_transpose_grad(
+    {kKilnDomain, "ConvTransposeGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
+    [](const Node& n) { return std::make_unique<ConvTransposeGradKernel>(n); });
 const OpDocRegistrar conv_transpose_grad_doc(
-    {kKilnDomain, "ConvTransposeGrad",
+    {kKilnDomain,
+     "ConvTransposeGrad",
      "Gradients of ConvTranspose with respect to its input, weight and bias. Attributes: those of the "
      "ConvTranspose (group, strides, dilations, pads, auto_pad, output_padding, output_shape, kernel_shape) "
      "and output_mask (3 ints, default [1, 1, 1]); an output masked off or left unnamed is not computed and "

@@ -18,7 +18,8 @@ class CumSumKernel final : public Kernel {
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const Shape& in = ctx.shape(0);
-    if (in.empty()) throw ShapeError(fmt::format("input {} is a scalar; CumSum needs rank >= 1", input_label(node_, 0)));
+    if (in.empty())
+      throw ShapeError(fmt::format("input {} is a scalar; CumSum needs rank >= 1", input_label(node_, 0)));
     if ((ctx.dtype(1) != DType::Int64 && ctx.dtype(1) != DType::Int32) || numel(ctx.shape(1)) != 1 ||
         ctx.shape(1).size() > 1)
       throw TypeError(fmt::format("axis {} must be an int32 or int64 scalar (or 1-element 1-D tensor), got {}{}",
@@ -45,7 +46,8 @@ class CumSumKernel final : public Kernel {
       // Tasks are (outer index, block of inner positions); each walks the axis with contiguous rows.
       constexpr int64_t kBlock = 256;
       const int64_t blocks = (inner + kBlock - 1) / kBlock;
-      const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, len * std::min(inner, kBlock)));
+      const int64_t grain =
+          std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, len * std::min(inner, kBlock)));
       parallel_for(outer * blocks, grain, [&](int64_t tb, int64_t te) {
         A acc[kBlock];
         for (int64_t t = tb; t < te; ++t) {
@@ -74,8 +76,9 @@ class CumSumKernel final : public Kernel {
 
  private:
   int64_t axis_of(const Tensor& axis, const Shape& in) const {
-    return normalize_axis(axis.to_int64_vector().at(0), static_cast<int64_t>(in.size()),
-                          fmt::format("axis {} for input {} {}", input_label(node_, 1), input_label(node_, 0), to_string(in)));
+    return normalize_axis(
+        axis.to_int64_vector().at(0), static_cast<int64_t>(in.size()),
+        fmt::format("axis {} for input {} {}", input_label(node_, 1), input_label(node_, 0), to_string(in)));
   }
 
   bool exclusive_, reverse_;

@@ -39,13 +39,20 @@ dnnl::memory memory_of(const dnnl::memory::desc& desc, const Tensor& t) {
 
 dnnl::memory::data_type data_type_of(DType t, const std::string& what) {
   switch (t) {
-    case DType::Float32: return dnnl::memory::data_type::f32;
-    case DType::BFloat16: return dnnl::memory::data_type::bf16;
-    case DType::Float16: return dnnl::memory::data_type::f16;
-    case DType::Int32: return dnnl::memory::data_type::s32;
-    case DType::Int8: return dnnl::memory::data_type::s8;
-    case DType::Uint8: return dnnl::memory::data_type::u8;
-    default: break;
+    case DType::Float32:
+      return dnnl::memory::data_type::f32;
+    case DType::BFloat16:
+      return dnnl::memory::data_type::bf16;
+    case DType::Float16:
+      return dnnl::memory::data_type::f16;
+    case DType::Int32:
+      return dnnl::memory::data_type::s32;
+    case DType::Int8:
+      return dnnl::memory::data_type::s8;
+    case DType::Uint8:
+      return dnnl::memory::data_type::u8;
+    default:
+      break;
   }
   throw Unsupported(fmt::format("{}: oneDNN has no {} data type", what, dtype_name(t)));
 }
@@ -69,10 +76,8 @@ Operand operand(const dnnl::memory::desc& plain, const dnnl::memory::desc& inner
   Operand o{plain, inner, {}, {}, {}};
   if (!o.reordered()) return o;
   dnnl::engine& eng = engine();
-  if (is_output)
-    o.to_plain = dnnl::reorder(dnnl::reorder::primitive_desc(eng, inner, eng, plain));
-  else
-    o.to_inner = dnnl::reorder(dnnl::reorder::primitive_desc(eng, plain, eng, inner));
+  if (is_output) o.to_plain = dnnl::reorder(dnnl::reorder::primitive_desc(eng, inner, eng, plain));
+  else o.to_inner = dnnl::reorder(dnnl::reorder::primitive_desc(eng, plain, eng, inner));
   return o;
 }
 
@@ -105,8 +110,8 @@ namespace {
 std::vector<int64_t> spatial_attr(const Node& node, const std::string& key, size_t n, int64_t fallback) {
   std::vector<int64_t> v = node.attr_ints(key, std::vector<int64_t>(n, fallback));
   if (v.size() != n)
-    throw InvalidModel(fmt::format("attribute '{}' has {} values [{}] but the input has {} spatial dims", key,
-                                   v.size(), fmt::join(v, ", "), n));
+    throw InvalidModel(fmt::format("attribute '{}' has {} values [{}] but the input has {} spatial dims", key, v.size(),
+                                   fmt::join(v, ", "), n));
   for (int64_t x : v)
     if (x < (key == "pads" ? 0 : 1))
       throw InvalidModel(fmt::format("attribute '{}' = [{}] must be {}", key, fmt::join(v, ", "),
@@ -146,10 +151,11 @@ Window make_window(const Node& node, const Shape& in, const std::vector<int64_t>
       }
       const int64_t span = in[i] + w.pad_begin[i] + w.pad_end[i] - ext;
       if (span < 0)
-        throw ShapeError(fmt::format("spatial dim {}: the kernel (size {}, dilation {}, extent {}) does not fit the "
-                                     "input of size {} padded by {}+{} (input spatial {}, kernel_shape [{}])",
-                                     i, kernel[i], w.dilations[i], ext, in[i], w.pad_begin[i], w.pad_end[i],
-                                     to_string(in), fmt::join(kernel, ", ")));
+        throw ShapeError(
+            fmt::format("spatial dim {}: the kernel (size {}, dilation {}, extent {}) does not fit the "
+                        "input of size {} padded by {}+{} (input spatial {}, kernel_shape [{}])",
+                        i, kernel[i], w.dilations[i], ext, in[i], w.pad_begin[i], w.pad_end[i], to_string(in),
+                        fmt::join(kernel, ", ")));
       w.out[i] = (ceil_mode ? ceil_div(span, s) : span / s) + 1;
       // A window that would start in the right padding is dropped (ONNX, PyTorch, ONNX Runtime).
       if (ceil_mode && (w.out[i] - 1) * s >= in[i] + w.pad_begin[i]) --w.out[i];
@@ -159,7 +165,8 @@ Window make_window(const Node& node, const Shape& in, const std::vector<int64_t>
   }
   w.dnnl_pad_end = w.pad_end;
   for (size_t i = 0; i < n; ++i) {
-    const int64_t needed = (w.out[i] - 1) * w.strides[i] + (kernel[i] - 1) * w.dilations[i] + 1 - in[i] - w.pad_begin[i];
+    const int64_t needed =
+        (w.out[i] - 1) * w.strides[i] + (kernel[i] - 1) * w.dilations[i] + 1 - in[i] - w.pad_begin[i];
     w.dnnl_pad_end[i] = std::max(w.pad_end[i], needed);
   }
   return w;

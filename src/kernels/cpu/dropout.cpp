@@ -72,7 +72,8 @@ class DropoutKernel : public Kernel {
   }
 
   void compute(ComputeContext& ctx) override {
-    const double ratio = drop_ratio(ctx.has_input(1) ? &ctx.input(1) : nullptr, ctx.has_input(2) ? &ctx.input(2) : nullptr);
+    const double ratio =
+        drop_ratio(ctx.has_input(1) ? &ctx.input(1) : nullptr, ctx.has_input(2) ? &ctx.input(2) : nullptr);
     const Tensor& in = ctx.input(0);
     Tensor& out = ctx.output(0);
     Tensor* mask = ctx.outputs.size() > 1 && ctx.outputs[1] && ctx.outputs[1]->defined() ? ctx.outputs[1] : nullptr;

@@ -27,10 +27,8 @@ template <class F>
 void visit_float(DType dt, const char* what, F&& f) {
   visit_dtype(dt, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>)
-      f(tag);
-    else
-      throw TypeError(fmt::format("{} in training mode needs a float input, got {}", what, dtype_name(dt)));
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>) f(tag);
+    else throw TypeError(fmt::format("{} in training mode needs a float input, got {}", what, dtype_name(dt)));
   });
 }
 

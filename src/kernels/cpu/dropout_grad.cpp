@@ -23,13 +23,15 @@ class DropoutGradKernel : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& dy = ctx.input(0);
     if (ctx.dtype(1) != DType::Bool || ctx.shape(1) != dy.shape)
-      throw ShapeError(fmt::format("DropoutGrad: mask {}{} must be bool with the shape of dY {}{}", dtype_name(ctx.dtype(1)),
-                                   to_string(ctx.shape(1)), dtype_name(dy.dtype), to_string(dy.shape)));
+      throw ShapeError(fmt::format("DropoutGrad: mask {}{} must be bool with the shape of dY {}{}",
+                                   dtype_name(ctx.dtype(1)), to_string(ctx.shape(1)), dtype_name(dy.dtype),
+                                   to_string(dy.shape)));
     check_mode_inputs(ctx, 2);
     return {{dy.dtype, dy.shape, dy.dynamic, Tensor()}};
   }
   void compute(ComputeContext& ctx) override {
-    const double ratio = drop_ratio(ctx.has_input(2) ? &ctx.input(2) : nullptr, ctx.has_input(3) ? &ctx.input(3) : nullptr);
+    const double ratio =
+        drop_ratio(ctx.has_input(2) ? &ctx.input(2) : nullptr, ctx.has_input(3) ? &ctx.input(3) : nullptr);
     const Tensor& dy = ctx.input(0);
     Tensor& dx = ctx.output(0);
     if (ratio == 0.0) {
@@ -42,15 +44,19 @@ class DropoutGradKernel : public Kernel {
       using T = decltype(tag);
       const T* g = dy.data<T>();
       T* out = dx.data<T>();
-      for (int64_t i = 0; i < dy.numel(); ++i) out[i] = m[i] ? from_double<T>(to_double(g[i]) * scale) : from_double<T>(0.0);
+      for (int64_t i = 0; i < dy.numel(); ++i)
+        out[i] = m[i] ? from_double<T>(to_double(g[i]) * scale) : from_double<T>(0.0);
     });
   }
   std::optional<size_t> inplace_input() const override { return 0; }
 };
 
-const KernelRegistrar reg_grad({kKilnDomain, "DropoutGrad", 1, kMaxOpset, {DType::Float32, DType::Float64, DType::Float16}},
-                               [](const Node& n) { return std::make_unique<DropoutGradKernel>(n); });
-const OpDocRegistrar doc({kKilnDomain, "DropoutGrad", "Gradient of Dropout through the mask the forward drew.",
+const KernelRegistrar reg_grad(
+    {kKilnDomain, "DropoutGrad", 1, kMaxOpset, {DType::Float32, DType::Float64, DType::Float16}},
+    [](const Node& n) { return std::make_unique<DropoutGradKernel>(n); });
+const OpDocRegistrar doc({kKilnDomain,
+                          "DropoutGrad",
+                          "Gradient of Dropout through the mask the forward drew.",
                           {"dY: gradient of Dropout's output", "mask: bool, Dropout's mask output (true = kept)",
                            "ratio (optional): Dropout's ratio input, default 0.5",
                            "training_mode (optional): Dropout's training_mode input, default false"},

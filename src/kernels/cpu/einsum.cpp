@@ -37,14 +37,15 @@ std::vector<int> parse_term(const std::string& term, const std::string& eq, int&
     const char c = term[i];
     if (c == '.') {
       if (term.compare(i, 3, "...") != 0 || ellipsis_at >= 0)
-        throw InvalidModel(fmt::format("Einsum: equation '{}': term '{}' has a malformed or second ellipsis", eq, term));
+        throw InvalidModel(
+            fmt::format("Einsum: equation '{}': term '{}' has a malformed or second ellipsis", eq, term));
       ellipsis_at = static_cast<int>(labels.size());
       i += 2;
     } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
       labels.push_back(letter_label(c));
     } else {
-      throw InvalidModel(fmt::format("Einsum: equation '{}' has the character '{}', not a letter, ',', '->' or '...'",
-                                     eq, c));
+      throw InvalidModel(
+          fmt::format("Einsum: equation '{}' has the character '{}', not a letter, ',', '->' or '...'", eq, c));
     }
   }
   return labels;
@@ -122,7 +123,8 @@ Equation parse(const std::string& raw, const std::vector<Shape>& shapes) {
       for (const auto& in : e.inputs) count += static_cast<int>(std::count(in.begin(), in.end(), l));
       if (count == 1) once.push_back(l);
     }
-    std::sort(once.begin(), once.end(), [](int a, int b) { return (a < 26 ? 'a' + a : 'A' + a - 26) < (b < 26 ? 'a' + b : 'A' + b - 26); });
+    std::sort(once.begin(), once.end(),
+              [](int a, int b) { return (a < 26 ? 'a' + a : 'A' + a - 26) < (b < 26 ? 'a' + b : 'A' + b - 26); });
     e.output.insert(e.output.end(), once.begin(), once.end());
   }
   return e;
@@ -286,8 +288,7 @@ void einsum(const Equation& e, const std::vector<const T*>& inputs, const std::v
     for (int l : r.labels) r.dims.push_back(e.size.at(l));
     r.strides = contiguous_strides(r.dims);
     r.owned.resize(size_t(numel(r.dims)));
-    batched_gemm(a2.data(), b2.data(), r.owned.data(), count(batch), count(m_labels), count(k_labels),
-                 count(n_labels));
+    batched_gemm(a2.data(), b2.data(), r.owned.data(), count(batch), count(m_labels), count(k_labels), count(n_labels));
     r.data = r.owned.data();
     acc = std::move(r);
   }
@@ -352,7 +353,10 @@ class EinsumKernel final : public Kernel {
   Equation eq_;
 };
 
-const KernelRegistrar einsum_reg({"", "Einsum", 12, kMaxOpset,
+const KernelRegistrar einsum_reg({"",
+                                  "Einsum",
+                                  12,
+                                  kMaxOpset,
                                   {DType::Float32, DType::Float64, DType::Float16, DType::Int32, DType::Int64,
                                    DType::Uint32, DType::Uint64}},
                                  [](const Node& n) { return std::make_unique<EinsumKernel>(n); });

@@ -28,18 +28,28 @@ namespace {
 // ---- binary arithmetic ----------------------------------------------------------------------------
 
 struct AddOp {
-  template <class T> static T apply(T a, T b) { return wrap_add(a, b); }
+  template <class T>
+  static T apply(T a, T b) {
+    return wrap_add(a, b);
+  }
 };
 struct SubOp {
-  template <class T> static T apply(T a, T b) { return wrap_sub(a, b); }
+  template <class T>
+  static T apply(T a, T b) {
+    return wrap_sub(a, b);
+  }
 };
 struct MulOp {
-  template <class T> static T apply(T a, T b) { return wrap_mul(a, b); }
+  template <class T>
+  static T apply(T a, T b) {
+    return wrap_mul(a, b);
+  }
 };
 struct DivOp {
   // Integers truncate toward zero as in C (ONNX's reference and ONNX Runtime agree). x / -1 is
   // a negation so that INT_MIN / -1 wraps like numpy instead of trapping.
-  template <class T> static T apply(T a, T b) {
+  template <class T>
+  static T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) return b == T(-1) ? wrap_neg(a) : static_cast<T>(a / b);
     else return a / b;
   }
@@ -55,7 +65,8 @@ void check_divisor(const Tensor& divisor, const Node& node) {
       for (int64_t i = b; i < e; ++i)
         if (d[i] == T(0)) {
           int64_t cur = first_zero.load();
-          while (i < cur && !first_zero.compare_exchange_weak(cur, i)) {}
+          while (i < cur && !first_zero.compare_exchange_weak(cur, i)) {
+          }
           return;
         }
     });
@@ -171,7 +182,10 @@ class PowKernel final : public Kernel {
     if constexpr (std::is_floating_point_v<CB>) {
       // x^2 is the common case (norms, variances): x*x is exactly pow's correctly rounded result.
       if (b.numel() == 1 && static_cast<double>(load(pb[0])) == 2.0) {
-        broadcast_binary(plan, pa, pb, py, [](TB x, TE) { const CB v = load(x); return store<TB>(v * v); });
+        broadcast_binary(plan, pa, pb, py, [](TB x, TE) {
+          const CB v = load(x);
+          return store<TB>(v * v);
+        });
         return;
       }
       // In double, so float results are the correctly rounded float of the exact power.
@@ -214,9 +228,10 @@ class ModKernel final : public Kernel {
     if (fmod_ != 0 && fmod_ != 1) throw InvalidModel(fmt::format("attribute fmod is {}; it must be 0 or 1", fmod_));
     check_same_dtype(node_, ctx);
     if (is_floating(ctx.dtype(0)) && fmod_ == 0)
-      throw InvalidModel(fmt::format("fmod=0 (integer remainder) given for {} inputs {} and {}; floating-point Mod "
-                                     "needs fmod=1", dtype_name(ctx.dtype(0)), input_label(node_, 0),
-                                     input_label(node_, 1)));
+      throw InvalidModel(
+          fmt::format("fmod=0 (integer remainder) given for {} inputs {} and {}; floating-point Mod "
+                      "needs fmod=1",
+                      dtype_name(ctx.dtype(0)), input_label(node_, 0), input_label(node_, 1)));
     const Shape out = broadcast_inputs(ctx, 2);
     inplace_ = same_as_output(ctx, 2, ctx.dtype(0), out);
     return {TensorMeta{ctx.dtype(0), out, false, Tensor()}};
@@ -291,13 +306,17 @@ class BitShiftKernel final : public Kernel {
 struct NegOp {
   using Types = SignedFloatIntTypes;
   explicit NegOp(const Node&) {}
-  template <class T> T operator()(T x) const { return wrap_neg(x); }
+  template <class T>
+  T operator()(T x) const {
+    return wrap_neg(x);
+  }
 };
 
 struct AbsOp {
   using Types = NumericTypes;
   explicit AbsOp(const Node&) {}
-  template <class T> T operator()(T x) const {
+  template <class T>
+  T operator()(T x) const {
     if constexpr (std::is_unsigned_v<T>) return x;
     else if constexpr (std::is_integral_v<T>) return x < 0 ? wrap_neg(x) : x;  // |INT_MIN| wraps, as numpy
     else return std::fabs(x);
@@ -308,14 +327,20 @@ struct AbsOp {
 struct SqrtOp {
   using Types = FloatTypes;
   explicit SqrtOp(const Node&) {}
-  template <class T> T operator()(T x) const { return std::sqrt(x); }
+  template <class T>
+  T operator()(T x) const {
+    return std::sqrt(x);
+  }
   std::optional<DnnlAlgo> dnnl() const { return DnnlAlgo{dnnl::algorithm::eltwise_sqrt}; }
 };
 
 struct ExpOp {
   using Types = FloatTypes;
   explicit ExpOp(const Node&) {}
-  template <class T> T operator()(T x) const { return std::exp(x); }
+  template <class T>
+  T operator()(T x) const {
+    return std::exp(x);
+  }
   std::optional<DnnlAlgo> dnnl() const { return DnnlAlgo{dnnl::algorithm::eltwise_exp}; }
 };
 
@@ -323,41 +348,57 @@ struct ExpOp {
 struct LogOp {
   using Types = FloatTypes;
   explicit LogOp(const Node&) {}
-  template <class T> T operator()(T x) const { return std::log(x); }
+  template <class T>
+  T operator()(T x) const {
+    return std::log(x);
+  }
 };
 
 // Plain C++: oneDNN's eltwise_pow with beta -1 goes through exp/log approximations, 1/x is exact.
 struct ReciprocalOp {
   using Types = FloatTypes;
   explicit ReciprocalOp(const Node&) {}
-  template <class T> T operator()(T x) const { return T(1) / x; }
+  template <class T>
+  T operator()(T x) const {
+    return T(1) / x;
+  }
 };
 
 // Plain C++: oneDNN has only round-half-to-even, no floor or ceil.
 struct FloorOp {
   using Types = FloatTypes;
   explicit FloorOp(const Node&) {}
-  template <class T> T operator()(T x) const { return std::floor(x); }
+  template <class T>
+  T operator()(T x) const {
+    return std::floor(x);
+  }
 };
 
 struct CeilOp {
   using Types = FloatTypes;
   explicit CeilOp(const Node&) {}
-  template <class T> T operator()(T x) const { return std::ceil(x); }
+  template <class T>
+  T operator()(T x) const {
+    return std::ceil(x);
+  }
 };
 
 // Plain C++: oneDNN has erf only inside gelu_erf.
 struct ErfOp {
   using Types = FloatTypes;
   explicit ErfOp(const Node&) {}
-  template <class T> T operator()(T x) const { return std::erf(x); }
+  template <class T>
+  T operator()(T x) const {
+    return std::erf(x);
+  }
 };
 
 // -1, 0 or 1 (NaN stays NaN, -0 gives 0 like numpy).
 struct SignOp {
   using Types = NumericTypes;
   explicit SignOp(const Node&) {}
-  template <class T> T operator()(T x) const {
+  template <class T>
+  T operator()(T x) const {
     if constexpr (std::is_unsigned_v<T>) return x > T(0) ? T(1) : T(0);
     else if constexpr (std::is_integral_v<T>) return static_cast<T>((x > T(0)) - (x < T(0)));
     else return std::isnan(x) ? x : static_cast<T>((x > T(0)) - (x < T(0)));
@@ -369,7 +410,8 @@ struct SignOp {
 struct RoundOp {
   using Types = FloatTypes;
   explicit RoundOp(const Node&) {}
-  template <class T> T operator()(T x) const {
+  template <class T>
+  T operator()(T x) const {
     const T f = std::floor(x);
     const T d = x - f;  // NaN for NaN and ±inf, which then pass through f + 1
     T r;

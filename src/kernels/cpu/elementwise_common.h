@@ -30,8 +30,8 @@ struct TypeList {
 
 using FloatTypes = TypeList<float, double, Half, BFloat16>;
 using SignedFloatIntTypes = TypeList<float, double, Half, BFloat16, int8_t, int16_t, int32_t, int64_t>;
-using NumericTypes = TypeList<float, double, Half, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t,
-                              uint16_t, uint32_t, uint64_t>;
+using NumericTypes =
+    TypeList<float, double, Half, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t>;
 
 // Calls f(T{}) for the T of the list whose dtype is t; TypeError naming `what` when none is.
 template <class... Ts, class F>
@@ -42,10 +42,20 @@ void dispatch(TypeList<Ts...>, DType t, const std::string& what, F&& f) {
 
 // ---- element access: 16-bit floats are computed in float ---------------------------------------
 
-template <class T> struct ComputeType { using type = T; };
-template <> struct ComputeType<Half> { using type = float; };
-template <> struct ComputeType<BFloat16> { using type = float; };
-template <class T> using compute_t = typename ComputeType<T>::type;
+template <class T>
+struct ComputeType {
+  using type = T;
+};
+template <>
+struct ComputeType<Half> {
+  using type = float;
+};
+template <>
+struct ComputeType<BFloat16> {
+  using type = float;
+};
+template <class T>
+using compute_t = typename ComputeType<T>::type;
 
 template <class T>
 inline compute_t<T> load(T v) {
@@ -65,19 +75,23 @@ inline T store(compute_t<T> v) {
 template <class T>
 using wide_unsigned_t = std::make_unsigned_t<decltype(T() + T())>;
 
-template <class T> inline T wrap_add(T a, T b) {
+template <class T>
+inline T wrap_add(T a, T b) {
   if constexpr (std::is_integral_v<T>) return static_cast<T>(wide_unsigned_t<T>(a) + wide_unsigned_t<T>(b));
   else return a + b;
 }
-template <class T> inline T wrap_sub(T a, T b) {
+template <class T>
+inline T wrap_sub(T a, T b) {
   if constexpr (std::is_integral_v<T>) return static_cast<T>(wide_unsigned_t<T>(a) - wide_unsigned_t<T>(b));
   else return a - b;
 }
-template <class T> inline T wrap_mul(T a, T b) {
+template <class T>
+inline T wrap_mul(T a, T b) {
   if constexpr (std::is_integral_v<T>) return static_cast<T>(wide_unsigned_t<T>(a) * wide_unsigned_t<T>(b));
   else return a * b;
 }
-template <class T> inline T wrap_neg(T a) {
+template <class T>
+inline T wrap_neg(T a) {
   if constexpr (std::is_integral_v<T>) return static_cast<T>(wide_unsigned_t<T>(0) - wide_unsigned_t<T>(a));
   else return -a;
 }

@@ -72,8 +72,8 @@ Shape pad_geometry(const Shape& s, const std::vector<int64_t>& pads, const Infer
     if (out[d] < 0)
       throw ShapeError(fmt::format("pads {} crop axis {} of input {} below zero", to_string(pads), d, to_string(s)));
     if (mode != PadMode::Constant && s[d] == 0 && out[d] > 0)
-      throw ShapeError(fmt::format("cannot pad the empty axis {} of input {} in mode '{}'", d, to_string(s),
-                                   node_mode_name(mode)));
+      throw ShapeError(
+          fmt::format("cannot pad the empty axis {} of input {} in mode '{}'", d, to_string(s), node_mode_name(mode)));
   }
   return out;
 }
@@ -302,10 +302,8 @@ class PadKernel : public Kernel {
         for (int64_t rem = row, d = static_cast<int64_t>(r) - 2; d >= 0; --d) {
           const int64_t m = maps[d][rem % os[d]];
           rem /= os[d];
-          if (m < 0)
-            outside = true;
-          else
-            off += m * st[d];
+          if (m < 0) outside = true;
+          else off += m * st[d];
         }
         if (outside) {
           std::fill(o, o + cols, value);

@@ -87,10 +87,8 @@ class PadGradKernel : public Kernel {
       }
     };
     const int64_t rows = dy.numel() / cols;
-    if (mode_ == PadMode::Constant)
-      parallel_for(rows, std::max<int64_t>(1, 16384 / cols), rows_range);
-    else
-      rows_range(0, rows);
+    if (mode_ == PadMode::Constant) parallel_for(rows, std::max<int64_t>(1, 16384 / cols), rows_range);
+    else rows_range(0, rows);
   }
 
   PadMode mode_ = PadMode::Constant;
@@ -100,7 +98,9 @@ class PadGradKernel : public Kernel {
 const KernelRegistrar reg_pad_grad({kKilnDomain, "PadGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                                    [](const Node& n) { return std::make_unique<PadGradKernel>(n); });
 const OpDocRegistrar doc_pad_grad(
-    {kKilnDomain, "PadGrad", "The gradient of Pad with respect to its data, for every mode Pad supports.",
+    {kKilnDomain,
+     "PadGrad",
+     "The gradient of Pad with respect to its data, for every mode Pad supports.",
      {"dY: the gradient of Pad's output", "shape: int64 [r], the shape of Pad's data",
       "pads: Pad's int64 pads (negative ones crop)", "axes (optional): Pad's axes (opset 18)"},
      {"dX: the gradient of data, of the given shape"},
@@ -200,13 +200,15 @@ class SumToShapeOf : public Kernel {
 };
 
 const KernelRegistrar reg_sum_to_shape({kKilnDomain, "SumToShapeOf", 1, kMaxOpset, {DType::Float32, DType::Float64}},
-                          [](const Node& n) { return std::make_unique<SumToShapeOf>(n); });
-const OpDocRegistrar doc_sum_to_shape({kKilnDomain, "SumToShapeOf",
-                          "Reduces a gradient of a broadcast result to the shape of the broadcast operand.",
-                          {"G: the gradient, with the broadcast (output) shape", "X: the operand; only its shape is read"},
-                          {"Y: G summed over the dims that X broadcast (leading dims X lacks, and dims where X has 1), "
-                           "with X's shape"},
-                          "Y[j] = sum over all i that broadcast to j of G[i] (numpy: G.sum(axes).reshape(X.shape))"});
+                                       [](const Node& n) { return std::make_unique<SumToShapeOf>(n); });
+const OpDocRegistrar doc_sum_to_shape(
+    {kKilnDomain,
+     "SumToShapeOf",
+     "Reduces a gradient of a broadcast result to the shape of the broadcast operand.",
+     {"G: the gradient, with the broadcast (output) shape", "X: the operand; only its shape is read"},
+     {"Y: G summed over the dims that X broadcast (leading dims X lacks, and dims where X has 1), "
+      "with X's shape"},
+     "Y[j] = sum over all i that broadcast to j of G[i] (numpy: G.sum(axes).reshape(X.shape))"});
 
 }  // namespace
 }  // namespace kiln

@@ -63,8 +63,8 @@ class GatherKernel : public Kernel {
       if (v < -dim || v >= dim)
         throw InvalidArgument(fmt::format(
             "index {} (at {} of indices {}) is out of range for axis {} of data {}, whose size is {} (valid: {}..{})",
-            v, index_position(static_cast<int64_t>(j), indices.shape()), indices.describe(), axis_, data.describe(), dim,
-            -dim, dim - 1));
+            v, index_position(static_cast<int64_t>(j), indices.shape()), indices.describe(), axis_, data.describe(),
+            dim, -dim, dim - 1));
       if (v < 0) idx[j] = v + dim;
     }
     return idx;

@@ -86,7 +86,9 @@ class GatherGradKernel : public Kernel {
 const KernelRegistrar reg_gather_grad({kKilnDomain, "GatherGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                                       [](const Node& n) { return std::make_unique<GatherGradKernel>(n); });
 const OpDocRegistrar doc_gather_grad(
-    {kKilnDomain, "GatherGrad", "The gradient of Gather with respect to its data: a scatter-add into zeros.",
+    {kKilnDomain,
+     "GatherGrad",
+     "The gradient of Gather with respect to its data: a scatter-add into zeros.",
      {"dY: the gradient of Gather's output", "shape: int64 [r], the shape of Gather's data",
       "indices: Gather's int32/int64 indices (negative ones count from the end)"},
      {"dX: the gradient of data, of the given shape"},

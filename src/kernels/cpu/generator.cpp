@@ -214,10 +214,8 @@ class OneHotKernel : public Kernel {
 // A scalar counts as 1-D (numpy's behaviour), giving [1, count].
 template <class T>
 bool is_nonzero(T v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
-    return to_double(v) != 0.0;  // NaN too
-  else
-    return v != T(0);
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return to_double(v) != 0.0;  // NaN too
+  else return v != T(0);
 }
 
 int64_t count_nonzero(const Tensor& t) {

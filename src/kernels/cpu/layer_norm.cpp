@@ -72,8 +72,8 @@ class LayerNormKernel final : public Kernel {
     const int64_t rank = static_cast<int64_t>(x.shape.size());
     const int64_t attr = node_.attr_int("axis", -1);
     if (attr < -rank || attr >= rank)
-      throw ShapeError(fmt::format("LayerNormalization: axis {} is out of range for X {} (rank {})", attr,
-                                   describe(x), rank));
+      throw ShapeError(
+          fmt::format("LayerNormalization: axis {} is out of range for X {} (rank {})", attr, describe(x), rank));
     const int64_t stash = node_.attr_int("stash_type", 1);
     if (stash != 1)
       throw Unsupported(fmt::format("LayerNormalization: stash_type {} (only 1, float, is supported)", stash));
@@ -89,17 +89,18 @@ class LayerNormKernel final : public Kernel {
     for (size_t i = 1; i < (has_bias_ ? 3u : 2u); ++i) {
       const TensorMeta& p = ctx.input(i);
       if (p.dtype != x.dtype)
-        throw TypeError(fmt::format("LayerNormalization: {} {} must have the dtype of X {}", names[i], describe(p),
-                                    describe(x)));
+        throw TypeError(
+            fmt::format("LayerNormalization: {} {} must have the dtype of X {}", names[i], describe(p), describe(x)));
       bool ok = p.shape.size() <= norm_.size();
       for (size_t d = 0; ok && d < p.shape.size(); ++d) {
         const int64_t want = norm_[norm_.size() - p.shape.size() + d];
         ok = p.shape[d] == want || p.shape[d] == 1;
       }
       if (!ok)
-        throw ShapeError(fmt::format("LayerNormalization: {} {} does not broadcast to the normalised shape {} (X {}, "
-                                     "axis {})",
-                                     names[i], describe(p), to_string(norm_), describe(x), attr));
+        throw ShapeError(
+            fmt::format("LayerNormalization: {} {} does not broadcast to the normalised shape {} (X {}, "
+                        "axis {})",
+                        names[i], describe(p), to_string(norm_), describe(x), attr));
       plain_params_ = plain_params_ && numel(p.shape) == inner_;
     }
     Shape stat = x.shape;
@@ -130,8 +131,7 @@ class LayerNormKernel final : public Kernel {
       using T = decltype(tag);
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>)
         layer_norm_rows<T>(ctx.input(0).data<T>(), scale, bias, y.data<T>(), mean, inv, outer_, inner_, eps);
-      else
-        throw Unsupported(fmt::format("LayerNormalization: {} input", dtype_name(dtype_)));
+      else throw Unsupported(fmt::format("LayerNormalization: {} input", dtype_name(dtype_)));
     });
   }
 
@@ -190,9 +190,9 @@ class LayerNormKernel final : public Kernel {
   dnnl::layer_normalization_forward prim_;
 };
 
-const KernelRegistrar layer_norm({"", "LayerNormalization", 17, kMaxOpset,
-                                  {DType::Float32, DType::Float64, DType::Float16}},
-                                 [](const Node& n) { return std::make_unique<LayerNormKernel>(n); });
+const KernelRegistrar layer_norm(
+    {"", "LayerNormalization", 17, kMaxOpset, {DType::Float32, DType::Float64, DType::Float16}},
+    [](const Node& n) { return std::make_unique<LayerNormKernel>(n); });
 
 }  // namespace
 }  // namespace kiln

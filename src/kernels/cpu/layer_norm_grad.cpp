@@ -66,12 +66,15 @@ class LayerNormGradKernel final : public Kernel {
     for (int64_t i = axis; i < rank; ++i) stat[size_t(i)] = 1;
     for (size_t i : {2u, 7u})
       if (ctx.has_input(i) && !broadcasts_to(ctx.shape(i), norm_))
-        throw ShapeError(fmt::format("LayerNormalizationGrad: input {} {} does not broadcast to the normalised shape {}",
-                                     i, describe(ctx.input(i)), to_string(norm_)));
+        throw ShapeError(
+            fmt::format("LayerNormalizationGrad: input {} {} does not broadcast to the normalised shape {}", i,
+                        describe(ctx.input(i)), to_string(norm_)));
     for (size_t i = 3; i < 7; ++i)
       if (ctx.has_input(i) && numel(ctx.shape(i)) != rows_)
-        throw ShapeError(fmt::format("LayerNormalizationGrad: statistic input {} {} must have {} elements (one per row "
-                                     "of X {} at axis {})", i, describe(ctx.input(i)), rows_, describe(x), attr));
+        throw ShapeError(
+            fmt::format("LayerNormalizationGrad: statistic input {} {} must have {} elements (one per row "
+                        "of X {} at axis {})",
+                        i, describe(ctx.input(i)), rows_, describe(x), attr));
     const Shape bias_shape = ctx.has_input(7) ? ctx.shape(7) : norm_;
     return {{x.dtype, x.shape, x.dynamic, Tensor()},
             {ctx.dtype(2), ctx.shape(2), false, Tensor()},
@@ -168,11 +171,13 @@ class LayerNormGradKernel final : public Kernel {
   int64_t rows_ = 1;
 };
 
-const KernelRegistrar reg({kKilnDomain, "LayerNormalizationGrad", 1, kMaxOpset,
-                           {DType::Float32, DType::Float64, DType::Float16}},
-                          [](const Node& n) { return std::make_unique<LayerNormGradKernel>(n); });
+const KernelRegistrar reg(
+    {kKilnDomain, "LayerNormalizationGrad", 1, kMaxOpset, {DType::Float32, DType::Float64, DType::Float16}},
+    [](const Node& n) { return std::make_unique<LayerNormGradKernel>(n); });
 const OpDocRegistrar doc(
-    {kKilnDomain, "LayerNormalizationGrad", "Gradient of LayerNormalization (opset 17).",
+    {kKilnDomain,
+     "LayerNormalizationGrad",
+     "Gradient of LayerNormalization (opset 17).",
      {"dY: gradient of Y", "X: the forward input", "Scale: broadcast to X.shape[axis:]",
       "Mean (optional): the forward's Mean output; used for float32 X, recomputed if absent",
       "InvStdDev (optional): the forward's InvStdDev output; used with Mean",

@@ -18,8 +18,8 @@ namespace kiln {
 
 namespace {
 
-using loss::Reduction;
 using loss::parse_reduction;
+using loss::Reduction;
 
 using LossTypes = TypeList<float, double, Half, BFloat16>;
 
@@ -38,11 +38,11 @@ LossGeometry check_inputs(const InferContext& ctx, const Node& node, const char*
   Shape expected{x[0]};
   expected.insert(expected.end(), x.begin() + 2, x.end());
   if (t != expected)
-    throw ShapeError(fmt::format("{} {} has shape {} but {} {} needs {} {}", t_name, input_label(node, 1),
-                                 to_string(t), x_name, to_string(x), t_name, to_string(expected)));
+    throw ShapeError(fmt::format("{} {} has shape {} but {} {} needs {} {}", t_name, input_label(node, 1), to_string(t),
+                                 x_name, to_string(x), t_name, to_string(expected)));
   if (ctx.dtype(1) != DType::Int32 && ctx.dtype(1) != DType::Int64)
-    throw TypeError(fmt::format("{} {} is {}; it must be int32 or int64", t_name, input_label(node, 1),
-                                dtype_name(ctx.dtype(1))));
+    throw TypeError(
+        fmt::format("{} {} is {}; it must be int32 or int64", t_name, input_label(node, 1), dtype_name(ctx.dtype(1))));
   if (ctx.has_input(2)) {
     if (ctx.shape(2) != Shape{x[1]})
       throw ShapeError(fmt::format("{} {} has shape {}; it must be [C] = [{}] for {} {}", w_name, input_label(node, 2),
@@ -121,8 +121,8 @@ class NllLossKernel final : public Kernel {
     const Tensor& x = ctx.input(0);
     dispatch(LossTypes{}, x.dtype(), fmt::format("input {}", input_label(node_, 0)), [&](auto tag) {
       using T = decltype(tag);
-      const Targets tg = read_targets<T>(ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr, ignore_,
-                                         geo_.c, node_);
+      const Targets tg =
+          read_targets<T>(ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr, ignore_, geo_.c, node_);
       const T* px = x.data<T>();
       std::vector<double> l(tg.t.size(), 0.0);
       for (int64_t n = 0; n < geo_.n; ++n)
@@ -160,8 +160,8 @@ class SoftmaxCrossEntropyKernel final : public Kernel {
     dispatch(LossTypes{}, x.dtype(), fmt::format("scores {}", input_label(node_, 0)), [&](auto tag) {
       using T = decltype(tag);
       using C = compute_t<T>;
-      const Targets tg = read_targets<T>(ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr, ignore_,
-                                         geo_.c, node_);
+      const Targets tg =
+          read_targets<T>(ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr, ignore_, geo_.c, node_);
       const T* px = x.data<T>();
       T* plp = log_prob ? log_prob->data<T>() : nullptr;
       const int64_t cls = geo_.c, dd = geo_.d;
@@ -183,8 +183,7 @@ class SoftmaxCrossEntropyKernel final : public Kernel {
                            out[c * dd] = store<T>(static_cast<C>(static_cast<double>(load(row[c * dd])) - shift));
                        }
                        const size_t k = static_cast<size_t>(i);
-                       if (tg.w[k] != 0.0)
-                         l[k] = -tg.w[k] * (static_cast<double>(load(row[tg.t[k] * dd])) - shift);
+                       if (tg.w[k] != 0.0) l[k] = -tg.w[k] * (static_cast<double>(load(row[tg.t[k] * dd])) - shift);
                      }
                    });
       write_loss(l, tg.w, reduction_, ctx.output(0).data<T>());

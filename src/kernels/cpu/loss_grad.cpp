@@ -26,8 +26,8 @@
 namespace kiln {
 namespace {
 
-using loss::Reduction;
 using loss::parse_reduction;
+using loss::Reduction;
 
 class LossGradKernel : public Kernel {
  public:
@@ -38,13 +38,12 @@ class LossGradKernel : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const Shape& x = ctx.shape(1);
     const Shape& t = ctx.shape(2);
-    if (x.size() < 2)
-      throw ShapeError(fmt::format("input {} must be (N, C) or (N, C, d1, ..., dk)", to_string(x)));
+    if (x.size() < 2) throw ShapeError(fmt::format("input {} must be (N, C) or (N, C, d1, ..., dk)", to_string(x)));
     Shape expected{x[0]};
     expected.insert(expected.end(), x.begin() + 2, x.end());
     if (t != expected)
-      throw ShapeError(fmt::format("target {} must have shape {} for input {}", to_string(t), to_string(expected),
-                                   to_string(x)));
+      throw ShapeError(
+          fmt::format("target {} must have shape {} for input {}", to_string(t), to_string(expected), to_string(x)));
     if (ctx.dtype(2) != DType::Int32 && ctx.dtype(2) != DType::Int64)
       throw TypeError(fmt::format("target must be int32 or int64, got {}", dtype_name(ctx.dtype(2))));
     const Shape dy = reduction_ == Reduction::None ? t : Shape{};
@@ -87,7 +86,8 @@ class LossGradKernel : public Kernel {
       }
       if (t[i] < 0 || t[i] >= c_)
         throw InvalidArgument(fmt::format("target has value {} at element {}, outside the classes [0, {}){}", t[i], i,
-                                          c_, ignore_ ? fmt::format(" (ignore_index is {})", *ignore_) : std::string()));
+                                          c_,
+                                          ignore_ ? fmt::format(" (ignore_index is {})", *ignore_) : std::string()));
       w[i] = weight ? static_cast<double>(weight[t[i]]) : 1.0;
     }
     double wsum = 0;
@@ -176,21 +176,22 @@ const char* const kLossMath =
     "element i = (n, d) of the (N, C, D) view has target t_i, weight w_i = weight[t_i] (1 without weights, 0 where "
     "t_i == ignore_index) and loss l_i = -w_i * logp[n, t_i, d]; a_i = dY_i (none), dY (sum), dY / sum_i w_i (mean). ";
 const OpDocRegistrar doc_sce(
-    {kKilnDomain, "SoftmaxCrossEntropyLossGrad",
+    {kKilnDomain,
+     "SoftmaxCrossEntropyLossGrad",
      "The gradient of SoftmaxCrossEntropyLoss with respect to its scores (and weights).",
      {"dY: the gradient of the loss (shape of labels for reduction none, else a scalar)",
       "X: the forward's log_prob output (x_is_log_prob = 1, the default) or its scores (x_is_log_prob = 0; "
       "log_softmax is recomputed)",
       "labels: int32/int64 (N) or (N, d1, ..., dk)", "weights (optional): [C] class weights"},
-     {"dScores: the scores' gradient, (N, C, d1, ..., dk)",
-      "dWeights (optional): the class weights' gradient, [C]"},
+     {"dScores: the scores' gradient, (N, C, d1, ..., dk)", "dWeights (optional): the class weights' gradient, [C]"},
      std::string(kLossMath) +
          "attributes reduction and ignore_index as the forward's. dScores[n, c, d] = a_i * w_i * (softmax[n, c, d] - "
          "[c == t_i]); dWeights[c] = sum over counted i with t_i = c of -logp_i * dY_i (none), dY * A_c (sum), "
          "dY * (A_c - L * K_c) / W (mean; A_c = sum -logp_i, K_c their count, W = sum w_i, L the loss); "
          "0 when W = 0"});
 const OpDocRegistrar doc_nll(
-    {kKilnDomain, "NegativeLogLikelihoodLossGrad",
+    {kKilnDomain,
+     "NegativeLogLikelihoodLossGrad",
      "The gradient of NegativeLogLikelihoodLoss with respect to its input (and weight).",
      {"dY: the gradient of the loss (shape of target for reduction none, else a scalar)",
       "input: the forward's input (N, C, d1, ..., dk); read only for the weight's gradient",

@@ -20,7 +20,7 @@ std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_nam
 // p is a float before opset 2 and an int after; both mean the same.
 double read_p(const Node& node, const char* op) {
   const auto it = node.attrs.find("p");
-  const double p = it == node.attrs.end() ? 2.0
+  const double p = it == node.attrs.end()                      ? 2.0
                    : it->second.kind == Attribute::Kind::Float ? double(it->second.f)
                                                                : double(it->second.i);
   if (!(p > 0)) throw InvalidModel(fmt::format("{}: p = {} must be positive", op, p));
@@ -29,7 +29,8 @@ double read_p(const Node& node, const char* op) {
 
 void check_input(const char* op, const TensorMeta& x, size_t max_spatial) {
   if (x.shape.size() < 3)
-    throw ShapeError(fmt::format("{}: input {} must be [N, C, D1, ...] with at least one spatial dim", op, describe(x)));
+    throw ShapeError(
+        fmt::format("{}: input {} must be [N, C, D1, ...] with at least one spatial dim", op, describe(x)));
   if (x.shape.size() - 2 > max_spatial)
     throw Unsupported(fmt::format("{}: input {} has {} spatial dims; Kiln supports 1 to {}", op, describe(x),
                                   x.shape.size() - 2, max_spatial));

@@ -31,7 +31,8 @@ class LpPoolGradKernel final : public Kernel {
     if (!node_.has_attr("kernel_shape")) throw InvalidModel("LpPoolGrad: attribute 'kernel_shape' is required");
     const std::vector<int64_t> kernel = node_.attr_ints("kernel_shape");
     if (kernel.size() != spatial.size())
-      throw ShapeError(fmt::format("LpPoolGrad: kernel_shape [{}] does not fit X {}", fmt::join(kernel, ", "), describe(x)));
+      throw ShapeError(
+          fmt::format("LpPoolGrad: kernel_shape [{}] does not fit X {}", fmt::join(kernel, ", "), describe(x)));
     const dnnl_util::Window win = dnnl_util::make_window(node_, spatial, kernel, true);
     Shape y{x.shape[0], x.shape[1]};
     y.insert(y.end(), win.out.begin(), win.out.end());
@@ -62,13 +63,16 @@ class LpPoolGradKernel final : public Kernel {
               for (int64_t k = t.start[size_t(o)]; k < t.start[size_t(o) + 1]; ++k) {
                 const int64_t i = pl * t.in_plane + t.taps[size_t(k)];
                 const double v = double(px[i]);
-                const double d = p_ == 1 ? (v > 0) - (v < 0) : p_ == 2 ? v : std::copysign(std::pow(std::abs(v), p_ - 1), v);
+                const double d = p_ == 1   ? (v > 0) - (v < 0)
+                                 : p_ == 2 ? v
+                                           : std::copysign(std::pow(std::abs(v), p_ - 1), v);
                 pdx[i] += static_cast<T>(scale * d);
               }
             }
         });
       } else {
-        throw Unsupported(fmt::format("LpPoolGrad: {} inputs (float32 and float64 are supported)", dtype_name(x.dtype())));
+        throw Unsupported(
+            fmt::format("LpPoolGrad: {} inputs (float32 and float64 are supported)", dtype_name(x.dtype())));
       }
     });
   }
@@ -81,7 +85,8 @@ class LpPoolGradKernel final : public Kernel {
 const KernelRegistrar lp_pool_grad_reg({kKilnDomain, "LpPoolGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                                        [](const Node& n) { return std::make_unique<LpPoolGradKernel>(n); });
 const OpDocRegistrar lp_pool_grad_doc(
-    {kKilnDomain, "LpPoolGrad",
+    {kKilnDomain,
+     "LpPoolGrad",
      "Gradient of LpPool with respect to its input; attributes are the LpPool's (p, kernel_shape, strides, pads, "
      "auto_pad, dilations, ceil_mode).",
      {"dY: gradient of the LpPool output Y", "X: the LpPool input", "Y: the LpPool output"},

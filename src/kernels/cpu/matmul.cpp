@@ -21,8 +21,8 @@ std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_nam
 
 void check_same_dtype(const char* op, const char* what, const TensorMeta& a, const TensorMeta& b) {
   if (a.dtype != b.dtype)
-    throw TypeError(fmt::format("{}: {} must have the dtype of A, but A is {} and it is {}", op, what, describe(a),
-                                describe(b)));
+    throw TypeError(
+        fmt::format("{}: {} must have the dtype of A, but A is {} and it is {}", op, what, describe(a), describe(b)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -40,8 +40,8 @@ struct MatMulShape {
 
 MatMulShape matmul_shape(const TensorMeta& a, const TensorMeta& b) {
   if (a.shape.empty() || b.shape.empty())
-    throw ShapeError(fmt::format("MatMul: cannot multiply {} by {} (operands must have rank >= 1)", describe(a),
-                                 describe(b)));
+    throw ShapeError(
+        fmt::format("MatMul: cannot multiply {} by {} (operands must have rank >= 1)", describe(a), describe(b)));
   Shape as = a.shape, bs = b.shape;
   const bool a_vec = as.size() == 1, b_vec = bs.size() == 1;
   if (a_vec) as.insert(as.begin(), 1);
@@ -104,9 +104,7 @@ class MatMulBase : public Kernel {
 class MatMulF32 final : public MatMulBase {
  public:
   using MatMulBase::MatMulBase;
-  void prepare(const InferContext& ctx, const std::vector<TensorMeta>&) override {
-    build(ctx.shape(0), ctx.shape(1));
-  }
+  void prepare(const InferContext& ctx, const std::vector<TensorMeta>&) override { build(ctx.shape(0), ctx.shape(1)); }
   void compute(ComputeContext& ctx) override {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
@@ -138,8 +136,8 @@ class MatMulF32 final : public MatMulBase {
       dst_ = plain_desc({rows, s_.n});
     } else {
       if (s_.batch.size() + 2 > DNNL_MAX_NDIMS)
-        throw Unsupported(fmt::format("MatMul: {} batch dims exceed oneDNN's limit of {} dims", s_.batch.size(),
-                                      DNNL_MAX_NDIMS));
+        throw Unsupported(
+            fmt::format("MatMul: {} batch dims exceed oneDNN's limit of {} dims", s_.batch.size(), DNNL_MAX_NDIMS));
       auto with = [](Shape batch, int64_t r, int64_t c) {
         batch.push_back(r);
         batch.push_back(c);
@@ -260,9 +258,10 @@ GemmShape gemm_shape(const Node& node, const InferContext& ctx) {
   const int64_t kb = g.trans_b ? b.shape[1] : b.shape[0];
   g.n = g.trans_b ? b.shape[0] : b.shape[1];
   if (g.k != kb)
-    throw ShapeError(fmt::format("Gemm: cannot multiply A {} (transA={}: {}x{}) by B {} (transB={}: {}x{}) (inner dims "
-                                 "{} vs {})",
-                                 describe(a), int(g.trans_a), g.m, g.k, describe(b), int(g.trans_b), kb, g.n, g.k, kb));
+    throw ShapeError(
+        fmt::format("Gemm: cannot multiply A {} (transA={}: {}x{}) by B {} (transB={}: {}x{}) (inner dims "
+                    "{} vs {})",
+                    describe(a), int(g.trans_a), g.m, g.k, describe(b), int(g.trans_b), kb, g.n, g.k, kb));
   if (ctx.has_input(2)) {
     const TensorMeta& c = ctx.input(2);
     check_same_dtype("Gemm", "C", a, c);
@@ -276,8 +275,8 @@ GemmShape gemm_shape(const Node& node, const InferContext& ctx) {
       }
     }
     if (!ok)
-      throw ShapeError(fmt::format("Gemm: C {} does not broadcast to the output [M, N] = {}", describe(c),
-                                   to_string(mn)));
+      throw ShapeError(
+          fmt::format("Gemm: C {} does not broadcast to the output [M, N] = {}", describe(c), to_string(mn)));
     g.has_c = true;
     g.c = c.shape;
   } else if (ctx.opset < 11) {
@@ -294,10 +293,8 @@ void broadcast_c(const GemmShape& g, const T* c, T* y) {
   for (int64_t i = 0; i < g.m; ++i) {
     const T* row = c + (cm == 1 ? 0 : i) * cn;
     T* out = y + i * g.n;
-    if (cn == 1)
-      std::fill(out, out + g.n, row[0]);
-    else
-      std::copy(row, row + g.n, out);
+    if (cn == 1) std::fill(out, out + g.n, row[0]);
+    else std::copy(row, row + g.n, out);
   }
 }
 
@@ -322,9 +319,7 @@ class GemmBase : public Kernel {
 class GemmF32 final : public GemmBase {
  public:
   using GemmBase::GemmBase;
-  void prepare(const InferContext& ctx, const std::vector<TensorMeta>&) override {
-    build();
-  }
+  void prepare(const InferContext& ctx, const std::vector<TensorMeta>&) override { build(); }
   void compute(ComputeContext& ctx) override {
     Tensor& y = ctx.output(0);
     if (!built_ || y.shape() != Shape{g_.m, g_.n}) build();
@@ -360,8 +355,7 @@ class GemmF32 final : public GemmBase {
       attr.set_post_ops(ops);
     }
     prim_ = dnnl_util::checked(fmt::format("build a gemm for [{}, {}] x [{}, {}]", g_.m, g_.k, g_.k, g_.n), [&] {
-      return dnnl::matmul(
-          dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_, b_, y_), attr, dnnl_util::engine()));
+      return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_, b_, y_), attr, dnnl_util::engine()));
     });
   }
 

@@ -33,12 +33,15 @@ bool training_mode(const Node& node) { return node.attr_int("training_mode", 0) 
 Shape batch_norm_shape(const Node& node, const InferContext& ctx) {
   const bool training = training_mode(node);
   if (training && ctx.opset < 14)
-    throw InvalidModel(fmt::format("BatchNormalization: training_mode exists from opset 14 (model opset {})", ctx.opset));
+    throw InvalidModel(
+        fmt::format("BatchNormalization: training_mode exists from opset 14 (model opset {})", ctx.opset));
   for (size_t i = 1; i < node.outputs.size(); ++i)
     if (!node.outputs[i].empty() && (!training || i > 2))
-      throw Unsupported(fmt::format("BatchNormalization: output {} ('{}') exists only in training mode ({}); "
-                                    "set training_mode=1 (opset 14+) or export in inference (eval) mode",
-                                    i, node.outputs[i], ctx.opset < 14 ? "the opset < 14 five-output form is not supported" : "training_mode=0 here"));
+      throw Unsupported(
+          fmt::format("BatchNormalization: output {} ('{}') exists only in training mode ({}); "
+                      "set training_mode=1 (opset 14+) or export in inference (eval) mode",
+                      i, node.outputs[i],
+                      ctx.opset < 14 ? "the opset < 14 five-output form is not supported" : "training_mode=0 here"));
   if (node.attr_int("spatial", 1) != 1)
     throw Unsupported("BatchNormalization: spatial=0 (per-activation statistics) is not supported");
   const TensorMeta& x = ctx.input(0);
@@ -77,8 +80,10 @@ std::vector<TensorMeta> batch_norm_outputs(const Node& node, const InferContext&
 void batch_norm_training(const Node& node, ComputeContext& ctx, const Shape& data) {
   const int64_t n = data[0], c = data[1], rest = data[2], m = n * rest;
   if (m <= 1)
-    throw ShapeError(fmt::format("BatchNormalization: training mode needs more than one value per channel to "
-                                 "compute batch statistics, X is {}", ctx.input(0).describe()));
+    throw ShapeError(
+        fmt::format("BatchNormalization: training mode needs more than one value per channel to "
+                    "compute batch statistics, X is {}",
+                    ctx.input(0).describe()));
   const double eps = node.attr_float("epsilon", 1e-5f), momentum = node.attr_float("momentum", 0.9f);
   std::vector<double> mean(size_t(c), 0.0), var(size_t(c), 0.0);
   Tensor& y = ctx.output(0);
@@ -94,13 +99,15 @@ void batch_norm_training(const Node& node, ComputeContext& ctx, const Shape& dat
             for (int64_t i = (b * c + ch) * rest, end = i + rest; i < end; ++i) sum += to_double(px[i]);
           const double mu = sum / double(m);
           for (int64_t b = 0; b < n; ++b)
-            for (int64_t i = (b * c + ch) * rest, end = i + rest; i < end; ++i) sq += (to_double(px[i]) - mu) * (to_double(px[i]) - mu);
+            for (int64_t i = (b * c + ch) * rest, end = i + rest; i < end; ++i)
+              sq += (to_double(px[i]) - mu) * (to_double(px[i]) - mu);
           mean[size_t(ch)] = mu;
           var[size_t(ch)] = sq / double(m);
           const double a = ctx.input(1).item_as_double(ch) / std::sqrt(var[size_t(ch)] + eps);
           const double shift = ctx.input(2).item_as_double(ch) - mu * a;
           for (int64_t b = 0; b < n; ++b)
-            for (int64_t i = (b * c + ch) * rest, end = i + rest; i < end; ++i) py[i] = from_double<T>(to_double(px[i]) * a + shift);
+            for (int64_t i = (b * c + ch) * rest, end = i + rest; i < end; ++i)
+              py[i] = from_double<T>(to_double(px[i]) * a + shift);
         }
       });
     } else {
@@ -166,7 +173,8 @@ class BatchNormPlain final : public Kernel {
         parallel_for(data_[0] * c, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, rest)), [&](int64_t s, int64_t e) {
           for (int64_t plane = s; plane < e; ++plane) {
             const double ac = a[size_t(plane % c)], bc = b[size_t(plane % c)];
-            for (int64_t i = plane * rest; i < (plane + 1) * rest; ++i) py[i] = from_double<T>(to_double(px[i]) * ac + bc);
+            for (int64_t i = plane * rest; i < (plane + 1) * rest; ++i)
+              py[i] = from_double<T>(to_double(px[i]) * ac + bc);
           }
         });
       } else {
@@ -202,8 +210,7 @@ class InstanceNormKernel final : public Kernel {
       using T = decltype(tag);
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>)
         run<T>(ctx.input(0), ctx.input(1), ctx.input(2), y);
-      else
-        throw Unsupported(fmt::format("InstanceNormalization: {} input", dtype_name(y.dtype())));
+      else throw Unsupported(fmt::format("InstanceNormalization: {} input", dtype_name(y.dtype())));
     });
   }
 
@@ -232,11 +239,12 @@ class InstanceNormKernel final : public Kernel {
   }
 };
 
-const KernelRegistrar batch_norm_plain({"", "BatchNormalization", 7, kMaxOpset, {DType::Float32, DType::Float64, DType::Float16}},
-                                       [](const Node& n) { return std::make_unique<BatchNormPlain>(n); });
-const KernelRegistrar instance_norm({"", "InstanceNormalization", 6, kMaxOpset,
-                                     {DType::Float32, DType::Float64, DType::Float16}},
-                                    [](const Node& n) { return std::make_unique<InstanceNormKernel>(n); });
+const KernelRegistrar batch_norm_plain(
+    {"", "BatchNormalization", 7, kMaxOpset, {DType::Float32, DType::Float64, DType::Float16}},
+    [](const Node& n) { return std::make_unique<BatchNormPlain>(n); });
+const KernelRegistrar instance_norm(
+    {"", "InstanceNormalization", 6, kMaxOpset, {DType::Float32, DType::Float64, DType::Float16}},
+    [](const Node& n) { return std::make_unique<InstanceNormKernel>(n); });
 
 }  // namespace
 }  // namespace kiln

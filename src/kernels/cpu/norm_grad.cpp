@@ -37,7 +37,8 @@ std::vector<TensorMeta> grad_outputs(const InferContext& ctx, const char* op, si
       throw ShapeError(fmt::format("{}: input {} {} must be a float [{}], one value per channel of X {}", op, i,
                                    describe(ctx.input(i)), x.shape[1], describe(x)));
   const TensorMeta& scale = ctx.input(2);
-  return {{x.dtype, x.shape, x.dynamic, Tensor()}, {scale.dtype, scale.shape, false, Tensor()},
+  return {{x.dtype, x.shape, x.dynamic, Tensor()},
+          {scale.dtype, scale.shape, false, Tensor()},
           {scale.dtype, scale.shape, false, Tensor()}};
 }
 
@@ -203,7 +204,8 @@ const KernelRegistrar in_grad({kKilnDomain, "InstanceNormalizationGrad", 1, kMax
                               [](const Node& n) { return std::make_unique<InstanceNormGradKernel>(n); });
 
 const OpDocRegistrar bn_doc(
-    {kKilnDomain, "BatchNormalizationGrad",
+    {kKilnDomain,
+     "BatchNormalizationGrad",
      "Gradient of BatchNormalization (X viewed as [N, C, rest]) in training or inference mode.",
      {"dY: gradient of Y", "X: the forward input", "scale: [C]",
       "mean (optional in training mode): [C], the statistics Y was normalised with; recomputed from X if absent",
@@ -216,7 +218,9 @@ const OpDocRegistrar bn_doc(
      "dX = dY * scale * inv_std. Training (M = N * rest): dX = scale * inv_std / M * (M * dY - dB - x^ * dScale) "
      "+ dRunningMean * (1 - momentum) / M + dRunningVar * (1 - momentum) * 2 * (x - mean) / (M - 1)"});
 const OpDocRegistrar in_doc(
-    {kKilnDomain, "InstanceNormalizationGrad", "Gradient of InstanceNormalization.",
+    {kKilnDomain,
+     "InstanceNormalizationGrad",
+     "Gradient of InstanceNormalization.",
      {"dY: gradient of Y", "X: the forward input [N, C, ...]", "scale: [C]"},
      {"dX: gradient of X", "dScale: [C], gradient of scale", "dB: [C], gradient of B"},
      "attribute epsilon. Per (n, c) plane of R elements: x^ = (x - mean) / sqrt(var + epsilon); "

@@ -98,8 +98,8 @@ class LpNormKernel final : public Kernel {
     const int64_t rank = static_cast<int64_t>(x.shape.size());
     const int64_t attr = node_.attr_int("axis", -1);
     if (attr < -rank || attr >= rank)
-      throw ShapeError(fmt::format("LpNormalization: axis {} is out of range for input {} (rank {})", attr,
-                                   describe(x), rank));
+      throw ShapeError(
+          fmt::format("LpNormalization: axis {} is out of range for input {} (rank {})", attr, describe(x), rank));
     p_ = node_.attr_int("p", 2);
     if (p_ != 1 && p_ != 2) throw InvalidModel(fmt::format("LpNormalization: p = {} must be 1 or 2", p_));
     const int64_t axis = attr < 0 ? attr + rank : attr;
@@ -145,8 +145,7 @@ class LrnKernel final : public Kernel {
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& x = ctx.input(0);
-    if (x.shape.size() < 2)
-      throw ShapeError(fmt::format("LRN: input {} must be [N, C, ...]", describe(x)));
+    if (x.shape.size() < 2) throw ShapeError(fmt::format("LRN: input {} must be [N, C, ...]", describe(x)));
     size_ = node_.attr_int("size");
     if (size_ < 1) throw InvalidModel(fmt::format("LRN: size {} must be positive", size_));
     int64_t rest = 1;
@@ -164,8 +163,9 @@ class LrnKernel final : public Kernel {
     if (y.numel() == 0) return;
     if (use_dnnl()) {
       const dnnl::memory::desc d = dnnl_util::plain_desc(view_);
-      dnnl_util::execute(prim_, {{DNNL_ARG_SRC, dnnl_util::memory_of(d, ctx.input(0))}, {DNNL_ARG_DST, dnnl_util::memory_of(d, y)}},
-                         "LRN");
+      dnnl_util::execute(
+          prim_, {{DNNL_ARG_SRC, dnnl_util::memory_of(d, ctx.input(0))}, {DNNL_ARG_DST, dnnl_util::memory_of(d, y)}},
+          "LRN");
       return;
     }
     visit_float(dtype_, "LRN", [&](auto tag) {  // float32 with an even size lands here too
@@ -223,7 +223,8 @@ const KernelRegistrar mvn({"", "MeanVarianceNormalization", 9, kMaxOpset, kFloat
                           [](const Node& n) { return std::make_unique<MvnKernel>(n); });
 const KernelRegistrar lp_norm({"", "LpNormalization", 1, kMaxOpset, kFloats},
                               [](const Node& n) { return std::make_unique<LpNormKernel>(n); });
-const KernelRegistrar lrn({"", "LRN", 1, kMaxOpset, kFloats}, [](const Node& n) { return std::make_unique<LrnKernel>(n); });
+const KernelRegistrar lrn({"", "LRN", 1, kMaxOpset, kFloats},
+                          [](const Node& n) { return std::make_unique<LrnKernel>(n); });
 
 }  // namespace
 }  // namespace kiln

@@ -23,7 +23,8 @@ class LrnGradKernel final : public Kernel {
     if (dy.shape != x.shape || dy.dtype != x.dtype || x.shape.size() < 2)
       throw ShapeError(fmt::format("LRNGrad: dY {}{} must match X {}{} (rank >= 2)", dtype_name(dy.dtype),
                                    to_string(dy.shape), dtype_name(x.dtype), to_string(x.shape)));
-    if (node_.attr_int("size") < 1) throw InvalidModel(fmt::format("LRNGrad: size {} must be positive", node_.attr_int("size")));
+    if (node_.attr_int("size") < 1)
+      throw InvalidModel(fmt::format("LRNGrad: size {} must be positive", node_.attr_int("size")));
     return {{x.dtype, x.shape, x.dynamic, Tensor()}};
   }
 
@@ -74,7 +75,9 @@ class LrnGradKernel final : public Kernel {
 
 const KernelRegistrar reg({kKilnDomain, "LRNGrad", 1, kMaxOpset, {DType::Float32, DType::Float64, DType::Float16}},
                           [](const Node& n) { return std::make_unique<LrnGradKernel>(n); });
-const OpDocRegistrar doc({kKilnDomain, "LRNGrad", "Gradient of LRN (local response normalisation across channels).",
+const OpDocRegistrar doc({kKilnDomain,
+                          "LRNGrad",
+                          "Gradient of LRN (local response normalisation across channels).",
                           {"dY: gradient of Y", "X: the forward input [N, C, ...]"},
                           {"dX: gradient of X"},
                           "attributes size, alpha, beta, bias as LRN's. W(c) = [c - (size-1)/2, c + size/2], "

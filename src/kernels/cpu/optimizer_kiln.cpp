@@ -180,10 +180,8 @@ class SGDStep final : public Kernel {
           fmt::format("SGDStep: momentum_buffer must be given exactly when momentum != 0 "
                       "(momentum = {}, momentum_buffer {})",
                       momentum_, has_buffer ? "given" : "omitted"));
-    if (has_buffer)
-      check_same_tensors(ctx, "SGDStep", {{2, "X"}, {3, "G"}, {4, "momentum_buffer"}});
-    else
-      check_same_tensors(ctx, "SGDStep", {{2, "X"}, {3, "G"}});
+    if (has_buffer) check_same_tensors(ctx, "SGDStep", {{2, "X"}, {3, "G"}, {4, "momentum_buffer"}});
+    else check_same_tensors(ctx, "SGDStep", {{2, "X"}, {3, "G"}});
     const size_t outputs = has_buffer ? 2 : 1;
     if (node_.outputs.size() > outputs)
       throw InvalidModel(

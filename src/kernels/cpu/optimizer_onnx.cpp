@@ -63,10 +63,8 @@ class PreviewOptimizer : public Kernel {
     if (t < 0) throw InvalidArgument(fmt::format("{}: the update count T must be >= 0, got {}", op_, t));
     Op& op = static_cast<Op&>(*this);
     for (size_t k = 0; k < n_; ++k) {
-      if (ctx.input(input_index(0, 0)).dtype() == DType::Float32)
-        op.template run<float>(ctx, k, r, t);
-      else
-        op.template run<double>(ctx, k, r, t);
+      if (ctx.input(input_index(0, 0)).dtype() == DType::Float32) op.template run<float>(ctx, k, r, t);
+      else op.template run<double>(ctx, k, r, t);
     }
   }
 

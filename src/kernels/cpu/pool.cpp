@@ -22,7 +22,8 @@ std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_nam
 
 void check_pool_input(const char* op, const TensorMeta& x, size_t max_spatial) {
   if (x.shape.size() < 3)
-    throw ShapeError(fmt::format("{}: input {} must be [N, C, D1, ...] with at least one spatial dim", op, describe(x)));
+    throw ShapeError(
+        fmt::format("{}: input {} must be [N, C, D1, ...] with at least one spatial dim", op, describe(x)));
   if (x.shape.size() - 2 > max_spatial)
     throw Unsupported(fmt::format("{}: input {} has {} spatial dims; Kiln supports 1 to {}", op, describe(x),
                                   x.shape.size() - 2, max_spatial));
@@ -46,7 +47,8 @@ class PoolKernel : public Kernel {
       throw ShapeError(fmt::format("{}: kernel_shape [{}] has {} dims but input {} has {} spatial dims", op_,
                                    fmt::join(kernel, ", "), kernel.size(), describe(x), spatial.size()));
     for (int64_t k : kernel)
-      if (k < 1) throw InvalidModel(fmt::format("{}: kernel_shape [{}] must be positive", op_, fmt::join(kernel, ", ")));
+      if (k < 1)
+        throw InvalidModel(fmt::format("{}: kernel_shape [{}] must be positive", op_, fmt::join(kernel, ", ")));
     win_ = dnnl_util::make_window(node_, spatial, kernel, true);
     y_ = {x.shape[0], x.shape[1]};
     y_.insert(y_.end(), win_.out.begin(), win_.out.end());
@@ -181,8 +183,7 @@ class MaxPoolKernel final : public PoolKernel {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int8_t> ||
                     std::is_same_v<T, uint8_t>)
         max_pool_with_indices<T>(ctx.input(0), win_, column_major_, ctx.output(0), ctx.output(1));
-      else
-        throw Unsupported(fmt::format("MaxPool: {} input", dtype_name(dtype_)));
+      else throw Unsupported(fmt::format("MaxPool: {} input", dtype_name(dtype_)));
     });
   }
 
@@ -223,7 +224,8 @@ class AveragePoolKernel final : public PoolKernel {
       for (int64_t pl = begin; pl < end; ++pl)
         for (int64_t o = 0; o < t.out_plane; ++o) {
           double sum = 0;
-          for (int64_t k = t.start[size_t(o)]; k < t.start[size_t(o) + 1]; ++k) sum += px[pl * t.in_plane + t.taps[size_t(k)]];
+          for (int64_t k = t.start[size_t(o)]; k < t.start[size_t(o) + 1]; ++k)
+            sum += px[pl * t.in_plane + t.taps[size_t(k)]];
           py[pl * t.out_plane + o] = sum / pool::avg_divisor(t, o, include);
         }
     });
@@ -290,8 +292,8 @@ class GlobalPoolKernel final : public Kernel {
     Tensor& y = ctx.output(0);
     if (y.numel() == 0) return;
     if (numel(x_) == 0)
-      throw ShapeError(fmt::format("{}: input {}{} has an empty spatial extent", node_.op_type, dtype_name(dtype_),
-                                   to_string(x_)));
+      throw ShapeError(
+          fmt::format("{}: input {}{} has an empty spatial extent", node_.op_type, dtype_name(dtype_), to_string(x_)));
     if (dtype_ == DType::Float64) return compute_f64(ctx.input(0), y);
     // A 1x1 (or 1-element) plane is its own mean and max; oneDNN rejects a reduction that reduces
     // nothing (src dims == dst dims), which ResNet's global pool on small images asks for.
@@ -345,12 +347,14 @@ const KernelRegistrar max_pool_i8({"", "MaxPool", 12, kMaxOpset, {DType::Int8, D
                                   [](const Node& n) { return std::make_unique<MaxPoolKernel>(n); });
 const KernelRegistrar avg_pool_f32({"", "AveragePool", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                                    [](const Node& n) { return std::make_unique<AveragePoolKernel>(n); });
-const KernelRegistrar global_avg_f32({"", "GlobalAveragePool", 1, kMaxOpset, {DType::Float32, DType::Float64}}, [](const Node& n) {
-  return std::make_unique<GlobalPoolKernel>(n, dnnl::algorithm::reduction_mean);
-});
-const KernelRegistrar global_max_f32({"", "GlobalMaxPool", 1, kMaxOpset, {DType::Float32, DType::Float64}}, [](const Node& n) {
-  return std::make_unique<GlobalPoolKernel>(n, dnnl::algorithm::reduction_max);
-});
+const KernelRegistrar global_avg_f32({"", "GlobalAveragePool", 1, kMaxOpset, {DType::Float32, DType::Float64}},
+                                     [](const Node& n) {
+                                       return std::make_unique<GlobalPoolKernel>(n, dnnl::algorithm::reduction_mean);
+                                     });
+const KernelRegistrar global_max_f32({"", "GlobalMaxPool", 1, kMaxOpset, {DType::Float32, DType::Float64}},
+                                     [](const Node& n) {
+                                       return std::make_unique<GlobalPoolKernel>(n, dnnl::algorithm::reduction_max);
+                                     });
 
 }  // namespace
 }  // namespace kiln

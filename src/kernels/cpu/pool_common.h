@@ -14,9 +14,9 @@ namespace kiln::pool {
 
 struct WindowTable {
   int64_t in_plane = 1, out_plane = 1;
-  std::vector<int64_t> start;    // taps of output o: taps[start[o] .. start[o + 1])
-  std::vector<int64_t> taps;     // input offsets within a plane
-  std::vector<double> padded;    // per output: taps inside the explicitly padded input
+  std::vector<int64_t> start;  // taps of output o: taps[start[o] .. start[o + 1])
+  std::vector<int64_t> taps;   // input offsets within a plane
+  std::vector<double> padded;  // per output: taps inside the explicitly padded input
   int64_t size(int64_t o) const { return start[size_t(o) + 1] - start[size_t(o)]; }
 };
 

@@ -26,11 +26,13 @@ class PoolGradKernel : public Kernel {
     const TensorMeta& x = ctx.input(1);
     if (x.shape.size() < 3 || x.shape.size() > 5)
       throw ShapeError(fmt::format("{}: X {} must be [N, C, D1..D3]", op_, describe(x)));
-    if (!node_.has_attr("kernel_shape")) throw InvalidModel(fmt::format("{}: attribute 'kernel_shape' is required", op_));
+    if (!node_.has_attr("kernel_shape"))
+      throw InvalidModel(fmt::format("{}: attribute 'kernel_shape' is required", op_));
     const Shape spatial(x.shape.begin() + 2, x.shape.end());
     const std::vector<int64_t> kernel = node_.attr_ints("kernel_shape");
     if (kernel.size() != spatial.size())
-      throw ShapeError(fmt::format("{}: kernel_shape [{}] does not fit X {}", op_, fmt::join(kernel, ", "), describe(x)));
+      throw ShapeError(
+          fmt::format("{}: kernel_shape [{}] does not fit X {}", op_, fmt::join(kernel, ", "), describe(x)));
     const dnnl_util::Window win = dnnl_util::make_window(node_, spatial, kernel, true);
     Shape y{x.shape[0], x.shape[1]};
     y.insert(y.end(), win.out.begin(), win.out.end());
@@ -56,7 +58,8 @@ class PoolGradKernel : public Kernel {
             scatter(dy + pl * table_.out_plane, x + pl * table_.in_plane, out + pl * table_.in_plane);
         });
       } else {
-        throw Unsupported(fmt::format("{}: {} inputs (float32 and float64 are supported)", op_, dtype_name(dx.dtype())));
+        throw Unsupported(
+            fmt::format("{}: {} inputs (float32 and float64 are supported)", op_, dtype_name(dx.dtype())));
       }
     });
   }
@@ -120,7 +123,8 @@ const KernelRegistrar max_reg({kKilnDomain, "MaxPoolGrad", 1, kMaxOpset, kFloats
 const KernelRegistrar avg_reg({kKilnDomain, "AveragePoolGrad", 1, kMaxOpset, kFloats},
                               [](const Node& n) { return std::make_unique<AveragePoolGradKernel>(n); });
 const OpDocRegistrar max_doc(
-    {kKilnDomain, "MaxPoolGrad",
+    {kKilnDomain,
+     "MaxPoolGrad",
      "Gradient of MaxPool with respect to its input; attributes are the MaxPool's (kernel_shape, strides, pads, "
      "auto_pad, dilations, ceil_mode).",
      {"dY: gradient of the MaxPool output Y", "X: the MaxPool input"},
@@ -128,7 +132,8 @@ const OpDocRegistrar max_doc(
      "dX[i] = sum over windows w whose first maximum is at i of dY[w] (the argmax is recomputed from X; ties go "
      "to the first tap in row-major window order)"});
 const OpDocRegistrar avg_doc(
-    {kKilnDomain, "AveragePoolGrad",
+    {kKilnDomain,
+     "AveragePoolGrad",
      "Gradient of AveragePool with respect to its input; attributes are the AveragePool's (kernel_shape, "
      "strides, pads, auto_pad, dilations, ceil_mode, count_include_pad).",
      {"dY: gradient of the AveragePool output Y", "X: the AveragePool input; only its shape is read"},

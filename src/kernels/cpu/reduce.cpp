@@ -29,20 +29,26 @@ using acc_t = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double,
 // ---- policies: Acc<T> the accumulator type, identity, step (one element), combine (two partial
 // results), finish (accumulator to output element; `count` is the number of reduced elements) ---
 
-template <class T> double as_double(T v) { return static_cast<double>(load(v)); }
+template <class T>
+double as_double(T v) {
+  return static_cast<double>(load(v));
+}
 
 // Converts a double result to T: floats round, integers convert as numpy's astype does.
-template <class T> T from_result(double v) {
+template <class T>
+T from_result(double v) {
   if constexpr (std::is_floating_point_v<compute_t<T>>) return store<T>(static_cast<compute_t<T>>(v));
   else return float_to_int<T>(v);
 }
 
-template <class T, class A> T narrow(A a) {
+template <class T, class A>
+T narrow(A a) {
   if constexpr (std::is_floating_point_v<A>) return from_result<T>(a);
   else return static_cast<T>(a);  // integer sums wrap, as numpy's
 }
 
-template <class T> compute_t<T> abs_of(T x) {
+template <class T>
+compute_t<T> abs_of(T x) {
   const compute_t<T> v = load(x);
   if constexpr (std::is_unsigned_v<T>) return v;
   else if constexpr (std::is_integral_v<T>) return v < 0 ? wrap_neg(v) : v;
@@ -50,63 +56,110 @@ template <class T> compute_t<T> abs_of(T x) {
 }
 
 struct SumPolicy {
-  template <class T> using Acc = acc_t<T>;
-  template <class A> static A identity() { return A(0); }
-  template <class A, class T> static A step(A a, T x) { return wrap_add(a, static_cast<A>(load(x))); }
-  template <class A> static A combine(A a, A b) { return wrap_add(a, b); }
-  template <class T, class A> static T finish(A a, int64_t) { return narrow<T>(a); }
+  template <class T>
+  using Acc = acc_t<T>;
+  template <class A>
+  static A identity() {
+    return A(0);
+  }
+  template <class A, class T>
+  static A step(A a, T x) {
+    return wrap_add(a, static_cast<A>(load(x)));
+  }
+  template <class A>
+  static A combine(A a, A b) {
+    return wrap_add(a, b);
+  }
+  template <class T, class A>
+  static T finish(A a, int64_t) {
+    return narrow<T>(a);
+  }
 };
 
 struct MeanPolicy : SumPolicy {
-  template <class T, class A> static T finish(A a, int64_t count) {
+  template <class T, class A>
+  static T finish(A a, int64_t count) {
     if constexpr (std::is_floating_point_v<A>) return from_result<T>(a / static_cast<double>(count));
     else return static_cast<T>(a / static_cast<A>(count));  // count > 0: checked in infer
   }
 };
 
 struct ProdPolicy {
-  template <class T> using Acc = acc_t<T>;
-  template <class A> static A identity() { return A(1); }
-  template <class A, class T> static A step(A a, T x) { return wrap_mul(a, static_cast<A>(load(x))); }
-  template <class A> static A combine(A a, A b) { return wrap_mul(a, b); }
-  template <class T, class A> static T finish(A a, int64_t) { return narrow<T>(a); }
+  template <class T>
+  using Acc = acc_t<T>;
+  template <class A>
+  static A identity() {
+    return A(1);
+  }
+  template <class A, class T>
+  static A step(A a, T x) {
+    return wrap_mul(a, static_cast<A>(load(x)));
+  }
+  template <class A>
+  static A combine(A a, A b) {
+    return wrap_mul(a, b);
+  }
+  template <class T, class A>
+  static T finish(A a, int64_t) {
+    return narrow<T>(a);
+  }
 };
 
 struct SumSquarePolicy : SumPolicy {
-  template <class A, class T> static A step(A a, T x) {
+  template <class A, class T>
+  static A step(A a, T x) {
     const A v = static_cast<A>(load(x));
     return wrap_add(a, wrap_mul(v, v));
   }
 };
 
 struct L1Policy : SumPolicy {
-  template <class A, class T> static A step(A a, T x) { return wrap_add(a, static_cast<A>(abs_of(x))); }
+  template <class A, class T>
+  static A step(A a, T x) {
+    return wrap_add(a, static_cast<A>(abs_of(x)));
+  }
 };
 
 struct L2Policy : SumSquarePolicy {
-  template <class T, class A> static T finish(A a, int64_t) { return from_result<T>(std::sqrt(static_cast<double>(a))); }
+  template <class T, class A>
+  static T finish(A a, int64_t) {
+    return from_result<T>(std::sqrt(static_cast<double>(a)));
+  }
 };
 
 struct LogSumPolicy : SumPolicy {
-  template <class T, class A> static T finish(A a, int64_t) { return from_result<T>(std::log(static_cast<double>(a))); }
+  template <class T, class A>
+  static T finish(A a, int64_t) {
+    return from_result<T>(std::log(static_cast<double>(a)));
+  }
 };
 
 // NaN wins, as numpy's maximum.reduce / minimum.reduce.
 template <bool Max>
 struct ExtremePolicy {
-  template <class T> using Acc = compute_t<T>;
-  template <class A> static A identity() {
-    if constexpr (std::is_floating_point_v<A>) return Max ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::infinity();
+  template <class T>
+  using Acc = compute_t<T>;
+  template <class A>
+  static A identity() {
+    if constexpr (std::is_floating_point_v<A>)
+      return Max ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::infinity();
     else return Max ? std::numeric_limits<A>::lowest() : std::numeric_limits<A>::max();
   }
-  template <class A> static A combine(A a, A b) {
+  template <class A>
+  static A combine(A a, A b) {
     if constexpr (std::is_floating_point_v<A>) {
       if (b != b) return b;
     }
     return (Max ? b > a : b < a) ? b : a;
   }
-  template <class A, class T> static A step(A a, T x) { return combine(a, load(x)); }
-  template <class T, class A> static T finish(A a, int64_t) { return store<T>(a); }
+  template <class A, class T>
+  static A step(A a, T x) {
+    return combine(a, load(x));
+  }
+  template <class T, class A>
+  static T finish(A a, int64_t) {
+    return store<T>(a);
+  }
 };
 
 // log(sum(exp(x))) in one pass: the running maximum m and the sum s of exp(x - m), rescaled when
@@ -117,8 +170,12 @@ struct LseAcc {
 };
 
 struct LogSumExpPolicy {
-  template <class T> using Acc = LseAcc;
-  template <class A> static A identity() { return A{}; }
+  template <class T>
+  using Acc = LseAcc;
+  template <class A>
+  static A identity() {
+    return A{};
+  }
   static LseAcc add(LseAcc a, double m, double s) {
     if (s == 0.0) return a;
     if (m == a.m) return {a.m, a.s + s};
@@ -126,9 +183,18 @@ struct LogSumExpPolicy {
     if (m > a.m) return {m, s + a.s * std::exp(a.m - m)};
     return {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};  // NaN
   }
-  template <class A, class T> static A step(A a, T x) { return add(a, as_double(x), 1.0); }
-  template <class A> static A combine(A a, A b) { return add(a, b.m, b.s); }
-  template <class T, class A> static T finish(A a, int64_t) { return from_result<T>(a.m + std::log(a.s)); }
+  template <class A, class T>
+  static A step(A a, T x) {
+    return add(a, as_double(x), 1.0);
+  }
+  template <class A>
+  static A combine(A a, A b) {
+    return add(a, b.m, b.s);
+  }
+  template <class T, class A>
+  static T finish(A a, int64_t) {
+    return from_result<T>(a.m + std::log(a.s));
+  }
 };
 
 // Reduction of n contiguous elements with eight independent partials (ILP, still deterministic).
@@ -195,7 +261,8 @@ void reduce(const ReducePlan& p, const T* x, T* y, int64_t count) {
   constexpr int64_t kBlock = 1024;
   const int64_t blocks = (p.inner + kBlock - 1) / kBlock;
   const int64_t tasks = p.outer * blocks;
-  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, p.reduced * std::min(p.inner, kBlock)));
+  const int64_t grain =
+      std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, p.reduced * std::min(p.inner, kBlock)));
   const bool last_reduced = p.inner == 1 && !p.red_sizes.empty();
   const size_t nr = p.red_sizes.size();
   // Walking the reduced groups: with the last one contiguous (last_reduced) it is summed as a run.
@@ -275,8 +342,8 @@ class ReduceKernel final : public Kernel {
       const size_t k = static_cast<size_t>(normalize_axis(a, rank, "axes entry"));
       if (rank == 0) continue;
       if (reduce_[k])
-        throw InvalidModel(fmt::format("axes [{}] name axis {} twice (input shape {})", fmt::join(axes, ", "), k,
-                                       to_string(in)));
+        throw InvalidModel(
+            fmt::format("axes [{}] name axis {} twice (input shape {})", fmt::join(axes, ", "), k, to_string(in)));
       reduce_[k] = true;
     }
     Shape out;
@@ -287,8 +354,10 @@ class ReduceKernel final : public Kernel {
       if (reduce_[i]) count_ *= in[i];
     }
     if (std::is_same_v<P, MeanPolicy> && count_ == 0 && is_integer(ctx.dtype(0)) && numel(out) > 0)
-      throw InvalidArgument(fmt::format("integer mean over zero elements: input '{}' has shape {} and the "
-                                        "reduced axes are empty", node_.inputs.at(0), to_string(in)));
+      throw InvalidArgument(
+          fmt::format("integer mean over zero elements: input '{}' has shape {} and the "
+                      "reduced axes are empty",
+                      node_.inputs.at(0), to_string(in)));
     return {TensorMeta{ctx.dtype(0), out, false, Tensor()}};
   }
 

@@ -144,21 +144,20 @@ Shape ResizeBase::geometry(const InferContext& ctx, const Shape& in, DType dtype
   if (has_scales) {
     const Tensor& s = ctx.value(first + 1);
     if (!is_floating(s.dtype()) || s.numel() != static_cast<int64_t>(rank))
-      throw ShapeError(fmt::format("scales {} must be float with one entry per dimension of input {}", s.describe(),
-                                   to_string(in)));
+      throw ShapeError(
+          fmt::format("scales {} must be float with one entry per dimension of input {}", s.describe(), to_string(in)));
     for (size_t d = 0; d < rank; ++d) {
       // float32 scales widen to double, as in the reference.
       scales_[d] = static_cast<double>(static_cast<float>(s.contiguous().item_as_double(static_cast<int64_t>(d))));
-      if (!(scales_[d] > 0))
-        throw InvalidArgument(fmt::format("scales {} must all be positive", to_string_doubles(s)));
+      if (!(scales_[d] > 0)) throw InvalidArgument(fmt::format("scales {} must all be positive", to_string_doubles(s)));
       lengths_[d] = scales_[d] * static_cast<double>(in[d]);
       out[d] = static_cast<int64_t>(std::floor(lengths_[d]));
     }
   } else {
     const Tensor& s = ctx.value(first + 2);
     if (s.dtype() != DType::Int64 || s.numel() != static_cast<int64_t>(rank))
-      throw ShapeError(fmt::format("sizes {} must be int64 with one entry per dimension of input {}", s.describe(),
-                                   to_string(in)));
+      throw ShapeError(
+          fmt::format("sizes {} must be int64 with one entry per dimension of input {}", s.describe(), to_string(in)));
     const std::vector<int64_t> sizes = s.to_int64_vector();
     for (size_t d = 0; d < rank; ++d) {
       if (sizes[d] <= 0) throw InvalidArgument(fmt::format("sizes {} must all be positive", to_string(sizes)));
@@ -176,8 +175,7 @@ Shape ResizeBase::geometry(const InferContext& ctx, const Shape& in, DType dtype
   }
   for (size_t d = 0; d < rank; ++d)
     if (in[d] == 0 && out[d] > 0)
-      throw ShapeError(
-          fmt::format("cannot resize the empty dimension {} of input {} to {}", d, to_string(in), out[d]));
+      throw ShapeError(fmt::format("cannot resize the empty dimension {} of input {} to {}", d, to_string(in), out[d]));
   return out;
 }
 
@@ -255,10 +253,8 @@ class ResizeKernel : public ResizeBase {
     const Shape& is = x.shape();
     const Shape& os = y.shape();
     const std::vector<AxisMap> maps = axis_maps(ctx, 1, is, os);
-    if (attrs_.mode == Mode::Nearest)
-      nearest(x, y, maps);
-    else
-      interpolate(x, y, maps);
+    if (attrs_.mode == Mode::Nearest) nearest(x, y, maps);
+    else interpolate(x, y, maps);
   }
 
  private:

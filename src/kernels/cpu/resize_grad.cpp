@@ -93,7 +93,9 @@ class ResizeGradKernel : public ResizeBase {
 const KernelRegistrar reg_resize_grad({kKilnDomain, "ResizeGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                                       [](const Node& n) { return std::make_unique<ResizeGradKernel>(n); });
 const OpDocRegistrar doc_resize_grad(
-    {kKilnDomain, "ResizeGrad", "The gradient of Resize with respect to its input X, for every mode Resize supports.",
+    {kKilnDomain,
+     "ResizeGrad",
+     "The gradient of Resize with respect to its input X, for every mode Resize supports.",
      {"dY: the gradient of Resize's output", "shape: int64 [r], the shape of X",
       "roi, scales, sizes: Resize's inputs (omitted or empty as in Resize)"},
      {"dX: the gradient of X, of the given shape"},

@@ -171,12 +171,9 @@ void combine(T& dst, T src, Reduction r) {
     dst = from_double<T>(a);
   } else if constexpr (std::is_same_v<T, bool>) {
     // Booleans as {0, 1}: add saturates to or, mul is and, max is or, min is and.
-    if (r == Reduction::None)
-      dst = src;
-    else if (r == Reduction::Add || r == Reduction::Max)
-      dst = dst || src;
-    else
-      dst = dst && src;
+    if (r == Reduction::None) dst = src;
+    else if (r == Reduction::Add || r == Reduction::Max) dst = dst || src;
+    else dst = dst && src;
   } else {
     switch (r) {
       case Reduction::None:

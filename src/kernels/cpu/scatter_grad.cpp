@@ -89,7 +89,8 @@ class GatherNDGradKernel : public GatherGradBase {
  protected:
   Shape gathered_shape(const InferContext& ctx, const Shape& data) override {
     if (ctx.dtype(2) != DType::Int64)
-      throw TypeError(fmt::format("indices must be int64, got {}{}", dtype_name(ctx.dtype(2)), to_string(ctx.shape(2))));
+      throw TypeError(
+          fmt::format("indices must be int64, got {}{}", dtype_name(ctx.dtype(2)), to_string(ctx.shape(2))));
     const Shape& indices = ctx.shape(2);
     batch_dims_ = node_.attr_int("batch_dims", 0);
     const int64_t k = tuple_length(data, indices, batch_dims_);
@@ -120,18 +121,24 @@ class GatherNDGradKernel : public GatherGradBase {
 
 const std::vector<DType> kGradTypes{DType::Float32, DType::Float64};
 const KernelRegistrar reg_gather_elements_grad({kKilnDomain, "GatherElementsGrad", 1, kMaxOpset, kGradTypes},
-                                               [](const Node& n) { return std::make_unique<GatherElementsGradKernel>(n); });
+                                               [](const Node& n) {
+                                                 return std::make_unique<GatherElementsGradKernel>(n);
+                                               });
 const KernelRegistrar reg_gather_nd_grad({kKilnDomain, "GatherNDGrad", 1, kMaxOpset, kGradTypes},
                                          [](const Node& n) { return std::make_unique<GatherNDGradKernel>(n); });
 const OpDocRegistrar doc_gather_elements_grad(
-    {kKilnDomain, "GatherElementsGrad", "The gradient of GatherElements with respect to its data.",
+    {kKilnDomain,
+     "GatherElementsGrad",
+     "The gradient of GatherElements with respect to its data.",
      {"dY: the gradient of GatherElements' output (the shape of indices)", "shape: int64 [r], the shape of data",
       "indices: GatherElements' int32/int64 indices (negative ones count from the end)"},
      {"dX: the gradient of data, of the given shape"},
      "attribute axis (default 0). dX = 0; then for every position p of indices: dX[p with p[axis] replaced by "
      "indices[p]] += dY[p] (repeated positions accumulate)"});
 const OpDocRegistrar doc_gather_nd_grad(
-    {kKilnDomain, "GatherNDGrad", "The gradient of GatherND with respect to its data.",
+    {kKilnDomain,
+     "GatherNDGrad",
+     "The gradient of GatherND with respect to its data.",
      {"dY: the gradient of GatherND's output", "shape: int64 [r], the shape of data",
       "indices: GatherND's int64 index tuples (negative entries count from the end)"},
      {"dX: the gradient of data, of the given shape"},

@@ -41,8 +41,8 @@ class SoftmaxF32 final : public Kernel {
       axis_ = axis;
     }
     if (view_.size() > DNNL_MAX_NDIMS)
-      throw Unsupported(fmt::format("{}: input float{} has more than {} dims", node_.op_type, to_string(x.shape),
-                                    DNNL_MAX_NDIMS));
+      throw Unsupported(
+          fmt::format("{}: input float{} has more than {} dims", node_.op_type, to_string(x.shape), DNNL_MAX_NDIMS));
     built_ = false;
     return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
   }
@@ -54,22 +54,21 @@ class SoftmaxF32 final : public Kernel {
     Tensor& y = ctx.output(0);
     if (y.numel() == 0) return;
     const dnnl::memory::desc d = dnnl_util::plain_desc(view_);
-    dnnl_util::execute(prim_, {{DNNL_ARG_SRC, dnnl_util::memory_of(d, ctx.input(0))}, {DNNL_ARG_DST, dnnl_util::memory_of(d, y)}},
-                       node_.op_type);
+    dnnl_util::execute(
+        prim_, {{DNNL_ARG_SRC, dnnl_util::memory_of(d, ctx.input(0))}, {DNNL_ARG_DST, dnnl_util::memory_of(d, y)}},
+        node_.op_type);
   }
 
  private:
   void build() {
     built_ = true;
     if (numel(view_) == 0) return;
-    prim_ = dnnl_util::checked(fmt::format("build {} over axis {} of float{}", node_.op_type, axis_, to_string(view_)),
-                               [&] {
-                                 const dnnl::memory::desc md = dnnl_util::plain_desc(view_);
-                                 dnnl::softmax_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg_, md, md,
-                                                                  static_cast<int>(axis_));
-                                 return dnnl::softmax_v2_forward(
-                                     dnnl::softmax_v2_forward::primitive_desc(d, dnnl_util::engine()));
-                               });
+    prim_ = dnnl_util::checked(
+        fmt::format("build {} over axis {} of float{}", node_.op_type, axis_, to_string(view_)), [&] {
+          const dnnl::memory::desc md = dnnl_util::plain_desc(view_);
+          dnnl::softmax_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg_, md, md, static_cast<int>(axis_));
+          return dnnl::softmax_v2_forward(dnnl::softmax_v2_forward::primitive_desc(d, dnnl_util::engine()));
+        });
   }
 
   dnnl::algorithm alg_;
@@ -125,8 +124,7 @@ class HardmaxKernel final : public Kernel {
       using T = decltype(tag);
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>)
         run<T>(ctx.input(0).data<T>(), y.data<T>());
-      else
-        throw Unsupported(fmt::format("Hardmax: {} input", dtype_name(y.dtype())));
+      else throw Unsupported(fmt::format("Hardmax: {} input", dtype_name(y.dtype())));
     });
   }
 
@@ -134,15 +132,16 @@ class HardmaxKernel final : public Kernel {
   template <class T>
   void run(const T* x, T* y) const {
     const int64_t len = lines_.len, inner = lines_.inner;
-    parallel_for(lines_.outer * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, len)), [&](int64_t b, int64_t e) {
-      for (int64_t line = b; line < e; ++line) {
-        const int64_t base = (line / inner) * len * inner + line % inner;
-        int64_t best = 0;
-        for (int64_t i = 1; i < len; ++i)
-          if (to_double(x[base + i * inner]) > to_double(x[base + best * inner])) best = i;
-        for (int64_t i = 0; i < len; ++i) y[base + i * inner] = from_double<T>(i == best ? 1.0 : 0.0);
-      }
-    });
+    parallel_for(lines_.outer * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, len)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t line = b; line < e; ++line) {
+                     const int64_t base = (line / inner) * len * inner + line % inner;
+                     int64_t best = 0;
+                     for (int64_t i = 1; i < len; ++i)
+                       if (to_double(x[base + i * inner]) > to_double(x[base + best * inner])) best = i;
+                     for (int64_t i = 0; i < len; ++i) y[base + i * inner] = from_double<T>(i == best ? 1.0 : 0.0);
+                   }
+                 });
   }
 
   bool flatten_;
@@ -164,20 +163,21 @@ class SoftmaxF64 final : public Kernel {
     const double* x = ctx.input(0).data<double>();
     double* y = ctx.output(0).data<double>();
     const int64_t len = lines_.len, inner = lines_.inner;
-    parallel_for(lines_.outer * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, len)), [&](int64_t b, int64_t e) {
-      for (int64_t line = b; line < e; ++line) {
-        const int64_t base = (line / inner) * len * inner + line % inner;
-        double m = -std::numeric_limits<double>::infinity();
-        for (int64_t i = 0; i < len; ++i) m = std::max(m, x[base + i * inner]);
-        double sum = 0;
-        for (int64_t i = 0; i < len; ++i) sum += std::exp(x[base + i * inner] - m);
-        const double log_sum = std::log(sum);
-        for (int64_t i = 0; i < len; ++i) {
-          const double z = x[base + i * inner] - m;
-          y[base + i * inner] = log_ ? z - log_sum : std::exp(z) / sum;
-        }
-      }
-    });
+    parallel_for(lines_.outer * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, len)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t line = b; line < e; ++line) {
+                     const int64_t base = (line / inner) * len * inner + line % inner;
+                     double m = -std::numeric_limits<double>::infinity();
+                     for (int64_t i = 0; i < len; ++i) m = std::max(m, x[base + i * inner]);
+                     double sum = 0;
+                     for (int64_t i = 0; i < len; ++i) sum += std::exp(x[base + i * inner] - m);
+                     const double log_sum = std::log(sum);
+                     for (int64_t i = 0; i < len; ++i) {
+                       const double z = x[base + i * inner] - m;
+                       y[base + i * inner] = log_ ? z - log_sum : std::exp(z) / sum;
+                     }
+                   }
+                 });
   }
 
  private:

@@ -16,7 +16,8 @@ struct Entry {
   int64_t i;
 };
 
-template <class C> bool is_nan(C v) {
+template <class C>
+bool is_nan(C v) {
   if constexpr (std::is_floating_point_v<C>) return v != v;
   else return false;
 }
@@ -36,16 +37,14 @@ bool comes_first(const Entry<C>& a, const Entry<C>& b, bool largest) {
 class TopKKernel final : public Kernel {
  public:
   TopKKernel(const Node& n, bool k_input)
-      : Kernel(n),
-        k_input_(k_input),
-        axis_attr_(n.attr_int("axis", -1)),
-        largest_(n.attr_int("largest", 1) != 0) {}
+      : Kernel(n), k_input_(k_input), axis_attr_(n.attr_int("axis", -1)), largest_(n.attr_int("largest", 1) != 0) {}
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const Shape& in = ctx.shape(0);
     const int64_t rank = static_cast<int64_t>(in.size());
     if (rank == 0) throw ShapeError(fmt::format("input {} is a scalar; TopK needs an axis", input_label(node_, 0)));
-    axis_ = normalize_axis(axis_attr_, rank, fmt::format("attribute axis of input {} {}", input_label(node_, 0), to_string(in)));
+    axis_ = normalize_axis(axis_attr_, rank,
+                           fmt::format("attribute axis of input {} {}", input_label(node_, 0), to_string(in)));
     if (k_input_) {
       if (ctx.dtype(1) != DType::Int64 || ctx.shape(1) != Shape{1})
         throw TypeError(fmt::format("K {} must be a 1-D int64 tensor of one element, got {}{}", input_label(node_, 1),

@@ -184,8 +184,7 @@ void strided_copy_typed(const void* src, void* dst, const Walk& w) {
   const size_t r = w.shape.size();
   if (r >= 2 && w.strides[r - 2] == 1 && w.strides[r - 1] != 1 && w.shape[r - 2] >= 8 && w.shape[r - 1] >= 8)
     transpose_tiles(s, d, w);
-  else
-    copy_rows(s, d, w);
+  else copy_rows(s, d, w);
 }
 
 }  // namespace

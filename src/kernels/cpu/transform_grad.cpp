@@ -85,7 +85,9 @@ class SliceGradKernel : public Kernel {
 const KernelRegistrar reg_slice_grad({kKilnDomain, "SliceGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                                      [](const Node& n) { return std::make_unique<SliceGradKernel>(n); });
 const OpDocRegistrar doc_slice_grad(
-    {kKilnDomain, "SliceGrad", "The gradient of Slice with respect to its data.",
+    {kKilnDomain,
+     "SliceGrad",
+     "The gradient of Slice with respect to its data.",
      {"dY: the gradient of Slice's output", "shape: int64 [r], the shape of Slice's data",
       "starts, ends, axes (optional), steps (optional): Slice's inputs, with Slice's semantics (opset 10+)"},
      {"dX: the gradient of data, of the given shape"},

@@ -14,20 +14,78 @@ template <class Fn>
 struct TrigOp {
   using Types = FloatTypes;
   explicit TrigOp(const Node&) {}
-  template <class T> T operator()(T x) const { return Fn::apply(x); }
+  template <class T>
+  T operator()(T x) const {
+    return Fn::apply(x);
+  }
 };
 
-struct SinFn { template <class T> static T apply(T x) { return std::sin(x); } };
-struct CosFn { template <class T> static T apply(T x) { return std::cos(x); } };
-struct TanFn { template <class T> static T apply(T x) { return std::tan(x); } };
-struct AsinFn { template <class T> static T apply(T x) { return std::asin(x); } };
-struct AcosFn { template <class T> static T apply(T x) { return std::acos(x); } };
-struct AtanFn { template <class T> static T apply(T x) { return std::atan(x); } };
-struct SinhFn { template <class T> static T apply(T x) { return std::sinh(x); } };
-struct CoshFn { template <class T> static T apply(T x) { return std::cosh(x); } };
-struct AsinhFn { template <class T> static T apply(T x) { return std::asinh(x); } };
-struct AcoshFn { template <class T> static T apply(T x) { return std::acosh(x); } };
-struct AtanhFn { template <class T> static T apply(T x) { return std::atanh(x); } };
+struct SinFn {
+  template <class T>
+  static T apply(T x) {
+    return std::sin(x);
+  }
+};
+struct CosFn {
+  template <class T>
+  static T apply(T x) {
+    return std::cos(x);
+  }
+};
+struct TanFn {
+  template <class T>
+  static T apply(T x) {
+    return std::tan(x);
+  }
+};
+struct AsinFn {
+  template <class T>
+  static T apply(T x) {
+    return std::asin(x);
+  }
+};
+struct AcosFn {
+  template <class T>
+  static T apply(T x) {
+    return std::acos(x);
+  }
+};
+struct AtanFn {
+  template <class T>
+  static T apply(T x) {
+    return std::atan(x);
+  }
+};
+struct SinhFn {
+  template <class T>
+  static T apply(T x) {
+    return std::sinh(x);
+  }
+};
+struct CoshFn {
+  template <class T>
+  static T apply(T x) {
+    return std::cosh(x);
+  }
+};
+struct AsinhFn {
+  template <class T>
+  static T apply(T x) {
+    return std::asinh(x);
+  }
+};
+struct AcoshFn {
+  template <class T>
+  static T apply(T x) {
+    return std::acosh(x);
+  }
+};
+struct AtanhFn {
+  template <class T>
+  static T apply(T x) {
+    return std::atanh(x);
+  }
+};
 
 // Sin..Atan since opset 7, the hyperbolic ones since 9; later versions only added dtypes.
 const KernelRegistrar kRegistrars[] = {

@@ -11,19 +11,24 @@ namespace kiln {
 namespace {
 
 struct MinOp {
-  template <class C> static C apply(C a, C b) {
+  template <class C>
+  static C apply(C a, C b) {
     if constexpr (std::is_floating_point_v<C>) return (a < b || a != a) ? a : b;  // a NaN wins; b NaN: b
     else return a < b ? a : b;
   }
 };
 struct MaxOp {
-  template <class C> static C apply(C a, C b) {
+  template <class C>
+  static C apply(C a, C b) {
     if constexpr (std::is_floating_point_v<C>) return (a > b || a != a) ? a : b;
     else return a > b ? a : b;
   }
 };
 struct SumOp {
-  template <class C> static C apply(C a, C b) { return wrap_add(a, b); }
+  template <class C>
+  static C apply(C a, C b) {
+    return wrap_add(a, b);
+  }
 };
 
 template <class Op, class Types, bool Mean = false>
@@ -81,19 +86,19 @@ class VariadicKernel final : public Kernel {
       const Tensor& x = ctx.input(order[k]);
       const T* px = x.data<T>();
       const BroadcastPlan<2> plan = make_broadcast_plan<2>({y.shape(), x.shape()});
-      broadcast_for_each(plan, [&](int64_t o, const std::array<int64_t, 2>& in, const std::array<int64_t, 2>& st,
-                                   int64_t len) {
-        C* pa = acc + o;
-        const T* pb = px + in[1];
-        if (k == 0) {
-          for (int64_t i = 0; i < len; ++i) pa[i] = load(pb[i * st[1]]);
-        } else if (st[1] == 1) {
-          for (int64_t i = 0; i < len; ++i) pa[i] = Op::apply(pa[i], load(pb[i]));
-        } else {
-          const C v = load(*pb);
-          for (int64_t i = 0; i < len; ++i) pa[i] = Op::apply(pa[i], v);
-        }
-      });
+      broadcast_for_each(
+          plan, [&](int64_t o, const std::array<int64_t, 2>& in, const std::array<int64_t, 2>& st, int64_t len) {
+            C* pa = acc + o;
+            const T* pb = px + in[1];
+            if (k == 0) {
+              for (int64_t i = 0; i < len; ++i) pa[i] = load(pb[i * st[1]]);
+            } else if (st[1] == 1) {
+              for (int64_t i = 0; i < len; ++i) pa[i] = Op::apply(pa[i], load(pb[i]));
+            } else {
+              const C v = load(*pb);
+              for (int64_t i = 0; i < len; ++i) pa[i] = Op::apply(pa[i], v);
+            }
+          });
     }
     T* py = y.data<T>();
     const C count = static_cast<C>(ctx.inputs.size());
@@ -116,12 +121,9 @@ KernelRegistrar register_variadic(const char* op, int64_t since, int64_t end = k
 
 // Opset 8 added broadcasting; Min and Max take every numeric type from opset 12, floats before.
 const KernelRegistrar kRegistrars[] = {
-    register_variadic<MinOp, FloatTypes>("Min", 8, 11),
-    register_variadic<MinOp, NumericTypes>("Min", 12),
-    register_variadic<MaxOp, FloatTypes>("Max", 8, 11),
-    register_variadic<MaxOp, NumericTypes>("Max", 12),
-    register_variadic<SumOp, FloatTypes>("Sum", 8),
-    register_variadic<SumOp, FloatTypes, true>("Mean", 8),
+    register_variadic<MinOp, FloatTypes>("Min", 8, 11), register_variadic<MinOp, NumericTypes>("Min", 12),
+    register_variadic<MaxOp, FloatTypes>("Max", 8, 11), register_variadic<MaxOp, NumericTypes>("Max", 12),
+    register_variadic<SumOp, FloatTypes>("Sum", 8),     register_variadic<SumOp, FloatTypes, true>("Mean", 8),
 };
 
 }  // namespace

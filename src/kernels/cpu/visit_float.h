@@ -16,10 +16,8 @@ template <class F>
 void visit_float(DType dt, std::string_view op, F&& f) {
   visit_dtype(dt, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>)
-      f(tag);
-    else
-      throw Unsupported(fmt::format("{}: {} input", op, dtype_name(dt)));
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>) f(tag);
+    else throw Unsupported(fmt::format("{}: {} input", op, dtype_name(dt)));
   });
 }
 

@@ -14,8 +14,8 @@ class WhereKernel final : public Kernel {
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     if (ctx.dtype(0) != DType::Bool)
-      throw TypeError(fmt::format("condition {} is {}; it must be bool", input_label(node_, 0),
-                                  dtype_name(ctx.dtype(0))));
+      throw TypeError(
+          fmt::format("condition {} is {}; it must be bool", input_label(node_, 0), dtype_name(ctx.dtype(0))));
     if (ctx.dtype(1) != ctx.dtype(2))
       throw TypeError(fmt::format("X {} ({}) and Y {} ({}) must have the same dtype", input_label(node_, 1),
                                   dtype_name(ctx.dtype(1)), input_label(node_, 2), dtype_name(ctx.dtype(2))));
@@ -38,11 +38,11 @@ class WhereKernel final : public Kernel {
       const T* py = y.data<T>();
       T* out = ctx.output(0).data<T>();
       // Reads go through the offsets before the write, so an in-place output (over X or Y) is safe.
-      broadcast_for_each(plan, [&](int64_t o, const std::array<int64_t, 3>& in, const std::array<int64_t, 3>& st,
-                                   int64_t n) {
-        for (int64_t i = 0; i < n; ++i)
-          out[o + i] = pc[in[0] + i * st[0]] ? px[in[1] + i * st[1]] : py[in[2] + i * st[2]];
-      });
+      broadcast_for_each(plan,
+                         [&](int64_t o, const std::array<int64_t, 3>& in, const std::array<int64_t, 3>& st, int64_t n) {
+                           for (int64_t i = 0; i < n; ++i)
+                             out[o + i] = pc[in[0] + i * st[0]] ? px[in[1] + i * st[1]] : py[in[2] + i * st[2]];
+                         });
     });
   }
 

@@ -28,7 +28,9 @@ bool present(const std::vector<Var>& inputs, size_t i) { return i < inputs.size(
 
 std::string describe(const Var& v) { return fmt::format("{}[{}]", dtype_name(v.dtype), fmt::join(v.shape, ", ")); }
 
-bool is_float(DType d) { return d == DType::Float32 || d == DType::Float64 || d == DType::Float16 || d == DType::BFloat16; }
+bool is_float(DType d) {
+  return d == DType::Float32 || d == DType::Float64 || d == DType::Float16 || d == DType::BFloat16;
+}
 
 // Applies a torch-style mask to scores [N, H, L, S]: a bool mask sets the True places to -inf (as
 // torch's masked_fill; Where keeps the other scores bit for bit), a float mask is added.
@@ -45,8 +47,8 @@ Var apply_mask(Tracer& t, const Var& scores, const Var& mask, const std::string&
 
 // The first-dim size of `x` as an int64 scalar computed at run time.
 Var dim_scalar(Tracer& t, const Var& x, int64_t axis) {
-  const Var s = t.op("Shape", {x}, {{"start", Attribute::of_int(axis)}, {"end", Attribute::of_int(axis + 1)}},
-                     DType::Int64, {1});
+  const Var s =
+      t.op("Shape", {x}, {{"start", Attribute::of_int(axis)}, {"end", Attribute::of_int(axis + 1)}}, DType::Int64, {1});
   return squeeze(t, s, {0});
 }
 
@@ -66,16 +68,20 @@ const char* const kWhere = "MultiheadAttention";  // Module::call prefixes the m
 // key and value of one shape.
 void check_inputs(const std::vector<Var>& inputs, int64_t e) {
   if (inputs.size() < 3 || inputs.size() > 5 || !present(inputs, 0) || !present(inputs, 1) || !present(inputs, 2))
-    throw InvalidArgument(fmt::format("{}: forward takes (query, key, value[, key_padding_mask][, attn_mask]), got {} "
-                                      "inputs", kWhere, inputs.size()));
+    throw InvalidArgument(
+        fmt::format("{}: forward takes (query, key, value[, key_padding_mask][, attn_mask]), got {} "
+                    "inputs",
+                    kWhere, inputs.size()));
   const Var &q = inputs[0], &k = inputs[1], &v = inputs[2];
   for (const auto& [name, x] : {std::pair{"query", &q}, std::pair{"key", &k}, std::pair{"value", &v}}) {
     if (x->rank() != q.rank() || (x->rank() != 3 && x->rank() != 2))
-      throw ShapeError(fmt::format("{}: query, key and value must all be 3-D (batched) or 2-D (unbatched), got "
-                                   "query {}, key {}, value {}", kWhere, describe(q), describe(k), describe(v)));
+      throw ShapeError(
+          fmt::format("{}: query, key and value must all be 3-D (batched) or 2-D (unbatched), got "
+                      "query {}, key {}, value {}",
+                      kWhere, describe(q), describe(k), describe(v)));
     if (!is_float(x->dtype) || x->dtype != q.dtype)
-      throw TypeError(fmt::format("{}: {} is {}; query, key and value must share one floating-point dtype",
-                                  kWhere, name, describe(*x)));
+      throw TypeError(fmt::format("{}: {} is {}; query, key and value must share one floating-point dtype", kWhere,
+                                  name, describe(*x)));
     if (x->dim(-1) != -1 && x->dim(-1) != e)
       throw ShapeError(fmt::format("{}: {} is {} but embed_dim is {}", kWhere, name, describe(*x), e));
   }
@@ -156,13 +162,13 @@ Heads split_heads(Tracer& t, const Qkv& p, int64_t h, int64_t d) {
 Var attn_mask_4d(Tracer& t, Var mask, int64_t h, int64_t l, int64_t s) {
   if (mask.rank() == 3) {
     const Var tail = t.op("Shape", {mask}, {{"start", Attribute::of_int(1)}}, DType::Int64, {2});
-    const Var target = t.op("Concat", {t.constant_ints({-1, h}), tail}, {{"axis", Attribute::of_int(0)}},
-                            DType::Int64, {4});
+    const Var target =
+        t.op("Concat", {t.constant_ints({-1, h}), tail}, {{"axis", Attribute::of_int(0)}}, DType::Int64, {4});
     const int64_t nh = mask.dim(0);
     mask = t.op("Reshape", {mask, target}, {}, mask.dtype, {nh == -1 ? -1 : nh / h, h, mask.dim(1), mask.dim(2)});
   } else if (mask.rank() != 2) {
-    throw ShapeError(fmt::format("{}: attn_mask must be [L, S] or [N * num_heads, L, S], got {}", kWhere,
-                                 describe(mask)));
+    throw ShapeError(
+        fmt::format("{}: attn_mask must be [L, S] or [N * num_heads, L, S], got {}", kWhere, describe(mask)));
   }
   if ((mask.dim(-2) != -1 && l != -1 && mask.dim(-2) != l) || (mask.dim(-1) != -1 && s != -1 && mask.dim(-1) != s))
     throw ShapeError(fmt::format("{}: attn_mask {} does not fit target length {} and source length {}", kWhere,
@@ -176,10 +182,8 @@ Var mask_scores(Tracer& t, Var scores, const std::vector<Var>& inputs, const Var
                 bool is_causal) {
   const bool unbatched = inputs[0].rank() == 2;
   const int64_t l = q.dim(1), s = k.dim(1);
-  if (present(inputs, 4))
-    scores = apply_mask(t, scores, attn_mask_4d(t, inputs[4], h, l, s), "attn_mask");
-  else if (is_causal)
-    scores = apply_mask(t, scores, causal_mask(t, q, k), "causal mask");
+  if (present(inputs, 4)) scores = apply_mask(t, scores, attn_mask_4d(t, inputs[4], h, l, s), "attn_mask");
+  else if (is_causal) scores = apply_mask(t, scores, causal_mask(t, q, k), "causal mask");
   if (present(inputs, 3)) {
     const Var& kpm = inputs[3];
     if (kpm.rank() != (unbatched ? 1 : 2) || (kpm.dim(-1) != -1 && s != -1 && kpm.dim(-1) != s))
@@ -217,12 +221,13 @@ MultiheadAttention::MultiheadAttention(MultiheadAttentionOptions options) : opti
     throw InvalidArgument(fmt::format("MultiheadAttention: dropout {} is not in [0, 1]", options_.dropout));
   if (options_.add_bias_kv)
     throw Unsupported("MultiheadAttention: add_bias_kv=true (bias_k / bias_v) is not implemented in Kiln");
-  if (options_.add_zero_attn)
-    throw Unsupported("MultiheadAttention: add_zero_attn=true is not implemented in Kiln");
+  if (options_.add_zero_attn) throw Unsupported("MultiheadAttention: add_zero_attn=true is not implemented in Kiln");
   for (const auto& [name, d] : {std::pair{"kdim", options_.kdim}, std::pair{"vdim", options_.vdim}})
     if (d && *d != e)
-      throw Unsupported(fmt::format("MultiheadAttention: {}={} differs from embed_dim={} (separate q/k/v "
-                                    "projection weights) and is not implemented in Kiln", name, *d, e));
+      throw Unsupported(
+          fmt::format("MultiheadAttention: {}={} differs from embed_dim={} (separate q/k/v "
+                      "projection weights) and is not implemented in Kiln",
+                      name, *d, e));
 
   // torch's order: in_proj_weight, in_proj_bias, out_proj (whose Linear init draws first), then
   // _reset_parameters: xavier_uniform_(in_proj_weight), zero biases.
@@ -274,8 +279,8 @@ std::vector<Var> MultiheadAttention::forward(Tracer& t, const std::vector<Var>& 
     const Var mode = t.constant(Tensor::scalar<bool>(true), "training_mode");
     attn = t.op("Dropout", {attn, ratio, mode}, {}, attn.dtype, attn.shape);
   }
-  const Var per_head = matmul(t, attn, heads.v);                               // [N, H, L, D]
-  Var out = reshape(t, transpose(t, per_head, {0, 2, 1, 3}), {0, 0, e});       // [N, L, E]
+  const Var per_head = matmul(t, attn, heads.v);                          // [N, H, L, D]
+  Var out = reshape(t, transpose(t, per_head, {0, 2, 1, 3}), {0, 0, e});  // [N, L, E]
   out = out_proj_->call(t, out);
   if (unbatched) out = squeeze(t, out, {0});
   else if (!options_.batch_first) out = transpose(t, out, {1, 0, 2});

@@ -42,8 +42,8 @@ Var binary(Tracer& t, const std::string& op, const Var& a, const Var& b) {
 
 Var matmul(Tracer& t, const Var& a, const Var& b) {
   if (a.rank() < 2 || b.rank() < 2)
-    throw ShapeError(fmt::format("{}/MatMul: operands {} and {} need rank >= 2", t.scope(), shape_str(a.shape),
-                                 shape_str(b.shape)));
+    throw ShapeError(
+        fmt::format("{}/MatMul: operands {} and {} need rank >= 2", t.scope(), shape_str(a.shape), shape_str(b.shape)));
   const int64_t ka = a.dim(-1), kb = b.dim(-2);
   if (ka != -1 && kb != -1 && ka != kb)
     throw ShapeError(fmt::format("{}/MatMul: inner dimensions of {} and {} differ", t.scope(), shape_str(a.shape),

@@ -25,7 +25,8 @@ size_t Sequential::size() const { return named_children().size(); }
 ModulePtr Sequential::operator[](size_t i) const {
   auto children = named_children();
   if (i >= children.size())
-    throw InvalidArgument(fmt::format("Sequential: index {} is out of range (it holds {} modules)", i, children.size()));
+    throw InvalidArgument(
+        fmt::format("Sequential: index {} is out of range (it holds {} modules)", i, children.size()));
   return children[i].second;
 }
 
@@ -47,7 +48,8 @@ size_t ModuleList::size() const { return named_children().size(); }
 ModulePtr ModuleList::operator[](size_t i) const {
   auto children = named_children();
   if (i >= children.size())
-    throw InvalidArgument(fmt::format("ModuleList: index {} is out of range (it holds {} modules)", i, children.size()));
+    throw InvalidArgument(
+        fmt::format("ModuleList: index {} is out of range (it holds {} modules)", i, children.size()));
   return children[i].second;
 }
 

@@ -20,7 +20,8 @@ void fill(Tensor& t, const char* what, F&& draw) {
   if (!t.defined()) throw InvalidArgument(fmt::format("nn::init::{}: the tensor is undefined", what));
   if (!is_floating(t.dtype()))
     throw TypeError(fmt::format("nn::init::{}: needs a floating-point tensor, got {}", what, t.describe()));
-  if (!t.is_contiguous()) throw InvalidArgument(fmt::format("nn::init::{}: needs a contiguous tensor, got a view", what));
+  if (!t.is_contiguous())
+    throw InvalidArgument(fmt::format("nn::init::{}: needs a contiguous tensor, got a view", what));
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> ||
@@ -47,15 +48,15 @@ double erfinv(double y) {
   if (w < 5.0) {
     const double v = w - 2.5;
     double p = 2.81022636e-08;
-    for (double c : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
-                     -0.00417768164, 0.246640727, 1.50140941})
+    for (double c : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503, -0.00417768164,
+                     0.246640727, 1.50140941})
       p = c + p * v;
     x = p * y;
   } else {
     const double v = std::sqrt(w) - 3.0;
     double p = -0.000200214257;
-    for (double c : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
-                     0.00943887047, 1.00167406, 2.83297682})
+    for (double c : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613, 0.00943887047,
+                     1.00167406, 2.83297682})
       p = c + p * v;
     x = p * y;
   }
@@ -71,8 +72,10 @@ std::mt19937_64& default_generator() { return g_generator; }
 
 std::pair<int64_t, int64_t> fan_in_and_fan_out(const Tensor& t) {
   if (t.rank() < 2)
-    throw InvalidArgument(fmt::format("Fan in and fan out can not be computed for tensor with fewer than 2 "
-                                      "dimensions (got {})", t.describe()));
+    throw InvalidArgument(
+        fmt::format("Fan in and fan out can not be computed for tensor with fewer than 2 "
+                    "dimensions (got {})",
+                    t.describe()));
   int64_t receptive = 1;
   for (int64_t i = 2; i < t.rank(); ++i) receptive *= t.dim(i);
   return {t.dim(1) * receptive, t.dim(0) * receptive};
@@ -91,7 +94,8 @@ void normal_(Tensor& t, double mean, double std) {
 // torch's trunc_normal_: inverse-CDF sampling of the normal restricted to [a, b], then clamped.
 void trunc_normal_(Tensor& t, double mean, double std, double a, double b) {
   if (!(std > 0) || !(a < b))
-    throw InvalidArgument(fmt::format("nn::init::trunc_normal_: needs std > 0 and a < b, got std={} a={} b={}", std, a, b));
+    throw InvalidArgument(
+        fmt::format("nn::init::trunc_normal_: needs std > 0 and a < b, got std={} a={} b={}", std, a, b));
   const double l = normal_cdf((a - mean) / std), u = normal_cdf((b - mean) / std);
   fill(t, "trunc_normal_", [&] {
     const double y = (2 * l - 1) + (2 * u - 2 * l) * uniform01(g_generator);
@@ -109,7 +113,8 @@ void kaiming_uniform_(Tensor& t, double a) {
 
 void xavier_uniform_(Tensor& t, double gain) {
   const auto [fan_in, fan_out] = fan_in_and_fan_out(t);
-  if (fan_in + fan_out == 0) throw InvalidArgument(fmt::format("nn::init::xavier_uniform_: fans are 0 for {}", t.describe()));
+  if (fan_in + fan_out == 0)
+    throw InvalidArgument(fmt::format("nn::init::xavier_uniform_: fans are 0 for {}", t.describe()));
   const double bound = gain * std::sqrt(6.0 / double(fan_in + fan_out));
   uniform_(t, -bound, bound);
 }

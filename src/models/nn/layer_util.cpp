@@ -75,8 +75,8 @@ std::string py_tuple(const std::vector<int64_t>& v) {
 
 std::string shape_text(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
-int64_t window_out_dim(int64_t in, int64_t kernel, int64_t stride, int64_t pad_begin, int64_t pad_end,
-                       int64_t dilation, bool ceil_mode) {
+int64_t window_out_dim(int64_t in, int64_t kernel, int64_t stride, int64_t pad_begin, int64_t pad_end, int64_t dilation,
+                       bool ceil_mode) {
   if (in < 0) return -1;
   const int64_t span = in + pad_begin + pad_end - dilation * (kernel - 1) - 1;
   if (span < 0) return 0;  // callers report the too-small input
@@ -89,8 +89,9 @@ Var with_batch_dim(Tracer& t, const Var& x, int64_t batched_rank, const std::str
                    const std::function<Var(const Var&)>& f) {
   if (x.rank() == batched_rank) return f(x);
   if (x.rank() != batched_rank - 1)
-    throw ShapeError(fmt::format("Expected {}D (unbatched) or {}D (batched) input to {}, but got input '{}' of size: {}",
-                                 batched_rank - 1, batched_rank, op_name, x.name, shape_text(x.shape)));
+    throw ShapeError(
+        fmt::format("Expected {}D (unbatched) or {}D (batched) input to {}, but got input '{}' of size: {}",
+                    batched_rank - 1, batched_rank, op_name, x.name, shape_text(x.shape)));
   std::vector<int64_t> batched{1};
   batched.insert(batched.end(), x.shape.begin(), x.shape.end());
   const Var axes = t.constant_ints({0}, "axes");

@@ -27,8 +27,8 @@ std::string shape_text(const std::vector<int64_t>& shape);
 
 // floor((in + pads - dilation * (kernel - 1) - 1) / stride) + 1, or torch's ceil_mode rule (the
 // last window must start inside the input or its left padding); -1 when `in` is dynamic.
-int64_t window_out_dim(int64_t in, int64_t kernel, int64_t stride, int64_t pad_begin, int64_t pad_end,
-                       int64_t dilation, bool ceil_mode = false);
+int64_t window_out_dim(int64_t in, int64_t kernel, int64_t stride, int64_t pad_begin, int64_t pad_end, int64_t dilation,
+                       bool ceil_mode = false);
 
 // Runs `f` on x with its batch dimension: torch's modules also accept an unbatched input (rank
 // batched_rank - 1), which is unsqueezed before and squeezed after. Other ranks are a ShapeError in

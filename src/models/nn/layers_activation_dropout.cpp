@@ -17,7 +17,9 @@ const Var& float_input(const Module& m, const std::vector<Var>& inputs) {
 }
 
 Var unary(Tracer& t, const std::string& op, const Var& x) { return t.op(op, {x}, {}, x.dtype, x.shape); }
-Var binary(Tracer& t, const std::string& op, const Var& a, const Var& b) { return t.op(op, {a, b}, {}, a.dtype, a.shape); }
+Var binary(Tracer& t, const std::string& op, const Var& a, const Var& b) {
+  return t.op(op, {a, b}, {}, a.dtype, a.shape);
+}
 }  // namespace
 
 std::vector<Var> ReLU::forward(Tracer& t, const std::vector<Var>& inputs) {
@@ -26,7 +28,8 @@ std::vector<Var> ReLU::forward(Tracer& t, const std::vector<Var>& inputs) {
 
 GELU::GELU(std::string approximate) : approximate_(std::move(approximate)) {
   if (approximate_ != "none" && approximate_ != "tanh")
-    throw InvalidArgument(fmt::format("GELU: approximate argument must be either none or tanh (got '{}')", approximate_));
+    throw InvalidArgument(
+        fmt::format("GELU: approximate argument must be either none or tanh (got '{}')", approximate_));
 }
 
 std::vector<Var> GELU::forward(Tracer& t, const std::vector<Var>& inputs) {

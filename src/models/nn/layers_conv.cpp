@@ -35,19 +35,27 @@ void check_window(const std::string& module, const ExpandingArray<D>& kernel, co
   for (size_t i = 0; i < D; ++i) {
     if (kernel[i] <= 0)
       throw InvalidArgument(fmt::format("{}: kernel_size must be positive, got {}", module, kernel.repr()));
-    if (stride[i] <= 0) throw InvalidArgument(fmt::format("{}: non-positive stride is not supported (stride={})", module, stride.repr()));
-    if (dilation[i] <= 0) throw InvalidArgument(fmt::format("{}: dilation should be greater than zero (dilation={})", module, dilation.repr()));
-    if (padding[i] < 0) throw InvalidArgument(fmt::format("{}: negative padding is not supported (padding={})", module, padding.repr()));
+    if (stride[i] <= 0)
+      throw InvalidArgument(fmt::format("{}: non-positive stride is not supported (stride={})", module, stride.repr()));
+    if (dilation[i] <= 0)
+      throw InvalidArgument(
+          fmt::format("{}: dilation should be greater than zero (dilation={})", module, dilation.repr()));
+    if (padding[i] < 0)
+      throw InvalidArgument(fmt::format("{}: negative padding is not supported (padding={})", module, padding.repr()));
   }
 }
 
 void check_padding_mode(const std::string& module, const std::string& mode) {
   if (mode != "zeros" && mode != "reflect" && mode != "replicate" && mode != "circular")
-    throw InvalidArgument(fmt::format("{}: padding_mode must be one of ['zeros', 'reflect', 'replicate', 'circular'], "
-                                      "but got padding_mode='{}'", module, mode));
+    throw InvalidArgument(
+        fmt::format("{}: padding_mode must be one of ['zeros', 'reflect', 'replicate', 'circular'], "
+                    "but got padding_mode='{}'",
+                    module, mode));
   if (mode != "zeros")
-    throw Unsupported(fmt::format("{}: padding_mode='{}' is not supported by Kiln's builder yet; use 'zeros' (or pad "
-                                  "the input explicitly)", module, mode));
+    throw Unsupported(
+        fmt::format("{}: padding_mode='{}' is not supported by Kiln's builder yet; use 'zeros' (or pad "
+                    "the input explicitly)",
+                    module, mode));
 }
 
 // torch's uniform bias bound from the weight's fan_in.
@@ -65,18 +73,20 @@ void check_input_channels(const std::string& module, const Var& x, int64_t group
                           int64_t expected) {
   const int64_t c = x.dim(1);
   if (c >= 0 && c != expected)
-    throw ShapeError(fmt::format("{}: Given groups={}, weight of size {}, expected input '{}' {} to have {} channels, "
-                                 "but got {} channels instead",
-                                 module, groups, to_string(weight_shape), x.name, shape_text(x.shape), expected, c));
+    throw ShapeError(
+        fmt::format("{}: Given groups={}, weight of size {}, expected input '{}' {} to have {} channels, "
+                    "but got {} channels instead",
+                    module, groups, to_string(weight_shape), x.name, shape_text(x.shape), expected, c));
 }
 
 void check_output(const std::string& module, const Var& x, const std::vector<int64_t>& out,
                   const std::vector<int64_t>& kernel) {
   for (int64_t d : out)
     if (d == 0)
-      throw ShapeError(fmt::format("{}: input '{}' {} is too small for kernel size {} (after padding and dilation): "
-                                   "the output would be empty",
-                                   module, x.name, shape_text(x.shape), py_tuple(kernel)));
+      throw ShapeError(
+          fmt::format("{}: input '{}' {} is too small for kernel size {} (after padding and dilation): "
+                      "the output would be empty",
+                      module, x.name, shape_text(x.shape), py_tuple(kernel)));
 }
 
 }  // namespace
@@ -126,7 +136,8 @@ std::vector<Var> ConvNd<D>::forward(Tracer& t, const std::vector<Var>& inputs) {
     }
     std::vector<int64_t> out_shape{x.dim(0), o.out_channels()}, spatial;
     for (size_t i = 0; i < D; ++i)
-      spatial.push_back(detail::window_out_dim(x.shape[i + 2], kernel[i], o.stride()[i], begin[i], end[i], o.dilation()[i]));
+      spatial.push_back(
+          detail::window_out_dim(x.shape[i + 2], kernel[i], o.stride()[i], begin[i], end[i], o.dilation()[i]));
     check_output(type_name(), x, spatial, kernel);
     out_shape.insert(out_shape.end(), spatial.begin(), spatial.end());
     std::vector<int64_t> pads = begin;
@@ -134,8 +145,10 @@ std::vector<Var> ConvNd<D>::forward(Tracer& t, const std::vector<Var>& inputs) {
     std::vector<Var> in{x, w};
     if (o.bias()) in.push_back(t.parameter(*this, "bias"));
     return t.op("Conv", in,
-                {{"kernel_shape", detail::ints(kernel)}, {"strides", detail::ints(o.stride().vec())},
-                 {"pads", detail::ints(pads)}, {"dilations", detail::ints(o.dilation().vec())},
+                {{"kernel_shape", detail::ints(kernel)},
+                 {"strides", detail::ints(o.stride().vec())},
+                 {"pads", detail::ints(pads)},
+                 {"dilations", detail::ints(o.dilation().vec())},
                  {"group", Attribute::of_int(o.groups())}},
                 x.dtype, out_shape);
   })};
@@ -164,14 +177,18 @@ ConvTranspose2d::ConvTranspose2d(ConvTranspose2dOptions options) : options_(std:
   const auto& o = options_;
   check_channels("ConvTranspose2d", o.in_channels(), o.out_channels(), o.groups());
   if (o.padding_mode() != "zeros")
-    throw InvalidArgument(fmt::format("ConvTranspose2d: Only \"zeros\" padding mode is supported for ConvTranspose2d "
-                                      "(got padding_mode='{}')", o.padding_mode()));
+    throw InvalidArgument(
+        fmt::format("ConvTranspose2d: Only \"zeros\" padding mode is supported for ConvTranspose2d "
+                    "(got padding_mode='{}')",
+                    o.padding_mode()));
   check_window<2>("ConvTranspose2d", o.kernel_size(), o.stride(), o.padding(), o.dilation());
   for (size_t i = 0; i < 2; ++i)
-    if (o.output_padding()[i] < 0 || (o.output_padding()[i] >= o.stride()[i] && o.output_padding()[i] >= o.dilation()[i]))
-      throw InvalidArgument(fmt::format("ConvTranspose2d: output padding must be smaller than either stride or "
-                                        "dilation, but got output_padding={}, stride={}, dilation={}",
-                                        o.output_padding().repr(), o.stride().repr(), o.dilation().repr()));
+    if (o.output_padding()[i] < 0 ||
+        (o.output_padding()[i] >= o.stride()[i] && o.output_padding()[i] >= o.dilation()[i]))
+      throw InvalidArgument(
+          fmt::format("ConvTranspose2d: output padding must be smaller than either stride or "
+                      "dilation, but got output_padding={}, stride={}, dilation={}",
+                      o.output_padding().repr(), o.stride().repr(), o.dilation().repr()));
   register_parameter("weight", Tensor::zeros(DType::Float32, {o.in_channels(), o.out_channels() / o.groups(),
                                                               o.kernel_size()[0], o.kernel_size()[1]}));
   if (o.bias()) register_parameter("bias", Tensor::zeros(DType::Float32, {o.out_channels()}));
@@ -201,9 +218,11 @@ std::vector<Var> ConvTranspose2d::forward(Tracer& t, const std::vector<Var>& inp
     std::vector<Var> in{x, w};
     if (o.bias()) in.push_back(t.parameter(*this, "bias"));
     return t.op("ConvTranspose", in,
-                {{"kernel_shape", detail::ints(o.kernel_size().vec())}, {"strides", detail::ints(o.stride().vec())},
+                {{"kernel_shape", detail::ints(o.kernel_size().vec())},
+                 {"strides", detail::ints(o.stride().vec())},
                  {"pads", detail::ints(detail::symmetric_pads(o.padding().vec()))},
-                 {"dilations", detail::ints(o.dilation().vec())}, {"group", Attribute::of_int(o.groups())},
+                 {"dilations", detail::ints(o.dilation().vec())},
+                 {"group", Attribute::of_int(o.groups())},
                  {"output_padding", detail::ints(o.output_padding().vec())}},
                 x.dtype, out_shape);
   })};

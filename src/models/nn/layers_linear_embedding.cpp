@@ -42,20 +42,24 @@ std::vector<Var> Linear::forward(Tracer& t, const std::vector<Var>& inputs) {
   const Var& x = detail::single_input(*this, inputs);
   const Var w = t.parameter(*this, "weight");
   detail::require_dtype(*this, x, w);
-  if (x.rank() < 1) throw ShapeError(fmt::format("Linear: input '{}' is a scalar; it needs a last dim of in_features={}", x.name, in_features_));
+  if (x.rank() < 1)
+    throw ShapeError(
+        fmt::format("Linear: input '{}' is a scalar; it needs a last dim of in_features={}", x.name, in_features_));
   const int64_t features = x.dim(-1);
   if (features >= 0 && features != in_features_)
-    throw ShapeError(fmt::format("Linear: input '{}' of shape {} has {} features in its last dim, but in_features={} "
-                                 "(torch: mat1 and mat2 shapes cannot be multiplied)",
-                                 x.name, shape_text(x.shape), features, in_features_));
+    throw ShapeError(
+        fmt::format("Linear: input '{}' of shape {} has {} features in its last dim, but in_features={} "
+                    "(torch: mat1 and mat2 shapes cannot be multiplied)",
+                    x.name, shape_text(x.shape), features, in_features_));
   std::vector<int64_t> out_shape = x.shape;
   out_shape.back() = out_features_;
   if (x.rank() == 2) {
     std::vector<Var> in{x, w};
     if (bias_) in.push_back(t.parameter(*this, "bias"));
-    return {t.op("Gemm", in, {{"alpha", Attribute::of_float(1.f)}, {"beta", Attribute::of_float(1.f)},
-                               {"transB", Attribute::of_int(1)}},
-                 x.dtype, out_shape)};
+    return {t.op(
+        "Gemm", in,
+        {{"alpha", Attribute::of_float(1.f)}, {"beta", Attribute::of_float(1.f)}, {"transB", Attribute::of_int(1)}},
+        x.dtype, out_shape)};
   }
   // Rank != 2: torch.onnx exports MatMul with the transposed weight (plus Add for the bias).
   const Var wt = t.op("Transpose", {w}, {{"perm", detail::ints({1, 0})}}, w.dtype, {in_features_, out_features_});
@@ -77,8 +81,10 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optiona
   if (padding_idx) {
     // torch's asserts, and its normalisation of a negative index
     if (*padding_idx >= num_embeddings || *padding_idx < -num_embeddings)
-      throw InvalidArgument(fmt::format("Embedding: Padding_idx must be within num_embeddings (padding_idx={}, "
-                                        "num_embeddings={})", *padding_idx, num_embeddings));
+      throw InvalidArgument(
+          fmt::format("Embedding: Padding_idx must be within num_embeddings (padding_idx={}, "
+                      "num_embeddings={})",
+                      *padding_idx, num_embeddings));
     padding_idx_ = *padding_idx < 0 ? *padding_idx + num_embeddings : *padding_idx;
   }
   register_parameter("weight", Tensor::zeros(DType::Float32, {num_embeddings, embedding_dim}));
@@ -96,9 +102,10 @@ void Embedding::reset_parameters() {
 std::vector<Var> Embedding::forward(Tracer& t, const std::vector<Var>& inputs) {
   const Var& idx = detail::single_input(*this, inputs);
   if (idx.dtype != DType::Int64 && idx.dtype != DType::Int32)
-    throw TypeError(fmt::format("Embedding: expected indices '{}' to have one of the following scalar types: "
-                                "int64, int32; but got {}{}",
-                                idx.name, dtype_name(idx.dtype), shape_text(idx.shape)));
+    throw TypeError(
+        fmt::format("Embedding: expected indices '{}' to have one of the following scalar types: "
+                    "int64, int32; but got {}{}",
+                    idx.name, dtype_name(idx.dtype), shape_text(idx.shape)));
   const Var w = t.parameter(*this, "weight");
   std::vector<int64_t> out_shape = idx.shape;
   out_shape.push_back(embedding_dim_);
@@ -114,9 +121,10 @@ std::vector<Var> Embedding::forward(Tracer& t, const std::vector<Var>& inputs) {
   std::memcpy(row.raw_data(), static_cast<const char*>(weight.raw_data()) + offset, row.nbytes());
   std::vector<int64_t> mask_shape = idx.shape;
   mask_shape.push_back(1);
-  const Var pad = t.op("Equal", {idx, t.constant(idx.dtype == DType::Int64 ? Tensor::scalar<int64_t>(*padding_idx_)
-                                                                           : Tensor::scalar<int32_t>(int32_t(*padding_idx_)),
-                                                 "padding_idx")},
+  const Var pad = t.op("Equal",
+                       {idx, t.constant(idx.dtype == DType::Int64 ? Tensor::scalar<int64_t>(*padding_idx_)
+                                                                  : Tensor::scalar<int32_t>(int32_t(*padding_idx_)),
+                                        "padding_idx")},
                        {}, DType::Bool, idx.shape);
   const Var mask = t.op("Unsqueeze", {pad, t.constant_ints({-1}, "axes")}, {}, DType::Bool, mask_shape);
   return {t.op("Where", {mask, t.constant(row, "padding_row"), rows}, {}, w.dtype, out_shape)};

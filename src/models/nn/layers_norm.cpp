@@ -49,9 +49,15 @@ void check_channels(const Module& m, const Var& x, int64_t expected) {
 
 BatchNorm::BatchNorm(std::string name, std::vector<int64_t> ranks, int64_t num_features, double eps, double momentum,
                      bool affine, bool track_running_stats)
-    : name_(std::move(name)), ranks_(std::move(ranks)), num_features_(num_features), eps_(eps), momentum_(momentum),
-      affine_(affine), track_running_stats_(track_running_stats) {
-  if (num_features < 0) throw InvalidArgument(fmt::format("{}: num_features must be non-negative, got {}", name_, num_features));
+    : name_(std::move(name)),
+      ranks_(std::move(ranks)),
+      num_features_(num_features),
+      eps_(eps),
+      momentum_(momentum),
+      affine_(affine),
+      track_running_stats_(track_running_stats) {
+  if (num_features < 0)
+    throw InvalidArgument(fmt::format("{}: num_features must be non-negative, got {}", name_, num_features));
   if (!(eps > 0)) throw InvalidArgument(fmt::format("{}: eps must be positive, got {}", name_, eps));
   if (affine) {
     register_parameter("weight", Tensor::zeros(DType::Float32, {num_features}));
@@ -132,12 +138,15 @@ std::string BatchNorm::extra_repr() const {
 // ---- LayerNorm -------------------------------------------------------------------------------------
 
 LayerNorm::LayerNorm(std::vector<int64_t> normalized_shape, double eps, bool elementwise_affine, bool bias)
-    : normalized_shape_(std::move(normalized_shape)), eps_(eps), elementwise_affine_(elementwise_affine),
+    : normalized_shape_(std::move(normalized_shape)),
+      eps_(eps),
+      elementwise_affine_(elementwise_affine),
       bias_(bias && elementwise_affine) {
   if (normalized_shape_.empty()) throw InvalidArgument("LayerNorm: normalized_shape must name at least one dim");
   for (int64_t d : normalized_shape_)
     if (d <= 0)
-      throw InvalidArgument(fmt::format("LayerNorm: normalized_shape {} must have positive dims", shape_text(normalized_shape_)));
+      throw InvalidArgument(
+          fmt::format("LayerNorm: normalized_shape {} must have positive dims", shape_text(normalized_shape_)));
   if (!(eps > 0)) throw InvalidArgument(fmt::format("LayerNorm: eps must be positive, got {}", eps));
   if (elementwise_affine_) {
     register_parameter("weight", Tensor::zeros(DType::Float32, normalized_shape_));
@@ -162,10 +171,10 @@ std::vector<Var> LayerNorm::forward(Tracer& t, const std::vector<Var>& inputs) {
     fits = d < 0 || d == normalized_shape_[size_t(i)];
   }
   if (!fits)
-    throw ShapeError(fmt::format("LayerNorm: Given normalized_shape={}, expected input with shape [*, {}], but got "
-                                 "input '{}' of size {}",
-                                 shape_text(normalized_shape_), fmt::join(normalized_shape_, ", "), x.name,
-                                 shape_text(x.shape)));
+    throw ShapeError(
+        fmt::format("LayerNorm: Given normalized_shape={}, expected input with shape [*, {}], but got "
+                    "input '{}' of size {}",
+                    shape_text(normalized_shape_), fmt::join(normalized_shape_, ", "), x.name, shape_text(x.shape)));
   std::vector<Var> in{x};
   if (elementwise_affine_) {
     in.push_back(t.parameter(*this, "weight"));
@@ -174,8 +183,8 @@ std::vector<Var> LayerNorm::forward(Tracer& t, const std::vector<Var>& inputs) {
   } else {
     in.push_back(t.constant(filled(x.dtype, normalized_shape_, 1.0), "ones"));  // Scale is required
   }
-  return {t.op("LayerNormalization", in, {{"axis", Attribute::of_int(-k)}, {"epsilon", Attribute::of_float(float(eps_))}},
-               x.dtype, x.shape)};
+  return {t.op("LayerNormalization", in,
+               {{"axis", Attribute::of_int(-k)}, {"epsilon", Attribute::of_float(float(eps_))}}, x.dtype, x.shape)};
 }
 
 std::string LayerNorm::extra_repr() const {
@@ -189,8 +198,10 @@ GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool 
     : num_groups_(num_groups), num_channels_(num_channels), eps_(eps), affine_(affine) {
   if (num_groups <= 0) throw InvalidArgument(fmt::format("GroupNorm: num_groups must be positive, got {}", num_groups));
   if (num_channels < 0 || num_channels % num_groups != 0)
-    throw InvalidArgument(fmt::format("GroupNorm: num_channels must be divisible by num_groups (num_channels={}, "
-                                      "num_groups={})", num_channels, num_groups));
+    throw InvalidArgument(
+        fmt::format("GroupNorm: num_channels must be divisible by num_groups (num_channels={}, "
+                    "num_groups={})",
+                    num_channels, num_groups));
   if (!(eps > 0)) throw InvalidArgument(fmt::format("GroupNorm: eps must be positive, got {}", eps));
   if (affine) {
     register_parameter("weight", Tensor::zeros(DType::Float32, {num_channels}));
@@ -215,7 +226,8 @@ std::vector<Var> GroupNorm::forward(Tracer& t, const std::vector<Var>& inputs) {
   // Each (sample, group) normalised over its channels and positions: InstanceNormalization of
   // [N, G, C/G * spatial] with unit scale and zero shift.
   int64_t per_group = num_channels_ / num_groups_;
-  for (int64_t i = 2; i < x.rank(); ++i) per_group = x.shape[size_t(i)] < 0 || per_group < 0 ? -1 : per_group * x.shape[size_t(i)];
+  for (int64_t i = 2; i < x.rank(); ++i)
+    per_group = x.shape[size_t(i)] < 0 || per_group < 0 ? -1 : per_group * x.shape[size_t(i)];
   const std::vector<int64_t> grouped{x.dim(0), num_groups_, per_group};
   const Var r = t.op("Reshape", {x, t.constant_ints({0, num_groups_, -1}, "shape")}, {}, x.dtype, grouped);
   const Shape g{num_groups_};

@@ -15,15 +15,19 @@ void check_pool_window(const std::string& module, const ExpandingArray<2>& kerne
                        const ExpandingArray<2>& padding, const ExpandingArray<2>& dilation) {
   for (size_t i = 0; i < 2; ++i) {
     if (kernel[i] <= 0)
-      throw InvalidArgument(fmt::format("{}: kernel_size must be greater than zero, but got {}", module, kernel.repr(true)));
+      throw InvalidArgument(
+          fmt::format("{}: kernel_size must be greater than zero, but got {}", module, kernel.repr(true)));
     if (stride[i] <= 0)
-      throw InvalidArgument(fmt::format("{}: stride should be greater than zero, but got {}", module, stride.repr(true)));
+      throw InvalidArgument(
+          fmt::format("{}: stride should be greater than zero, but got {}", module, stride.repr(true)));
     if (dilation[i] <= 0)
-      throw InvalidArgument(fmt::format("{}: dilation should be greater than zero, but got {}", module, dilation.repr(true)));
+      throw InvalidArgument(
+          fmt::format("{}: dilation should be greater than zero, but got {}", module, dilation.repr(true)));
     if (padding[i] < 0 || padding[i] > ((kernel[i] - 1) * dilation[i] + 1) / 2)
-      throw InvalidArgument(fmt::format("{}: pad should be at most half of effective kernel size, but got pad={}, "
-                                        "kernel_size={} and dilation={}",
-                                        module, padding.repr(true), kernel.repr(true), dilation.repr(true)));
+      throw InvalidArgument(
+          fmt::format("{}: pad should be at most half of effective kernel size, but got pad={}, "
+                      "kernel_size={} and dilation={}",
+                      module, padding.repr(true), kernel.repr(true), dilation.repr(true)));
   }
 }
 
@@ -33,10 +37,11 @@ std::vector<int64_t> pooled_shape(const std::string& module, const Var& x, const
                                   const ExpandingArray<2>& dilation, bool ceil_mode) {
   std::vector<int64_t> out{x.dim(0), x.dim(1)};
   for (size_t i = 0; i < 2; ++i)
-    out.push_back(detail::window_out_dim(x.shape[i + 2], kernel[i], stride[i], padding[i], padding[i], dilation[i], ceil_mode));
+    out.push_back(
+        detail::window_out_dim(x.shape[i + 2], kernel[i], stride[i], padding[i], padding[i], dilation[i], ceil_mode));
   if (out[2] == 0 || out[3] == 0)
-    throw ShapeError(fmt::format("{}: Given input '{}' of size {}, the calculated output size {} is too small",
-                                 module, x.name, shape_text(x.shape), shape_text(out)));
+    throw ShapeError(fmt::format("{}: Given input '{}' of size {}, the calculated output size {} is too small", module,
+                                 x.name, shape_text(x.shape), shape_text(out)));
   return out;
 }
 
@@ -54,11 +59,14 @@ std::vector<Var> MaxPool2d::forward(Tracer& t, const std::vector<Var>& inputs) {
   detail::require_float(*this, input);
   const auto& o = options_;
   return {detail::with_batch_dim(t, input, 4, "max_pool2d", [&](const Var& x) {
-    const auto out = pooled_shape("MaxPool2d", x, o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
+    const auto out =
+        pooled_shape("MaxPool2d", x, o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
     return t.op("MaxPool", {x},
-                {{"kernel_shape", detail::ints(o.kernel_size().vec())}, {"strides", detail::ints(o.stride().vec())},
+                {{"kernel_shape", detail::ints(o.kernel_size().vec())},
+                 {"strides", detail::ints(o.stride().vec())},
                  {"pads", detail::ints(detail::symmetric_pads(o.padding().vec()))},
-                 {"dilations", detail::ints(o.dilation().vec())}, {"ceil_mode", Attribute::of_int(o.ceil_mode())}},
+                 {"dilations", detail::ints(o.dilation().vec())},
+                 {"ceil_mode", Attribute::of_int(o.ceil_mode())}},
                 x.dtype, out);
   })};
 }
@@ -66,7 +74,8 @@ std::vector<Var> MaxPool2d::forward(Tracer& t, const std::vector<Var>& inputs) {
 std::string MaxPool2d::extra_repr() const {
   const auto& o = options_;
   return fmt::format("kernel_size={}, stride={}, padding={}, dilation={}, ceil_mode={}", o.kernel_size().repr(true),
-                     o.stride().repr(true), o.padding().repr(true), o.dilation().repr(true), detail::py_bool(o.ceil_mode()));
+                     o.stride().repr(true), o.padding().repr(true), o.dilation().repr(true),
+                     detail::py_bool(o.ceil_mode()));
 }
 
 // ---- AvgPool2d ---------------------------------------------------------------------------------------
@@ -85,7 +94,8 @@ std::vector<Var> AvgPool2d::forward(Tracer& t, const std::vector<Var>& inputs) {
     // Kiln's AveragePool counts the explicit pads but never ceil_mode's extra partial window, as
     // torch's divisor does.
     return t.op("AveragePool", {x},
-                {{"kernel_shape", detail::ints(o.kernel_size().vec())}, {"strides", detail::ints(o.stride().vec())},
+                {{"kernel_shape", detail::ints(o.kernel_size().vec())},
+                 {"strides", detail::ints(o.stride().vec())},
                  {"pads", detail::ints(detail::symmetric_pads(o.padding().vec()))},
                  {"ceil_mode", Attribute::of_int(o.ceil_mode())},
                  {"count_include_pad", Attribute::of_int(o.count_include_pad())}},
@@ -103,16 +113,15 @@ std::string AvgPool2d::extra_repr() const {
 
 AdaptiveAvgPool2d::AdaptiveAvgPool2d(std::vector<int64_t> output_size) : output_size_(std::move(output_size)) {
   if (output_size_.size() != 1 && output_size_.size() != 2)
-    throw InvalidArgument(fmt::format("AdaptiveAvgPool2d: output_size must be one int or two, got {}",
-                                      detail::py_tuple(output_size_)));
+    throw InvalidArgument(
+        fmt::format("AdaptiveAvgPool2d: output_size must be one int or two, got {}", detail::py_tuple(output_size_)));
   for (int64_t d : output_size_)
     if (d <= 0)
-      throw InvalidArgument(fmt::format("AdaptiveAvgPool2d: output_size must be positive, got {}", detail::py_tuple(output_size_)));
+      throw InvalidArgument(
+          fmt::format("AdaptiveAvgPool2d: output_size must be positive, got {}", detail::py_tuple(output_size_)));
 }
 
-std::array<int64_t, 2> AdaptiveAvgPool2d::output_size() const {
-  return {output_size_.front(), output_size_.back()};
-}
+std::array<int64_t, 2> AdaptiveAvgPool2d::output_size() const { return {output_size_.front(), output_size_.back()}; }
 
 std::vector<Var> AdaptiveAvgPool2d::forward(Tracer& t, const std::vector<Var>& inputs) {
   const Var& input = detail::single_input(*this, inputs);
@@ -127,14 +136,16 @@ std::vector<Var> AdaptiveAvgPool2d::forward(Tracer& t, const std::vector<Var>& i
     for (size_t i = 0; i < 2; ++i) {
       const int64_t in = x.shape[i + 2];
       if (in < 0 || in % size[i] != 0)
-        throw Unsupported(fmt::format("AdaptiveAvgPool2d: output_size {} needs input '{}' {} to have static spatial "
-                                      "dims divisible by it; Kiln exports adaptive pooling only then (as AveragePool) "
-                                      "or for a 1x1 output (GlobalAveragePool)",
-                                      detail::py_tuple({size[0], size[1]}), x.name, shape_text(x.shape)));
+        throw Unsupported(
+            fmt::format("AdaptiveAvgPool2d: output_size {} needs input '{}' {} to have static spatial "
+                        "dims divisible by it; Kiln exports adaptive pooling only then (as AveragePool) "
+                        "or for a 1x1 output (GlobalAveragePool)",
+                        detail::py_tuple({size[0], size[1]}), x.name, shape_text(x.shape)));
       kernel.push_back(in / size[i]);
     }
     return t.op("AveragePool", {x},
-                {{"kernel_shape", detail::ints(kernel)}, {"strides", detail::ints(kernel)},
+                {{"kernel_shape", detail::ints(kernel)},
+                 {"strides", detail::ints(kernel)},
                  {"pads", detail::ints({0, 0, 0, 0})}},
                 x.dtype, out);
   })};

@@ -1,5 +1,7 @@
 // Module: torch.nn.Module's registration, traversal, freezing, train/eval, repr and hooks. The
 // state_dict lives in module_state.cpp, export and execution in module_run.cpp.
+#include "kiln/nn/module.h"
+
 #include <fmt/format.h>
 
 #include <atomic>
@@ -7,7 +9,6 @@
 #include <sstream>
 
 #include "kiln/error.h"
-#include "kiln/nn/module.h"
 #include "models/nn/generation.h"
 
 namespace kiln::nn {
@@ -45,8 +46,8 @@ std::vector<Var> Module::call(Tracer& t, const std::vector<Var>& inputs) {
 Var Module::call(Tracer& t, const Var& input) {
   std::vector<Var> out = call(t, std::vector<Var>{input});
   if (out.size() != 1)
-    throw InvalidArgument(fmt::format("{}: call(Tracer&, const Var&) expects one output, forward returned {}",
-                                      type_name(), out.size()));
+    throw InvalidArgument(
+        fmt::format("{}: call(Tracer&, const Var&) expects one output, forward returned {}", type_name(), out.size()));
   return out[0];
 }
 
@@ -95,7 +96,8 @@ Tensor& Module::register_buffer(const std::string& name, Tensor value, bool pers
 void Module::add_module(const std::string& name, ModulePtr module) {
   check_new_name(name, "module");
   if (!module) throw InvalidArgument(fmt::format("{}: module '{}' is null", type_name(), name));
-  if (module.get() == this) throw InvalidArgument(fmt::format("{}: module '{}' would contain itself", type_name(), name));
+  if (module.get() == this)
+    throw InvalidArgument(fmt::format("{}: module '{}' would contain itself", type_name(), name));
   children_.emplace_back(name, std::move(module));
   detail::bump_generation();
 }
@@ -241,8 +243,7 @@ std::string Module::repr() const {
     std::istringstream in(extra);
     for (std::string line; std::getline(in, line);) extra_lines.push_back(line);
   }
-  for (const auto& [name, child] : children_)
-    child_lines.push_back("(" + name + "): " + add_indent(child->repr(), 2));
+  for (const auto& [name, child] : children_) child_lines.push_back("(" + name + "): " + add_indent(child->repr(), 2));
   std::string s = type_name() + "(";
   std::vector<std::string> lines = extra_lines;
   lines.insert(lines.end(), child_lines.begin(), child_lines.end());

@@ -30,8 +30,8 @@ void trace(Module& root, Tracer& t, const std::vector<std::string>& names, const
   std::vector<Var> in;
   for (size_t i = 0; i < names.size(); ++i) {
     auto axes = dynamic_axes.find(names[i]);
-    in.push_back(t.input(names[i], dtypes[i], shapes[i], axes == dynamic_axes.end() ? std::map<int64_t, std::string>{}
-                                                                                   : axes->second));
+    in.push_back(t.input(names[i], dtypes[i], shapes[i],
+                         axes == dynamic_axes.end() ? std::map<int64_t, std::string>{} : axes->second));
   }
   const std::vector<Var> out = root.call(t, in);
   if (output_names.empty()) output_names = default_output_names(out.size());
@@ -61,8 +61,10 @@ Model Module::to_onnx(const InputShapes& inputs, const DynamicAxes& dynamic_axes
   for (const auto& [name, axes] : dynamic_axes)
     if (!known.count(name) && std::find(outs.begin(), outs.end(), name) == outs.end() &&
         !(outs.empty() && (name == "output" || name.rfind("output", 0) == 0)))
-      throw InvalidArgument(fmt::format("{}.to_onnx: dynamic_axes names '{}', which is neither an input ({}) nor an "
-                                        "output", type_name(), name, fmt::join(names, ", ")));
+      throw InvalidArgument(
+          fmt::format("{}.to_onnx: dynamic_axes names '{}', which is neither an input ({}) nor an "
+                      "output",
+                      type_name(), name, fmt::join(names, ", ")));
 
   Tracer t(options.opset);
   trace(*this, t, names, dtypes, shapes, dynamic_axes, outs);
@@ -229,8 +231,8 @@ void Module::RunCache::update_buffers(const Plan& plan, const Values& value) {
                                    u.name, fresh.describe(), slot->value.describe()));
     slot->value.copy_from(fresh);
     if (u.count_batch)
-      if (Slot* count = m.find_slot("num_batches_tracked"); count && count->value.dtype() == DType::Int64 &&
-                                                             count->value.numel() == 1 && count->value.is_contiguous())
+      if (Slot* count = m.find_slot("num_batches_tracked");
+          count && count->value.dtype() == DType::Int64 && count->value.numel() == 1 && count->value.is_contiguous())
         count->value.data<int64_t>()[0] += 1;
   }
 }

@@ -61,12 +61,15 @@ void Module::visit_state(const std::string& prefix, const std::function<void(con
 
 std::string IncompatibleKeys::describe() const {
   std::vector<std::string> msgs;
-  if (!missing_keys.empty()) msgs.push_back(fmt::format("Missing key(s) in state_dict: {}. ", quoted_list(missing_keys)));
+  if (!missing_keys.empty())
+    msgs.push_back(fmt::format("Missing key(s) in state_dict: {}. ", quoted_list(missing_keys)));
   if (!unexpected_keys.empty())
     msgs.push_back(fmt::format("Unexpected key(s) in state_dict: {}. ", quoted_list(unexpected_keys)));
   for (const auto& m : mismatched)
-    msgs.push_back(fmt::format("size mismatch for {}: copying a param with shape {} from checkpoint, the shape in "
-                               "current model is {}.", m.key, to_string(m.got), to_string(m.expected)));
+    msgs.push_back(
+        fmt::format("size mismatch for {}: copying a param with shape {} from checkpoint, the shape in "
+                    "current model is {}.",
+                    m.key, to_string(m.got), to_string(m.expected)));
   return fmt::format("{}", fmt::join(msgs, "\n\t"));
 }
 
@@ -86,7 +89,8 @@ IncompatibleKeys Module::load_state_dict(const std::map<std::string, Tensor>& st
     if (it == state.end()) {
       r.missing_keys.push_back(key);
     } else if (!it->second.defined()) {
-      throw InvalidArgument(fmt::format("Error(s) in loading state_dict for {}:\n\t'{}' holds no tensor", type_name(), key));
+      throw InvalidArgument(
+          fmt::format("Error(s) in loading state_dict for {}:\n\t'{}' holds no tensor", type_name(), key));
     } else if (it->second.shape() != t.shape()) {
       r.mismatched.push_back({key, t.shape(), it->second.shape()});
     } else {

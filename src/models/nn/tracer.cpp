@@ -23,12 +23,12 @@ int64_t Var::dim(int64_t i) const {
 struct Tracer::State {
   int64_t opset = 17;
   Model model;
-  GraphEditor edit{model};                          // every value and node name in use
-  std::map<std::string, DType> dtypes;              // value -> dtype (validates op inputs)
-  std::map<std::string, int64_t> counters;          // "<scope>/<OpType>" -> next n
+  GraphEditor edit{model};                  // every value and node name in use
+  std::map<std::string, DType> dtypes;      // value -> dtype (validates op inputs)
+  std::map<std::string, int64_t> counters;  // "<scope>/<OpType>" -> next n
   // Module trees the trace walks: the first module called and any module called outside it.
   std::vector<const Module*> roots;
-  std::map<const Module*, std::string> paths;       // module -> path from its root
+  std::map<const Module*, std::string> paths;  // module -> path from its root
   struct Frame {
     const Module* module;
     std::string path;
@@ -70,8 +70,10 @@ struct Tracer::State {
   void check_inputs(const std::vector<Var>& inputs, const std::string& what) const {
     for (const auto& v : inputs)
       if (!v.name.empty() && !dtypes.count(v.name))
-        throw InvalidArgument(fmt::format("{}: input '{}' is not a value of this trace (a Var from another "
-                                          "Tracer, or a name made up by hand?)", what, v.name));
+        throw InvalidArgument(
+            fmt::format("{}: input '{}' is not a value of this trace (a Var from another "
+                        "Tracer, or a name made up by hand?)",
+                        what, v.name));
   }
 };
 
@@ -101,12 +103,9 @@ ValueInfo value_info(const std::string& name, DType dtype, const std::vector<int
   for (int64_t i = 0; i < rank; ++i) {
     auto it = dim_names.find(i);
     if (it == dim_names.end()) it = dim_names.find(i - rank);
-    if (it != dim_names.end())
-      v.dims.push_back(Dim{-1, it->second});
-    else if (shape[size_t(i)] < 0)
-      v.dims.push_back(Dim{-1, fmt::format("{}_dim{}", name, i)});
-    else
-      v.dims.push_back(Dim{shape[size_t(i)], ""});
+    if (it != dim_names.end()) v.dims.push_back(Dim{-1, it->second});
+    else if (shape[size_t(i)] < 0) v.dims.push_back(Dim{-1, fmt::format("{}_dim{}", name, i)});
+    else v.dims.push_back(Dim{shape[size_t(i)], ""});
   }
   return v;
 }
@@ -115,7 +114,8 @@ ValueInfo value_info(const std::string& name, DType dtype, const std::vector<int
 Var Tracer::input(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
                   const std::map<int64_t, std::string>& dim_names) {
   if (name.empty()) throw InvalidArgument("Tracer::input: an input needs a name");
-  if (s_->edit.has_value(name)) throw InvalidArgument(fmt::format("Tracer::input: the name '{}' is already taken", name));
+  if (s_->edit.has_value(name))
+    throw InvalidArgument(fmt::format("Tracer::input: the name '{}' is already taken", name));
   ValueInfo info = value_info(name, dtype, shape, dim_names);
   s_->edit.reserve(name);
   s_->dtypes[name] = dtype;
@@ -127,7 +127,8 @@ Var Tracer::input(const std::string& name, DType dtype, const std::vector<int64_
 
 void Tracer::output(const Var& v, const std::string& name, const std::map<int64_t, std::string>& dim_names) {
   s_->check_inputs({v}, fmt::format("Tracer::output '{}'", name));
-  if (v.name.empty()) throw InvalidArgument(fmt::format("Tracer::output '{}': the value is empty (Tracer::none())", name));
+  if (v.name.empty())
+    throw InvalidArgument(fmt::format("Tracer::output '{}': the value is empty (Tracer::none())", name));
   for (const auto& o : s_->model.graph.outputs)
     if (o.name == name) throw InvalidArgument(fmt::format("Tracer::output: '{}' is already an output", name));
   if (v.name != name) {
@@ -215,7 +216,7 @@ Var Tracer::parameter(const Module& m, const std::string& name) {
     throw InvalidArgument(fmt::format("{}: parameter or buffer '{}' holds no tensor", m.type_name(), name));
   const std::string& path = s_->path_of(m);
   const std::string key = path.empty() ? name : path + "." + name;
-  const std::string init = s_->unique(key);  // differs from key only for modules of separate trees
+  const std::string init = s_->unique(key);          // differs from key only for modules of separate trees
   s_->model.graph.initializers[init] = slot->value;  // shares the module's storage until finish()
   s_->dtypes[init] = slot->value.dtype();
   s_->refs[init] = ParameterRef{&m, name};
@@ -252,7 +253,8 @@ std::vector<Tracer::BufferUpdate> Tracer::buffer_updates() const {
 const std::map<std::string, Tracer::ParameterRef>& Tracer::parameter_refs() const { return s_->refs; }
 
 void Tracer::push_scope(const Module& m) {
-  if (s_->stack.size() > 1000) throw InvalidModel(fmt::format("{}: modules nested over 1000 deep (a module calling itself?)", m.type_name()));
+  if (s_->stack.size() > 1000)
+    throw InvalidModel(fmt::format("{}: modules nested over 1000 deep (a module calling itself?)", m.type_name()));
   s_->stack.push_back(State::Frame{&m, s_->path_of(m), s_->sequence++});
 }
 

@@ -1,5 +1,7 @@
 // TransformerEncoderLayer and TransformerDecoderLayer as torch 1.13+ compute them (post-norm by
 // default, pre-norm with norm_first), built from MultiheadAttention and the layers of layers.h.
+#include "kiln/nn/transformer.h"
+
 #include <fmt/format.h>
 
 #include <functional>
@@ -7,7 +9,6 @@
 #include "attention_ops.h"
 #include "kiln/error.h"
 #include "kiln/nn/layers.h"
-#include "kiln/nn/transformer.h"
 
 namespace kiln::nn {
 
@@ -30,8 +31,11 @@ void check_options(const TransformerLayerOptions& o, const char* type) {
 }
 
 std::shared_ptr<MultiheadAttention> make_attention(const TransformerLayerOptions& o) {
-  return std::make_shared<MultiheadAttention>(MultiheadAttentionOptions{
-      .embed_dim = o.d_model, .num_heads = o.nhead, .dropout = o.dropout, .bias = o.bias, .batch_first = o.batch_first});
+  return std::make_shared<MultiheadAttention>(MultiheadAttentionOptions{.embed_dim = o.d_model,
+                                                                        .num_heads = o.nhead,
+                                                                        .dropout = o.dropout,
+                                                                        .bias = o.bias,
+                                                                        .batch_first = o.batch_first});
 }
 
 ModulePtr make_norm(const TransformerLayerOptions& o) {
@@ -90,8 +94,10 @@ std::vector<Var> TransformerEncoderLayer::forward(Tracer& t, const std::vector<V
   const bool causal = pending_is_causal_.value_or(is_causal);
   pending_is_causal_.reset();
   if (inputs.empty() || inputs.size() > 3 || !present(inputs, 0))
-    throw InvalidArgument(fmt::format("TransformerEncoderLayer: forward takes (src[, src_mask][, "
-                                      "src_key_padding_mask]), got {} inputs", inputs.size()));
+    throw InvalidArgument(
+        fmt::format("TransformerEncoderLayer: forward takes (src[, src_mask][, "
+                    "src_key_padding_mask]), got {} inputs",
+                    inputs.size()));
   MultiheadAttentionCall masks;
   masks.attn_mask = optional_input(inputs, 1);
   masks.key_padding_mask = optional_input(inputs, 2);
@@ -126,8 +132,12 @@ Var TransformerDecoderLayer::apply(Tracer& t, const Var& tgt, const Var& memory,
   pending_ = masks;
   const Var none = Tracer::none();
   try {
-    std::vector<Var> inputs{tgt, memory, masks.tgt_mask.value_or(none), masks.memory_mask.value_or(none),
-                            masks.tgt_key_padding_mask.value_or(none), masks.memory_key_padding_mask.value_or(none)};
+    std::vector<Var> inputs{tgt,
+                            memory,
+                            masks.tgt_mask.value_or(none),
+                            masks.memory_mask.value_or(none),
+                            masks.tgt_key_padding_mask.value_or(none),
+                            masks.memory_key_padding_mask.value_or(none)};
     while (!inputs.empty() && inputs.back().name.empty()) inputs.pop_back();  // hooks see only the inputs given
     auto out = call(t, inputs);
     pending_.reset();
@@ -142,9 +152,11 @@ std::vector<Var> TransformerDecoderLayer::forward(Tracer& t, const std::vector<V
   const Masks flags = pending_.value_or(Masks{});
   pending_.reset();
   if (inputs.size() < 2 || inputs.size() > 6 || !present(inputs, 0) || !present(inputs, 1))
-    throw InvalidArgument(fmt::format("TransformerDecoderLayer: forward takes (tgt, memory[, tgt_mask][, "
-                                      "memory_mask][, tgt_key_padding_mask][, memory_key_padding_mask]), got {} "
-                                      "inputs", inputs.size()));
+    throw InvalidArgument(
+        fmt::format("TransformerDecoderLayer: forward takes (tgt, memory[, tgt_mask][, "
+                    "memory_mask][, tgt_key_padding_mask][, memory_key_padding_mask]), got {} "
+                    "inputs",
+                    inputs.size()));
   const Var& memory = inputs[1];
   MultiheadAttentionCall self_masks, cross_masks;
   self_masks.attn_mask = optional_input(inputs, 2);
@@ -156,9 +168,7 @@ std::vector<Var> TransformerDecoderLayer::forward(Tracer& t, const std::vector<V
   cross_masks.need_weights = false;
   cross_masks.is_causal = flags.memory_is_causal.value_or(memory_is_causal);
 
-  auto self_attention = [&](const Var& x) {
-    return dropout1_->call(t, self_attn_->attend(t, x, x, x, self_masks)[0]);
-  };
+  auto self_attention = [&](const Var& x) { return dropout1_->call(t, self_attn_->attend(t, x, x, x, self_masks)[0]); };
   auto cross_attention = [&](const Var& x) {
     return dropout2_->call(t, multihead_attn_->attend(t, x, memory, memory, cross_masks)[0]);
   };

@@ -20,8 +20,8 @@ std::map<std::string, Tensor> read_npz(const std::string& path) {
   std::map<std::string, Tensor> out;
   for (const ZipMember& m : zip.members()) {
     if (m.name.size() < 4 || m.name.compare(m.name.size() - 4, 4, ".npy") != 0)
-      throw CorruptFile(fmt::format("'{}': member '{}' is not a .npy array (a weights archive holds only arrays)",
-                                    path, m.name));
+      throw CorruptFile(
+          fmt::format("'{}': member '{}' is not a .npy array (a weights archive holds only arrays)", path, m.name));
     const std::string key = m.name.substr(0, m.name.size() - 4);
     try {
       out.emplace(key, parse_npy(zip.read(m), fmt::format("'{}' member '{}'", path, m.name)));
@@ -45,7 +45,8 @@ std::map<std::string, Tensor> load_weights_file(const std::string& path) {
   if (!in) throw IOError(fmt::format("cannot open weights file '{}'", path));
   char magic[2] = {0, 0};
   in.read(magic, 2);
-  if (in.gcount() < 2) throw CorruptFile(fmt::format("weights file '{}' is empty or truncated ({} bytes)", path, in.gcount()));
+  if (in.gcount() < 2)
+    throw CorruptFile(fmt::format("weights file '{}' is empty or truncated ({} bytes)", path, in.gcount()));
   in.close();
   if (magic[0] == 'P' && magic[1] == 'K') return read_npz(path);
   SafetensorsFile f = read_safetensors(path);

@@ -46,21 +46,21 @@ struct BertConfig {
     b.hidden_dropout_prob = config_prob(c, kModel, "hidden_dropout_prob");
     b.attention_probs_dropout_prob = config_prob(c, kModel, "attention_probs_dropout_prob");
     // HF: classifier_dropout if not None else hidden_dropout_prob
-    b.classifier_dropout = c.at("classifier_dropout").is_null() ? b.hidden_dropout_prob
-                                                                 : config_prob(c, kModel, "classifier_dropout");
+    b.classifier_dropout =
+        c.at("classifier_dropout").is_null() ? b.hidden_dropout_prob : config_prob(c, kModel, "classifier_dropout");
     b.max_position_embeddings = config_int(c, kModel, "max_position_embeddings");
     b.type_vocab_size = config_int(c, kModel, "type_vocab_size");
     b.pad_token_id = config_int(c, kModel, "pad_token_id", 0);
     if (b.pad_token_id >= b.vocab_size)
-      throw InvalidArgument(fmt::format("bert config: pad_token_id {} is not below vocab_size {}", b.pad_token_id,
-                                        b.vocab_size));
+      throw InvalidArgument(
+          fmt::format("bert config: pad_token_id {} is not below vocab_size {}", b.pad_token_id, b.vocab_size));
     b.num_labels = config_int(c, kModel, "num_labels");
     b.initializer_range = config_double(c, kModel, "initializer_range");
     b.layer_norm_eps = config_double(c, kModel, "layer_norm_eps");
     const std::string position = config_string(c, kModel, "position_embedding_type");
     if (position != "absolute")
-      throw Unsupported(fmt::format("bert config: position_embedding_type '{}' is not supported (only 'absolute')",
-                                    position));
+      throw Unsupported(
+          fmt::format("bert config: position_embedding_type '{}' is not supported (only 'absolute')", position));
     return b;
   }
 };
@@ -91,15 +91,16 @@ class BertEmbeddings : public Module {
     word_ = register_module("word_embeddings", hf_embedding(c.vocab_size, c.hidden_size, c, c.pad_token_id));
     position_ = register_module("position_embeddings", hf_embedding(c.max_position_embeddings, c.hidden_size, c));
     token_type_ = register_module("token_type_embeddings", hf_embedding(c.type_vocab_size, c.hidden_size, c));
-    norm_ = register_module("LayerNorm", std::make_shared<LayerNorm>(std::vector<int64_t>{c.hidden_size}, c.layer_norm_eps));
+    norm_ = register_module("LayerNorm",
+                            std::make_shared<LayerNorm>(std::vector<int64_t>{c.hidden_size}, c.layer_norm_eps));
     dropout_ = register_module("dropout", std::make_shared<Dropout>(c.hidden_dropout_prob));
     max_positions_ = c.max_position_embeddings;
   }
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
     const Var& ids = inputs.at(0);
     if (ids.dim(1) > max_positions_)
-      throw ShapeError(fmt::format("bert: sequence length {} exceeds max_position_embeddings {}", ids.dim(1),
-                                   max_positions_));
+      throw ShapeError(
+          fmt::format("bert: sequence length {} exceeds max_position_embeddings {}", ids.dim(1), max_positions_));
     Var x = attn::binary(t, "Add", word_->call(t, ids), token_type_->call(t, inputs.at(1)));
     x = attn::binary(t, "Add", x, position_->call(t, position_ids(t, ids)));
     return {dropout_->call(t, norm_->call(t, x))};
@@ -126,7 +127,8 @@ class BertSelfAttention : public Module {
     const Var q = split_heads(t, query_->call(t, h), heads_);
     const Var k = split_heads(t, key_->call(t, h), heads_);
     const Var v = split_heads(t, value_->call(t, h), heads_);
-    EagerAttention a{.divisors = {std::sqrt(static_cast<double>(head_size_))}, .additive_mask = inputs.at(1),
+    EagerAttention a{.divisors = {std::sqrt(static_cast<double>(head_size_))},
+                     .additive_mask = inputs.at(1),
                      .dropout = dropout_.get()};
     return {merge_heads(t, eager_attention(t, q, k, v, a))};
   }
@@ -142,7 +144,8 @@ class BertResidualOutput : public Module {
  public:
   BertResidualOutput(std::string type, int64_t in, const BertConfig& c) : type_(std::move(type)) {
     dense_ = register_module("dense", hf_linear(in, c.hidden_size, c));
-    norm_ = register_module("LayerNorm", std::make_shared<LayerNorm>(std::vector<int64_t>{c.hidden_size}, c.layer_norm_eps));
+    norm_ = register_module("LayerNorm",
+                            std::make_shared<LayerNorm>(std::vector<int64_t>{c.hidden_size}, c.layer_norm_eps));
     dropout_ = register_module("dropout", std::make_shared<Dropout>(c.hidden_dropout_prob));
   }
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
@@ -248,16 +251,18 @@ class BertModel : public Module {
   }
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
     if (inputs.size() != 3)
-      throw InvalidArgument(fmt::format("bert: forward takes input_ids, attention_mask and token_type_ids, got {} inputs",
-                                        inputs.size()));
+      throw InvalidArgument(fmt::format(
+          "bert: forward takes input_ids, attention_mask and token_type_ids, got {} inputs", inputs.size()));
     for (const Var& v : inputs)
       if (v.rank() != 2 || (v.dtype != DType::Int64 && v.dtype != DType::Int32))
         throw TypeError(fmt::format("bert: input '{}' must be int64 [batch, sequence], got {} of rank {}", v.name,
                                     dtype_name(v.dtype), v.rank()));
     // HF's get_extended_attention_mask: (1 - mask[:, None, None, :]) * finfo(float32).min
-    const Var mask = t.op("Cast", {inputs[1]}, {{"to", Attribute::of_int(static_cast<int64_t>(dtype_to_onnx(DType::Float32)))}},
-                          DType::Float32, inputs[1].shape);
-    Var extended = attn::binary(t, "Sub", t.constant_scalar(1.0, DType::Float32, "one"), attn::unsqueeze(t, mask, {1, 2}));
+    const Var mask =
+        t.op("Cast", {inputs[1]}, {{"to", Attribute::of_int(static_cast<int64_t>(dtype_to_onnx(DType::Float32)))}},
+             DType::Float32, inputs[1].shape);
+    Var extended =
+        attn::binary(t, "Sub", t.constant_scalar(1.0, DType::Float32, "one"), attn::unsqueeze(t, mask, {1, 2}));
     extended = attn::binary(t, "Mul", extended, t.constant_scalar(float32_lowest(), DType::Float32, "mask_value"));
     const Var embedded = embeddings_->call(t, {inputs[0], inputs[2]}).at(0);
     const Var sequence = encoder_->call(t, {embedded, extended}).at(0);
@@ -288,7 +293,9 @@ class BertForSequenceClassification : public Module {
 
 const std::vector<std::string> kInputs = {"input_ids", "attention_mask", "token_type_ids"};
 
-int64_t example_length(const Config& c) { return std::min<int64_t>(16, config_int(c, kModel, "max_position_embeddings")); }
+int64_t example_length(const Config& c) {
+  return std::min<int64_t>(16, config_int(c, kModel, "max_position_embeddings"));
+}
 
 struct Registrar {
   Registrar() {
@@ -311,7 +318,9 @@ struct Registrar {
                         {"position_embedding_type", "absolute"},
                         {"classifier_dropout", nullptr},
                         {"num_labels", 2}};
-    e.create = [](const Config& c) -> ModulePtr { return std::make_shared<BertForSequenceClassification>(BertConfig::from(c)); };
+    e.create = [](const Config& c) -> ModulePtr {
+      return std::make_shared<BertForSequenceClassification>(BertConfig::from(c));
+    };
     e.example_inputs = [](const Config& c) {
       InputShapes shapes;
       for (const auto& name : kInputs) shapes.emplace_back(name, std::vector<int64_t>{2, example_length(c)});

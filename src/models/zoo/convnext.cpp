@@ -28,8 +28,8 @@ class Permute : public Module {
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
     const Var& x = inputs.at(0);
     if (x.rank() != static_cast<int64_t>(dims_.size()))
-      throw ShapeError(fmt::format("Permute: input '{}' has rank {}, the permutation {} needs rank {}", x.name, x.rank(),
-                                   dims_, dims_.size()));
+      throw ShapeError(fmt::format("Permute: input '{}' has rank {}, the permutation {} needs rank {}", x.name,
+                                   x.rank(), dims_, dims_.size()));
     return {transpose(t, x, dims_)};
   }
   std::string type_name() const override { return "Permute"; }
@@ -45,7 +45,8 @@ class LayerNorm2d : public LayerNorm {
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
     const Var& x = inputs.at(0);
     if (x.rank() != 4)
-      throw ShapeError(fmt::format("LayerNorm2d: expected a [B, C, H, W] input, got '{}' of rank {}", x.name, x.rank()));
+      throw ShapeError(
+          fmt::format("LayerNorm2d: expected a [B, C, H, W] input, got '{}' of rank {}", x.name, x.rank()));
     const Var y = LayerNorm::forward(t, {transpose(t, x, {0, 2, 3, 1})}).at(0);
     return {transpose(t, y, {0, 3, 1, 2})};
   }
@@ -62,16 +63,19 @@ class StochasticDepth : public Module {
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
     const Var& x = inputs.at(0);
     if (!training() || p_ == 0.0) return {t.op("Identity", {x}, {}, x.dtype, x.shape)};
-    const Var batch = t.op("Shape", {x}, {{"start", Attribute::of_int(0)}, {"end", Attribute::of_int(1)}}, DType::Int64, {1});
+    const Var batch =
+        t.op("Shape", {x}, {{"start", Attribute::of_int(0)}, {"end", Attribute::of_int(1)}}, DType::Int64, {1});
     std::vector<int64_t> ones_shape(static_cast<size_t>(x.rank()), 1);
     ones_shape[0] = x.dim(0);
     const Var shape = t.op("Concat", {batch, t.constant_ints(std::vector<int64_t>(ones_shape.size() - 1, 1))},
                            {{"axis", Attribute::of_int(0)}}, DType::Int64, {x.rank()});
-    const Var ones = t.op("ConstantOfShape", {shape}, {{"value", Attribute::of_tensor(Tensor::from_vector<float>({1}, {1.f}))}},
-                          DType::Float32, ones_shape);
-    const Var mask = t.op_multi("Dropout", {ones, t.constant_scalar(p_, DType::Float32, "ratio"),
-                                            t.constant_scalar(1.0, DType::Bool, "training_mode")},
-                                {}, {{DType::Float32, ones_shape}, {DType::Bool, ones_shape}})[0];
+    const Var ones =
+        t.op("ConstantOfShape", {shape}, {{"value", Attribute::of_tensor(Tensor::from_vector<float>({1}, {1.f}))}},
+             DType::Float32, ones_shape);
+    const Var mask = t.op_multi(
+        "Dropout",
+        {ones, t.constant_scalar(p_, DType::Float32, "ratio"), t.constant_scalar(1.0, DType::Bool, "training_mode")},
+        {}, {{DType::Float32, ones_shape}, {DType::Bool, ones_shape}})[0];
     return {t.op("Mul", {x, mask}, {}, x.dtype, x.shape)};
   }
   std::string type_name() const override { return "StochasticDepth"; }
@@ -94,12 +98,13 @@ class CNBlock : public Module {
  public:
   CNBlock(int64_t dim, double layer_scale, double drop_path) {
     block_ = register_module(
-        "block",
-        std::make_shared<Sequential>(std::vector<ModulePtr>{
-            init_trunc_normal(std::make_shared<Conv2d>(Conv2dOptions(dim, dim, 7).padding(3).groups(dim))),
-            std::make_shared<Permute>(std::vector<int64_t>{0, 2, 3, 1}), std::make_shared<LayerNorm>(std::vector<int64_t>{dim}, 1e-6),
-            init_trunc_normal(std::make_shared<Linear>(dim, 4 * dim)), std::make_shared<GELU>(),
-            init_trunc_normal(std::make_shared<Linear>(4 * dim, dim)), std::make_shared<Permute>(std::vector<int64_t>{0, 3, 1, 2})}));
+        "block", std::make_shared<Sequential>(std::vector<ModulePtr>{
+                     init_trunc_normal(std::make_shared<Conv2d>(Conv2dOptions(dim, dim, 7).padding(3).groups(dim))),
+                     std::make_shared<Permute>(std::vector<int64_t>{0, 2, 3, 1}),
+                     std::make_shared<LayerNorm>(std::vector<int64_t>{dim}, 1e-6),
+                     init_trunc_normal(std::make_shared<Linear>(dim, 4 * dim)), std::make_shared<GELU>(),
+                     init_trunc_normal(std::make_shared<Linear>(4 * dim, dim)),
+                     std::make_shared<Permute>(std::vector<int64_t>{0, 3, 1, 2})}));
     Tensor scale = Tensor::empty(DType::Float32, {dim, 1, 1});
     constant_(scale, layer_scale);
     register_parameter("layer_scale", scale);
@@ -130,10 +135,10 @@ class ConvNeXt : public Module {
     add_convnext_features(*this, spec);
     avgpool_ = register_module("avgpool", std::make_shared<AdaptiveAvgPool2d>(1));
     const int64_t last = spec.hidden_sizes.back();
-    classifier_ = register_module(
-        "classifier", std::make_shared<Sequential>(std::vector<ModulePtr>{
-                          make_layer_norm_2d(last), std::make_shared<Flatten>(1),
-                          init_trunc_normal(std::make_shared<Linear>(last, spec.num_labels))}));
+    classifier_ =
+        register_module("classifier", std::make_shared<Sequential>(std::vector<ModulePtr>{
+                                          make_layer_norm_2d(last), std::make_shared<Flatten>(1),
+                                          init_trunc_normal(std::make_shared<Linear>(last, spec.num_labels))}));
   }
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
     const Var x = run_convnext_features(*this, t, inputs.at(0), stages_ + 1).back();
@@ -166,10 +171,8 @@ const bool registered = [] {
   ZooEntry e;
   e.name = "convnext_tiny";
   e.description = "ConvNeXt-T (torchvision.models.convnext_tiny)";
-  e.default_config = {{"num_channels", 3},
-                      {"hidden_sizes", {96, 192, 384, 768}},
-                      {"depths", {3, 3, 9, 3}},
-                      {"layer_scale_init_value", 1e-6},
+  e.default_config = {{"num_channels", 3},      {"hidden_sizes", {96, 192, 384, 768}},
+                      {"depths", {3, 3, 9, 3}}, {"layer_scale_init_value", 1e-6},
                       {"drop_path_rate", 0.1},  // torchvision's stochastic_depth_prob for convnext_tiny
                       {"num_labels", 1000}};
   e.create = [](const Config& c) -> ModulePtr { return std::make_shared<ConvNeXt>(convnext_spec(c, "convnext_tiny")); };
@@ -216,11 +219,13 @@ void add_convnext_features(Module& m, const ConvNextSpec& s) {
     if (i > 0)  // downsampling between stages: LayerNorm2d, then a 2x2 stride-2 conv
       features->push_back(std::make_shared<Sequential>(std::vector<ModulePtr>{
           make_layer_norm_2d(s.hidden_sizes[i - 1]),
-          init_trunc_normal(std::make_shared<Conv2d>(Conv2dOptions(s.hidden_sizes[i - 1], s.hidden_sizes[i], 2).stride(2)))}));
+          init_trunc_normal(
+              std::make_shared<Conv2d>(Conv2dOptions(s.hidden_sizes[i - 1], s.hidden_sizes[i], 2).stride(2)))}));
     auto stage = std::make_shared<Sequential>();
     for (int64_t b = 0; b < s.depths[i]; ++b, ++block_id) {
       // torchvision: the drop probability grows linearly from 0 over all blocks.
-      const double p = total > 1 ? s.drop_path_rate * static_cast<double>(block_id) / static_cast<double>(total - 1) : 0.0;
+      const double p =
+          total > 1 ? s.drop_path_rate * static_cast<double>(block_id) / static_cast<double>(total - 1) : 0.0;
       stage->push_back(std::make_shared<CNBlock>(s.hidden_sizes[i], s.layer_scale_init_value, p));
     }
     features->push_back(stage);

@@ -70,11 +70,12 @@ class Conv1D : public Module {
     register_parameter("bias", Tensor::zeros(DType::Float32, {nf}));
   }
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
-    if (inputs.size() != 1) throw InvalidArgument(fmt::format("Conv1D: forward takes one input, got {}", inputs.size()));
+    if (inputs.size() != 1)
+      throw InvalidArgument(fmt::format("Conv1D: forward takes one input, got {}", inputs.size()));
     const Var& x = inputs[0];
     if (x.rank() < 2 || (x.dim(-1) != -1 && x.dim(-1) != nx_))
-      throw ShapeError(fmt::format("Conv1D: input '{}' must end in nx={} features, got rank {} with last dim {}", x.name,
-                                   nx_, x.rank(), x.rank() ? x.dim(-1) : 0));
+      throw ShapeError(fmt::format("Conv1D: input '{}' must end in nx={} features, got rank {} with last dim {}",
+                                   x.name, nx_, x.rank(), x.rank() ? x.dim(-1) : 0));
     return {attn::binary(t, "Add", attn::matmul(t, x, t.parameter(*this, "weight")), t.parameter(*this, "bias"))};
   }
   std::string type_name() const override { return "Conv1D"; }
@@ -103,8 +104,10 @@ class GPT2Attention : public Module {
     const std::vector<int64_t> part{qkv.dim(0), qkv.dim(1), embed_};
     auto parts = t.op_multi("Split", {qkv}, {{"axis", Attribute::of_int(2)}},
                             {{qkv.dtype, part}, {qkv.dtype, part}, {qkv.dtype, part}});
-    const Var q = split_heads(t, parts[0], heads_), k = split_heads(t, parts[1], heads_), v = split_heads(t, parts[2], heads_);
-    const Var context = eager_attention(t, q, k, v, {.divisors = divisors_, .causal = true, .dropout = attn_dropout_.get()});
+    const Var q = split_heads(t, parts[0], heads_), k = split_heads(t, parts[1], heads_),
+              v = split_heads(t, parts[2], heads_);
+    const Var context =
+        eager_attention(t, q, k, v, {.divisors = divisors_, .causal = true, .dropout = attn_dropout_.get()});
     return {resid_dropout_->call(t, c_proj_->call(t, merge_heads(t, context)))};
   }
   std::string type_name() const override { return "GPT2Attention"; }
@@ -251,9 +254,7 @@ struct Registrar {
                         {"scale_attn_weights", true},
                         {"scale_attn_by_inverse_layer_idx", false}};
     e.create = [](const Config& c) -> ModulePtr { return std::make_shared<GPT2LMHeadModel>(Gpt2Config::from(c)); };
-    e.example_inputs = [](const Config& c) {
-      return InputShapes{{"input_ids", {2, example_length(c)}}};
-    };
+    e.example_inputs = [](const Config& c) { return InputShapes{{"input_ids", {2, example_length(c)}}}; };
     e.dynamic_axes = [](const Config&) {
       return DynamicAxes{{"input_ids", {{0, "batch"}, {1, "sequence"}}}, {"logits", {{0, "batch"}, {1, "sequence"}}}};
     };

@@ -20,8 +20,10 @@ std::vector<int64_t> mlp_input_shape(const Config& c) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   if (shape.empty() || n != size)
-    throw InvalidArgument(fmt::format("mlp config: input_shape {} has {} elements but input_size is {}; set both (or "
-                                      "input_shape null for [input_size])", shape, n, size));
+    throw InvalidArgument(
+        fmt::format("mlp config: input_shape {} has {} elements but input_size is {}; set both (or "
+                    "input_shape null for [input_size])",
+                    shape, n, size));
   return shape;
 }
 
@@ -60,7 +62,8 @@ class LeNet : public Module {
   LeNet(int64_t channels, int64_t image_size, int64_t labels) {
     const int64_t side = (image_size / 2 - 4) / 2;  // after conv1 (same size), pool, conv2 (-4), pool
     if (side < 1)
-      throw InvalidArgument(fmt::format("lenet config: image_size {} is too small (LeNet needs at least 12)", image_size));
+      throw InvalidArgument(
+          fmt::format("lenet config: image_size {} is too small (LeNet needs at least 12)", image_size));
     conv1_ = register_module("conv1", std::make_shared<Conv2d>(Conv2dOptions(channels, 6, 5).padding(2)));
     bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(6));
     conv2_ = register_module("conv2", std::make_shared<Conv2d>(6, 16, 5));

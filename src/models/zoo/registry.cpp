@@ -95,8 +95,8 @@ ExportOptions export_options(const std::string& name, const Config& overrides) {
     o.input_dtypes = e.input_dtypes(config);
     const size_t inputs = e.example_inputs(config).size();
     if (o.input_dtypes.size() != inputs)
-      throw InvalidArgument(fmt::format("zoo entry '{}' gives {} input dtypes for {} inputs", name,
-                                        o.input_dtypes.size(), inputs));
+      throw InvalidArgument(
+          fmt::format("zoo entry '{}' gives {} input dtypes for {} inputs", name, o.input_dtypes.size(), inputs));
   }
   return o;
 }
@@ -105,7 +105,8 @@ Model export_model(const std::string& name, const Config& overrides, uint64_t se
   manual_seed(seed);
   ModulePtr model = create_model(name, overrides);
   model->train();
-  return model->to_onnx(example_inputs(name, overrides), dynamic_axes(name, overrides), export_options(name, overrides));
+  return model->to_onnx(example_inputs(name, overrides), dynamic_axes(name, overrides),
+                        export_options(name, overrides));
 }
 
 }  // namespace kiln::nn::zoo

@@ -26,7 +26,8 @@ Var add(Tracer& t, const Var& a, const Var& b) { return t.op("Add", {a, b}, {}, 
 // downsample Sequential: keys downsample.0.weight, downsample.1.*).
 ModulePtr downsample(int64_t in, int64_t out, int64_t stride) {
   if (stride == 1 && in == out) return nullptr;
-  return std::make_shared<Sequential>(std::vector<ModulePtr>{conv(in, out, 1, stride), std::make_shared<BatchNorm2d>(out)});
+  return std::make_shared<Sequential>(
+      std::vector<ModulePtr>{conv(in, out, 1, stride), std::make_shared<BatchNorm2d>(out)});
 }
 
 // Registration order is torchvision's, so state_dict() lists keys in its order.
@@ -132,7 +133,7 @@ ZooEntry resnet_entry(const std::string& name, const std::string& description, C
 }
 
 Config resnet_config(std::vector<int64_t> hidden_sizes, std::vector<int64_t> depths, const std::string& layer_type) {
-  return {{"num_channels", 3},  {"embedding_size", 64}, {"hidden_sizes", std::move(hidden_sizes)},
+  return {{"num_channels", 3},           {"embedding_size", 64},     {"hidden_sizes", std::move(hidden_sizes)},
           {"depths", std::move(depths)}, {"layer_type", layer_type}, {"num_labels", 1000}};
 }
 
@@ -144,9 +145,10 @@ const bool registered = [] {
   register_model(resnet_entry("resnet50", "ResNet-50 (torchvision.models.resnet50, v1.5)",
                               resnet_config({256, 512, 1024, 2048}, {3, 4, 6, 3}, "bottleneck")));
   for (const char* name : {"resnet18", "resnet34", "resnet50"})
-    register_backbone(name, [name = std::string(name)](const Config& c, const BackboneOptions& o) -> std::shared_ptr<Backbone> {
-      return std::make_shared<ResNetBackbone>(resnet_spec(c, name), o);
-    });
+    register_backbone(
+        name, [name = std::string(name)](const Config& c, const BackboneOptions& o) -> std::shared_ptr<Backbone> {
+          return std::make_shared<ResNetBackbone>(resnet_spec(c, name), o);
+        });
   return true;
 }();
 
@@ -161,7 +163,8 @@ ResNetSpec resnet_spec(const Config& c, const std::string& model) {
   s.depths = config_ints(c, model, "depths");
   const std::string type = config_string(c, model, "layer_type");
   if (type != "basic" && type != "bottleneck")
-    throw InvalidArgument(fmt::format("{} config: layer_type must be \"basic\" or \"bottleneck\", got \"{}\"", model, type));
+    throw InvalidArgument(
+        fmt::format("{} config: layer_type must be \"basic\" or \"bottleneck\", got \"{}\"", model, type));
   s.bottleneck = type == "bottleneck";
   if (s.hidden_sizes.empty() || s.hidden_sizes.size() != s.depths.size())
     throw InvalidArgument(fmt::format("{} config: hidden_sizes {} and depths {} must be non-empty and of one length",
@@ -169,8 +172,10 @@ ResNetSpec resnet_spec(const Config& c, const std::string& model) {
   if (s.bottleneck)
     for (int64_t h : s.hidden_sizes)
       if (h % 4 != 0)
-        throw InvalidArgument(fmt::format("{} config: a bottleneck stage's hidden size must be divisible by 4 (its "
-                                          "width is a quarter of it), got hidden_sizes {}", model, s.hidden_sizes));
+        throw InvalidArgument(
+            fmt::format("{} config: a bottleneck stage's hidden size must be divisible by 4 (its "
+                        "width is a quarter of it), got hidden_sizes {}",
+                        model, s.hidden_sizes));
   return s;
 }
 
@@ -197,7 +202,8 @@ std::vector<Var> run_resnet_body(Module& m, Tracer& t, const Var& x, size_t coun
   Var y = m.get_submodule("conv1")->call(t, x);
   y = m.get_submodule("relu")->call(t, m.get_submodule("bn1")->call(t, y));
   outs.push_back(m.get_submodule("maxpool")->call(t, y));
-  for (size_t i = 1; outs.size() < count; ++i) outs.push_back(m.get_submodule(fmt::format("layer{}", i))->call(t, outs.back()));
+  for (size_t i = 1; outs.size() < count; ++i)
+    outs.push_back(m.get_submodule(fmt::format("layer{}", i))->call(t, outs.back()));
   return outs;
 }
 

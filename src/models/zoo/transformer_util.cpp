@@ -16,8 +16,7 @@ namespace kiln::nn::zoo::transformers {
 namespace {
 
 const Config& value_of(const Config& c, const std::string& model, const std::string& key) {
-  if (!c.is_object() || !c.contains(key))
-    throw InvalidArgument(fmt::format("{} config: '{}' is missing", model, key));
+  if (!c.is_object() || !c.contains(key)) throw InvalidArgument(fmt::format("{} config: '{}' is missing", model, key));
   return c.at(key);
 }
 
@@ -108,8 +107,8 @@ Var select_token(Tracer& t, const Var& x, int64_t index) {
 }
 
 Var position_ids(Tracer& t, const Var& ids) {
-  const Var len = t.op("Shape", {ids}, {{"start", Attribute::of_int(1)}, {"end", Attribute::of_int(2)}},
-                       DType::Int64, {1});
+  const Var len =
+      t.op("Shape", {ids}, {{"start", Attribute::of_int(1)}, {"end", Attribute::of_int(2)}}, DType::Int64, {1});
   const Var zero = t.constant(Tensor::scalar<int64_t>(0), "zero");
   const Var one = t.constant(Tensor::scalar<int64_t>(1), "one");
   const Var positions = t.op("Range", {zero, attn::squeeze(t, len, {0}), one}, {}, DType::Int64, {ids.dim(1)});
@@ -137,8 +136,8 @@ Var eager_attention(Tracer& t, const Var& q, const Var& k, const Var& v, const E
   if (a.causal) {
     // True above the diagonal: key position j after query position i (HF's causal `bias` buffer,
     // negated), for a sequence length known only at run time.
-    const Var len = t.op("Shape", {q}, {{"start", Attribute::of_int(2)}, {"end", Attribute::of_int(3)}},
-                         DType::Int64, {1});
+    const Var len =
+        t.op("Shape", {q}, {{"start", Attribute::of_int(2)}, {"end", Attribute::of_int(3)}}, DType::Int64, {1});
     const Var zero = t.constant(Tensor::scalar<int64_t>(0), "zero");
     const Var one = t.constant(Tensor::scalar<int64_t>(1), "one");
     const Var range = t.op("Range", {zero, attn::squeeze(t, len, {0}), one}, {}, DType::Int64, {q.dim(2)});

@@ -28,7 +28,7 @@ Var flatten_from_1(Tracer& t, const Var& x);
 struct ResNetSpec {
   int64_t num_channels = 3, embedding_size = 64, num_labels = 1000;
   std::vector<int64_t> hidden_sizes, depths;  // a stage's output channels; blocks per stage
-  bool bottleneck = false;                   // layer_type "bottleneck" (else "basic")
+  bool bottleneck = false;                    // layer_type "bottleneck" (else "basic")
 };
 ResNetSpec resnet_spec(const Config& c, const std::string& model);
 // Registers conv1, bn1, relu, maxpool, layer1..layerN on `m`, initialised as torchvision does.

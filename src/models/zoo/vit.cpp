@@ -49,11 +49,9 @@ VitConfig VitConfig::from(const Config& c) {
 }
 
 Config default_config() {
-  return {{"image_size", 224},         {"patch_size", 16},
-          {"num_channels", 3},         {"hidden_size", 768},
-          {"num_hidden_layers", 12},   {"num_attention_heads", 12},
-          {"intermediate_size", 3072}, {"hidden_dropout_prob", 0.0},
-          {"attention_probs_dropout_prob", 0.0},
+  return {{"image_size", 224},         {"patch_size", 16},           {"num_channels", 3},
+          {"hidden_size", 768},        {"num_hidden_layers", 12},    {"num_attention_heads", 12},
+          {"intermediate_size", 3072}, {"hidden_dropout_prob", 0.0}, {"attention_probs_dropout_prob", 0.0},
           {"layer_norm_eps", 1e-6},    {"num_labels", 1000}};
 }
 
@@ -62,26 +60,26 @@ Config default_config() {
 EncoderBlock::EncoderBlock(const VitConfig& c) {
   const std::vector<int64_t> shape{c.hidden_size};
   ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(shape, c.layer_norm_eps));
-  self_attention_ = register_module(
-      "self_attention", std::make_shared<MultiheadAttention>(MultiheadAttentionOptions{
-                            .embed_dim = c.hidden_size,
-                            .num_heads = c.num_attention_heads,
-                            .dropout = c.attention_probs_dropout_prob,
-                            .batch_first = true}));
+  self_attention_ = register_module("self_attention", std::make_shared<MultiheadAttention>(MultiheadAttentionOptions{
+                                                          .embed_dim = c.hidden_size,
+                                                          .num_heads = c.num_attention_heads,
+                                                          .dropout = c.attention_probs_dropout_prob,
+                                                          .batch_first = true}));
   dropout_ = register_module("dropout", std::make_shared<Dropout>(c.hidden_dropout_prob));
   ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(shape, c.layer_norm_eps));
   // torchvision's MLPBlock: Linear, GELU, Dropout, Linear, Dropout (keys mlp.0, mlp.3)
-  mlp_ = register_module("mlp", std::make_shared<Sequential>(std::vector<ModulePtr>{
-                                    mlp_linear(c.hidden_size, c.intermediate_size), std::make_shared<GELU>(),
-                                    std::make_shared<Dropout>(c.hidden_dropout_prob),
-                                    mlp_linear(c.intermediate_size, c.hidden_size),
-                                    std::make_shared<Dropout>(c.hidden_dropout_prob)}));
+  mlp_ = register_module(
+      "mlp", std::make_shared<Sequential>(std::vector<ModulePtr>{
+                 mlp_linear(c.hidden_size, c.intermediate_size), std::make_shared<GELU>(),
+                 std::make_shared<Dropout>(c.hidden_dropout_prob), mlp_linear(c.intermediate_size, c.hidden_size),
+                 std::make_shared<Dropout>(c.hidden_dropout_prob)}));
 }
 
 std::vector<Var> EncoderBlock::forward(Tracer& t, const std::vector<Var>& inputs) {
   const Var& input = inputs.at(0);
   if (input.rank() != 3)
-    throw ShapeError(fmt::format("EncoderBlock: Expected (batch_size, seq_length, hidden_dim) got rank {}", input.rank()));
+    throw ShapeError(
+        fmt::format("EncoderBlock: Expected (batch_size, seq_length, hidden_dim) got rank {}", input.rank()));
   const Var x0 = ln_1_->call(t, input);
   const Var a = self_attention_->attend(t, x0, x0, x0, {.need_weights = false}).at(0);
   const Var x = attn::binary(t, "Add", dropout_->call(t, a), input);
@@ -92,7 +90,8 @@ std::vector<Var> EncoderBlock::forward(Tracer& t, const std::vector<Var>& inputs
 
 Encoder::Encoder(const VitConfig& c, bool final_norm) {
   const int64_t seq_length = c.grid() * c.grid() + 1;
-  normal_(register_parameter("pos_embedding", Tensor::zeros(DType::Float32, {1, seq_length, c.hidden_size})), 0.0, 0.02);
+  normal_(register_parameter("pos_embedding", Tensor::zeros(DType::Float32, {1, seq_length, c.hidden_size})), 0.0,
+          0.02);
   dropout_ = register_module("dropout", std::make_shared<Dropout>(c.hidden_dropout_prob));
   layers_ = register_module("layers", std::make_shared<Sequential>());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
@@ -103,7 +102,8 @@ Encoder::Encoder(const VitConfig& c, bool final_norm) {
 
 std::vector<Var> Encoder::hidden_states(Tracer& t, const Var& x, int64_t layers) {
   if (layers < 0 || layers > num_layers())
-    throw InvalidArgument(fmt::format("Encoder: asked for the hidden states of {} layers; it has {}", layers, num_layers()));
+    throw InvalidArgument(
+        fmt::format("Encoder: asked for the hidden states of {} layers; it has {}", layers, num_layers()));
   pending_layers_ = layers;
   try {
     auto out = call(t, std::vector<Var>{x});
@@ -149,16 +149,17 @@ Var embed_patches(Tracer& t, Module& owner, Module& conv_proj, const VitConfig& 
                                  c.image_size, c.image_size, pixel_values.rank()));
   // torchvision's _process_input asserts; the position embedding fixes the number of patches.
   if (pixel_values.dim(2) != c.image_size)
-    throw ShapeError(fmt::format("vit: Wrong image height! Expected {} but got {}!", c.image_size, pixel_values.dim(2)));
+    throw ShapeError(
+        fmt::format("vit: Wrong image height! Expected {} but got {}!", c.image_size, pixel_values.dim(2)));
   if (pixel_values.dim(3) != c.image_size)
     throw ShapeError(fmt::format("vit: Wrong image width! Expected {} but got {}!", c.image_size, pixel_values.dim(3)));
   const Var patches = conv_proj.call(t, pixel_values);  // [B, D, h, w]
   const Var tokens = attn::transpose(t, attn::reshape(t, patches, {0, c.hidden_size, c.grid() * c.grid()}), {0, 2, 1});
   // class_token.expand(B, -1, -1), then cat along the sequence
-  const Var batch = t.op("Shape", {tokens}, {{"start", Attribute::of_int(0)}, {"end", Attribute::of_int(1)}},
-                         DType::Int64, {1});
-  const Var target = t.op("Concat", {batch, t.constant_ints({1, c.hidden_size})}, {{"axis", Attribute::of_int(0)}},
-                          DType::Int64, {3});
+  const Var batch =
+      t.op("Shape", {tokens}, {{"start", Attribute::of_int(0)}, {"end", Attribute::of_int(1)}}, DType::Int64, {1});
+  const Var target =
+      t.op("Concat", {batch, t.constant_ints({1, c.hidden_size})}, {{"axis", Attribute::of_int(0)}}, DType::Int64, {3});
   const Var cls = t.op("Expand", {t.parameter(owner, "class_token"), target}, {}, DType::Float32,
                        {tokens.dim(0), 1, c.hidden_size});
   return t.op("Concat", {cls, tokens}, {{"axis", Attribute::of_int(1)}}, DType::Float32,
@@ -167,9 +168,10 @@ Var embed_patches(Tracer& t, Module& owner, Module& conv_proj, const VitConfig& 
 
 Var tokens_to_feature_map(Tracer& t, const Var& tokens, const VitConfig& c) {
   const int64_t n = c.grid() * c.grid();
-  const Var patches = t.op("Slice", {tokens, t.constant_ints({1}), t.constant_ints({std::numeric_limits<int64_t>::max()}),
-                                     t.constant_ints({1})},
-                           {}, tokens.dtype, {tokens.dim(0), n, c.hidden_size});
+  const Var patches =
+      t.op("Slice",
+           {tokens, t.constant_ints({1}), t.constant_ints({std::numeric_limits<int64_t>::max()}), t.constant_ints({1})},
+           {}, tokens.dtype, {tokens.dim(0), n, c.hidden_size});
   return attn::transpose(t, attn::reshape(t, patches, {0, c.grid(), c.grid(), c.hidden_size}), {0, 3, 1, 2});
 }
 
@@ -184,7 +186,8 @@ class VisionTransformer : public Module {
     auto head = std::make_shared<Linear>(c.hidden_size, c.num_labels);
     constant_(head->get_parameter("weight"), 0.0);  // torchvision zero-initialises the head
     constant_(head->get_parameter("bias"), 0.0);
-    heads_ = register_module("heads", std::make_shared<Sequential>(std::vector<std::pair<std::string, ModulePtr>>{{"head", head}}));
+    heads_ = register_module(
+        "heads", std::make_shared<Sequential>(std::vector<std::pair<std::string, ModulePtr>>{{"head", head}}));
   }
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
     if (inputs.size() != 1)

@@ -18,8 +18,8 @@ namespace kiln::nn::zoo::vit {
 
 // HF ViTConfig's names for torchvision's arguments.
 struct VitConfig {
-  int64_t image_size, patch_size, num_channels, hidden_size, num_hidden_layers, num_attention_heads,
-      intermediate_size, num_labels;
+  int64_t image_size, patch_size, num_channels, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
+      num_labels;
   double hidden_dropout_prob, attention_probs_dropout_prob, layer_norm_eps;
   int64_t grid() const { return image_size / patch_size; }  // patches per side
   static VitConfig from(const Config& c);

@@ -83,8 +83,8 @@ Enum enum_from_string(std::string_view text, std::string_view option) {
   std::string choices;
   for (const auto& [e, name] : EnumTable<Enum>::entries)
     choices += fmt::format("{}'{}'", choices.empty() ? "" : ", ", name);
-  throw InvalidArgument(fmt::format("{}: {} is not a valid {}, please select one of [{}]", option, text,
-                                    EnumTable<Enum>::type, choices));
+  throw InvalidArgument(
+      fmt::format("{}: {} is not a valid {}, please select one of [{}]", option, text, EnumTable<Enum>::type, choices));
 }
 
 template IntervalStrategy enum_from_string<IntervalStrategy>(std::string_view, std::string_view);

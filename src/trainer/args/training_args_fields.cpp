@@ -175,10 +175,8 @@ void convert_str_dict(Json& object) {
       } else if (all_digits(s)) {
         errno = 0;
         long long as_int = std::strtoll(s.c_str(), nullptr, 10);
-        if (errno == ERANGE)
-          value = std::strtod(s.c_str(), nullptr);  // beyond int64: Python's int would be exact
-        else
-          value = static_cast<int64_t>(as_int);
+        if (errno == ERANGE) value = std::strtod(s.c_str(), nullptr);  // beyond int64: Python's int would be exact
+        else value = static_cast<int64_t>(as_int);
       } else if (all_digits(without_dot)) {
         value = std::strtod(s.c_str(), nullptr);
       }
@@ -200,8 +198,8 @@ struct KwargsCodec {
   static Json from_text(const Texts& v, const std::string& where) {
     Json parsed = Json::parse(v.at(0), nullptr, /*allow_exceptions=*/false);
     if (!parsed.is_object())
-      throw InvalidArgument(fmt::format("{}: expected a JSON object such as '{{\"num_cycles\": 2}}', got '{}'",
-                                        where, v.at(0)));
+      throw InvalidArgument(
+          fmt::format("{}: expected a JSON object such as '{{\"num_cycles\": 2}}', got '{}'", where, v.at(0)));
     convert_str_dict(parsed);
     return parsed;
   }
@@ -311,8 +309,7 @@ std::vector<FieldSpec> make_fields() {
   f.push_back(field("run_name", &A::run_name));
   f.push_back(field("disable_tqdm", &A::disable_tqdm));
   f.push_back(field("include_tokens_per_second", &A::include_tokens_per_second));
-  f.push_back(field<std::string, TokensSeenCodec>("include_num_input_tokens_seen",
-                                                  &A::include_num_input_tokens_seen));
+  f.push_back(field<std::string, TokensSeenCodec>("include_num_input_tokens_seen", &A::include_num_input_tokens_seen));
   f.push_back(field("skip_memory_metrics", &A::skip_memory_metrics));
   f.push_back(field("save_strategy", &A::save_strategy));
   f.push_back(field<double, StepsCodec>("save_steps", &A::save_steps));

@@ -143,8 +143,7 @@ TrainingArguments TrainingArguments::from_json(const nlohmann::json& json, bool 
     if (!detail::find_field(key)) unused.push_back(key);
   if (!unused.empty() && !allow_extra_keys) {
     std::sort(unused.begin(), unused.end());
-    throw InvalidArgument(
-        fmt::format("Some keys are not used by the HfArgumentParser: {}", python_list(unused)));
+    throw InvalidArgument(fmt::format("Some keys are not used by the HfArgumentParser: {}", python_list(unused)));
   }
   TrainingArguments args;
   // In table order, so that a non-null evaluation_strategy overrides eval_strategy as in HF v4.

@@ -19,7 +19,13 @@ namespace {
 // which is warning.
 constexpr int kWarning = 30;
 constexpr std::array<std::pair<std::string_view, int>, 7> kLogLevels{{
-    {"detail", 10}, {"debug", 10}, {"info", 20}, {"warning", 30}, {"error", 40}, {"critical", 50}, {"passive", -1},
+    {"detail", 10},
+    {"debug", 10},
+    {"info", 20},
+    {"warning", 30},
+    {"error", 40},
+    {"critical", 50},
+    {"passive", -1},
 }};
 
 int log_level_number(const std::string& name) {
@@ -74,17 +80,17 @@ void normalise(TrainingArguments& a) {
   if (!a.disable_tqdm) a.disable_tqdm = (level < 0 ? kWarning : level) > kWarning;
   if (a.include_num_input_tokens_seen != "all" && a.include_num_input_tokens_seen != "non_padding" &&
       a.include_num_input_tokens_seen != "no")
-    fail(fmt::format("include_num_input_tokens_seen must be one of ['all', 'non_padding', 'no'] or a boolean, got "
-                     "'{}'",
-                     a.include_num_input_tokens_seen));
+    fail(
+        fmt::format("include_num_input_tokens_seen must be one of ['all', 'non_padding', 'no'] or a boolean, got "
+                    "'{}'",
+                    a.include_num_input_tokens_seen));
 }
 
 // ---- 2. Derived values -------------------------------------------------------------------------
 void derive_values(TrainingArguments& a) {
   if (!a.do_eval && a.eval_strategy != IntervalStrategy::no) a.do_eval = true;
   if (a.eval_strategy == IntervalStrategy::steps && (!a.eval_steps || *a.eval_steps == 0)) {
-    if (a.logging_steps > 0)
-      a.eval_steps = a.logging_steps;
+    if (a.logging_steps > 0) a.eval_steps = a.logging_steps;
     else
       fail(fmt::format("evaluation strategy {} requires either non-zero --eval_steps or --logging_steps",
                        to_string(a.eval_strategy)));
@@ -116,10 +122,10 @@ void check_interval_steps(const TrainingArguments& a) {
 void check_load_best_model_at_end(const TrainingArguments& a) {
   if (!a.load_best_model_at_end || a.save_strategy == SaveStrategy::best) return;
   if (to_string(a.eval_strategy) != to_string(a.save_strategy))
-    fail(fmt::format(
-        "--load_best_model_at_end requires the save and eval strategy to match (unless when "
-        "`--save_strategy=\"best\"`), but found\n- Evaluation strategy: {}\n- Save strategy: {}",
-        to_string(a.eval_strategy), to_string(a.save_strategy)));
+    fail(
+        fmt::format("--load_best_model_at_end requires the save and eval strategy to match (unless when "
+                    "`--save_strategy=\"best\"`), but found\n- Evaluation strategy: {}\n- Save strategy: {}",
+                    to_string(a.eval_strategy), to_string(a.save_strategy)));
   if (a.eval_strategy != IntervalStrategy::steps || is_multiple(a.save_steps, *a.eval_steps)) return;
   const double save_steps = a.save_steps, eval_steps = *a.eval_steps;
   if (!(eval_steps < 1 || save_steps < 1))
@@ -135,10 +141,10 @@ void check_load_best_model_at_end(const TrainingArguments& a) {
   // HF multiplies both ratios by 1e6 to dodge binary fractions (0.3 % 0.1 != 0).
   constexpr double kLargeMultiplier = 1'000'000;
   if (!is_multiple(save_steps * kLargeMultiplier, eval_steps * kLargeMultiplier))
-    fail(fmt::format(
-        "--load_best_model_at_end requires the saving steps to be a multiple of the evaluation steps, but "
-        "found {}, which is not a multiple of {}.",
-        save_steps, eval_steps));
+    fail(
+        fmt::format("--load_best_model_at_end requires the saving steps to be a multiple of the evaluation steps, but "
+                    "found {}, which is not a multiple of {}.",
+                    save_steps, eval_steps));
 }
 
 void check_schedule(const TrainingArguments& a) {

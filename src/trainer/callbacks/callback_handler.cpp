@@ -16,8 +16,10 @@ void CallbackHandler::add(std::shared_ptr<TrainerCallback> callback) {
     if (c->name() == name) {
       std::string list;
       for (const auto& d : callbacks_) list += "\n" + d->name();
-      std::fprintf(stderr, "You are adding a %s to the callbacks of this Trainer, but there is already one. The current "
-                   "list of callbacks is:%s\n", name.c_str(), list.c_str());
+      std::fprintf(stderr,
+                   "You are adding a %s to the callbacks of this Trainer, but there is already one. The current "
+                   "list of callbacks is:%s\n",
+                   name.c_str(), list.c_str());
       break;
     }
   callbacks_.push_back(std::move(callback));
@@ -48,7 +50,8 @@ void CallbackHandler::call(Event event, const TrainingArguments& args, const Tra
   // HF's handler resets the flags an event starts afresh.
   if (event == &TrainerCallback::on_train_begin) control.should_training_stop = false;
   else if (event == &TrainerCallback::on_epoch_begin) control.should_epoch_stop = false;
-  else if (event == &TrainerCallback::on_step_begin) control.should_log = control.should_evaluate = control.should_save = false;
+  else if (event == &TrainerCallback::on_step_begin)
+    control.should_log = control.should_evaluate = control.should_save = false;
   else if (event == &TrainerCallback::on_log) control.should_log = false;
   else if (event == &TrainerCallback::on_evaluate) control.should_evaluate = false;
   else if (event == &TrainerCallback::on_save) control.should_save = false;

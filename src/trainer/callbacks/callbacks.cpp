@@ -86,8 +86,9 @@ EarlyStoppingCallback::EarlyStoppingCallback(int64_t patience, double threshold)
 void EarlyStoppingCallback::on_train_begin(const Args& args, const TrainerState&, TrainerControl&,
                                            const CallbackContext&) {
   if (!args.load_best_model_at_end)
-    std::fprintf(stderr, "Using EarlyStoppingCallback without load_best_model_at_end=True. Once training is finished, "
-                         "the best model will not be loaded automatically.\n");
+    std::fprintf(stderr,
+                 "Using EarlyStoppingCallback without load_best_model_at_end=True. Once training is finished, "
+                 "the best model will not be loaded automatically.\n");
   if (!args.metric_for_best_model)
     throw InvalidArgument("EarlyStoppingCallback requires metric_for_best_model to be defined");
   if (args.eval_strategy == IntervalStrategy::no)
@@ -101,8 +102,10 @@ void EarlyStoppingCallback::on_evaluate(const Args& args, const TrainerState& st
   if (key.rfind("eval_", 0) != 0) key = "eval_" + key;
   auto it = ctx.metrics->find(key);
   if (it == ctx.metrics->end()) {
-    std::fprintf(stderr, "early stopping required metric_for_best_model, but did not find %s so early stopping is "
-                         "disabled\n", key.c_str());
+    std::fprintf(stderr,
+                 "early stopping required metric_for_best_model, but did not find %s so early stopping is "
+                 "disabled\n",
+                 key.c_str());
     return;
   }
   const double value = it->second;
@@ -111,16 +114,15 @@ void EarlyStoppingCallback::on_evaluate(const Args& args, const TrainerState& st
   const bool better = state.best_metric && (greater ? value > *state.best_metric : value < *state.best_metric);
   if (!state.best_metric || (better && std::abs(value - *state.best_metric) > early_stopping_threshold))
     early_stopping_patience_counter = 0;
-  else
-    ++early_stopping_patience_counter;
+  else ++early_stopping_patience_counter;
   if (early_stopping_patience_counter >= early_stopping_patience) control.should_training_stop = true;
 }
 
 std::optional<nlohmann::json> EarlyStoppingCallback::state() const {
-  return nlohmann::json{{"args",
-                         {{"early_stopping_patience", early_stopping_patience},
-                          {"early_stopping_threshold", early_stopping_threshold}}},
-                        {"attributes", {{"early_stopping_patience_counter", early_stopping_patience_counter}}}};
+  return nlohmann::json{
+      {"args",
+       {{"early_stopping_patience", early_stopping_patience}, {"early_stopping_threshold", early_stopping_threshold}}},
+      {"attributes", {{"early_stopping_patience_counter", early_stopping_patience_counter}}}};
 }
 
 void EarlyStoppingCallback::load_state(const nlohmann::json& s) {

@@ -69,7 +69,9 @@ void ProgressCallback::draw(Bar& bar, bool final_draw) {
   const double rate = elapsed > 0 ? done / elapsed : 0.0;
   const double remaining = rate > 0 ? static_cast<double>(bar.total - bar.n) / rate : NAN;
   const double fraction = bar.total > 0 ? static_cast<double>(bar.n) / static_cast<double>(bar.total) : 0.0;
-  const std::string rate_text = rate <= 0 ? "?it/s" : rate >= 1 ? fmt::format("{:.2f}it/s", rate) : fmt::format("{:.2f}s/it", 1 / rate);
+  const std::string rate_text = rate <= 0   ? "?it/s"
+                                : rate >= 1 ? fmt::format("{:.2f}it/s", rate)
+                                            : fmt::format("{:.2f}s/it", 1 / rate);
   const std::string postfix = bar.loss ? fmt::format(", loss={:.4f}", *bar.loss) : "";
   // Whole percent done, in integers (floor(0.29 * 100) would be 28).
   const int64_t percent = bar.total > 0 ? bar.n * 100 / bar.total : 0;
@@ -90,7 +92,8 @@ void ProgressCallback::on_train_begin(const Args&, const TrainerState& state, Tr
   if (terminal_) draw(*training_bar_, true);
 }
 
-void ProgressCallback::on_step_end(const Args&, const TrainerState& state, TrainerControl&, const CallbackContext& ctx) {
+void ProgressCallback::on_step_end(const Args&, const TrainerState& state, TrainerControl&,
+                                   const CallbackContext& ctx) {
   if (!training_bar_) return;
   Bar& bar = *training_bar_;
   bar.n = state.global_step;

@@ -46,7 +46,8 @@ std::vector<std::string> integration_names() {
   return names;
 }
 
-std::vector<std::shared_ptr<TrainerCallback>> reporting_integration_callbacks(const std::vector<std::string>& report_to) {
+std::vector<std::shared_ptr<TrainerCallback>> reporting_integration_callbacks(
+    const std::vector<std::string>& report_to) {
   std::vector<std::string> names;
   for (const auto& n : report_to) {
     if (n == "none") continue;
@@ -65,8 +66,10 @@ std::vector<std::shared_ptr<TrainerCallback>> reporting_integration_callbacks(co
     if (it == r.factories.end()) {
       std::string known;
       for (const auto& [k, f] : r.factories) known += (known.empty() ? "" : ", ") + k;
-      throw InvalidArgument(fmt::format("report_to: '{}' is not a supported integration; Kiln has: {} (or \"all\", "
-                                        "\"none\")", n, known));
+      throw InvalidArgument(
+          fmt::format("report_to: '{}' is not a supported integration; Kiln has: {} (or \"all\", "
+                      "\"none\")",
+                      n, known));
     }
     out.push_back(it->second());
   }

@@ -99,10 +99,8 @@ std::string python_str(const json& v) { return v.is_string() ? v.get<std::string
 void flatten(const json& obj, const std::string& prefix, std::vector<std::pair<std::string, json>>& out) {
   for (const auto& [k, v] : obj.items()) {
     const std::string key = prefix.empty() ? k : prefix + "." + k;
-    if (v.is_object() && !v.empty())
-      flatten(v, key, out);
-    else
-      out.emplace_back(key, v);
+    if (v.is_object() && !v.empty()) flatten(v, key, out);
+    else out.emplace_back(key, v);
   }
 }
 
@@ -188,8 +186,7 @@ store::RunInfo reattach_run(const store::FileStore& files, const std::string& ru
   return info;
 }
 
-store::RunInfo create_run(store::FileStore& files, const std::string& experiment_name,
-                          const TrainingArguments& args) {
+store::RunInfo create_run(store::FileStore& files, const std::string& experiment_name, const TrainingArguments& args) {
   const std::string experiment = files.experiment_by_name(experiment_name.empty() ? "Default" : experiment_name);
   const std::string user = user_name();
   store::RunInfo info =
@@ -240,8 +237,8 @@ void log_params(const store::FileStore& files, const store::RunInfo& info, const
     // run's args differ at least in resume_from_checkpoint) instead of failing as MLflow would.
     if (!created) {
       if (auto old = files.param(info, key); old && *old != value) {
-        warn(fmt::format("MLflow run {} keeps param '{}' = '{}' (now '{}'): MLflow params cannot change",
-                         info.run_id, key, *old, value));
+        warn(fmt::format("MLflow run {} keeps param '{}' = '{}' (now '{}'): MLflow params cannot change", info.run_id,
+                         key, *old, value));
         continue;
       }
     }
@@ -280,8 +277,8 @@ void MLflowCallback::setup(const Args& args, bool from_train) {
   const std::string experiment_name = env("MLFLOW_EXPERIMENT_NAME");
   const std::string resume_id = env("MLFLOW_RUN_ID");
   const bool created = resume_id.empty();
-  run->info = created ? create_run(run->store, experiment_name, args)
-                      : reattach_run(run->store, resume_id, experiment_name);
+  run->info =
+      created ? create_run(run->store, experiment_name, args) : reattach_run(run->store, resume_id, experiment_name);
   run->from_train = from_train;
   log_params(run->store, run->info, params_of(args), created);
   set_env_tags(run->store, run->info);
@@ -291,10 +288,8 @@ void MLflowCallback::setup(const Args& args, bool from_train) {
 void MLflowCallback::on_train_begin(const Args& args, const TrainerState& state, TrainerControl&,
                                     const CallbackContext&) {
   if (!state.is_world_process_zero) return;
-  if (!run_ || run_->ended)
-    setup(args, true);
-  else
-    run_->from_train = true;  // a run an evaluate() before train() opened goes on
+  if (!run_ || run_->ended) setup(args, true);
+  else run_->from_train = true;  // a run an evaluate() before train() opened goes on
 }
 
 void MLflowCallback::on_log(const Args& args, const TrainerState& state, TrainerControl&, const CallbackContext& ctx) {

@@ -177,10 +177,8 @@ fs::path tracking_root(const std::string& uri) {
 std::string path_to_file_uri(const fs::path& path) {
   std::string out = "file://";
   for (unsigned char c : fs::absolute(path).lexically_normal().string()) {
-    if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || c == '/')
-      out += static_cast<char>(c);
-    else
-      out += fmt::format("%{:02X}", c);
+    if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || c == '/') out += static_cast<char>(c);
+    else out += fmt::format("%{:02X}", c);
   }
   return out;
 }

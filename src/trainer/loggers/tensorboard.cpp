@@ -5,8 +5,8 @@
 //   Summary { repeated Value value = 1; }
 //   Value   { string tag = 1; float simple_value = 2; TensorProto tensor = 8; SummaryMetadata metadata = 9; }
 //   SummaryMetadata { PluginData plugin_data = 1; }   PluginData { string plugin_name = 1; bytes content = 2; }
-//   TensorProto { DataType dtype = 1 (DT_STRING = 7); TensorShapeProto tensor_shape = 2; repeated bytes string_val = 8; }
-//   TensorShapeProto { repeated Dim dim = 2; }   Dim { int64 size = 1; }
+//   TensorProto { DataType dtype = 1 (DT_STRING = 7); TensorShapeProto tensor_shape = 2; repeated bytes string_val = 8;
+//   } TensorShapeProto { repeated Dim dim = 2; }   Dim { int64 size = 1; }
 #include "kiln/tensorboard.h"
 
 #include <fmt/format.h>
@@ -92,9 +92,8 @@ std::string host_name() {
 std::atomic<uint64_t> g_writer_count{0};
 
 std::string event_file_name() {
-  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count();
+  const auto seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   return fmt::format("events.out.tfevents.{:010d}.{}.{}.{}", seconds, host_name(), static_cast<long>(getpid()),
                      g_writer_count.fetch_add(1));
 }
@@ -141,7 +140,8 @@ TensorBoardWriter& TensorBoardWriter::operator=(TensorBoardWriter&&) noexcept = 
 
 void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t step,
                                    std::optional<double> wall_time) {
-  if (tag.empty()) throw InvalidArgument(fmt::format("TensorBoard: empty tag for a scalar at step {} ({})", step, path_));
+  if (tag.empty())
+    throw InvalidArgument(fmt::format("TensorBoard: empty tag for a scalar at step {} ({})", step, path_));
   std::string summary_value;
   put_bytes(summary_value, 1, tag);
   put_float(summary_value, 2, static_cast<float>(value));

@@ -49,8 +49,8 @@ std::string write_checkpoint_folder(const std::string& output_dir, int64_t step,
   const fs::path target = fs::path(output_dir) / fmt::format("{}{}", kCheckpointPrefix, step);
   std::string templ = (fs::path(output_dir) / fmt::format(".{}{}.tmp-XXXXXX", kCheckpointPrefix, step)).string();
   if (::mkdtemp(templ.data()) == nullptr)
-    throw IOError(fmt::format("cannot create a temporary checkpoint folder in '{}': {}", output_dir,
-                              std::strerror(errno)));
+    throw IOError(
+        fmt::format("cannot create a temporary checkpoint folder in '{}': {}", output_dir, std::strerror(errno)));
   const fs::path tmp(templ);
   try {
     write(tmp.string());
@@ -98,8 +98,7 @@ void rotate_checkpoints(const std::string& output_dir, int64_t limit, const std:
   if (static_cast<int64_t>(sorted.size()) <= limit) return;
   // The best checkpoint moves to the second-to-last place, out of deletion's reach (HF).
   if (best) {
-    auto it = std::find_if(sorted.begin(), sorted.end(),
-                           [&](const std::string& p) { return same_folder(p, *best); });
+    auto it = std::find_if(sorted.begin(), sorted.end(), [&](const std::string& p) { return same_folder(p, *best); });
     if (it != sorted.end()) {
       std::string b = *it;
       sorted.erase(it);

@@ -61,11 +61,16 @@ void scale(T* p, int64_t n, double coef) {
 template <class F>
 void with_float_data(Tensor& g, F&& f) {
   switch (g.dtype()) {
-    case DType::Float32: return f(g.data<float>());
-    case DType::Float64: return f(g.data<double>());
-    case DType::Float16: return f(g.data<Half>());
-    case DType::BFloat16: return f(g.data<BFloat16>());
-    default: break;
+    case DType::Float32:
+      return f(g.data<float>());
+    case DType::Float64:
+      return f(g.data<double>());
+    case DType::Float16:
+      return f(g.data<Half>());
+    case DType::BFloat16:
+      return f(g.data<BFloat16>());
+    default:
+      break;
   }
 }
 
@@ -78,11 +83,11 @@ void check_grads(const std::vector<Tensor*>& grads, double max_norm) {
       throw InvalidArgument(fmt::format("clip_grad_norm: gradient {} of {} is {}", i, grads.size(),
                                         g == nullptr ? "a null pointer" : "an undefined tensor"));
     if (!is_floating(g->dtype()))
-      throw TypeError(fmt::format("clip_grad_norm: gradient {} is {}; gradients must be floating point", i,
-                                  g->describe()));
+      throw TypeError(
+          fmt::format("clip_grad_norm: gradient {} is {}; gradients must be floating point", i, g->describe()));
     if (!g->is_contiguous())
-      throw InvalidArgument(fmt::format("clip_grad_norm: gradient {} ({}) is not contiguous; it is scaled in place",
-                                        i, g->describe()));
+      throw InvalidArgument(
+          fmt::format("clip_grad_norm: gradient {} ({}) is not contiguous; it is scaled in place", i, g->describe()));
   }
 }
 
@@ -103,7 +108,8 @@ double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm) {
   parallel_for(nblocks, 2, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const Block& bl = blocks[b];
-      with_float_data(*grads[bl.grad], [&](const auto* p) { partial[b] = sum_squares(p + bl.begin, bl.end - bl.begin); });
+      with_float_data(*grads[bl.grad],
+                      [&](const auto* p) { partial[b] = sum_squares(p + bl.begin, bl.end - bl.begin); });
     }
   });
 

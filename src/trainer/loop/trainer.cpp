@@ -32,7 +32,8 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& outpu
   if (!means_last_checkpoint(spec)) return spec;
   auto last = last_checkpoint(output_dir);
   if (!last)
-    throw InvalidArgument(fmt::format("resume_from_checkpoint=true, but '{}' holds no complete checkpoint", output_dir));
+    throw InvalidArgument(
+        fmt::format("resume_from_checkpoint=true, but '{}' holds no complete checkpoint", output_dir));
   return *last;
 }
 
@@ -70,8 +71,8 @@ std::vector<Tensor> inputs_of(const training::Module& module, const data::Exampl
     if (it == batch.end()) {
       std::string have;
       for (const auto& [k, v] : batch) have += (have.empty() ? "" : ", ") + k;
-      throw InvalidArgument(fmt::format("the model takes input '{}', which the batch does not have (columns: {})",
-                                        name, have));
+      throw InvalidArgument(
+          fmt::format("the model takes input '{}', which the batch does not have (columns: {})", name, have));
     }
     inputs.push_back(it->second);
   }
@@ -173,7 +174,9 @@ void Trainer::load_model_weights(const std::string& checkpoint_folder) {
   load_weights(*impl_, resolve_checkpoint(checkpoint_folder, args_.output_dir));
 }
 
-int64_t Trainer::num_examples(const data::DataLoader& loader) const { return static_cast<int64_t>(loader.num_examples()); }
+int64_t Trainer::num_examples(const data::DataLoader& loader) const {
+  return static_cast<int64_t>(loader.num_examples());
+}
 
 double Trainer::floating_point_ops(const data::Example& batch) const {
   return 6.0 * static_cast<double>(impl_->module->get_parameters_size(false)) * estimated_tokens(batch);
@@ -195,7 +198,8 @@ Schedule make_schedule(const TrainingArguments& args, const data::DataLoader& lo
   Schedule s;
   s.len_dataloader = static_cast<int64_t>(loader.num_batches());
   if (s.len_dataloader == 0)
-    throw InvalidArgument("the train dataset gives no batch (empty, or smaller than a batch with dataloader_drop_last)");
+    throw InvalidArgument(
+        "the train dataset gives no batch (empty, or smaller than a batch with dataloader_drop_last)");
   s.accum = args.gradient_accumulation_steps;
   s.updates_per_epoch = std::max<int64_t>(s.len_dataloader / s.accum, 1);
   if (args.max_steps > 0) {
@@ -215,7 +219,12 @@ class TrainRun {
  public:
   TrainRun(Trainer& trainer, Trainer::Impl& m, const TrainingArguments& args, TrainerState& state,
            const data::DataLoader& loader)
-      : trainer_(trainer), m_(m), args_(args), state_(state), loader_(loader), cb_(m.callbacks),
+      : trainer_(trainer),
+        m_(m),
+        args_(args),
+        state_(state),
+        loader_(loader),
+        cb_(m.callbacks),
         schedule_(make_schedule(args, loader)) {}
 
   void start(const std::string& resume_from_checkpoint);
@@ -267,10 +276,10 @@ void TrainRun::start(const std::string& resume_from_checkpoint) {
   state_.save_steps = args_.save_steps_for(s.max_steps);
 
   const int64_t warmup = args_.get_warmup_steps(s.max_steps);
-  m_.scheduler = m_.scheduler_factory ? m_.scheduler_factory(args_.learning_rate, warmup, s.max_steps)
-                                      : make_lr_scheduler(std::string(to_string(args_.lr_scheduler_type)),
-                                                          args_.learning_rate, warmup, s.max_steps,
-                                                          args_.lr_scheduler_kwargs);
+  m_.scheduler = m_.scheduler_factory
+                     ? m_.scheduler_factory(args_.learning_rate, warmup, s.max_steps)
+                     : make_lr_scheduler(std::string(to_string(args_.lr_scheduler_type)), args_.learning_rate, warmup,
+                                         s.max_steps, args_.lr_scheduler_kwargs);
   m_.tr_loss = m_.total_loss = 0;
   m_.globalstep_last_logged = 0;
   m_.nan_inf_run = 0;
@@ -335,8 +344,7 @@ double TrainRun::train_batch(const data::Example& batch) {
   const double accum = static_cast<double>(schedule_.accum);
   if (args_.logging_nan_inf_filter && !finite)  // HF logs the running mean in place of a nan / inf
     m_.tr_loss += m_.tr_loss / static_cast<double>(1 + state_.global_step - m_.globalstep_last_logged);
-  else
-    m_.tr_loss += loss / accum;
+  else m_.tr_loss += loss / accum;
   if (finite) m_.total_loss += loss / accum;
   if (counts_input_tokens(args_)) {
     auto ids = batch.find("input_ids");
@@ -361,15 +369,17 @@ void TrainRun::optimizer_update(int64_t epoch, int64_t step) {
     m_.optimizer->step();
     cb_.call(&TrainerCallback::on_optimizer_step, args_, state_);
   } else if (++m_.nan_inf_run >= args_.nan_inf_patience && args_.nan_inf_patience > 0) {
-    throw InvalidArgument(fmt::format("training stopped at step {}: the loss was not finite for {} consecutive "
-                                      "optimizer steps (nan_inf_patience); the last checkpoint is the last good "
-                                      "state", state_.global_step + 1, m_.nan_inf_run));
+    throw InvalidArgument(
+        fmt::format("training stopped at step {}: the loss was not finite for {} consecutive "
+                    "optimizer steps (nan_inf_patience); the last checkpoint is the last good "
+                    "state",
+                    state_.global_step + 1, m_.nan_inf_run));
   }
   if (!plateau_) m_.scheduler->step();
   m_.module->lazy_reset_grad();
   ++state_.global_step;
-  state_.epoch = static_cast<double>(epoch) +
-                 static_cast<double>(step + 1) / static_cast<double>(schedule_.len_dataloader);
+  state_.epoch =
+      static_cast<double>(epoch) + static_cast<double>(step + 1) / static_cast<double>(schedule_.len_dataloader);
   CallbackContext ctx;
   ctx.loss = group_.loss / static_cast<double>(group_.batches);
   group_ = Group();
@@ -427,7 +437,8 @@ void TrainRun::save_checkpoint() {
   state_.stateful_callbacks = cb_.export_states();
   write_checkpoint_folder(args_.output_dir, state_.global_step,
                           [&](const std::string& f) { save_checkpoint_files(m_, args_, state_, f); });
-  if (args_.save_total_limit) rotate_checkpoints(args_.output_dir, *args_.save_total_limit, state_.best_model_checkpoint);
+  if (args_.save_total_limit)
+    rotate_checkpoints(args_.output_dir, *args_.save_total_limit, state_.best_model_checkpoint);
   cb_.call(&TrainerCallback::on_save, args_, state_);
 }
 

@@ -31,7 +31,9 @@ nlohmann::json read_json(const fs::path& path) {
   }
 }
 
-void write_json(const fs::path& path, const nlohmann::json& j) { write_file_atomically(path.string(), j.dump(2) + "\n"); }
+void write_json(const fs::path& path, const nlohmann::json& j) {
+  write_file_atomically(path.string(), j.dump(2) + "\n");
+}
 
 }  // namespace
 
@@ -87,14 +89,17 @@ void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::str
   if (!fs::is_directory(dir)) throw IOError(fmt::format("checkpoint folder '{}' does not exist", folder));
   const TrainerState loaded = TrainerState::from_json(read_json(dir / kTrainerStateFile));
   if (!fs::exists(dir / "optimizer.safetensors") && fs::exists(dir / "model.safetensors"))
-    throw InvalidArgument(fmt::format("checkpoint '{}' holds only the model (saved with save_only_model): training "
-                                      "cannot resume from it; load its weights instead (evaluate / predict with "
-                                      "--resume_from_checkpoint, or Trainer::load_model_weights)", folder));
+    throw InvalidArgument(
+        fmt::format("checkpoint '{}' holds only the model (saved with save_only_model): training "
+                    "cannot resume from it; load its weights instead (evaluate / predict with "
+                    "--resume_from_checkpoint, or Trainer::load_model_weights)",
+                    folder));
   load_weights(m, folder);
 
   const SafetensorsFile opt = read_safetensors((dir / "optimizer.safetensors").string());
   auto meta = opt.metadata.find("kiln.optimizer");
-  if (meta == opt.metadata.end()) throw CorruptFile(fmt::format("'{}/optimizer.safetensors' has no optimizer metadata", folder));
+  if (meta == opt.metadata.end())
+    throw CorruptFile(fmt::format("'{}/optimizer.safetensors' has no optimizer metadata", folder));
   nlohmann::json info;
   try {
     info = nlohmann::json::parse(meta->second);
@@ -109,7 +114,8 @@ void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::str
   o.learning_rate = info.at("learning_rate").get<float>();
   for (const auto& [key, t] : opt.tensors) {
     const auto dot = key.find('.');
-    if (dot == std::string::npos) throw CorruptFile(fmt::format("'{}/optimizer.safetensors': bad key '{}'", folder, key));
+    if (dot == std::string::npos)
+      throw CorruptFile(fmt::format("'{}/optimizer.safetensors': bad key '{}'", folder, key));
     Tensor& slot = o.slots[key.substr(0, dot)][key.substr(dot + 1)];
     if (slot.defined() && (slot.shape() != t.shape() || slot.dtype() != t.dtype()))
       throw CorruptFile(fmt::format("'{}/optimizer.safetensors': '{}' is {} but the run's is {}", folder, key,

@@ -61,8 +61,10 @@ static void predict_unlabelled(Trainer::Impl& m, const TrainingArguments& args, 
                                const data::DataLoader& loader, const std::string& label_name, LoopResult& r) {
   std::vector<Tensor> predictions;
   if (m.logits_output.empty())
-    throw InvalidArgument(fmt::format("the dataset has no '{}' column and the model has no prediction output "
-                                      "besides its loss", label_name));
+    throw InvalidArgument(
+        fmt::format("the dataset has no '{}' column and the model has no prediction output "
+                    "besides its loss",
+                    label_name));
   const std::string path = (fs::path(m.artifacts_dir) / "predict_model.onnx").string();
   m.module->export_model_for_inferencing(path, {m.logits_output});
   Session session(load_model(path));
@@ -115,7 +117,8 @@ static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& arg
     std::vector<Tensor> inputs;
     for (const auto& name : m.module->input_names(false)) {
       auto it = batch.find(name);
-      if (it == batch.end()) throw InvalidArgument(fmt::format("the eval model takes input '{}', which the batch lacks", name));
+      if (it == batch.end())
+        throw InvalidArgument(fmt::format("the eval model takes input '{}', which the batch lacks", name));
       inputs.push_back(it->second);
     }
     const std::vector<Tensor> out = (*m.module)(inputs);
@@ -177,7 +180,8 @@ Metrics Trainer::evaluate(const std::map<std::string, std::shared_ptr<const data
   return all;
 }
 
-PredictionOutput Trainer::predict(std::shared_ptr<const data::Dataset> test_dataset, const std::string& metric_key_prefix) {
+PredictionOutput Trainer::predict(std::shared_ptr<const data::Dataset> test_dataset,
+                                  const std::string& metric_key_prefix) {
   if (!test_dataset) throw InvalidArgument("Trainer.predict() needs a test_dataset");
   LoopResult r = evaluation_loop(*impl_, args_, state_, test_dataset);
   r.output.metrics = finish_metrics(*impl_, r, metric_key_prefix);
@@ -197,7 +201,8 @@ void Trainer::save_model(const std::string& dir) const {
   else outputs = impl_->module->output_names(false);
   impl_->module->export_model_for_inferencing((out / "model.onnx").string(), outputs);
   std::vector<std::pair<std::string, Tensor>> weights;
-  for (const auto& name : impl_->module->parameter_names()) weights.emplace_back(name, impl_->state->parameter(name).data());
+  for (const auto& name : impl_->module->parameter_names())
+    weights.emplace_back(name, impl_->state->parameter(name).data());
   write_safetensors((out / "model.safetensors").string(), weights, {{"format", "pt"}});
 }
 

@@ -27,10 +27,10 @@ struct Trainer::Impl {
 
   // Running sums the logs are made of; saved in checkpoints so that a resumed run logs exactly
   // what an uninterrupted one does.
-  double tr_loss = 0;              // loss since the last log, as HF accumulates it
-  double total_loss = 0;           // over the whole run, for train_loss
+  double tr_loss = 0;     // loss since the last log, as HF accumulates it
+  double total_loss = 0;  // over the whole run, for train_loss
   int64_t globalstep_last_logged = 0;
-  int64_t nan_inf_run = 0;         // consecutive non-finite losses
+  int64_t nan_inf_run = 0;  // consecutive non-finite losses
 };
 
 // Writes / reads everything a checkpoint folder holds except trainer_state.json.

@@ -1,8 +1,9 @@
 // TrainerState <-> trainer_state.json, with Hugging Face's field names.
+#include "kiln/trainer_state.h"
+
 #include <fmt/format.h>
 
 #include "kiln/error.h"
-#include "kiln/trainer_state.h"
 
 namespace kiln::trainer {
 
@@ -37,7 +38,8 @@ TrainerState TrainerState::from_json(const nlohmann::json& j) {
     if (!j.at("best_metric").is_null()) s.best_metric = j.at("best_metric").get<double>();
     if (j.contains("best_global_step") && !j.at("best_global_step").is_null())
       s.best_global_step = j.at("best_global_step").get<int64_t>();
-    if (!j.at("best_model_checkpoint").is_null()) s.best_model_checkpoint = j.at("best_model_checkpoint").get<std::string>();
+    if (!j.at("best_model_checkpoint").is_null())
+      s.best_model_checkpoint = j.at("best_model_checkpoint").get<std::string>();
     s.epoch = j.at("epoch").get<double>();
     s.eval_steps = j.at("eval_steps").get<int64_t>();
     s.global_step = j.at("global_step").get<int64_t>();

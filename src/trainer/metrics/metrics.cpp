@@ -82,13 +82,12 @@ std::vector<int64_t> argmax_rows(const Tensor& logits) {
 
 // Predicted class ids from logits [N, C] or ids [N], checked against labels [N].
 std::pair<std::vector<int64_t>, std::vector<int64_t>> predictions_and_labels(const Tensor& predictions,
-                                                                             const Tensor& labels,
-                                                                             const char* metric) {
+                                                                             const Tensor& labels, const char* metric) {
   check_not_empty(predictions, "predictions", metric);
   std::vector<int64_t> y_true = labels_of(labels, metric);
   if (predictions.rank() != 1 && predictions.rank() != 2)
-    throw ShapeError(fmt::format("{}: predictions must be logits [N, C] or class ids [N], got {}", metric,
-                                 predictions.describe()));
+    throw ShapeError(
+        fmt::format("{}: predictions must be logits [N, C] or class ids [N], got {}", metric, predictions.describe()));
   if (predictions.dim(0) != labels.dim(0))
     throw ShapeError(fmt::format("{}: predictions {} and labels {} have different numbers of samples", metric,
                                  predictions.describe(), labels.describe()));
@@ -140,15 +139,15 @@ double top_k_accuracy(const Tensor& logits, const Tensor& labels, int64_t k) {
   check_not_empty(logits, "scores", metric);
   const std::vector<int64_t> y_true = labels_of(labels, metric);
   if ((logits.rank() != 1 && logits.rank() != 2) || logits.dim(0) != labels.dim(0))
-    throw ShapeError(fmt::format("{}: scores {} must be [N, C] or [N] for labels {}", metric, logits.describe(),
-                                 labels.describe()));
+    throw ShapeError(
+        fmt::format("{}: scores {} must be [N, C] or [N] for labels {}", metric, logits.describe(), labels.describe()));
   const std::vector<double> s = as_doubles(logits);
   const int64_t n = logits.dim(0);
   const int64_t c = logits.rank() == 2 ? logits.dim(1) : 2;
   for (size_t i = 0; i < y_true.size(); ++i)
     if (y_true[i] < 0 || y_true[i] >= c)
-      throw InvalidArgument(fmt::format("{}: label {} at index {} is not a class of scores {}", metric, y_true[i], i,
-                                        logits.describe()));
+      throw InvalidArgument(
+          fmt::format("{}: label {} at index {} is not a class of scores {}", metric, y_true[i], i, logits.describe()));
   int64_t hits = 0;
   if (logits.rank() == 1) {
     // sklearn's binary rule: scores are those of class 1, thresholded like probabilities when
@@ -157,7 +156,8 @@ double top_k_accuracy(const Tensor& logits, const Tensor& labels, int64_t k) {
     bool probabilities = true;
     for (double v : s) probabilities = probabilities && v >= 0 && v <= 1;
     const double threshold = probabilities ? 0.5 : 0.0;
-    for (int64_t i = 0; i < n; ++i) hits += int64_t{s[static_cast<size_t>(i)] > threshold} == y_true[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < n; ++i)
+      hits += int64_t{s[static_cast<size_t>(i)] > threshold} == y_true[static_cast<size_t>(i)];
     return static_cast<double>(hits) / static_cast<double>(n);
   }
   for (int64_t i = 0; i < n; ++i) {
@@ -294,8 +294,8 @@ MetricFn metric_for(const std::string& name) {
   if (const int64_t k = top_k_of(name); k > 0) {
     return [k, name](const EvalPrediction& e) {
       if (e.predictions.defined() && e.predictions.rank() != 2)
-        throw ShapeError(fmt::format("metric '{}' needs logits [N, C] as predictions, got {}", name,
-                                     e.predictions.describe()));
+        throw ShapeError(
+            fmt::format("metric '{}' needs logits [N, C] as predictions, got {}", name, e.predictions.describe()));
       return top_k_accuracy(e.predictions, e.label_ids, k);
     };
   }

@@ -166,22 +166,21 @@ std::string find_trainer_state(const std::string& path) {
 
 std::vector<uint8_t> render_log_history(const std::vector<nlohmann::json>& log_history, const PlotOptions& options,
                                         const std::string& source) {
-  if (options.width < kMinWidth || options.height < kMinHeight || options.width > kMaxSide ||
-      options.height > kMaxSide)
+  if (options.width < kMinWidth || options.height < kMinHeight || options.width > kMaxSide || options.height > kMaxSide)
     throw InvalidArgument(fmt::format("plot size {}x{} is out of range: at least {}x{}, at most {} a side",
                                       options.width, options.height, kMinWidth, kMinHeight, kMaxSide));
   Collected c = collect(log_history, source);
   std::vector<Panel> panels = make_panels(c);
   if (panels.empty())
-    throw InvalidArgument(fmt::format("{}: log_history has no loss or eval metrics to plot ({} entries)", source,
-                                      log_history.size()));
+    throw InvalidArgument(
+        fmt::format("{}: log_history has no loss or eval metrics to plot ({} entries)", source, log_history.size()));
   const int font = std::max(1, std::min(options.width / 600, options.height / 400));
   plot::Canvas canvas(options.width, options.height, {250, 250, 250});
   const int title_font = font + 1;
   const int title_h = plot::text_height(title_font) + 8 * font;
   if (!options.title.empty())
-    canvas.text((options.width - plot::text_width(options.title, title_font)) / 2, 4 * font, options.title,
-                title_font, {20, 20, 20});
+    canvas.text((options.width - plot::text_width(options.title, title_font)) / 2, 4 * font, options.title, title_font,
+                {20, 20, 20});
   const int top = options.title.empty() ? 2 * font : title_h;
   const auto cells = layout(panels.size(), {2 * font, top, options.width - 2 * font, options.height - 2 * font});
   for (size_t i = 0; i < panels.size(); ++i) plot::draw_panel(canvas, cells[i], panels[i], c.x_min, c.x_max, font);

@@ -8,9 +8,9 @@
 namespace kiln::trainer::plot {
 
 struct Axis {
-  double lo = 0, hi = 1;           // the drawn range
-  double step = 1;                 // distance between ticks
-  std::vector<double> ticks;       // multiples of step inside [lo, hi]
+  double lo = 0, hi = 1;            // the drawn range
+  double step = 1;                  // distance between ticks
+  std::vector<double> ticks;        // multiples of step inside [lo, hi]
   std::vector<std::string> labels;  // one per tick
 };
 

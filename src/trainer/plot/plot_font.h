@@ -8,7 +8,7 @@
 namespace kiln::trainer::plot {
 
 inline constexpr int kGlyphWidth = 5;
-inline constexpr int kGlyphRows = 9;   // 7 above the baseline, 2 below
+inline constexpr int kGlyphRows = 9;     // 7 above the baseline, 2 below
 inline constexpr int kGlyphAdvance = 6;  // one blank column between glyphs
 
 // Row bitmaps, top first; bit (kGlyphWidth - 1 - x) is column x.

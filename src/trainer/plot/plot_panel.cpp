@@ -44,8 +44,8 @@ void draw_axes(Canvas& c, const Mapping& m, const std::string& y_title, const Re
   }
   c.outline_rect({m.area.x0 - 1, m.area.y0 - 1, m.area.x1 + 1, m.area.y1 + 1}, kInk);
   const std::string x_title = "step";
-  c.text((m.area.x0 + m.area.x1 - text_width(x_title, font)) / 2, area.y1 - text_height(font) - 4 * font, x_title,
-         font, kInk);
+  c.text((m.area.x0 + m.area.x1 - text_width(x_title, font)) / 2, area.y1 - text_height(font) - 4 * font, x_title, font,
+         kInk);
   c.text_up(area.x0 + font, (m.area.y0 + m.area.y1 + text_width(y_title, font)) / 2, y_title, font, kInk);
 }
 

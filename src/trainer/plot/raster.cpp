@@ -8,7 +8,9 @@
 namespace kiln::trainer::plot {
 
 Canvas::Canvas(int width, int height, Rgb background)
-    : width_(width), height_(height), clip_{0, 0, width, height},
+    : width_(width),
+      height_(height),
+      clip_{0, 0, width, height},
       rgb_(static_cast<size_t>(width) * static_cast<size_t>(height) * 3) {
   for (size_t i = 0; i < rgb_.size(); i += 3) {
     rgb_[i] = background.r;

@@ -54,8 +54,8 @@ Json json_double(double v) {
 
 const Json& field(const Json& state, const std::string& name, const std::string& type) {
   if (!state.is_object() || !state.contains(name))
-    throw InvalidArgument(fmt::format("LRScheduler::load_state: the {} scheduler's state has no field '{}': {}",
-                                      type, name, state.dump()));
+    throw InvalidArgument(fmt::format("LRScheduler::load_state: the {} scheduler's state has no field '{}': {}", type,
+                                      name, state.dump()));
   return state.at(name);
 }
 
@@ -68,16 +68,16 @@ double read_double(const Json& state, const std::string& name, const std::string
     if (s == "-inf") return -std::numeric_limits<double>::infinity();
     if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
   }
-  throw InvalidArgument(fmt::format("LRScheduler::load_state: field '{}' of the {} scheduler's state is {}, not a number",
-                                    name, type, v.dump()));
+  throw InvalidArgument(fmt::format(
+      "LRScheduler::load_state: field '{}' of the {} scheduler's state is {}, not a number", name, type, v.dump()));
 }
 
 int64_t read_int(const Json& state, const std::string& name, const std::string& type) {
   const Json& v = field(state, name, type);
   if (!v.is_number_integer() || v.get<int64_t>() < 0)
-    throw InvalidArgument(fmt::format(
-        "LRScheduler::load_state: field '{}' of the {} scheduler's state is {}, not a non-negative integer", name,
-        type, v.dump()));
+    throw InvalidArgument(
+        fmt::format("LRScheduler::load_state: field '{}' of the {} scheduler's state is {}, not a non-negative integer",
+                    name, type, v.dump()));
   return v.get<int64_t>();
 }
 
@@ -89,7 +89,8 @@ void check_type(const Json& state, const std::string& type) {
 }
 
 void check_step(int64_t step, const std::string& type) {
-  if (step < 0) throw InvalidArgument(fmt::format("LRScheduler::lr: step {} of the {} schedule is negative", step, type));
+  if (step < 0)
+    throw InvalidArgument(fmt::format("LRScheduler::lr: step {} of the {} schedule is negative", step, type));
 }
 
 // The scheduler's kwargs, checked against the names its type accepts; typed reads with defaults.
@@ -99,11 +100,13 @@ class Kwargs {
       : type_(type), kwargs_(kwargs) {
     if (kwargs.is_null()) return;
     if (!kwargs.is_object())
-      throw InvalidArgument(fmt::format("lr_scheduler_kwargs for '{}' must be a JSON object, got {}", type, kwargs.dump()));
+      throw InvalidArgument(
+          fmt::format("lr_scheduler_kwargs for '{}' must be a JSON object, got {}", type, kwargs.dump()));
     for (const auto& [name, value] : kwargs.items())
       if (std::find(accepted.begin(), accepted.end(), name) == accepted.end())
-        throw InvalidArgument(fmt::format("lr_scheduler_kwargs: '{}' is not an argument of the '{}' scheduler; valid: {}",
-                                          name, type, join(accepted)));
+        throw InvalidArgument(
+            fmt::format("lr_scheduler_kwargs: '{}' is not an argument of the '{}' scheduler; valid: {}", name, type,
+                        join(accepted)));
   }
 
   const Json* get(const std::string& name) const {
@@ -123,13 +126,15 @@ class Kwargs {
     const Json* v = get(name);
     if (!v || v->is_null()) return std::nullopt;
     if (v->is_number_integer()) return v->get<int64_t>();
-    if (v->is_number_float() && std::nearbyint(v->get<double>()) == v->get<double>() && std::abs(v->get<double>()) < 9e15)
+    if (v->is_number_float() && std::nearbyint(v->get<double>()) == v->get<double>() &&
+        std::abs(v->get<double>()) < 9e15)
       return static_cast<int64_t>(v->get<double>());
     bad(name, *v, "an integer");
   }
   int64_t integer(const std::string& name, int64_t fallback) const { return optional_integer(name).value_or(fallback); }
 
-  std::string choice(const std::string& name, const std::string& fallback, const std::vector<std::string>& options) const {
+  std::string choice(const std::string& name, const std::string& fallback,
+                     const std::vector<std::string>& options) const {
     const Json* v = get(name);
     if (!v) return fallback;
     if (!v->is_string() || std::find(options.begin(), options.end(), v->get<std::string>()) == options.end())
@@ -179,9 +184,10 @@ class LambdaScheduler final : public LRScheduler {
   }
   void step(std::optional<double> metric) override {
     if (metric)
-      throw InvalidArgument(fmt::format("LRScheduler::step: the {} schedule advances per optimizer step and takes no "
-                                        "metric (got {}); only reduce_lr_on_plateau steps on a metric",
-                                        type_, *metric));
+      throw InvalidArgument(
+          fmt::format("LRScheduler::step: the {} schedule advances per optimizer step and takes no "
+                      "metric (got {}); only reduce_lr_on_plateau steps on a metric",
+                      type_, *metric));
     ++step_;
   }
   double current_lr() const override { return lr(step_); }
@@ -256,9 +262,10 @@ std::unique_ptr<LRScheduler> make_polynomial(const Config& c, const Kwargs& kw) 
   const double lr_init = c.base_lr;
   if (!(lr_init > lr_end)) kw.invalid(fmt::format("lr_end ({}) must be smaller than initial lr ({})", lr_end, lr_init));
   if (c.total == c.warmup)
-    kw.invalid(fmt::format("polynomial decay needs num_training_steps ({}) != num_warmup_steps ({}): HF divides by "
-                           "their difference at step {}",
-                           c.total, c.warmup, c.total));
+    kw.invalid(
+        fmt::format("polynomial decay needs num_training_steps ({}) != num_warmup_steps ({}): HF divides by "
+                    "their difference at step {}",
+                    c.total, c.warmup, c.total));
   return lambda_scheduler(c, [w = c.warmup, t = c.total, lr_end, power, lr_init](int64_t s) {
     if (s < w) return warmup_factor(s, w);
     if (s > t) return lr_end / lr_init;
@@ -332,8 +339,9 @@ class PlateauScheduler final : public LRScheduler {
   // ReduceLROnPlateau.step(metrics), its order of updates kept.
   void step(std::optional<double> metric) override {
     if (!metric)
-      throw InvalidArgument("LRScheduler::step: reduce_lr_on_plateau steps once per evaluation with the metric "
-                            "(metric_for_best_model); none was given");
+      throw InvalidArgument(
+          "LRScheduler::step: reduce_lr_on_plateau steps once per evaluation with the metric "
+          "(metric_for_best_model); none was given");
     const double current = *metric;
     ++last_step_;
     if (is_better(current, best_)) {
@@ -356,9 +364,14 @@ class PlateauScheduler final : public LRScheduler {
   Json state() const override {
     Json history = Json::array();
     for (const auto& [s, lr] : history_) history.push_back({s, json_double(lr)});
-    return {{"type", type_},          {"last_step", last_step_},         {"base_lr", json_double(base_lr_)},
-            {"lr", json_double(lr_)}, {"best", json_double(best_)},      {"num_bad_epochs", num_bad_epochs_},
-            {"cooldown_counter", cooldown_counter_}, {"history", history}};
+    return {{"type", type_},
+            {"last_step", last_step_},
+            {"base_lr", json_double(base_lr_)},
+            {"lr", json_double(lr_)},
+            {"best", json_double(best_)},
+            {"num_bad_epochs", num_bad_epochs_},
+            {"cooldown_counter", cooldown_counter_},
+            {"history", history}};
   }
 
   void load_state(const Json& state) override {
@@ -373,7 +386,8 @@ class PlateauScheduler final : public LRScheduler {
         !std::is_sorted(parsed.begin(), parsed.end()))
       throw InvalidArgument(fmt::format(
           "LRScheduler::load_state: field 'history' of the {} scheduler's state must be [[0, lr], [step, lr], ...] "
-          "in step order, got {}", type_, history.dump()));
+          "in step order, got {}",
+          type_, history.dump()));
     const int64_t last_step = read_int(state, "last_step", type_);
     const double base_lr = read_double(state, "base_lr", type_);
     const double lr = read_double(state, "lr", type_);
@@ -466,8 +480,8 @@ std::unique_ptr<LRScheduler> make_lr_scheduler(const std::string& type, double b
                                                int64_t num_training_steps, const nlohmann::json& kwargs) {
   const auto it = registry().find(type);
   if (it == registry().end())
-    throw InvalidArgument(fmt::format("lr_scheduler_type '{}' is not a scheduler; valid: {}", type,
-                                      join(LRScheduler::names())));
+    throw InvalidArgument(
+        fmt::format("lr_scheduler_type '{}' is not a scheduler; valid: {}", type, join(LRScheduler::names())));
   if (num_warmup_steps < 0 || num_training_steps < 0)
     throw InvalidArgument(fmt::format("the {} scheduler needs num_warmup_steps ({}) and num_training_steps ({}) >= 0",
                                       type, num_warmup_steps, num_training_steps));

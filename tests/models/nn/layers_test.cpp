@@ -1,12 +1,13 @@
 // kiln::nn layers: torch's default initialisation (bounds and moments), parameter names, traced
 // output shapes with dynamic dims, the nodes each mode emits, extra_repr, and validation errors in
 // torch's words. Numerical parity with torch is tests/python/test_nn_layers.py.
+#include "kiln/nn/layers.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 
-#include "kiln/nn/layers.h"
 #include "test_util.h"
 
 namespace kiln::nn {
@@ -232,7 +233,8 @@ TEST(NnLayersRepr, ExtraReprIsTorchs) {
             "3, 64, kernel_size=(7, 7), stride=(2, 2), padding=(3, 3), bias=False");
   EXPECT_EQ(Conv1d(Conv1dOptions(2, 4, 3).dilation(2).groups(2)).extra_repr(),
             "2, 4, kernel_size=(3,), stride=(1,), dilation=(2,), groups=2");
-  EXPECT_EQ(Conv2d(Conv2dOptions(2, 4, 3).padding(kSame)).extra_repr(), "2, 4, kernel_size=(3, 3), stride=(1, 1), padding=same");
+  EXPECT_EQ(Conv2d(Conv2dOptions(2, 4, 3).padding(kSame)).extra_repr(),
+            "2, 4, kernel_size=(3, 3), stride=(1, 1), padding=same");
   EXPECT_EQ(ConvTranspose2d(ConvTranspose2dOptions(4, 2, 3).stride(2).output_padding(1)).extra_repr(),
             "4, 2, kernel_size=(3, 3), stride=(2, 2), output_padding=(1, 1)");
   EXPECT_EQ(BatchNorm2d(64).extra_repr(), "64, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True");

@@ -36,10 +36,11 @@ TEST(NnRun, HooksFireInCallOrderWithTheTensors) {
     events.push_back("a.pre");
     EXPECT_EQ(in[0].shape(), (Shape{2, 3}));
   });
-  RemovableHandle h = a->register_forward_hook([&](Module&, const std::vector<Tensor>&, const std::vector<Tensor>& out) {
-    events.push_back("a");
-    a_outputs.push_back(out[0]);
-  });
+  RemovableHandle h =
+      a->register_forward_hook([&](Module&, const std::vector<Tensor>&, const std::vector<Tensor>& out) {
+        events.push_back("a");
+        a_outputs.push_back(out[0]);
+      });
   relu->register_forward_pre_hook([&](Module&, const std::vector<Tensor>& in) {
     events.push_back("relu.pre");
     relu_inputs.push_back(in[0]);
@@ -103,7 +104,8 @@ TEST(NnRun, TrainingBatchNormUpdatesRunningStatisticsAsTorch) {
     EXPECT_NEAR(rv.item_as_double(c), 0.9 + 0.1 * var[c], 1e-6);
     const double biased = var[c] * 4 / 5;
     for (int64_t n = 0; n < 5; ++n)
-      EXPECT_NEAR(y.item_as_double(n * 3 + c), (x.item_as_double(n * 3 + c) - mean[c]) / std::sqrt(biased + 1e-5), 1e-5);
+      EXPECT_NEAR(y.item_as_double(n * 3 + c), (x.item_as_double(n * 3 + c) - mean[c]) / std::sqrt(biased + 1e-5),
+                  1e-5);
   }
   EXPECT_EQ(bn->named_buffers()[2].second->data<int64_t>()[0], 1);
   (*net)({x});  // the cached plan reads the updated statistics

@@ -66,8 +66,9 @@ TEST(NnState, LoadStateDictErrorsAreTorchs) {
   state.erase("1.weight");
   state["2.weight"] = Tensor::zeros(DType::Float32, {1});
   const std::string msg = error_message<InvalidArgument>([&] { net.load_state_dict(state); });
-  EXPECT_EQ(msg, "Error(s) in loading state_dict for Sequential:\n\tMissing key(s) in state_dict: \"1.weight\". \n\t"
-                 "Unexpected key(s) in state_dict: \"2.weight\". ");
+  EXPECT_EQ(msg,
+            "Error(s) in loading state_dict for Sequential:\n\tMissing key(s) in state_dict: \"1.weight\". \n\t"
+            "Unexpected key(s) in state_dict: \"2.weight\". ");
   // Not strict: the lists come back and the present keys are loaded.
   state["0.bias"] = Tensor::from_vector<float>({2}, {7, 8});
   IncompatibleKeys r = net.load_state_dict(state, false);
@@ -79,8 +80,9 @@ TEST(NnState, LoadStateDictErrorsAreTorchs) {
   state["0.weight"] = Tensor::zeros(DType::Float32, {2, 4});
   state["0.bias"] = Tensor::from_vector<float>({2}, {-1, -1});
   const std::string mm = error_message<InvalidArgument>([&] { net.load_state_dict(state, false); });
-  EXPECT_EQ(mm, "Error(s) in loading state_dict for Sequential:\n\tsize mismatch for 0.weight: copying a param with "
-                "shape [2, 4] from checkpoint, the shape in current model is [2, 3].");
+  EXPECT_EQ(mm,
+            "Error(s) in loading state_dict for Sequential:\n\tsize mismatch for 0.weight: copying a param with "
+            "shape [2, 4] from checkpoint, the shape in current model is [2, 3].");
   EXPECT_EQ(net.get_parameter("0.bias").item_as_double(0), 7.0);
 }
 
@@ -140,8 +142,10 @@ TEST(NnState, NpzWeightsFromNumpy) {
 }
 
 TEST(NnState, GetSubmoduleAndRepr) {
-  auto inner = std::make_shared<Sequential>(std::vector<ModulePtr>{std::make_shared<TLinear>(4, 2), std::make_shared<TRelu>()});
-  Sequential net(std::vector<std::pair<std::string, ModulePtr>>{{"features", inner}, {"head", std::make_shared<TLinear>(2, 1)}});
+  auto inner =
+      std::make_shared<Sequential>(std::vector<ModulePtr>{std::make_shared<TLinear>(4, 2), std::make_shared<TRelu>()});
+  Sequential net(
+      std::vector<std::pair<std::string, ModulePtr>>{{"features", inner}, {"head", std::make_shared<TLinear>(2, 1)}});
   EXPECT_EQ(net.get_submodule("features.0")->type_name(), "Linear");
   EXPECT_EQ(error_message<KeyError>([&] { net.get_submodule("features.5"); }), "Sequential has no attribute `5`");
   EXPECT_EQ(error_message<KeyError>([&] { net.get_submodule("head.weight"); }), "`weight` is not an nn.Module");
@@ -194,8 +198,12 @@ TEST(NnInit, SeededAndWithinTorchsBounds) {
   m /= double(n.numel()), v /= double(n.numel());
   EXPECT_NEAR(m, 0.0, 0.03);
   EXPECT_NEAR(v, 0.7737, 0.03);  // variance of N(0, 1) truncated to [-2, 2]
-  expect_error<InvalidArgument>([&] { Tensor b = Tensor::empty(DType::Float32, {3}); kaiming_uniform_(b, 0); },
-                                "fewer than 2 dimensions");
+  expect_error<InvalidArgument>(
+      [&] {
+        Tensor b = Tensor::empty(DType::Float32, {3});
+        kaiming_uniform_(b, 0);
+      },
+      "fewer than 2 dimensions");
 }
 
 }  // namespace

@@ -89,8 +89,9 @@ class TDropout : public Module {
   explicit TDropout(double p) : p_(p) {}
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& x) override {
     if (!training()) return {x[0]};
-    return {t.op("Dropout", {x[0], t.constant_scalar(p_, x[0].dtype, "ratio"), t.constant_scalar(1, DType::Bool, "training")},
-                 {}, x[0].dtype, x[0].shape)};
+    return {t.op("Dropout",
+                 {x[0], t.constant_scalar(p_, x[0].dtype, "ratio"), t.constant_scalar(1, DType::Bool, "training")}, {},
+                 x[0].dtype, x[0].shape)};
   }
   std::string type_name() const override { return "Dropout"; }
   std::string extra_repr() const override { return "p=0.5, inplace=False"; }

@@ -66,8 +66,11 @@ TEST(NnTracer, DynamicAxesNameDims) {
   EXPECT_EQ(m.graph.outputs[0].name, "logits");
   EXPECT_EQ(m.graph.outputs[0].dims[0].param, "batch");
   EXPECT_EQ(m.graph.outputs[0].dims[1].value, 2);
-  expect_error<InvalidArgument>([&] { net->to_onnx({{"x", {8, 4}}}, {{"y", {{0, "batch"}}}}); },
-                                "dynamic_axes names 'y'");
+  expect_error<InvalidArgument>(
+      [&] {
+        net->to_onnx({{"x", {8, 4}}}, {{"y", {{0, "batch"}}}});
+      },
+      "dynamic_axes names 'y'");
 }
 
 TEST(NnTracer, SharedModuleIsOneInitializerSetButTwoStateDictEntries) {
@@ -107,7 +110,8 @@ TEST(NnTracer, ParameterTwiceIsOneInitializerAndBadNamesAreErrors) {
 }
 
 TEST(NnTracer, ConstantsAreNodesAndBuffersAreNeverTrained) {
-  auto net = std::make_shared<Sequential>(std::vector<ModulePtr>{std::make_shared<TLinear>(3, 3), std::make_shared<TShift>(3)});
+  auto net = std::make_shared<Sequential>(
+      std::vector<ModulePtr>{std::make_shared<TLinear>(3, 3), std::make_shared<TShift>(3)});
   Model m = net->to_onnx({{"input", {2, 3}}});
   // The constant 2 is a Constant node; the non-persistent buffer too (not in the state_dict); the
   // persistent float buffer is an initializer listed as frozen so that artifacts never train it.
@@ -172,8 +176,8 @@ TEST(NnTracer, FrozenSubmoduleBecomesFrozenInArtifacts) {
 TEST(NnTracer, TrainingModeBatchNormExportsAsTorchDoes) {
   manual_seed(3);
   auto net = std::make_shared<Sequential>(
-      std::vector<ModulePtr>{std::make_shared<TLinear>(4, 5), std::make_shared<TBatchNorm1d>(5), std::make_shared<TRelu>(),
-                             std::make_shared<TLinear>(5, 3)});
+      std::vector<ModulePtr>{std::make_shared<TLinear>(4, 5), std::make_shared<TBatchNorm1d>(5),
+                             std::make_shared<TRelu>(), std::make_shared<TLinear>(5, 3)});
   Model m = net->to_onnx({{"input", {-1, 4}}});
   const Node& bn = m.graph.nodes[1];
   EXPECT_EQ(bn.op_type, "BatchNormalization");

@@ -2,16 +2,17 @@
 // state_dict layout and initialisation, option and input errors, and the exported graph run in a
 // Session against a double-precision transcription of torch's multi_head_attention_forward.
 // (Parity with torch itself: tests/python/test_nn_transformer.py.)
+#include "kiln/nn/transformer.h"
+
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <optional>
 #include <random>
 
-#include "kiln/nn/transformer.h"
 #include "kiln/session.h"
 #include "test_util.h"
 
@@ -66,7 +67,8 @@ Reference reference_mha(Module& m, const Tensor& q, const Tensor& k, const Tenso
     for (int64_t i = 0; i < n * len; ++i)
       for (int64_t o = 0; o < e; ++o) {
         double acc = b.data<float>()[part * e + o];
-        for (int64_t c = 0; c < e; ++c) acc += double(x.data<float>()[i * e + c]) * w.data<float>()[(part * e + o) * e + c];
+        for (int64_t c = 0; c < e; ++c)
+          acc += double(x.data<float>()[i * e + c]) * w.data<float>()[(part * e + o) * e + c];
         y[size_t(i * e + o)] = acc;
       }
     return y;
@@ -82,7 +84,8 @@ Reference reference_mha(Module& m, const Tensor& q, const Tensor& k, const Tenso
         double mx = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < s; ++j) {
           double dot = 0;
-          for (int64_t c = 0; c < d; ++c) dot += pq[size_t((bi * l + i) * e + h * d + c)] * pk[size_t((bi * s + j) * e + h * d + c)];
+          for (int64_t c = 0; c < d; ++c)
+            dot += pq[size_t((bi * l + i) * e + h * d + c)] * pk[size_t((bi * s + j) * e + h * d + c)];
           row[size_t(j)] = dot / std::sqrt(double(d)) + mask(bi, h, i, j);
           mx = std::max(mx, row[size_t(j)]);
         }
@@ -91,7 +94,8 @@ Reference reference_mha(Module& m, const Tensor& q, const Tensor& k, const Tenso
         for (int64_t j = 0; j < s; ++j) {
           const double p = row[size_t(j)] / sum;
           r.weights[size_t(((bi * heads + h) * l + i) * s + j)] = p;
-          for (int64_t c = 0; c < d; ++c) heads_out[size_t((bi * l + i) * e + h * d + c)] += p * pv[size_t((bi * s + j) * e + h * d + c)];
+          for (int64_t c = 0; c < d; ++c)
+            heads_out[size_t((bi * l + i) * e + h * d + c)] += p * pv[size_t((bi * s + j) * e + h * d + c)];
         }
       }
   r.out.assign(size_t(n * l * e), 0.0);
@@ -134,11 +138,11 @@ TEST(NnMultiheadAttention, StateDictAndModulesAreTorchs) {
                                                "multihead_attn.out_proj", "linear1", "dropout", "linear2", "norm1",
                                                "norm2", "norm3", "dropout1", "dropout2", "dropout3"}));
   TransformerEncoderLayer enc({.d_model = 8, .nhead = 2, .dim_feedforward = 16});
-  EXPECT_EQ(keys(enc), (std::vector<std::string>{
-                           "self_attn.in_proj_weight[24, 8]", "self_attn.in_proj_bias[24]",
-                           "self_attn.out_proj.weight[8, 8]", "self_attn.out_proj.bias[8]", "linear1.weight[16, 8]",
-                           "linear1.bias[16]", "linear2.weight[8, 16]", "linear2.bias[8]", "norm1.weight[8]",
-                           "norm1.bias[8]", "norm2.weight[8]", "norm2.bias[8]"}));
+  EXPECT_EQ(keys(enc),
+            (std::vector<std::string>{
+                "self_attn.in_proj_weight[24, 8]", "self_attn.in_proj_bias[24]", "self_attn.out_proj.weight[8, 8]",
+                "self_attn.out_proj.bias[8]", "linear1.weight[16, 8]", "linear1.bias[16]", "linear2.weight[8, 16]",
+                "linear2.bias[8]", "norm1.weight[8]", "norm1.bias[8]", "norm2.weight[8]", "norm2.bias[8]"}));
 }
 
 TEST(NnMultiheadAttention, InitialisationIsTorchs) {
@@ -190,14 +194,25 @@ TEST(NnMultiheadAttention, BadInputsAreNamedErrors) {
     });
   };
   expect_error<ShapeError>([&] { attend({5, 2, 6}, {}, {}); }, "query is float[5, 2, 6] but embed_dim is 8");
-  expect_error<TypeError>([&] { attend({5, 2, 8}, std::pair{DType::Int64, Shape{5, 5}}, {}); },
-                          "attn_mask must be bool or float like the query, got int64");
-  expect_error<ShapeError>([&] { attend({5, 2, 8}, {}, Shape{2, 4}); },
-                           "key_padding_mask must be [N, S] (source length 5), got bool[2, 4]");
-  expect_error<ShapeError>([&] { attend({5, 2, 8}, std::pair{DType::Bool, Shape{5, 3}}, {}); },
-                           "attn_mask bool[5, 3] does not fit target length 5 and source length 5");
+  expect_error<TypeError>(
+      [&] {
+        attend({5, 2, 8}, std::pair{DType::Int64, Shape{5, 5}}, {});
+      },
+      "attn_mask must be bool or float like the query, got int64");
+  expect_error<ShapeError>(
+      [&] {
+        attend({5, 2, 8}, {}, Shape{2, 4});
+      },
+      "key_padding_mask must be [N, S] (source length 5), got bool[2, 4]");
+  expect_error<ShapeError>(
+      [&] {
+        attend({5, 2, 8}, std::pair{DType::Bool, Shape{5, 3}}, {});
+      },
+      "attn_mask bool[5, 3] does not fit target length 5 and source length 5");
   expect_error<InvalidArgument>(
-      [&] { trace([&](Tracer& t) { return m.call(t, std::vector<Var>{t.input("x", DType::Float32, {5, 2, 8})}); }); },
+      [&] { trace([&](Tracer& t) {
+              return m.call(t, std::vector<Var>{t.input("x", DType::Float32, {5, 2, 8})});
+            }); },
       "forward takes (query, key, value");
 }
 
@@ -219,12 +234,14 @@ TEST(NnMultiheadAttention, SelfAttentionMatchesReferenceAtTwoSizes) {
     const Reference r = reference_mha(m, xb, xb, xb, 2, [](int64_t, int64_t, int64_t, int64_t) { return 0.0; });
     ASSERT_EQ(out["out0"].shape(), (Shape{l, n, 8}));
     // Kiln's out0 is [L, N, E]; the reference is [N, L, E].
-    EXPECT_LE(error(out["out0"], r.out, [&](int64_t i) { return size_t(((i / 8) % n * l + i / 8 / n) * 8 + i % 8); }), kTol);
+    EXPECT_LE(error(out["out0"], r.out, [&](int64_t i) { return size_t(((i / 8) % n * l + i / 8 / n) * 8 + i % 8); }),
+              kTol);
     ASSERT_EQ(out["out1"].shape(), (Shape{n, l, l}));
     std::vector<double> averaged(size_t(n * l * l), 0.0);
     for (int64_t b = 0; b < n; ++b)
       for (int64_t h = 0; h < 2; ++h)
-        for (int64_t ij = 0; ij < l * l; ++ij) averaged[size_t(b * l * l + ij)] += r.weights[size_t((b * 2 + h) * l * l + ij)] / 2;
+        for (int64_t ij = 0; ij < l * l; ++ij)
+          averaged[size_t(b * l * l + ij)] += r.weights[size_t((b * 2 + h) * l * l + ij)] / 2;
     EXPECT_LE(error(out["out1"], averaged, same), kTol);
   }
 }
@@ -237,7 +254,8 @@ TEST(NnMultiheadAttention, CrossAttentionWithMasksMatchesReference) {
   MultiheadAttention m(MultiheadAttentionOptions{.embed_dim = 12, .num_heads = 3, .batch_first = true});
   randomize(m, gen);
   const int64_t n = 2, l = 3, s = 4, h = 3;
-  const Tensor q = random_tensor({n, l, 12}, gen), k = random_tensor({n, s, 12}, gen), v = random_tensor({n, s, 12}, gen);
+  const Tensor q = random_tensor({n, l, 12}, gen), k = random_tensor({n, s, 12}, gen),
+               v = random_tensor({n, s, 12}, gen);
   const Tensor add = random_tensor({n * h, l, s}, gen);
   const Tensor pad = Tensor::from_vector<bool>({n, s}, {false, false, true, false, false, false, false, true});
   Session sess(trace([&](Tracer& t) {
@@ -319,7 +337,8 @@ TEST(NnMultiheadAttention, DropoutOnlyInTrainingMode) {
     for (const Node& n : model.graph.nodes)
       if (n.op_type == "Dropout")
         for (const Node& c : model.graph.nodes)
-          if (c.op_type == "Constant" && c.outputs[0] == n.inputs.at(1)) ratios.push_back(c.attr_tensor("value").item_as_double());
+          if (c.op_type == "Constant" && c.outputs[0] == n.inputs.at(1))
+            ratios.push_back(c.attr_tensor("value").item_as_double());
     return ratios;
   };
   EXPECT_EQ(dropouts(true), std::vector<double>{0.25});

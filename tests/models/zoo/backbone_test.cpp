@@ -1,11 +1,12 @@
 // Backbones: Hugging Face's out_features / out_indices rules and messages
 // (transformers.utils.backbone_utils), the ResNet and ConvNeXt backbones' stages, channels and
 // feature-map shapes (HF's documented ResNet-50 example on 224x224), and re-selecting outputs.
+#include "kiln/nn/backbone.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "kiln/nn/backbone.h"
 #include "test_util.h"
 
 namespace kiln::nn {
@@ -54,22 +55,26 @@ TEST(BackboneAlign, BothMustAgree) {
 }
 
 TEST(BackboneAlign, OutOfRangeAndUnknownNames) {
-  EXPECT_EQ(align_error(std::nullopt, Indices{0, 5}),
-            "out_indices must be valid indices for stage_names ['stem', 'stage1', 'stage2', 'stage3', 'stage4'], got [0, 5]");
-  EXPECT_EQ(align_error(std::nullopt, Indices{-6}),
-            "out_indices must be valid indices for stage_names ['stem', 'stage1', 'stage2', 'stage3', 'stage4'], got [-6]");
+  EXPECT_EQ(
+      align_error(std::nullopt, Indices{0, 5}),
+      "out_indices must be valid indices for stage_names ['stem', 'stage1', 'stage2', 'stage3', 'stage4'], got [0, 5]");
+  EXPECT_EQ(
+      align_error(std::nullopt, Indices{-6}),
+      "out_indices must be valid indices for stage_names ['stem', 'stage1', 'stage2', 'stage3', 'stage4'], got [-6]");
   EXPECT_EQ(align_error(Names{"stage1", "stage5"}, std::nullopt),
             "out_features must be a subset of stage_names: ['stem', 'stage1', 'stage2', 'stage3', 'stage4'] got "
             "['stage1', 'stage5']");
 }
 
 TEST(BackboneAlign, DuplicatesAndWrongOrder) {
-  EXPECT_EQ(align_error(Names{"stage1", "stage1"}, std::nullopt), "out_features must not contain any duplicates, got ['stage1', 'stage1']");
+  EXPECT_EQ(align_error(Names{"stage1", "stage1"}, std::nullopt),
+            "out_features must not contain any duplicates, got ['stage1', 'stage1']");
   EXPECT_EQ(align_error(std::nullopt, Indices{2, 2}), "out_indices must not contain any duplicates, got [2, 2]");
   EXPECT_EQ(align_error(std::nullopt, Indices{4, -1}),
             "out_indices must not contain any duplicates, got [4, -1] (equivalent to (4, 4))");
-  EXPECT_EQ(align_error(Names{"stage2", "stage1"}, std::nullopt),
-            "out_features must be in the same order as stage_names, expected ['stage1', 'stage2'] got ['stage2', 'stage1']");
+  EXPECT_EQ(
+      align_error(Names{"stage2", "stage1"}, std::nullopt),
+      "out_features must be in the same order as stage_names, expected ['stage1', 'stage2'] got ['stage2', 'stage1']");
   EXPECT_EQ(align_error(std::nullopt, Indices{-1, 1}),
             "out_indices must be in the same order as stage_names, expected [1, -1] got [-1, 1]");
 }
@@ -111,8 +116,9 @@ TEST(Backbone, FromConfigWithOutIndicesAndSetters) {
   EXPECT_EQ(bb->out_features(), Names{"stage4"});
   EXPECT_EQ(bb->out_indices(), Indices{-1});
   // A rejected selection leaves the current one.
-  EXPECT_EQ(error_message<InvalidArgument>([&] { bb->set_out_features({"stage9"}); }),
-            "out_features must be a subset of stage_names: ['stem', 'stage1', 'stage2', 'stage3', 'stage4'] got ['stage9']");
+  EXPECT_EQ(
+      error_message<InvalidArgument>([&] { bb->set_out_features({"stage9"}); }),
+      "out_features must be a subset of stage_names: ['stem', 'stage1', 'stage2', 'stage3', 'stage4'] got ['stage9']");
   EXPECT_EQ(bb->out_features(), Names{"stage4"});
   // The default: the last stage only.
   EXPECT_EQ(AutoBackbone::from_config("resnet18")->out_features(), Names{"stage4"});
@@ -167,8 +173,11 @@ TEST(Backbone, UnknownModelsAndConfigKeys) {
   const auto names = AutoBackbone::names();
   for (const char* n : {"convnext_tiny", "resnet18", "resnet34", "resnet50"})
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
-  expect_error<InvalidArgument>([] { AutoBackbone::from_config("resnet50", {{"depth", 3}}); },
-                                "'resnet50' has no config key 'depth'");
+  expect_error<InvalidArgument>(
+      [] {
+        AutoBackbone::from_config("resnet50", {{"depth", 3}});
+      },
+      "'resnet50' has no config key 'depth'");
   expect_error<InvalidArgument>([] { AutoBackbone::from_config("resnet50", {}, {.out_indices = Indices{7}}); },
                                 "out_indices must be valid indices");
 }

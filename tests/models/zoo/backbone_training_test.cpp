@@ -44,10 +44,10 @@ std::vector<double> logged_losses(const trainer::TrainerState& s) {
 }
 
 trainer::TrainingArguments args(const fs::path& out) {
-  return trainer::TrainingArguments::parse_args(
-      {"--output_dir", out.string(), "--learning_rate", "1e-3", "--max_steps", "30", "--per_device_train_batch_size",
-       "32", "--logging_steps", "10", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
-       "--seed", "0"});
+  return trainer::TrainingArguments::parse_args({"--output_dir", out.string(), "--learning_rate", "1e-3", "--max_steps",
+                                                 "30", "--per_device_train_batch_size", "32", "--logging_steps", "10",
+                                                 "--save_strategy", "no", "--report_to", "none", "--disable_tqdm",
+                                                 "true", "--seed", "0"});
 }
 
 void expect_loss_falls(const std::vector<double>& losses) {
@@ -70,7 +70,8 @@ TEST(ZooTraining, BackboneWithAHeadLearnsFashionMnist) {
   ExportOptions o;
   o.output_names = {"logits"};
   const fs::path model = dir / "backbone_head.onnx";
-  net->export_onnx(model.string(), {{"input", {32, 1, 28, 28}}}, {{"input", {{0, "batch"}}}, {"logits", {{0, "batch"}}}}, o);
+  net->export_onnx(model.string(), {{"input", {32, 1, 28, 28}}},
+                   {{"input", {{0, "batch"}}}, {"logits", {{0, "batch"}}}}, o);
 
   trainer::Trainer t(trainer::ModelSource::onnx(model.string(), training::LossType::CrossEntropyLoss),
                      args(dir / "out"), fashion_subset(512));
@@ -98,8 +99,8 @@ TEST(ZooTraining, SmallConvNextWithStochasticDepthLearnsFashionMnist) {
   if (!fs::exists(kFashion + "/train-images-idx3-ubyte.gz"))
     FAIL() << kFashion << " is missing: install Debian's dataset-fashion-mnist (run scripts/setup.sh)";
   const kiln::test::TempDir dir;
-  const nlohmann::json config = {{"num_channels", 1},   {"num_labels", 10},          {"hidden_sizes", {32, 64}},
-                                 {"depths", {2, 2}},    {"drop_path_rate", 0.3},     {"layer_scale_init_value", 0.1}};
+  const nlohmann::json config = {{"num_channels", 1}, {"num_labels", 10},      {"hidden_sizes", {32, 64}},
+                                 {"depths", {2, 2}},  {"drop_path_rate", 0.3}, {"layer_scale_init_value", 0.1}};
   int dropouts = 0;
   for (const Node& n : make_builtin_model("convnext_tiny", 0, config).graph.nodes) dropouts += n.op_type == "Dropout";
   EXPECT_EQ(dropouts, 3);  // every block but the first (whose drop probability is 0)

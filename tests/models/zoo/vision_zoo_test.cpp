@@ -123,25 +123,43 @@ TEST(VisionZoo, InitialisationIsTorchvisions) {
   manual_seed(2);
   auto other = by_key(*create_model("resnet18"));
   const Tensor& a = r.at("layer1.0.conv1.weight");
-  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.item_as_double(i), again.at("layer1.0.conv1.weight").item_as_double(i));
+  for (int64_t i = 0; i < a.numel(); ++i)
+    ASSERT_EQ(a.item_as_double(i), again.at("layer1.0.conv1.weight").item_as_double(i));
   EXPECT_NE(a.item_as_double(0), other.at("layer1.0.conv1.weight").item_as_double(0));
 }
 
 TEST(VisionZoo, ConfigErrorsNameTheModelAndKey) {
-  expect_error<InvalidArgument>([] { create_model("resnet18", {{"layer_type", "wide"}}); },
-                                "resnet18 config: layer_type must be \"basic\" or \"bottleneck\", got \"wide\"");
   expect_error<InvalidArgument>(
-      [] { create_model("resnet50", {{"depths", {3, 4}}}); },
+      [] {
+        create_model("resnet18", {{"layer_type", "wide"}});
+      },
+      "resnet18 config: layer_type must be \"basic\" or \"bottleneck\", got \"wide\"");
+  expect_error<InvalidArgument>(
+      [] {
+        create_model("resnet50", {{"depths", {3, 4}}});
+      },
       "hidden_sizes [256, 512, 1024, 2048] and depths [3, 4] must be non-empty and of one length");
-  expect_error<InvalidArgument>([] { create_model("resnet50", {{"hidden_sizes", {256, 512, 1024, 2046}}}); },
-                                "divisible by 4");
-  expect_error<InvalidArgument>([] { create_model("convnext_tiny", {{"depths", {3, 0, 9, 3}}}); },
-                                "convnext_tiny config: 'depths' must be a list of integers >= 1, got [3,0,9,3]");
-  expect_error<InvalidArgument>([] { create_model("convnext_tiny", {{"drop_path_rate", 1.5}}); },
-                                "'drop_path_rate' must be a number in [0, 0.999], got 1.5");
+  expect_error<InvalidArgument>(
+      [] {
+        create_model("resnet50", {{"hidden_sizes", {256, 512, 1024, 2046}}});
+      },
+      "divisible by 4");
+  expect_error<InvalidArgument>(
+      [] {
+        create_model("convnext_tiny", {{"depths", {3, 0, 9, 3}}});
+      },
+      "convnext_tiny config: 'depths' must be a list of integers >= 1, got [3,0,9,3]");
+  expect_error<InvalidArgument>(
+      [] {
+        create_model("convnext_tiny", {{"drop_path_rate", 1.5}});
+      },
+      "'drop_path_rate' must be a number in [0, 0.999], got 1.5");
   expect_error<InvalidArgument>([] { create_model("resnet18", {{"num_label", 10}}); }, "num_label");
-  expect_error<InvalidArgument>([] { create_model("mlp", {{"input_size", 100}}); },
-                                "mlp config: input_shape [1, 28, 28] has 784 elements but input_size is 100");
+  expect_error<InvalidArgument>(
+      [] {
+        create_model("mlp", {{"input_size", 100}});
+      },
+      "mlp config: input_shape [1, 28, 28] has 784 elements but input_size is 100");
   expect_error<InvalidArgument>([] { create_model("lenet", {{"image_size", 8}}); }, "image_size 8 is too small");
 }
 
@@ -163,13 +181,17 @@ TEST(VisionZoo, ResNetRunsOnSmallImages) {
 // first has p = 0), against the same block in eval mode (no BatchNorm: only the masks differ).
 TEST(VisionZoo, ConvNextStochasticDepthDropsWholeExamples) {
   manual_seed(0);
-  ModulePtr m = create_model("convnext_tiny", {{"hidden_sizes", {8}}, {"depths", {2}}, {"drop_path_rate", 0.5},
-                                               {"layer_scale_init_value", 100.0}, {"num_labels", 4}});
+  ModulePtr m = create_model("convnext_tiny", {{"hidden_sizes", {8}},
+                                               {"depths", {2}},
+                                               {"drop_path_rate", 0.5},
+                                               {"layer_scale_init_value", 100.0},
+                                               {"num_labels", 4}});
   std::vector<Tensor> in, out;
-  m->get_submodule("features.1.1")->register_forward_hook([&](Module&, const std::vector<Tensor>& i, const std::vector<Tensor>& o) {
-    in.push_back(i.at(0).clone());
-    out.push_back(o.at(0).clone());
-  });
+  m->get_submodule("features.1.1")
+      ->register_forward_hook([&](Module&, const std::vector<Tensor>& i, const std::vector<Tensor>& o) {
+        in.push_back(i.at(0).clone());
+        out.push_back(o.at(0).clone());
+      });
   Tensor x = Tensor::empty(DType::Float32, {8, 3, 8, 8});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = float(std::sin(0.91 * double(i)));
   m->eval();

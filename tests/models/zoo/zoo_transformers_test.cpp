@@ -25,12 +25,18 @@ namespace {
 namespace fs = std::filesystem;
 using kiln::test::expect_error;
 
-const Config kSmallBert = {{"vocab_size", 20},          {"hidden_size", 32},       {"num_hidden_layers", 2},
-                           {"num_attention_heads", 4},  {"intermediate_size", 64}, {"max_position_embeddings", 16},
-                           {"hidden_dropout_prob", 0.0}, {"attention_probs_dropout_prob", 0.0}, {"num_labels", 2}};
-const Config kSmallGpt2 = {{"vocab_size", 30}, {"n_positions", 16}, {"n_embd", 32}, {"n_layer", 2}, {"n_head", 4},
-                           {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0}};
-const Config kSmallVit = {{"image_size", 32},       {"patch_size", 8},         {"hidden_size", 32},
+const Config kSmallBert = {{"vocab_size", 20},
+                           {"hidden_size", 32},
+                           {"num_hidden_layers", 2},
+                           {"num_attention_heads", 4},
+                           {"intermediate_size", 64},
+                           {"max_position_embeddings", 16},
+                           {"hidden_dropout_prob", 0.0},
+                           {"attention_probs_dropout_prob", 0.0},
+                           {"num_labels", 2}};
+const Config kSmallGpt2 = {{"vocab_size", 30}, {"n_positions", 16},  {"n_embd", 32},      {"n_layer", 2},
+                           {"n_head", 4},      {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0}};
+const Config kSmallVit = {{"image_size", 32},       {"patch_size", 8},          {"hidden_size", 32},
                           {"num_hidden_layers", 3}, {"num_attention_heads", 2}, {"intermediate_size", 64},
                           {"num_labels", 5}};
 
@@ -56,13 +62,14 @@ TEST(ZooTransformers, BertStateDictKeysAreHuggingFaces) {
   ModulePtr m = create_model("bert", kSmallBert);
   const std::set<std::string> keys = keys_of(*m);
   EXPECT_EQ(keys.size(), 5u + 2 * 16u + 2u + 2u);  // embeddings, 2 layers, pooler, classifier
-  for (const char* k : {"bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight",
-                        "bert.embeddings.token_type_embeddings.weight", "bert.embeddings.LayerNorm.weight",
-                        "bert.encoder.layer.0.attention.self.query.weight", "bert.encoder.layer.1.attention.self.value.bias",
-                        "bert.encoder.layer.0.attention.output.dense.weight", "bert.encoder.layer.0.attention.output.LayerNorm.bias",
-                        "bert.encoder.layer.1.intermediate.dense.weight", "bert.encoder.layer.1.output.dense.bias",
-                        "bert.encoder.layer.1.output.LayerNorm.weight", "bert.pooler.dense.weight", "classifier.weight",
-                        "classifier.bias"})
+  for (const char* k :
+       {"bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight",
+        "bert.embeddings.token_type_embeddings.weight", "bert.embeddings.LayerNorm.weight",
+        "bert.encoder.layer.0.attention.self.query.weight", "bert.encoder.layer.1.attention.self.value.bias",
+        "bert.encoder.layer.0.attention.output.dense.weight", "bert.encoder.layer.0.attention.output.LayerNorm.bias",
+        "bert.encoder.layer.1.intermediate.dense.weight", "bert.encoder.layer.1.output.dense.bias",
+        "bert.encoder.layer.1.output.LayerNorm.weight", "bert.pooler.dense.weight", "classifier.weight",
+        "classifier.bias"})
     EXPECT_TRUE(keys.count(k)) << k;
   EXPECT_EQ(m->get_parameter("bert.encoder.layer.0.intermediate.dense.weight").shape(), (Shape{64, 32}));
   // HF's _init_weights: the padding row of the word embeddings is zero, biases zero, LayerNorm ones.
@@ -103,13 +110,13 @@ TEST(ZooTransformers, Gpt2HeadIsTiedToTheWordEmbeddings) {
   ModulePtr m = create_model("gpt2", kSmallGpt2);
   const std::set<std::string> keys = keys_of(*m);
   EXPECT_EQ(keys.size(), 2u + 2 * 12u + 2u + 1u);  // wte, wpe, 2 blocks, ln_f, lm_head
-  for (const char* k : {"transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight",
-                        "transformer.h.0.attn.c_attn.weight", "transformer.h.1.attn.c_proj.bias",
-                        "transformer.h.1.mlp.c_fc.weight", "transformer.h.1.mlp.c_proj.weight",
-                        "transformer.ln_f.bias", "lm_head.weight"})
+  for (const char* k :
+       {"transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight",
+        "transformer.h.0.attn.c_attn.weight", "transformer.h.1.attn.c_proj.bias", "transformer.h.1.mlp.c_fc.weight",
+        "transformer.h.1.mlp.c_proj.weight", "transformer.ln_f.bias", "lm_head.weight"})
     EXPECT_TRUE(keys.count(k)) << k;
   EXPECT_EQ(m->get_parameter("transformer.h.0.attn.c_attn.weight").shape(), (Shape{32, 96}));  // Conv1D: [in, out]
-  EXPECT_EQ(m->get_parameter("transformer.h.0.mlp.c_fc.weight").shape(), (Shape{32, 128}));    // n_inner null: 4 * n_embd
+  EXPECT_EQ(m->get_parameter("transformer.h.0.mlp.c_fc.weight").shape(), (Shape{32, 128}));  // n_inner null: 4 * n_embd
   EXPECT_EQ(m->get_parameter("lm_head.weight").raw_data(), m->get_parameter("transformer.wte.weight").raw_data());
   // torch's parameters() and parameter count see the tied matrix once.
   int64_t unique = 0;
@@ -158,11 +165,12 @@ TEST(ZooTransformers, VitStateDictKeysAreTorchvisions) {
   ModulePtr m = create_model("vit", kSmallVit);
   const std::set<std::string> keys = keys_of(*m);
   EXPECT_EQ(keys.size(), 4u + 3 * 12u + 2u + 2u);  // class_token, conv_proj, pos_embedding; 3 blocks; ln; head
-  for (const char* k : {"class_token", "conv_proj.weight", "conv_proj.bias", "encoder.pos_embedding",
-                        "encoder.layers.encoder_layer_0.ln_1.weight", "encoder.layers.encoder_layer_0.self_attention.in_proj_weight",
-                        "encoder.layers.encoder_layer_2.self_attention.out_proj.bias", "encoder.layers.encoder_layer_1.ln_2.bias",
-                        "encoder.layers.encoder_layer_1.mlp.0.weight", "encoder.layers.encoder_layer_1.mlp.3.bias",
-                        "encoder.ln.weight", "heads.head.weight", "heads.head.bias"})
+  for (const char* k :
+       {"class_token", "conv_proj.weight", "conv_proj.bias", "encoder.pos_embedding",
+        "encoder.layers.encoder_layer_0.ln_1.weight", "encoder.layers.encoder_layer_0.self_attention.in_proj_weight",
+        "encoder.layers.encoder_layer_2.self_attention.out_proj.bias", "encoder.layers.encoder_layer_1.ln_2.bias",
+        "encoder.layers.encoder_layer_1.mlp.0.weight", "encoder.layers.encoder_layer_1.mlp.3.bias", "encoder.ln.weight",
+        "heads.head.weight", "heads.head.bias"})
     EXPECT_TRUE(keys.count(k)) << k;
   EXPECT_EQ(m->get_parameter("encoder.pos_embedding").shape(), (Shape{1, 17, 32}));
   m->eval();
@@ -192,16 +200,31 @@ TEST(ZooTransformers, VitBackboneStagesAndFeatureMaps) {
 }
 
 TEST(ZooTransformers, ConfigErrorsNameTheKey) {
-  expect_error<Unsupported>([] { create_model("bert", {{"hidden_act", "mish"}}); },
-                            "hidden_act 'mish' is not supported");
-  expect_error<ShapeError>([] { create_model("bert", {{"hidden_size", 30}, {"num_attention_heads", 4}}); },
-                           "hidden_size (30) is not a multiple of num_attention_heads (4)");
-  expect_error<InvalidArgument>([] { create_model("gpt2", {{"attn_pdrop", 1.5}}); },
-                                "'attn_pdrop' must be a probability in [0, 1), got 1.5");
-  expect_error<ShapeError>([] { create_model("vit", {{"image_size", 30}, {"patch_size", 8}}); },
-                           "image_size (30) is not a multiple of patch_size (8)");
-  expect_error<Unsupported>([] { create_model("bert", {{"position_embedding_type", "relative_key"}}); },
-                            "relative_key");
+  expect_error<Unsupported>(
+      [] {
+        create_model("bert", {{"hidden_act", "mish"}});
+      },
+      "hidden_act 'mish' is not supported");
+  expect_error<ShapeError>(
+      [] {
+        create_model("bert", {{"hidden_size", 30}, {"num_attention_heads", 4}});
+      },
+      "hidden_size (30) is not a multiple of num_attention_heads (4)");
+  expect_error<InvalidArgument>(
+      [] {
+        create_model("gpt2", {{"attn_pdrop", 1.5}});
+      },
+      "'attn_pdrop' must be a probability in [0, 1), got 1.5");
+  expect_error<ShapeError>(
+      [] {
+        create_model("vit", {{"image_size", 30}, {"patch_size", 8}});
+      },
+      "image_size (30) is not a multiple of patch_size (8)");
+  expect_error<Unsupported>(
+      [] {
+        create_model("bert", {{"position_embedding_type", "relative_key"}});
+      },
+      "relative_key");
   expect_error<InvalidArgument>([] { create_model("gpt2", {{"n_embd", "wide"}}); }, "n_embd");
 }
 
@@ -222,18 +245,20 @@ TEST(ZooTransformers, TrainerTrainsASmallBert) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t length = 4 + static_cast<int64_t>(gen() % 5);  // 4..8 tokens, the rest padding
     for (int64_t s = 0; s < seq; ++s) {
-      const int64_t token = s == 0 ? 3 + static_cast<int64_t>(gen() % 2) : s < length ? 2 + static_cast<int64_t>(gen() % 18) : 0;
+      const int64_t token = s == 0       ? 3 + static_cast<int64_t>(gen() % 2)
+                            : s < length ? 2 + static_cast<int64_t>(gen() % 18)
+                                         : 0;
       input_ids.push_back(token);
       mask.push_back(s < length ? 1 : 0);
       types.push_back(0);
     }
     labels.push_back(input_ids[static_cast<size_t>(i * seq)] - 3);
   }
-  auto data = std::make_shared<data::TensorDataset>(std::map<std::string, Tensor>{
-      {"input_ids", Tensor::from_vector<int64_t>({n, seq}, input_ids)},
-      {"attention_mask", Tensor::from_vector<int64_t>({n, seq}, mask)},
-      {"token_type_ids", Tensor::from_vector<int64_t>({n, seq}, types)},
-      {"labels", Tensor::from_vector<int64_t>({n}, labels)}});
+  auto data = std::make_shared<data::TensorDataset>(
+      std::map<std::string, Tensor>{{"input_ids", Tensor::from_vector<int64_t>({n, seq}, input_ids)},
+                                    {"attention_mask", Tensor::from_vector<int64_t>({n, seq}, mask)},
+                                    {"token_type_ids", Tensor::from_vector<int64_t>({n, seq}, types)},
+                                    {"labels", Tensor::from_vector<int64_t>({n}, labels)}});
   TrainingArguments args = testing::base_args(dir / "out");
   args.learning_rate = 2e-3;
   args.per_device_train_batch_size = 16;
