@@ -52,6 +52,7 @@ bench: build
 	-/usr/bin/python3 bench/forward.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/train_step.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/train_full_step.py --build-dir $(BUILD)
+	-/usr/bin/python3 bench/optimizer_step.py --build-dir $(BUILD)
 	/usr/bin/python3 bench/trainer_speed.py --build-dir $(BUILD)
 
 clean:

@@ -95,4 +95,11 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// A unique folder for this test process, removed with everything in it when the process ends:
+// the root of the named folders that fixtures reuse within one test (fresh(), fresh_dir()).
+inline const std::filesystem::path& process_temp_root() {
+  static const TempDir root("kiln-tests");
+  return root.path();
+}
+
 }  // namespace kiln::test

@@ -110,8 +110,9 @@ std::string GradContext::emit(const std::string& domain, const std::string& op, 
 }
 
 std::string GradContext::constant(const Tensor& value) {
-  const std::string out = emit("Constant", {}, {{"value", Attribute::of_tensor(value)}});
+  std::string out = emit("Constant", {}, {{"value", Attribute::of_tensor(value)}});
   std::vector<Dim> dims;
+  dims.reserve(value.shape().size());
   for (int64_t d : value.shape()) dims.push_back(Dim{d, ""});
   state_.record(out, value.dtype(), dims);
   return out;

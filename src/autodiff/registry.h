@@ -20,7 +20,6 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <source_location>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -121,15 +120,16 @@ class GradientRegistry {
 };
 
 struct GradientRegistrar {
-  GradientRegistrar(GradientDef def, GradientRule rule, std::source_location where = std::source_location::current()) {
-    GradientRegistry::global().add(std::move(def), std::move(rule), where.file_name());
+  // __builtin_FILE() rather than std::source_location, which clang-tidy's clang 14 cannot compile
+  // with this libstdc++.
+  GradientRegistrar(GradientDef def, GradientRule rule, const char* file = __builtin_FILE()) {
+    GradientRegistry::global().add(std::move(def), std::move(rule), file);
   }
 };
 // Marks ops whose outputs carry no gradient (shapes, comparisons, indices, random draws).
 struct NoGradient {
-  explicit NoGradient(std::initializer_list<GradientDef> defs,
-                      std::source_location where = std::source_location::current()) {
-    for (const GradientDef& d : defs) GradientRegistry::global().add(d, nullptr, where.file_name());
+  explicit NoGradient(std::initializer_list<GradientDef> defs, const char* file = __builtin_FILE()) {
+    for (const GradientDef& d : defs) GradientRegistry::global().add(d, nullptr, file);
   }
 };
 

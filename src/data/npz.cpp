@@ -70,6 +70,7 @@ std::shared_ptr<TensorDataset> load_npz(const std::string& path, const std::map<
   for (const ZipMember& m : zip.members())
     if (ends_with(m.name, ".npy")) arrays.emplace(m.name.substr(0, m.name.size() - 4), &m);
   std::vector<std::string> available;
+  available.reserve(arrays.size());
   for (const auto& [name, member] : arrays) available.push_back(name);
 
   std::map<std::string, std::string> wanted = columns;  // array name -> column name

@@ -7,6 +7,7 @@ namespace kiln {
 
 std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs, int64_t opset) {
   std::vector<std::optional<DType>> dtypes;
+  dtypes.reserve(inputs.size());
   for (const Tensor& t : inputs) dtypes.push_back(t.defined() ? std::optional<DType>(t.dtype()) : std::nullopt);
   try {
     const KernelDef& def = KernelRegistry::global().resolve_node(node, opset, dtypes);

@@ -72,6 +72,7 @@ void verify(const std::optional<std::vector<std::string>>& out_features,
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
       std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return positive[a] < positive[b]; });
       std::vector<int64_t> expected;
+      expected.reserve(order.size());
       for (size_t i : order) expected.push_back(idx[i]);
       throw InvalidArgument(fmt::format("out_indices must be in the same order as stage_names, expected {} got {}",
                                         py_list(expected), py_list(idx)));

@@ -6,13 +6,14 @@
 
 #include "graph_builder.h"
 #include "kiln/onnx_io.h"
+#include "test_util.h"
 
 namespace kiln::trainer::testing {
 
 namespace fs = std::filesystem;
 
 fs::path fresh(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("kiln_trainer_" + name);
+  const fs::path dir = kiln::test::process_temp_root() / ("trainer_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

@@ -10,7 +10,7 @@
 
 namespace kiln::trainer::testing {
 
-// An empty folder under the test temp dir.
+// An empty folder under this test process's temporary root (removed when the process ends).
 std::filesystem::path fresh(const std::string& name);
 // x[N, 6] -> Linear(6, 16) -> ReLU -> [Dropout(0.25, training)] -> Linear(16, 3), saved as
 // dir/net.onnx: dropout makes exact resume depend on replaying the masks.

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "graph_builder.h"
+#include "test_util.h"
 
 namespace kiln::testing {
 
@@ -35,7 +36,7 @@ Model make_bn_mlp(uint64_t seed) {
 }
 
 std::filesystem::path fresh_dir(const std::string& name) {
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / ("kiln_training_" + name);
+  const std::filesystem::path dir = kiln::test::process_temp_root() / ("training_" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

@@ -15,7 +15,7 @@ namespace kiln::testing {
 // comparison (no gradient reaches it) and is added to nothing differentiable.
 Model make_bn_mlp(uint64_t seed = 7);
 
-// A fresh folder under the test temp dir.
+// An empty folder under this test process's temporary root (removed when the process ends).
 std::filesystem::path fresh_dir(const std::string& name);
 
 // Writes artifacts for make_bn_mlp with CrossEntropyLoss and the given optimizer.

@@ -275,8 +275,8 @@ class Module : public std::enable_shared_from_this<Module> {
 class Sequential : public Module {
  public:
   Sequential() = default;
-  explicit Sequential(std::vector<ModulePtr> modules);                        // named "0", "1", ...
-  explicit Sequential(std::vector<std::pair<std::string, ModulePtr>> named);  // OrderedDict form
+  explicit Sequential(std::vector<ModulePtr> modules);                               // named "0", "1", ...
+  explicit Sequential(const std::vector<std::pair<std::string, ModulePtr>>& named);  // OrderedDict form
   void push_back(ModulePtr m);
   void push_back(const std::string& name, ModulePtr m);
   size_t size() const;
@@ -300,7 +300,7 @@ class ModuleList : public Module {
 class ModuleDict : public Module {
  public:
   ModuleDict() = default;
-  explicit ModuleDict(std::vector<std::pair<std::string, ModulePtr>> modules);
+  explicit ModuleDict(const std::vector<std::pair<std::string, ModulePtr>>& modules);
   void insert(const std::string& key, ModulePtr m);
   ModulePtr at(const std::string& key) const;  // KeyError
   bool contains(const std::string& key) const;

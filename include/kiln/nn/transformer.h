@@ -110,8 +110,8 @@ class TransformerEncoderLayer : public Module {
   explicit TransformerEncoderLayer(TransformerEncoderLayerOptions options);
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override;
   // Module::call with torch's keyword arguments.
-  Var apply(Tracer& t, const Var& src, std::optional<Var> src_mask = {}, std::optional<Var> src_key_padding_mask = {},
-            bool is_causal = false);
+  Var apply(Tracer& t, const Var& src, const std::optional<Var>& src_mask = {},
+            const std::optional<Var>& src_key_padding_mask = {}, bool is_causal = false);
 
   std::string type_name() const override { return "TransformerEncoderLayer"; }
   const TransformerEncoderLayerOptions& options() const { return options_; }

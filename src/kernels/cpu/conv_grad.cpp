@@ -157,7 +157,7 @@ class ConvGradKernel final : public Kernel {
     dtype_ = x.dtype;
     built_ = false;
     // Outputs not asked for are empty, so the planner reserves nothing for them.
-    const auto meta = [&](size_t i, Shape s) {
+    const auto meta = [&](size_t i, const Shape& s) {
       return TensorMeta{x.dtype, mask_[i] ? s : Shape{0}, dy.dynamic, Tensor()};
     };
     return {meta(0, x.shape), meta(1, w.shape), meta(2, {w.shape[0]})};

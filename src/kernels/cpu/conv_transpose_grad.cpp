@@ -32,7 +32,7 @@ class ConvTransposeGradKernel final : public Kernel {
     dtype_ = dy.dtype;
     built_ = false;
     // Outputs not asked for are empty, so the planner reserves nothing for them.
-    const auto meta = [&](size_t i, Shape sh) {
+    const auto meta = [&](size_t i, const Shape& sh) {
       return TensorMeta{dtype_, mask_[i] ? sh : Shape{0}, dy.dynamic, Tensor()};
     };
     return {meta(0, s_.x), meta(1, s_.w), meta(2, {s_.y[1]})};

@@ -85,6 +85,7 @@ Equation parse(const std::string& raw, const std::vector<Shape>& shapes) {
     if (ellipsis_at[t] >= 0) {
       const int r = static_cast<int>(shapes[t].size() - letters[t].size());
       std::vector<int> ell;
+      ell.reserve(static_cast<size_t>(std::max(r, 0)));
       for (int i = 0; i < r; ++i) ell.push_back(kEllipsisBase + ellipsis_rank - r + i);
       labels.insert(labels.begin() + ellipsis_at[t], ell.begin(), ell.end());
     }

@@ -211,7 +211,7 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, dou
                                                    .vdim = vdim,
                                                    .batch_first = batch_first}) {}
 
-MultiheadAttention::MultiheadAttention(MultiheadAttentionOptions options) : options_(std::move(options)) {
+MultiheadAttention::MultiheadAttention(MultiheadAttentionOptions options) : options_(options) {
   const int64_t e = options_.embed_dim, h = options_.num_heads;
   if (e <= 0 || h <= 0)
     throw InvalidArgument(fmt::format("MultiheadAttention: embed_dim ({}) and num_heads ({}) must be positive", e, h));

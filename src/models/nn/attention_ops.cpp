@@ -21,10 +21,8 @@ std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::
   for (size_t i = 0; i < rank; ++i) {
     const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
-    if (da == 1) {
-      out[i] = db;
-    } else if (db == 1) {
-      out[i] = da;
+    if (da == 1 || db == 1) {
+      out[i] = da == 1 ? db : da;
     } else if (da == -1 || db == -1) {
       out[i] = da == -1 ? db : da;  // the known one, if any: the run must agree with it
     } else if (da != db) {
@@ -57,6 +55,7 @@ Var matmul(Tracer& t, const Var& a, const Var& b) {
 
 Var transpose(Tracer& t, const Var& x, const std::vector<int64_t>& perm) {
   std::vector<int64_t> shape;
+  shape.reserve(perm.size());
   for (int64_t p : perm) shape.push_back(x.shape.at(static_cast<size_t>(p)));
   return t.op("Transpose", {x}, {{"perm", Attribute::of_ints(perm)}}, x.dtype, shape);
 }

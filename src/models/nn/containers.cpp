@@ -14,8 +14,8 @@ Sequential::Sequential(std::vector<ModulePtr> modules) {
   for (auto& m : modules) push_back(std::move(m));
 }
 
-Sequential::Sequential(std::vector<std::pair<std::string, ModulePtr>> named) {
-  for (auto& [name, m] : named) push_back(name, std::move(m));
+Sequential::Sequential(const std::vector<std::pair<std::string, ModulePtr>>& named) {
+  for (const auto& [name, m] : named) push_back(name, m);
 }
 
 void Sequential::push_back(ModulePtr m) { add_module(std::to_string(size()), std::move(m)); }
@@ -59,8 +59,8 @@ std::vector<Var> ModuleList::forward(Tracer&, const std::vector<Var>&) {
 
 // ---- ModuleDict ----------------------------------------------------------------------------------
 
-ModuleDict::ModuleDict(std::vector<std::pair<std::string, ModulePtr>> modules) {
-  for (auto& [key, m] : modules) insert(key, std::move(m));
+ModuleDict::ModuleDict(const std::vector<std::pair<std::string, ModulePtr>>& modules) {
+  for (const auto& [key, m] : modules) insert(key, m);
 }
 
 void ModuleDict::insert(const std::string& key, ModulePtr m) { add_module(key, std::move(m)); }

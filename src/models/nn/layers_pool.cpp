@@ -49,7 +49,7 @@ std::vector<int64_t> pooled_shape(const std::string& module, const Var& x, const
 
 // ---- MaxPool2d ---------------------------------------------------------------------------------------
 
-MaxPool2d::MaxPool2d(MaxPool2dOptions options) : options_(std::move(options)) {
+MaxPool2d::MaxPool2d(MaxPool2dOptions options) : options_(options) {
   const auto& o = options_;
   check_pool_window("MaxPool2d", o.kernel_size(), o.stride(), o.padding(), o.dilation());
 }
@@ -80,7 +80,7 @@ std::string MaxPool2d::extra_repr() const {
 
 // ---- AvgPool2d ---------------------------------------------------------------------------------------
 
-AvgPool2d::AvgPool2d(AvgPool2dOptions options) : options_(std::move(options)) {
+AvgPool2d::AvgPool2d(AvgPool2dOptions options) : options_(options) {
   const auto& o = options_;
   check_pool_window("AvgPool2d", o.kernel_size(), o.stride(), o.padding(), 1);
 }

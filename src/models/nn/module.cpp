@@ -262,7 +262,7 @@ std::string Module::repr() const {
 
 namespace {
 template <class List>
-RemovableHandle make_handle(std::weak_ptr<int> alive, List* list, int id) {
+RemovableHandle make_handle(const std::weak_ptr<int>& alive, List* list, int id) {
   return RemovableHandle{[alive, list, id] {
     if (alive.expired()) return;  // the module is gone: nothing to detach
     for (auto it = list->begin(); it != list->end(); ++it)

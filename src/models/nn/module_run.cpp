@@ -81,8 +81,9 @@ Model Module::to_onnx(const InputShapes& inputs, const DynamicAxes& dynamic_axes
   std::vector<Node> constants;
   for (const auto& [init, ref] : t.parameter_refs()) {
     const Slot* slot = ref.module->find_slot(ref.name);
+    const std::string& name = ref.name;  // a lambda may not capture a structured binding in clang 14
     const bool is_parameter = std::any_of(ref.module->parameters_.begin(), ref.module->parameters_.end(),
-                                          [&](const Slot& s) { return s.name == ref.name; });
+                                          [&](const Slot& s) { return s.name == name; });
     if (is_parameter) {
       if (!slot->requires_grad) frozen.push_back(init);
     } else if (!slot->persistent) {

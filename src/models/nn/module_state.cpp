@@ -16,6 +16,7 @@ namespace {
 
 std::string quoted_list(const std::vector<std::string>& keys) {
   std::vector<std::string> q;
+  q.reserve(keys.size());
   for (const auto& k : keys) q.push_back("\"" + k + "\"");
   return fmt::format("{}", fmt::join(q, ", "));
 }

@@ -75,8 +75,8 @@ TransformerEncoderLayer::TransformerEncoderLayer(TransformerEncoderLayerOptions 
   dropout2_ = register_module("dropout2", std::make_shared<Dropout>(o.dropout));
 }
 
-Var TransformerEncoderLayer::apply(Tracer& t, const Var& src, std::optional<Var> src_mask,
-                                   std::optional<Var> src_key_padding_mask, bool causal) {
+Var TransformerEncoderLayer::apply(Tracer& t, const Var& src, const std::optional<Var>& src_mask,
+                                   const std::optional<Var>& src_key_padding_mask, bool causal) {
   pending_is_causal_ = causal;
   try {
     std::vector<Var> inputs{src, src_mask.value_or(Tracer::none()), src_key_padding_mask.value_or(Tracer::none())};

@@ -17,6 +17,7 @@ namespace {
 
 Var transpose(Tracer& t, const Var& x, const std::vector<int64_t>& perm) {
   std::vector<int64_t> shape;
+  shape.reserve(perm.size());
   for (int64_t p : perm) shape.push_back(x.dim(p));
   return t.op("Transpose", {x}, {{"perm", Attribute::of_ints(perm)}}, x.dtype, shape);
 }

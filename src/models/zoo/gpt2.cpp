@@ -96,7 +96,8 @@ class GPT2Attention : public Module {
     attn_dropout_ = register_module("attn_dropout", std::make_shared<Dropout>(c.attn_pdrop));
     resid_dropout_ = register_module("resid_dropout", std::make_shared<Dropout>(c.resid_pdrop));
     // HF divides the scores by sqrt(head_dim), then by (layer_idx + 1): two divisions, kept as two.
-    if (c.scale_attn_weights) divisors_.push_back(std::sqrt(static_cast<double>(c.n_embd / c.n_head)));
+    const int64_t head_dim = c.n_embd / c.n_head;  // an integer, as HF's n_embd // n_head
+    if (c.scale_attn_weights) divisors_.push_back(std::sqrt(static_cast<double>(head_dim)));
     if (c.scale_attn_by_inverse_layer_idx) divisors_.push_back(static_cast<double>(layer_idx + 1));
   }
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {

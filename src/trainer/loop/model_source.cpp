@@ -107,7 +107,7 @@ std::string prepare_artifacts(const ModelSource& source, const TrainingArguments
     if (!source.logits_output.empty()) *logits_output = source.logits_output;
     else if (outs.size() > 1) *logits_output = outs[1].name;
   }
-  const std::string dir = (fs::path(args.output_dir) / "artifacts").string();
+  std::string dir = (fs::path(args.output_dir) / "artifacts").string();
   training::generate_artifacts(forward, o, dir);
   return dir;
 }
