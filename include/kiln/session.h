@@ -6,11 +6,13 @@
 //   auto out = s.run({{"input", x}});                    // std::map<std::string, Tensor>
 //   std::cout << s.last_plan_stats().peak_bytes << "\n";
 //
-// A Session is not safe to run from several threads at once (plans own their buffers).
+// A Session may be called from several threads: its calls are serialised (plans own their
+// buffers), so concurrent runs are correct and take turns.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -76,6 +78,9 @@ class Session {
   void run_with_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs);
   // Plans for the given feeds without running (used by inspection tools).
   PlanStats plan(const std::map<std::string, Tensor>& feeds);
+  // The same from dtypes and shapes alone (`value` unused): no input, and no arena, is allocated,
+  // so a plan for a batch that would not fit in memory still reports its size (kiln inspect).
+  PlanStats plan_shapes(const std::map<std::string, TensorMeta>& feeds);
   const PlanStats& last_plan_stats() const;
   // Plans for the feeds and returns the dtype and shape of every value known at plan time (values
   // whose shapes depend on run-time data are absent). Contents are not included.
@@ -89,7 +94,8 @@ class Session {
 
  private:
   struct BindingCache;
-  ExecutionPlan& plan_for(const std::map<std::string, Tensor>& feeds, const std::set<std::string>& bound = {});
+  static std::map<std::string, TensorMeta> metas_of(const std::map<std::string, Tensor>& feeds);
+  ExecutionPlan& plan_for(const std::map<std::string, TensorMeta>& feeds, const std::set<std::string>& bound = {});
   void use_thread_setting() const;
   void plan_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs);
   Model model_;
@@ -99,7 +105,9 @@ class Session {
   ExecutionPlan* last_plan_ = nullptr;
   std::map<std::string, OpProfile> profile_;
   uint64_t runs_ = 0;
-  std::unique_ptr<BindingCache> binding_;  // the plan of the last run_with_binding and its signature
+  std::unique_ptr<BindingCache> binding_;
+  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  // a pointer: Sessions move  // the plan of the
+                                                                        // last run_with_binding and its signature
 };
 
 }  // namespace kiln

@@ -90,11 +90,11 @@ class Trainer {
   // resume_from_checkpoint: empty (none), "true" in any case (the last complete checkpoint in
   // output_dir), or a checkpoint folder.
   TrainOutput train(const std::string& resume_from_checkpoint = "");
-  Metrics evaluate(std::shared_ptr<const data::Dataset> eval_dataset = nullptr,
+  Metrics evaluate(const std::shared_ptr<const data::Dataset>& eval_dataset = nullptr,
                    const std::string& metric_key_prefix = "eval");
   // One evaluation per named dataset: metrics prefixed "eval_<name>_".
   Metrics evaluate(const std::map<std::string, std::shared_ptr<const data::Dataset>>& eval_datasets);
-  PredictionOutput predict(std::shared_ptr<const data::Dataset> test_dataset,
+  PredictionOutput predict(const std::shared_ptr<const data::Dataset>& test_dataset,
                            const std::string& metric_key_prefix = "test");
 
   // Writes an ONNX inference model (model.onnx) and the weights (model.safetensors) to `dir`

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,7 +46,8 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   // Runs the training model (train mode: forward, loss, gradients, which are added to the
-  // parameters' accumulated gradients) or the eval model (eval mode). `inputs` are the user
+  // parameters' accumulated gradients) or the eval model (eval mode). Calls from several threads
+  // are serialised: each is whole, and they take turns. `inputs` are the user
   // inputs in input_names() order; returns the outputs in output_names() order. In train mode a
   // nominal state (no parameter data) is an InvalidArgument.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs);
@@ -96,6 +98,7 @@ class Module {
   std::vector<std::string> param_names_;  // trainable first, then the rest, each in model order
   bool training_ = true;
   bool reset_grad_ = true;
+  std::mutex mutex_;  // serialises calls and parameter copies
 };
 
 class Optimizer {

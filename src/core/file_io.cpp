@@ -13,10 +13,21 @@ namespace kiln {
 
 ReadOnlyFile::ReadOnlyFile(std::string path, std::string what, int extra_flags)
     : path_(std::move(path)), what_(std::move(what)) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | extra_flags);
+  // O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever.
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | extra_flags);
   int err = fd_ < 0 ? errno : 0;
   if (err == 0 && ::fstat(fd_, &stat_) != 0) err = errno;
   if (err == 0 && S_ISDIR(stat_.st_mode)) err = EISDIR;
+  if (err == 0 && !S_ISREG(stat_.st_mode)) {
+    ::close(fd_);
+    const char* kind = S_ISFIFO(stat_.st_mode)   ? "a FIFO"
+                       : S_ISCHR(stat_.st_mode)  ? "a character device"
+                       : S_ISBLK(stat_.st_mode)  ? "a block device"
+                       : S_ISSOCK(stat_.st_mode) ? "a socket"
+                                                 : "not a regular file";
+    throw IOError(fmt::format("cannot read {} '{}': it is {}, not a regular file", what_, path_, kind));
+  }
+  if (err == 0 && ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK) != 0) err = errno;
   if (err != 0) {
     if (fd_ >= 0) ::close(fd_);
     throw IOError(fmt::format("cannot open {} '{}': {}", what_, path_, std::strerror(err)));
@@ -40,22 +51,17 @@ void ReadOnlyFile::read_at(void* dst, size_t n, uint64_t offset) const {
   }
 }
 
-std::string ReadOnlyFile::read_to_end() const {
-  std::string bytes;
-  if (is_regular()) bytes.reserve(static_cast<size_t>(size()));
-  char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd_, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw IOError(fmt::format("cannot read {} '{}': {}", what_, path_, std::strerror(errno)));
-    if (n == 0) break;
-    bytes.append(buffer, static_cast<size_t>(n));
-  }
+std::string ReadOnlyFile::read_all(uint64_t max_bytes) const {
+  if (size() > max_bytes)
+    throw IOError(fmt::format("cannot read {} '{}': it is {} bytes, more than the limit of {} bytes", what_, path_,
+                              size(), max_bytes));
+  std::string bytes(static_cast<size_t>(size()), '\0');
+  read_at(bytes.data(), bytes.size(), 0);  // a file that shrank since open is an error, not a short read
   return bytes;
 }
 
-std::string read_file_bytes(const std::string& path, const std::string& what) {
-  return ReadOnlyFile(path, what).read_to_end();
+std::string read_file_bytes(const std::string& path, const std::string& what, uint64_t max_bytes) {
+  return ReadOnlyFile(path, what).read_all(max_bytes);
 }
 
 }  // namespace kiln

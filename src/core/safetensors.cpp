@@ -19,6 +19,7 @@
 
 #include "core/atomic_file.h"
 #include "core/file_io.h"
+#include "core/json_text.h"
 
 namespace kiln {
 
@@ -140,6 +141,7 @@ Json parse_header_json(std::string_view text, const std::string& source) {
     }
     return true;
   };
+  check_json_limits(text, source);
   try {
     return Json::parse(text.begin(), text.end(), check_keys);
   } catch (const Json::exception& e) {
@@ -281,7 +283,6 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& sou
 SafetensorsFile read_safetensors(const std::string& path) {
   // The file is read whole into one storage that the tensors then view (no second copy).
   const ReadOnlyFile file(path, "safetensors file");
-  if (!file.is_regular()) throw IOError(fmt::format("cannot read '{}': not a regular file", path));
   const size_t size = static_cast<size_t>(file.size());
   std::shared_ptr<Storage> storage = Storage::allocate(size);
   char* p = static_cast<char*>(storage->data());

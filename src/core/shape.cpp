@@ -6,9 +6,40 @@
 
 namespace kiln {
 
+namespace {
+
+[[noreturn]] void too_large(const Shape& shape) {
+  throw ShapeError(fmt::format("shape {} has more elements than a 64-bit count holds", to_string(shape)));
+}
+
+void check_dims(const Shape& shape) {
+  for (int64_t d : shape)
+    if (d < 0) throw ShapeError(fmt::format("shape {} has a negative dimension", to_string(shape)));
+}
+
+}  // namespace
+
+int64_t checked_mul(int64_t a, int64_t b, const char* what) {
+  int64_t r = 0;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r))
+    throw ShapeError(fmt::format("{}: {} * {} is negative or beyond a 64-bit count", what, a, b));
+  return r;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const char* what) {
+  int64_t r = 0;
+  if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &r))
+    throw ShapeError(fmt::format("{}: {} + {} is negative or beyond a 64-bit count", what, a, b));
+  return r;
+}
+
 int64_t numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) {
+      check_dims(shape);
+      too_large(shape);
+    }
   return n;
 }
 
@@ -17,9 +48,20 @@ Strides contiguous_strides(const Shape& shape) {
   int64_t acc = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     s[i] = acc;
-    acc *= shape[i];
+    if (shape[i] < 0 || __builtin_mul_overflow(acc, shape[i], &acc)) {
+      check_dims(shape);
+      too_large(shape);
+    }
   }
   return s;
+}
+
+size_t checked_bytes(const Shape& shape, size_t item_size) {
+  const auto n = static_cast<size_t>(numel(shape));
+  if (item_size != 0 && n > kMaxTensorBytes / item_size)
+    throw ShapeError(fmt::format("a tensor of shape {} would take more than Kiln's limit of {} bytes (2^50)",
+                                 to_string(shape), kMaxTensorBytes));
+  return n * item_size;
 }
 
 std::string to_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }

@@ -31,13 +31,12 @@ Storage::~Storage() {
 }
 
 Tensor Tensor::empty(DType dtype, Shape shape) {
-  for (int64_t d : shape)
-    if (d < 0) throw ShapeError(fmt::format("cannot allocate a tensor of shape {}", to_string(shape)));
+  const size_t bytes = checked_bytes(shape, dtype_size(dtype));  // throws on negative or absurd shapes
   Tensor t;
   t.dtype_ = dtype;
   t.strides_ = contiguous_strides(shape);
   t.shape_ = std::move(shape);
-  t.storage_ = Storage::allocate(t.nbytes());
+  t.storage_ = Storage::allocate(bytes);
   return t;
 }
 
@@ -53,8 +52,9 @@ Tensor Tensor::wrap(void* data, DType dtype, Shape shape, Strides strides) {
   t.strides_ = strides.empty() && !shape.empty() ? contiguous_strides(shape) : std::move(strides);
   if (t.strides_.size() != shape.size())
     throw ShapeError(fmt::format("Tensor::wrap: {} strides for shape {}", t.strides_.size(), to_string(shape)));
+  const size_t bytes = checked_bytes(shape, dtype_size(dtype));
   t.shape_ = std::move(shape);
-  t.storage_ = Storage::borrow(data, t.nbytes());
+  t.storage_ = Storage::borrow(data, bytes);
   return t;
 }
 
@@ -62,10 +62,11 @@ Tensor Tensor::view_of(std::shared_ptr<Storage> storage, size_t byte_offset, DTy
   Tensor t;
   t.dtype_ = dtype;
   t.strides_ = contiguous_strides(shape);
+  const size_t bytes = checked_bytes(shape, dtype_size(dtype));
   t.shape_ = std::move(shape);
-  if (byte_offset + t.nbytes() > storage->bytes())
-    throw Error(fmt::format("Tensor::view_of: {} bytes at offset {} exceed a storage of {} bytes", t.nbytes(),
-                            byte_offset, storage->bytes()));
+  if (bytes > storage->bytes() || byte_offset > storage->bytes() - bytes)
+    throw Error(fmt::format("Tensor::view_of: {} bytes at offset {} exceed a storage of {} bytes", bytes, byte_offset,
+                            storage->bytes()));
   t.storage_ = std::move(storage);
   t.offset_ = byte_offset;
   return t;

@@ -7,6 +7,9 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <set>
+
 #include "core/compression.h"
 #include "core/file_io.h"
 #include "kiln/error.h"
@@ -138,6 +141,7 @@ void ZipArchive::read_directory() {
   const Directory dir = find_directory(r, bytes_.size(), path_);
   const uint64_t dir_end = dir.offset + dir.size;
   uint64_t pos = dir.offset;
+  std::set<std::string> names;
   for (uint64_t i = 0; i < dir.count; ++i) {
     if (pos + kCentralSize > dir_end || r.u32(pos, "directory entry") != kCentralSig)
       throw CorruptFile(
@@ -166,6 +170,8 @@ void ZipArchive::read_directory() {
     m.name = bytes_.substr(pos + kCentralSize, name_len);
     const uint64_t extra = pos + kCentralSize + name_len;
     read_zip64_extra(r, extra, extra + extra_len, m, path_);
+    if (!names.insert(m.name).second)  // which one a reader takes differs between tools: refuse it
+      throw CorruptFile(fmt::format("'{}': the zip archive has two members named '{}'", path_, m.name));
     members_.push_back(std::move(m));
     pos = entry_end;
   }

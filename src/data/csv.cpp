@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -151,7 +152,11 @@ std::shared_ptr<TensorDataset> load_csv(const std::string& path, const CsvOption
   size_t first_line = 1;
   if (options.header) {
     if (!tok.next(row)) throw CorruptFile(fmt::format("'{}' is empty: no header line", path));
-    for (const Field& f : row) names.push_back(trim(f.text));
+    for (const Field& f : row) {
+      names.push_back(trim(f.text));
+      if (std::count(names.begin(), names.end(), names.back()) > 1)
+        throw CorruptFile(fmt::format("'{}' line {}: the header names column '{}' twice", path, f.line, names.back()));
+    }
     first_line = row.front().line;
   }
   std::vector<float> features;

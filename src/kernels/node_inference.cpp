@@ -22,6 +22,21 @@ void fold(NodeInference& r, const InferContext& ictx) {
   for (size_t i = 0; i < r.outputs.size(); ++i) r.outputs[i].value = std::move(outs[i]);
 }
 
+// Nodes that make much more data than they read (ConstantOfShape, Expand or Tile of a small
+// constant to a batch-sized shape) are not folded: at plan time they would hold memory for the
+// plan's lifetime (and kiln inspect would allocate what it reports); at run time they take arena
+// memory only while live. Transforms of initializers (Transpose, Cast, ...) make about as much as
+// they read, and fold.
+constexpr size_t kFoldGrowthBytes = size_t{1} << 16;
+
+bool expands_data(const std::vector<std::optional<TensorMeta>>& inputs, const std::vector<TensorMeta>& outputs) {
+  size_t in = 0, out = 0;
+  for (const auto& i : inputs)
+    if (i) in += checked_bytes(i->shape, dtype_size(i->dtype));
+  for (const TensorMeta& o : outputs) out += checked_bytes(o.shape, dtype_size(o.dtype));
+  return out > in + kFoldGrowthBytes;
+}
+
 }  // namespace
 
 NodeInference infer_node(const Node& node, int64_t opset, const std::vector<std::optional<TensorMeta>>& inputs) {
@@ -53,11 +68,22 @@ NodeInference infer_node(const Node& node, int64_t opset, const std::vector<std:
     throw InvalidModel(
         fmt::format("the node has {} outputs but the op produces {}", node.outputs.size(), r.outputs.size()));
   bool outputs_known = true, outputs_dynamic = false;
-  for (const TensorMeta& m : r.outputs) {
+  for (size_t i = 0; i < r.outputs.size(); ++i) {
+    const TensorMeta& m = r.outputs[i];
+    // A kernel's arithmetic on shapes from the file (Expand, ConstantOfShape, Tile...) may ask for
+    // a tensor no machine holds, or wrap around int64: refuse it here, naming the output.
+    if (!m.dynamic) {
+      try {
+        checked_bytes(m.shape, dtype_size(m.dtype));
+      } catch (Error& e) {
+        e.add_context(fmt::format("output {} ('{}'): ", i, i < node.outputs.size() ? node.outputs[i] : ""));
+        throw;
+      }
+    }
     outputs_known = outputs_known && m.value.defined();
     outputs_dynamic = outputs_dynamic || m.dynamic;
   }
-  if (!outputs_known && all_known && r.kernel->foldable() && !outputs_dynamic) {
+  if (!outputs_known && all_known && r.kernel->foldable() && !outputs_dynamic && !expands_data(inputs, r.outputs)) {
     fold(r, ictx);
     outputs_known = true;
   }

@@ -121,9 +121,6 @@ void read_external_data(const ExternalDataRef& ref, const std::string& tensor_na
   // O_NOFOLLOW: `resolved` is canonical, so a symlink here means the folder changed after the check.
   const ReadOnlyFile file(ref.resolved.string(), fmt::format("external data file for tensor '{}'", tensor_name),
                           O_NOFOLLOW);
-  if (!file.is_regular())
-    throw IOError(fmt::format("external data file '{}' for tensor '{}' is not a readable regular file",
-                              ref.resolved.string(), tensor_name));
   check_range(ref, tensor_name, nbytes, file.size());
   file.read_at(dst, nbytes, ref.offset);
 }

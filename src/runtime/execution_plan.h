@@ -74,7 +74,7 @@ class ExecutionPlan {
   std::vector<PlanStep> steps;
   std::vector<BufferRequest> buffers;
   MemoryPlan memory;
-  std::shared_ptr<Storage> arena;
+  std::shared_ptr<Storage> arena;  // allocated by the first run: planning alone allocates nothing
   PlanStats stats;
   RunValues run_values;  // the executor's table, kept between runs (a Session runs one call at a time)
 };
@@ -82,7 +82,7 @@ class ExecutionPlan {
 // Builds the plan for a model and the feeds of one run (their dtypes and shapes). Graph outputs
 // named in `bound` are written by their step straight into a tensor the caller binds at run time.
 std::unique_ptr<ExecutionPlan> build_plan(const Model& model, const std::vector<size_t>& order,
-                                          const std::map<std::string, Tensor>& feeds,
+                                          const std::map<std::string, TensorMeta>& feeds,
                                           const std::set<std::string>& bound = {});
 
 // The caller's tensors for one run, by value index: every feed (contiguous), and the bound

@@ -86,6 +86,7 @@ Tensor* checked_bound(const PlannedValue& v, Tensor* t) {
 }
 
 void bind_values(ExecutionPlan& plan, const RunBinding& binding, RunValues& values) {
+  if (!plan.arena) plan.arena = Storage::allocate(plan.memory.arena_bytes);
   values.own.resize(plan.values.size());  // released by the last run: nothing held
   values.at.assign(plan.values.size(), nullptr);
   for (size_t i = 0; i < plan.values.size(); ++i) {

@@ -18,7 +18,7 @@ constexpr size_t kForever = std::numeric_limits<size_t>::max();
 struct Planner {
   const Model& model;
   const std::vector<size_t>& order;
-  const std::map<std::string, Tensor>& feeds;
+  const std::map<std::string, TensorMeta>& feeds;
   const std::set<std::string>& bound;
   std::unique_ptr<ExecutionPlan> plan = std::make_unique<ExecutionPlan>();
   std::unordered_map<std::string, size_t> last_use;  // value name -> last topological position
@@ -49,8 +49,8 @@ struct Planner {
       v.meta.value = t.contiguous();
       add_value(std::move(v));
     }
-    for (const auto& [name, t] : feeds) {
-      PlannedValue v{name, PlannedValue::Kind::Feed, TensorMeta::of(t), -1, -1};
+    for (const auto& [name, meta] : feeds) {
+      PlannedValue v{name, PlannedValue::Kind::Feed, TensorMeta{meta.dtype, meta.shape, false, Tensor()}, -1, -1};
       auto it = plan->index.find(name);
       if (it != plan->index.end()) plan->values[static_cast<size_t>(it->second)] = std::move(v);  // overrides
       else add_value(std::move(v));
@@ -192,8 +192,7 @@ struct Planner {
     for (const auto& out : model.graph.outputs)
       if (!plan->index.count(out.name))
         throw InvalidModel(fmt::format("graph output '{}' is not produced by any node", out.name));
-    plan->memory = plan_memory(plan->buffers);
-    plan->arena = Storage::allocate(plan->memory.arena_bytes);
+    plan->memory = plan_memory(plan->buffers);  // the arena is allocated by the first run
     plan->stats.peak_bytes = plan->memory.arena_bytes;
     // Without reuse (across lifetimes or in place) every run-time value would have its own buffer.
     for (const PlannedValue& v : plan->values)
@@ -233,7 +232,7 @@ struct Planner {
 }  // namespace
 
 std::unique_ptr<ExecutionPlan> build_plan(const Model& model, const std::vector<size_t>& order,
-                                          const std::map<std::string, Tensor>& feeds,
+                                          const std::map<std::string, TensorMeta>& feeds,
                                           const std::set<std::string>& bound) {
   return Planner{model, order, feeds, bound}.run();
 }

@@ -29,9 +29,11 @@ Session& Session::operator=(Session&&) noexcept = default;
 
 namespace {
 
-std::string signature(const std::map<std::string, Tensor>& feeds) {
+std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
+
+std::string signature(const std::map<std::string, TensorMeta>& feeds) {
   std::string key;
-  for (const auto& [name, t] : feeds) key += name + ":" + t.describe() + ";";
+  for (const auto& [name, m] : feeds) key += name + ":" + describe(m) + ";";
   return key;
 }
 
@@ -41,7 +43,7 @@ std::string input_list(const Graph& g) {
   return names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "));
 }
 
-void check_feeds(const Model& model, const std::map<std::string, Tensor>& feeds) {
+void check_feeds(const Model& model, const std::map<std::string, TensorMeta>& feeds) {
   const Graph& g = model.graph;
   for (const auto& [name, t] : feeds) {
     const ValueInfo* info = nullptr;
@@ -50,12 +52,11 @@ void check_feeds(const Model& model, const std::map<std::string, Tensor>& feeds)
         if (v.name == name) info = &v;
     if (info == nullptr)
       throw InvalidArgument(fmt::format("'{}' is not an input of the model; its inputs are {}", name, input_list(g)));
-    if (!t.defined()) throw InvalidArgument(fmt::format("input '{}' is fed an undefined tensor", name));
-    if (info->has_type && info->dtype != t.dtype())
-      throw TypeError(fmt::format("input '{}' expects {} but was given {}", name, info->describe(), t.describe()));
-    if (!info->matches(t.shape()))
+    if (info->has_type && info->dtype != t.dtype)
+      throw TypeError(fmt::format("input '{}' expects {} but was given {}", name, info->describe(), describe(t)));
+    if (!info->matches(t.shape))
       throw ShapeError(
-          fmt::format("input '{}' expects shape {} but was given {}", name, info->describe(), t.describe()));
+          fmt::format("input '{}' expects shape {} but was given {}", name, info->describe(), describe(t)));
   }
   for (const ValueInfo& v : g.inputs)
     if (!feeds.count(v.name))
@@ -65,7 +66,16 @@ void check_feeds(const Model& model, const std::map<std::string, Tensor>& feeds)
 
 }  // namespace
 
-ExecutionPlan& Session::plan_for(const std::map<std::string, Tensor>& feeds, const std::set<std::string>& bound) {
+std::map<std::string, TensorMeta> Session::metas_of(const std::map<std::string, Tensor>& feeds) {
+  std::map<std::string, TensorMeta> metas;
+  for (const auto& [name, t] : feeds) {
+    if (!t.defined()) throw InvalidArgument(fmt::format("input '{}' is fed an undefined tensor", name));
+    metas.emplace(name, TensorMeta{t.dtype(), t.shape(), false, Tensor()});
+  }
+  return metas;
+}
+
+ExecutionPlan& Session::plan_for(const std::map<std::string, TensorMeta>& feeds, const std::set<std::string>& bound) {
   check_feeds(model_, feeds);
   std::string key = signature(feeds);
   for (const auto& name : bound) key += "bound:" + name + ";";
@@ -75,10 +85,19 @@ ExecutionPlan& Session::plan_for(const std::map<std::string, Tensor>& feeds, con
   return *it->second;
 }
 
-PlanStats Session::plan(const std::map<std::string, Tensor>& feeds) { return plan_for(feeds).stats; }
+PlanStats Session::plan(const std::map<std::string, Tensor>& feeds) {
+  const std::lock_guard lock(*mutex_);
+  return plan_for(metas_of(feeds)).stats;
+}
+
+PlanStats Session::plan_shapes(const std::map<std::string, TensorMeta>& feeds) {
+  const std::lock_guard lock(*mutex_);
+  return plan_for(feeds).stats;
+}
 
 std::map<std::string, TensorMeta> Session::value_metas(const std::map<std::string, Tensor>& feeds) {
-  const ExecutionPlan& plan = plan_for(feeds);
+  const std::lock_guard lock(*mutex_);
+  const ExecutionPlan& plan = plan_for(metas_of(feeds));
   std::map<std::string, TensorMeta> out;
   for (const PlannedValue& v : plan.values) {
     if (v.meta.dynamic) continue;
@@ -94,6 +113,7 @@ const PlanStats& Session::last_plan_stats() const {
 
 std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& feeds,
                                            const std::vector<std::string>& outputs) {
+  const std::lock_guard lock(*mutex_);  // one run at a time: plans own their buffers
   use_thread_setting();
   std::vector<std::string> wanted = outputs;
   if (wanted.empty())
@@ -102,7 +122,7 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   for (const auto& o : model_.graph.outputs) known.insert(o.name);
   for (const auto& name : wanted)
     if (!known.count(name)) throw InvalidArgument(fmt::format("'{}' is not an output of the model", name));
-  ExecutionPlan& plan = plan_for(feeds);
+  ExecutionPlan& plan = plan_for(metas_of(feeds));
   std::vector<Tensor> packed;  // feeds that were not contiguous, packed
   packed.reserve(feeds.size());
   RunBinding binding;
@@ -125,6 +145,7 @@ void Session::use_thread_setting() const {
 }
 
 std::vector<OpProfile> Session::profile() const {
+  const std::lock_guard lock(*mutex_);
   std::vector<OpProfile> out;
   for (const auto& [op, p] : profile_) out.push_back(p);
   std::sort(out.begin(), out.end(), [](const OpProfile& a, const OpProfile& b) { return a.total_ms > b.total_ms; });

@@ -33,10 +33,11 @@ void Session::plan_binding(const std::vector<const Tensor*>& inputs, const std::
   std::map<std::string, Tensor> feeds;
   std::set<std::string> bound;
   for (size_t i = 0; i < inputs.size(); ++i) feeds[g.inputs[i].name] = *inputs[i];
+  const std::map<std::string, TensorMeta> metas = metas_of(feeds);
   for (size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i]->defined()) bound.insert(g.outputs[i].name);
   cache.plan = nullptr;  // until planning succeeds
-  ExecutionPlan& plan = plan_for(feeds, bound);
+  ExecutionPlan& plan = plan_for(metas, bound);
   cache.dtypes.clear();
   cache.shapes.clear();
   cache.input_values.clear();
@@ -55,6 +56,7 @@ void Session::plan_binding(const std::vector<const Tensor*>& inputs, const std::
 }
 
 void Session::run_with_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs) {
+  const std::lock_guard lock(*mutex_);
   const Graph& g = model_.graph;
   if (inputs.size() != g.inputs.size())
     throw InvalidArgument(

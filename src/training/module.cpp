@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/json_text.h"
 #include "ir/graph_editor.h"
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
@@ -40,6 +41,7 @@ std::vector<std::string> declared_parameters(const Model& m, const CheckpointSta
   if (it != m.metadata.end()) {
     nlohmann::json list;
     try {
+      check_json_limits(it->second, "metadata 'kiln.parameters'");
       list = nlohmann::json::parse(it->second);
     } catch (const std::exception& e) {
       throw InvalidModel(fmt::format("{}: metadata 'kiln.parameters' is not JSON: {}", where, e.what()));
@@ -146,6 +148,7 @@ Module::Module(const std::string& train_model_path, CheckpointState& state,
 Module::~Module() = default;
 
 std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs) {
+  const std::lock_guard lock(mutex_);  // calls from several threads take turns
   if (!training_ && !graphs_->eval)
     throw InvalidArgument("the Module is in eval mode but was built without an eval model");
   return run(inputs, training_);
@@ -227,6 +230,7 @@ Tensor Module::get_contiguous_parameters(bool trainable_only) const {
 }
 
 void Module::copy_buffer_to_parameters(const Tensor& buffer, bool trainable_only) {
+  const std::lock_guard lock(mutex_);
   const int64_t size = get_parameters_size(trainable_only);
   if (buffer.dtype() != DType::Float32)
     throw TypeError(fmt::format("copy_buffer_to_parameters: the buffer is {}; expected float32", buffer.describe()));

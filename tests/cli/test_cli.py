@@ -83,7 +83,29 @@ def test_help(args):
 @pytest.mark.parametrize("args", [[], ["frobnicate"], ["run"], ["run", "m.onnx", "--threads", "-1"],
                                   ["inspect", "a.onnx", "b.onnx"]])
 def test_bad_usage_exits_2(args):
-    assert run_kiln(*args).returncode == 2
+    proc = run_kiln(*args)
+    assert proc.returncode == 2
+    # Issue 16, F8: usage errors are "kiln: error: ..." like every other error.
+    assert proc.stderr.startswith("kiln: error: "), proc.stderr
+
+
+def test_unknown_and_missing_commands_list_the_valid_ones():  # issue 16, F8
+    proc = run_kiln("bogus")
+    assert proc.returncode == 2
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("kiln: error: unknown command 'bogus'; the commands are: "), first
+    for command in ["artifacts", "inspect", "run", "train"]:
+        assert command in first
+    assert "A subcommand is required" not in proc.stderr
+    proc = run_kiln()
+    assert proc.stderr.startswith("kiln: error: a command is required: "), proc.stderr
+
+
+def test_an_option_given_twice_is_a_kiln_error(tmp_path):  # issue 16, F8
+    proc = run_kiln("run", str(tmp_path / "m.onnx"), "--threads", "1", "--threads", "2")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("kiln: error: "), proc.stderr
+    assert "threads" in proc.stderr
 
 
 # ---- inspect ----

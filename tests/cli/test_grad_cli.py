@@ -73,3 +73,20 @@ def test_inspect_training_reports_planned_peak(tmp_path):
     assert plan["parameters_with_gradients"] == 6
     assert_error(run_kiln("inspect", model, "--training"), "--training needs --loss")
     assert_error(run_kiln("inspect", model, "--training", "--loss", "loss", "--dim", "batch"), "--dim 'batch'")
+
+
+def test_inspect_training_plans_huge_batches_without_allocating_them(tmp_path):
+    """Issue 16: `--dim batch=2^62` died with SIGFPE, and a large batch allocated the inputs and
+    the arena the report is about (3.1 GB of memory for batch 200000)."""
+    model = mlp_with_loss(tmp_path)
+    batch = 1 << 30  # 2^30 x 32 floats: 128 GiB for the input alone
+    proc = run_kiln("inspect", model, "--training", "--loss", "loss", "--dim", f"batch={batch}", "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)["training_plan"]
+    assert f"x=float[{batch}, 32]" in plan["inputs"]
+    assert plan["forward_peak_bytes"] >= batch * 4  # at least one float per example
+    assert_error(run_kiln("inspect", model, "--training", "--loss", "loss", "--dim", f"batch={1 << 62}"),
+                 "more elements than a 64-bit count holds")
+    # oneDNN 2.6 divided by zero (SIGFPE) on a dimension of 2^31 or more: refused before it sees one.
+    assert_error(run_kiln("inspect", model, "--training", "--loss", "loss", "--dim", f"batch={1 << 36}"),
+                 "has a dimension of 2^31 or more")

@@ -3,7 +3,10 @@ ONNX model whose log_history matches a PyTorch loop with the same model, data an
 `kiln evaluate` / `kiln predict`, and clear errors."""
 import json
 import re
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from kiln_cli import assert_cli_error, run_kiln  # noqa: E402
+from kiln_cli import assert_cli_error, kiln_path, run_kiln  # noqa: E402
 from training_parity import read_safetensors  # noqa: E402
 
 
@@ -125,3 +128,33 @@ def test_evaluate_and_predict_take_true_and_create_the_predictions_folder(tmp_pa
                   "--predictions-dir", tmp_path / "new" / "dir")
     assert pr.returncode == 0, pr.stderr
     assert np.load(tmp_path / "new" / "dir" / "predictions.npy").shape == (10000, 10)
+
+
+@pytest.mark.parametrize("signo", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_saves_a_checkpoint_and_exits_with_its_own_status(tmp_path, signo):
+    """Issue 16, F9: pre-emption (SIGTERM) or ^C saves a checkpoint at the next step boundary,
+    says so, exits with 128 + the signal's number and releases the output_dir lock."""
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "data.npz", input=rng.standard_normal((64, 1, 28, 28)).astype(np.float32),
+             labels=rng.integers(0, 10, size=64).astype(np.int64))
+    out = tmp_path / "out"
+    args = [str(kiln_path()), "train", "--model", "mlp", "--train-data", tmp_path / "data.npz", "--eval-data",
+            tmp_path / "data.npz", "--output_dir", out, "--per_device_train_batch_size", "4",
+            "--num_train_epochs", "100000", "--save_strategy", "no", "--disable_tqdm", "true"]
+    proc = subprocess.Popen([str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lock = out / ".kiln-train.lock"
+    deadline = time.monotonic() + 120
+    while not (lock.exists() and "pid" in lock.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the handlers are installed before train() takes the lock
+    time.sleep(0.5)  # a few steps in
+    proc.send_signal(signo)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signo, stderr
+    match = re.search(r"kiln: stopped by .* at step (\d+): checkpoint saved in", stderr)
+    assert match, stderr
+    step = int(match.group(1))
+    assert step > 0
+    assert (out / f"checkpoint-{step}" / "trainer_state.json").exists()
+    assert lock.read_text() == ""  # released
+    state = json.loads((out / f"checkpoint-{step}" / "trainer_state.json").read_text())
+    assert state["global_step"] == step

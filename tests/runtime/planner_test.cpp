@@ -46,12 +46,19 @@ Model model(std::vector<Node> nodes, std::vector<std::string> outputs) {
 
 Tensor ints(std::vector<int64_t> v) { return Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v); }
 
+// The planner sees the feeds' dtypes and shapes only.
+std::map<std::string, TensorMeta> metas(const std::map<std::string, Tensor>& feeds) {
+  std::map<std::string, TensorMeta> out;
+  for (const auto& [name, t] : feeds) out.emplace(name, TensorMeta{t.dtype(), t.shape(), false, Tensor()});
+  return out;
+}
+
 const std::map<std::string, Tensor> kFeeds = {{"x", Tensor::zeros(DType::Float32, {2, 3})}};
 
 // A model and the plan build_plan makes of it for `feeds`, in the model's topological order.
 struct Planned {
   Planned(Model m, const std::map<std::string, Tensor>& feeds = kFeeds)
-      : model(std::move(m)), plan(build_plan(model, model.graph.topological_order(), feeds)) {}
+      : model(std::move(m)), plan(build_plan(model, model.graph.topological_order(), metas(feeds))) {}
 
   int id(const std::string& name) const {
     auto it = plan->index.find(name);
@@ -217,11 +224,11 @@ TEST(Planner, ANodeReadingAnUndefinedValueIsInvalidModel) {
                              "node 'y_node' (Add) reads 'ghost', which is not a graph input, an initializer or the "
                              "output of any node");
   // build_plan given the nodes in an order of its own says the same of a value not yet computed.
-  expect_error<InvalidModel>([&] { build_plan(m, {0, 1}, kFeeds); }, "reads 'ghost'");
+  expect_error<InvalidModel>([&] { build_plan(m, {0, 1}, metas(kFeeds)); }, "reads 'ghost'");
   const Model swapped = model({node("Relu", {"x"}, {"a"}), node("Relu", {"a"}, {"y"})}, {"y"});
   expect_error<InvalidModel>(
       [&] {
-        build_plan(swapped, {1, 0}, kFeeds);
+        build_plan(swapped, {1, 0}, metas(kFeeds));
       },
       "node 'y_node' (Relu) reads 'a', which is not a graph input, an initializer or the "
       "output of an earlier node");

@@ -91,7 +91,10 @@ TEST(TrainingArgumentsValidate, ReduceLrOnPlateau) {
 }
 
 TEST(TrainingArgumentsValidate, WarmupRules) {
-  expect_invalid({"--warmup_steps", "-1"}, "warmup_steps must be an integer or a float");
+  // Issue 16: a negative value is named as such, not as a wrong type.
+  expect_invalid({"--warmup_steps", "-1"},
+                 "warmup_steps must be 0 or more (a whole number of steps, or a fraction below 1 of the training "
+                 "steps), got -1");
   expect_invalid({"--warmup_ratio", "1.5"}, "warmup_ratio must lie in range [0,1]");
   expect_invalid({"--warmup_ratio", "-0.1"}, "warmup_ratio must lie in range [0,1]");
 }

@@ -140,14 +140,15 @@ void print_text(const InspectOptions& o, const Model& m, const Summary& s) {
 json plan_report(const InspectOptions& o, const Model& m) {
   const auto feeds = example_feeds(m, parse_dims(o.dims));
   std::vector<std::string> shapes;
-  for (const auto& [name, t] : feeds) shapes.push_back(fmt::format("{}={}", name, t.describe()));
+  for (const auto& [name, t] : feeds)
+    shapes.push_back(fmt::format("{}={}{}", name, dtype_name(t.dtype), kiln::to_string(t.shape)));
   Session forward(m);
-  const PlanStats fwd = forward.plan(feeds);
+  const PlanStats fwd = forward.plan_shapes(feeds);
   GradientOptions opts;
   opts.loss = o.loss;
   const GradientGraph g = build_gradient_graph(m, opts);
   Session training(g.model);
-  const PlanStats train = training.plan(feeds);
+  const PlanStats train = training.plan_shapes(feeds);
   return {{"inputs", shapes},
           {"forward_peak_bytes", fwd.peak_bytes},
           {"training_peak_bytes", train.peak_bytes},

@@ -4,6 +4,7 @@
 // `kiln evaluate` and `kiln predict` run a trained model (an output folder's checkpoint).
 #include <fmt/format.h>
 
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
@@ -11,6 +12,7 @@
 #include "kiln/error.h"
 #include "kiln/metrics.h"
 #include "kiln/npy.h"
+#include "stop_on_signal.h"
 #include "trainer_cli.h"
 
 namespace kiln::cli {
@@ -42,7 +44,16 @@ void run_train(CLI::App& app, const TrainOptions& o) {
   auto eval = load_dataset(o.eval_data, o.label_column);
   trainer::Trainer t(model_source(o.model, o.loss, o.model_config), args, train, eval,
                      trainer::classification_metrics({"accuracy"}));
+  const auto stop = std::make_shared<StopOnSignal>();
+  t.add_callback(stop);
   const trainer::TrainOutput out = t.train(args.resume_from_checkpoint.value_or(""));
+  if (const int signo = StopOnSignal::received()) {
+    fmt::print(stderr,
+               "kiln: stopped by {} at step {}: checkpoint saved in {}; resume with "
+               "--resume_from_checkpoint true\n",
+               strsignal(signo), t.state().global_step, args.output_dir);
+    throw ExitStatus{128 + signo};
+  }
   t.log_metrics("train", out.metrics);
   t.save_metrics("train", out.metrics);
   const trainer::Metrics metrics = t.evaluate();

@@ -25,6 +25,11 @@ struct CommandDef {
 
 std::vector<CommandDef>& command_registry();
 
+// Thrown by an action that ends the program with a status of its own (after its message).
+struct ExitStatus {
+  int status = 0;
+};
+
 struct CommandRegistrar {
   explicit CommandRegistrar(CommandDef def) { command_registry().push_back(std::move(def)); }
 };

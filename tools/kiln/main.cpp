@@ -34,6 +34,23 @@ int report(const std::string& message) {
   return 1;
 }
 
+// A command-line mistake: "kiln: error: ..." like every other error, exit status 2. An unknown or
+// missing command names the valid ones.
+int usage_error(const CLI::ParseError& e, const std::vector<kiln::cli::CommandDef>& commands, int argc, char** argv) {
+  std::vector<std::string> names;
+  for (const auto& c : commands) names.push_back(c.name);
+  const std::string list = fmt::format("{}", fmt::join(names, ", "));
+  std::string message = e.what();
+  if (argc < 2) {
+    message = fmt::format("a command is required: {} (kiln COMMAND --help for each)", list);
+  } else if (argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+    message = fmt::format("unknown command '{}'; the commands are: {}", argv[1], list);
+  }
+  std::cerr << "kiln: error: " << one_line(message) << "\n";
+  std::cerr << "Run 'kiln --help' or 'kiln COMMAND --help' for more information." << std::endl;
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,12 +70,14 @@ int main(int argc, char** argv) {
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-      const int rc = app.exit(e);  // prints help, version, or the usage error
-      return rc == 0 ? 0 : 2;
+      if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+      return usage_error(e, commands, argc, argv);
     }
     for (auto& [sub, action] : actions)
       if (sub->parsed()) action();
     return 0;
+  } catch (const kiln::cli::ExitStatus& e) {
+    return e.status;
   } catch (const kiln::Error& e) {
     return report(e.what());
   } catch (const std::bad_alloc&) {

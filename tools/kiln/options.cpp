@@ -40,8 +40,8 @@ std::map<std::string, int64_t> parse_dims(const std::vector<std::string>& items)
   return dims;
 }
 
-std::map<std::string, Tensor> example_feeds(const Model& m, const std::map<std::string, int64_t>& dims) {
-  std::map<std::string, Tensor> feeds;
+std::map<std::string, TensorMeta> example_feeds(const Model& m, const std::map<std::string, int64_t>& dims) {
+  std::map<std::string, TensorMeta> feeds;
   for (const ValueInfo& v : m.graph.inputs) {
     if (!v.has_type || !v.has_shape)
       throw InvalidArgument(
@@ -52,7 +52,8 @@ std::map<std::string, Tensor> example_feeds(const Model& m, const std::map<std::
       else if (auto it = dims.find(d.param); it != dims.end()) shape.push_back(it->second);
       else shape.push_back(1);
     }
-    feeds[v.name] = Tensor::zeros(v.dtype, shape);
+    checked_bytes(shape, dtype_size(v.dtype));  // ShapeError for sizes no machine holds (--dim batch=2^62)
+    feeds[v.name] = TensorMeta{v.dtype, shape, false, Tensor()};
   }
   return feeds;
 }

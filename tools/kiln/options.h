@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/graph.h"
+#include "kiln/kernel.h"
 
 namespace kiln::cli {
 
@@ -13,8 +14,9 @@ namespace kiln::cli {
 std::vector<std::string> split_list(const std::vector<std::string>& items);
 // {"batch=8", "seq=128"} -> {{"batch", 8}, {"seq", 128}}; InvalidArgument on a malformed item.
 std::map<std::string, int64_t> parse_dims(const std::vector<std::string>& items);
-// Zero-filled feeds for every graph input: fixed dims as declared, symbolic dims from `dims`
-// (default 1); an input with unknown rank is an InvalidArgument naming it.
-std::map<std::string, Tensor> example_feeds(const Model& m, const std::map<std::string, int64_t>& dims);
+// The dtype and shape of every graph input, for planning (nothing is allocated): fixed dims as
+// declared, symbolic dims from `dims` (default 1). An input with unknown rank is an
+// InvalidArgument naming it; a size beyond what a machine can hold is a ShapeError.
+std::map<std::string, TensorMeta> example_feeds(const Model& m, const std::map<std::string, int64_t>& dims);
 
 }  // namespace kiln::cli

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/json_text.h"
 #include "kiln/error.h"
 
 namespace kiln::cli {
@@ -67,6 +68,7 @@ trainer::ModelSource model_source(const std::string& model, const std::string& l
   nlohmann::json config = nlohmann::json::object();
   if (!model_config.empty()) {
     try {
+      check_json_limits(model_config, "--model-config");
       config = nlohmann::json::parse(model_config);
     } catch (const nlohmann::json::exception& e) {
       throw InvalidArgument(fmt::format("--model-config '{}' is not valid JSON: {}", model_config, e.what()));

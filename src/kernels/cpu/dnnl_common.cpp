@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include <limits>
+
 #include "core/scratch.h"
 
 namespace kiln::dnnl_util {
@@ -22,7 +24,19 @@ dnnl::memory::desc plain_desc(const Shape& shape, dnnl::memory::data_type dt) {
   return strided_desc(shape, contiguous_strides(shape), dt);
 }
 
+// oneDNN 2.6 computes some sizes in 32 bits: a dimension of 2^31 or more made its gemm divide by
+// zero (SIGFPE, kiln inspect --dim batch=2^36). Refused here, before any primitive sees it.
+namespace {
+void check_dims_fit(const std::vector<int64_t>& dims) {
+  for (int64_t d : dims)
+    if (d > std::numeric_limits<int32_t>::max())
+      throw Unsupported(fmt::format("shape {} has a dimension of 2^31 or more, which Kiln's oneDNN kernels do not take",
+                                    to_string(dims)));
+}
+}  // namespace
+
 dnnl::memory::desc strided_desc(const Shape& shape, const Strides& strides, dnnl::memory::data_type dt) {
+  check_dims_fit(shape);
   dnnl::memory::dims dims(shape.begin(), shape.end());
   dnnl::memory::dims st(strides.begin(), strides.end());
   if (dims.empty()) {
@@ -70,7 +84,10 @@ void execute(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memor
   }
 }
 
-dnnl::memory::dims to_dims(const std::vector<int64_t>& v) { return dnnl::memory::dims(v.begin(), v.end()); }
+dnnl::memory::dims to_dims(const std::vector<int64_t>& v) {
+  check_dims_fit(v);
+  return dnnl::memory::dims(v.begin(), v.end());
+}
 
 Operand operand(const dnnl::memory::desc& plain, const dnnl::memory::desc& inner, bool is_output) {
   Operand o{plain, inner, {}, {}, {}};

@@ -89,7 +89,7 @@ class ReshapeKernel : public AliasKernel {
       } else {
         out[i] = d;
       }
-      known *= out[i];
+      known = checked_mul(known, out[i], "Reshape: the target's element count");
     }
     const int64_t total = numel(in.shape);
     if (infer_at >= 0) {

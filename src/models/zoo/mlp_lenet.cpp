@@ -16,9 +16,8 @@ namespace {
 std::vector<int64_t> mlp_input_shape(const Config& c) {
   const int64_t size = config_int(c, "mlp", "input_size");
   if (!c.contains("input_shape") || c.at("input_shape").is_null()) return {size};
-  const std::vector<int64_t> shape = config_ints(c, "mlp", "input_shape");
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  std::vector<int64_t> shape = config_ints(c, "mlp", "input_shape");
+  const int64_t n = numel(shape);  // checked: negative or huge dims are a ShapeError
   if (shape.empty() || n != size)
     throw InvalidArgument(
         fmt::format("mlp config: input_shape {} has {} elements but input_size is {}; set both (or "

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/atomic_file.h"
+#include "core/json_text.h"
 #include "kiln/error.h"
 #include "kiln/training_args.h"
 #include "trainer/args/training_args_fields.h"
@@ -158,6 +159,7 @@ TrainingArguments TrainingArguments::from_json_file(const std::string& path, boo
   if (!in) throw IOError(fmt::format("{}: cannot open the training arguments file", path));
   std::stringstream text;
   text << in.rdbuf();
+  check_json_limits(text.str(), path);
   nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) throw InvalidArgument(fmt::format("{}: not a valid JSON file", path));
   try {

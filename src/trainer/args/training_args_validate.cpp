@@ -150,7 +150,12 @@ void check_load_best_model_at_end(const TrainingArguments& a) {
 void check_schedule(const TrainingArguments& a) {
   if (a.lr_scheduler_type == SchedulerType::reduce_lr_on_plateau && a.eval_strategy == IntervalStrategy::no)
     fail("lr_scheduler_type reduce_lr_on_plateau requires an eval strategy");
-  if (a.warmup_steps < 0) fail("warmup_steps must be an integer or a float");
+  // HF says "must be an integer or a float" of any negative value, which misleads (issue 16).
+  if (a.warmup_steps < 0)
+    fail(
+        fmt::format("warmup_steps must be 0 or more (a whole number of steps, or a fraction below 1 of the "
+                    "training steps), got {}",
+                    a.warmup_steps));
   if (a.warmup_ratio && (*a.warmup_ratio < 0 || *a.warmup_ratio > 1))  // HF v4's check
     fail("warmup_ratio must lie in range [0,1]");
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/atomic_file.h"
+#include "core/json_text.h"
 #include "kiln/error.h"
 #include "kiln/integrations.h"
 
@@ -175,6 +176,7 @@ void JsonLinesCallback::on_train_begin(const Args& args, const TrainerState& sta
     if (line.empty()) continue;
     nlohmann::json entry;
     try {
+      check_json_limits(line, path);
       entry = nlohmann::json::parse(line);
     } catch (const std::exception& e) {
       throw CorruptFile(

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/json_text.h"
 #include "kiln/error.h"
 #include "kiln/integrations.h"
 #include "trainer/loggers/mlflow_store.h"
@@ -107,7 +108,7 @@ void flatten(const json& obj, const std::string& prefix, std::vector<std::pair<s
 // Python's getpass.getuser(): the first of LOGNAME, USER, LNAME, USERNAME, else the password entry.
 std::string user_name() {
   for (const char* var : {"LOGNAME", "USER", "LNAME", "USERNAME"})
-    if (const std::string v = env(var); !v.empty()) return v;
+    if (std::string v = env(var); !v.empty()) return v;
   if (const passwd* pw = getpwuid(getuid()); pw && pw->pw_name) return pw->pw_name;
   return "unknown";
 }
@@ -252,6 +253,7 @@ void set_env_tags(const store::FileStore& files, store::RunInfo& info) {
   if (tags.empty()) return;
   json parsed;
   try {
+    check_json_limits(tags, "MLFLOW_TAGS");
     parsed = json::parse(tags);
   } catch (const std::exception& e) {
     throw InvalidArgument(fmt::format("MLFLOW_TAGS is not JSON ({}): '{}'", e.what(), tags));

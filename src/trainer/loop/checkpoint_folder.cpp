@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <regex>
@@ -32,7 +33,12 @@ std::optional<int64_t> step_of(const fs::path& p) {
   std::smatch m;
   const std::string name = p.filename().string();
   if (!std::regex_match(name, m, re)) return std::nullopt;
-  return std::stoll(m[1].str());
+  // A step beyond int64 cannot be one Kiln wrote: not a checkpoint (and not an internal error).
+  int64_t step = 0;
+  const std::string digits = m[1].str();
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  return step;
 }
 
 bool same_folder(const std::string& a, const std::string& b) {
@@ -47,7 +53,7 @@ std::string write_checkpoint_folder(const std::string& output_dir, int64_t step,
   fs::create_directories(output_dir, ec);
   if (ec) throw IOError(fmt::format("cannot create output_dir '{}': {}", output_dir, ec.message()));
   const fs::path target = fs::path(output_dir) / fmt::format("{}{}", kCheckpointPrefix, step);
-  std::string templ = (fs::path(output_dir) / fmt::format(".{}{}.tmp-XXXXXX", kCheckpointPrefix, step)).string();
+  std::string templ = (fs::path(output_dir) / fmt::format(".{}{}{}XXXXXX", kCheckpointPrefix, step, kTmpMark)).string();
   if (::mkdtemp(templ.data()) == nullptr)
     throw IOError(
         fmt::format("cannot create a temporary checkpoint folder in '{}': {}", output_dir, std::strerror(errno)));
@@ -55,10 +61,15 @@ std::string write_checkpoint_folder(const std::string& output_dir, int64_t step,
   try {
     write(tmp.string());
     fsync_path(tmp);
-    if (fs::exists(target)) {  // replace: move the old one aside first (rename needs an empty target)
-      const fs::path old = fs::path(templ + ".old");
+    if (fs::exists(target)) {
+      // Replace: the old folder is moved aside first (rename needs an empty target). A kill between
+      // the two renames leaves it as <tmp>.old beside the complete new one in <tmp>: the next start
+      // (recover_checkpoint_folders) puts the new one in place, or the old one back.
+      const fs::path old = fs::path(templ + kOldMark);
       fs::rename(target, old);
+      fsync_path(output_dir);
       fs::rename(tmp, target);
+      fsync_path(output_dir);
       fs::remove_all(old);
     } else {
       fs::rename(tmp, target);
@@ -69,6 +80,44 @@ std::string write_checkpoint_folder(const std::string& output_dir, int64_t step,
     throw;
   }
   return target.string();
+}
+
+void recover_checkpoint_folders(const std::string& output_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(output_dir, ec)) return;
+  std::vector<fs::path> entries;
+  for (const auto& entry : fs::directory_iterator(output_dir, ec)) entries.push_back(entry.path());
+  std::sort(entries.begin(), entries.end());
+  bool changed = false;
+  for (const fs::path& p : entries) {
+    const std::string name = p.filename().string();
+    const std::string hidden = "." + kCheckpointPrefix;
+    if (name.rfind(hidden, 0) != 0) continue;
+    const size_t mark = name.find(kTmpMark);
+    const size_t doomed = name.find(kDeletingMark);
+    if (doomed != std::string::npos) {  // rotation was deleting it
+      fs::remove_all(p, ec);
+      changed = true;
+      continue;
+    }
+    if (mark == std::string::npos) continue;
+    const fs::path target = p.parent_path() / name.substr(1, mark - 1);
+    const bool is_old =
+        name.size() > kOldMark.size() && name.compare(name.size() - kOldMark.size(), kOldMark.size(), kOldMark) == 0;
+    if (is_old) {
+      // The replaced folder of an interrupted replace: the new one is complete in its temporary
+      // folder when that still exists (it was fsynced before the old one moved), else in place.
+      const fs::path fresh = p.parent_path() / name.substr(0, name.size() - kOldMark.size());
+      if (!fs::exists(target) && fs::exists(fresh / kTrainerStateFile)) fs::rename(fresh, target);
+      if (fs::exists(target)) fs::remove_all(p, ec);
+      else fs::rename(p, target);  // put the old one back
+      changed = true;
+    } else if (!fs::exists(fs::path(p.string() + kOldMark))) {
+      fs::remove_all(p, ec);  // an unfinished write: never complete
+      changed = true;
+    }
+  }
+  if (changed) fsync_path(output_dir);
 }
 
 std::vector<std::string> sorted_checkpoints(const std::string& output_dir) {
@@ -82,6 +131,7 @@ std::vector<std::string> sorted_checkpoints(const std::string& output_dir) {
   }
   std::sort(found.begin(), found.end());
   std::vector<std::string> paths;
+  paths.reserve(found.size());
   for (auto& [s, p] : found) paths.push_back(std::move(p));
   return paths;
 }
@@ -107,7 +157,15 @@ void rotate_checkpoints(const std::string& output_dir, int64_t limit, const std:
     if (limit == 1 && !same_folder(sorted.back(), *best)) limit = 2;
   }
   const int64_t remove = static_cast<int64_t>(sorted.size()) - limit;
-  for (int64_t i = 0; i < remove; ++i) fs::remove_all(sorted[static_cast<size_t>(i)]);
+  // Each doomed folder is first renamed out of sight, then deleted: a kill midway leaves a hidden
+  // folder for the next start to remove, never a half-deleted checkpoint-N.
+  for (int64_t i = 0; i < remove; ++i) {
+    const fs::path doomed(sorted[static_cast<size_t>(i)]);
+    const fs::path aside = doomed.parent_path() / ("." + doomed.filename().string() + kDeletingMark);
+    fs::rename(doomed, aside);
+    fsync_path(output_dir);
+    fs::remove_all(aside);
+  }
 }
 
 }  // namespace kiln::trainer

@@ -1,6 +1,10 @@
-// Checkpoint folders in the Hugging Face layout: output_dir/checkpoint-<global_step>/. A folder is
-// written under a temporary name and renamed into place when complete, so after a crash it is
-// complete or absent (a leftover temporary folder is ignored, and removed by the next save).
+// Checkpoint folders in the Hugging Face layout: output_dir/checkpoint-<global_step>/. Every change
+// is a rename, so that after a kill at any moment each checkpoint-N is complete or absent:
+//   - a folder is written as .checkpoint-N.tmp-XXXXXX, fsynced, then renamed into place;
+//   - replacing checkpoint-N moves the old one to .checkpoint-N.tmp-XXXXXX.old first;
+//   - rotation renames a doomed folder to .checkpoint-N.deleting, then deletes it.
+// recover_checkpoint_folders() finishes or undoes what a killed run left (the trainer calls it at
+// the start of train(), holding the output_dir lock).
 #pragma once
 
 #include <cstdint>
@@ -13,11 +17,17 @@ namespace kiln::trainer {
 
 inline const std::string kCheckpointPrefix = "checkpoint-";
 inline const std::string kTrainerStateFile = "trainer_state.json";
+inline const std::string kTmpMark = ".tmp-";           // .checkpoint-N.tmp-XXXXXX: being written
+inline const std::string kOldMark = ".old";            // .checkpoint-N.tmp-XXXXXX.old: being replaced
+inline const std::string kDeletingMark = ".deleting";  // .checkpoint-N.deleting: being deleted
 
 // Creates a temporary folder beside the target, lets `write` fill it, fsyncs it and renames it to
 // output_dir/checkpoint-<step> (replacing an existing one). Returns the folder's path.
 std::string write_checkpoint_folder(const std::string& output_dir, int64_t step,
                                     const std::function<void(const std::string& folder)>& write);
+
+// Removes unfinished writes and deletions, and completes or undoes an interrupted replace.
+void recover_checkpoint_folders(const std::string& output_dir);
 
 // Complete checkpoint folders (with trainer_state.json) in output_dir, oldest (lowest step) first.
 std::vector<std::string> sorted_checkpoints(const std::string& output_dir);

@@ -14,6 +14,7 @@
 #include "kiln/integrations.h"
 #include "kiln/random.h"
 #include "trainer/loop/checkpoint_folder.h"
+#include "trainer/loop/output_dir_lock.h"
 #include "trainer/loop/trainer_impl.h"
 #include "training/tensor_math.h"
 
@@ -488,6 +489,9 @@ TrainOutput TrainRun::finish(std::chrono::steady_clock::time_point start_time, c
 TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   Impl& m = *impl_;
   if (!m.train_dataset) throw InvalidArgument("Trainer.train() needs a train_dataset");
+  // One run per output_dir; what a killed run left half-done there is finished or undone first.
+  const OutputDirLock lock(args_.output_dir);
+  recover_checkpoint_folders(args_.output_dir);
   const auto start_time = std::chrono::steady_clock::now();
   const MemoryUsage memory_at_start = args_.skip_memory_metrics ? MemoryUsage{} : memory_usage(true);
   const uint64_t data_seed = static_cast<uint64_t>(args_.sampler_seed());

@@ -5,11 +5,14 @@
 // bit-identical to an uninterrupted one.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "core/atomic_file.h"
+#include "core/file_io.h"
+#include "core/json_text.h"
 #include "kiln/error.h"
 #include "kiln/safetensors.h"
 #include "trainer/loop/checkpoint_folder.h"
@@ -22,13 +25,9 @@ namespace fs = std::filesystem;
 namespace {
 
 nlohmann::json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw IOError(fmt::format("checkpoint file '{}' is missing or unreadable", path.string()));
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw CorruptFile(fmt::format("'{}': {}", path.string(), e.what()));
-  }
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw IOError(fmt::format("checkpoint file '{}' is missing", path.string()));
+  return parse_json(read_file_bytes(path.string(), "checkpoint file", kMaxJsonBytes), "'" + path.string() + "'");
 }
 
 void write_json(const fs::path& path, const nlohmann::json& j) {
@@ -76,7 +75,14 @@ void load_weights(Trainer::Impl& m, const std::string& folder) {
   const SafetensorsFile weights = read_safetensors((dir / "model.safetensors").string());
   std::map<std::string, const Tensor*> by_name;
   for (const auto& [name, t] : weights.tensors) by_name[name] = &t;
-  for (const auto& name : m.module->parameter_names()) {
+  const auto& params = m.module->parameter_names();
+  for (const auto& [name, t] : weights.tensors)
+    if (std::find(params.begin(), params.end(), name) == params.end())
+      throw CorruptFile(
+          fmt::format("checkpoint '{}': model.safetensors holds '{}', which is not a parameter of the "
+                      "model (a checkpoint of another model?)",
+                      folder, name));
+  for (const auto& name : params) {
     auto it = by_name.find(name);
     if (it == by_name.end())
       throw CorruptFile(fmt::format("checkpoint '{}' has no weights for parameter '{}'", folder, name));
@@ -84,16 +90,59 @@ void load_weights(Trainer::Impl& m, const std::string& folder) {
   }
 }
 
-void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::string& folder) {
-  const fs::path dir(folder);
-  if (!fs::is_directory(dir)) throw IOError(fmt::format("checkpoint folder '{}' does not exist", folder));
-  const TrainerState loaded = TrainerState::from_json(read_json(dir / kTrainerStateFile));
-  if (!fs::exists(dir / "optimizer.safetensors") && fs::exists(dir / "model.safetensors"))
+namespace {
+
+// A folder without optimizer.safetensors: saved with save_only_model (its training_args.json says
+// so), or damaged.
+void check_optimizer_file(const fs::path& dir) {
+  if (fs::exists(dir / "optimizer.safetensors")) return;
+  bool model_only = false;
+  try {
+    model_only = read_json(dir / "training_args.json").value("save_only_model", false);
+  } catch (const std::exception&) {
+    model_only = false;  // no readable arguments: report the missing file itself
+  }
+  if (model_only)
     throw InvalidArgument(
         fmt::format("checkpoint '{}' holds only the model (saved with save_only_model): training "
                     "cannot resume from it; load its weights instead (evaluate / predict with "
                     "--resume_from_checkpoint, or Trainer::load_model_weights)",
-                    folder));
+                    dir.string()));
+  throw CorruptFile(
+      fmt::format("checkpoint '{}' has no optimizer.safetensors: it is incomplete or damaged, and "
+                  "training cannot resume from it",
+                  dir.string()));
+}
+
+// The step counts of trainer_state.json, the optimizer and the scheduler are written together and
+// must agree; an edited or mixed-up file would otherwise resume into a different run silently.
+void check_steps_agree(const Trainer::Impl& m, const TrainerState& loaded, const training::OptimizerState& o,
+                       const std::string& folder) {
+  if (loaded.global_step < 0)
+    throw CorruptFile(
+        fmt::format("checkpoint '{}': trainer_state.json has a negative global_step {}", folder, loaded.global_step));
+  if (o.step != loaded.global_step)
+    throw CorruptFile(
+        fmt::format("checkpoint '{}' disagrees with itself: trainer_state.json says global_step {} "
+                    "but optimizer.safetensors holds optimizer step {}",
+                    folder, loaded.global_step, o.step));
+  if (!m.scheduler->steps_on_metric() && m.scheduler->last_step() != loaded.global_step)
+    throw CorruptFile(
+        fmt::format("checkpoint '{}' disagrees with itself: trainer_state.json says global_step {} "
+                    "but scheduler.json's last_step is {}",
+                    folder, loaded.global_step, m.scheduler->last_step()));
+}
+
+}  // namespace
+
+void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::string& folder) {
+  const fs::path dir(folder);
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw IOError(fmt::format("checkpoint '{}' is a file; a checkpoint is a folder (checkpoint-<step>)", folder));
+  if (!fs::is_directory(dir, ec)) throw IOError(fmt::format("checkpoint folder '{}' does not exist", folder));
+  const TrainerState loaded = TrainerState::from_json(read_json(dir / kTrainerStateFile));
+  check_optimizer_file(dir);
   load_weights(m, folder);
 
   const SafetensorsFile opt = read_safetensors((dir / "optimizer.safetensors").string());
@@ -102,6 +151,7 @@ void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::str
     throw CorruptFile(fmt::format("'{}/optimizer.safetensors' has no optimizer metadata", folder));
   nlohmann::json info;
   try {
+    check_json_limits(meta->second, "optimizer metadata");
     info = nlohmann::json::parse(meta->second);
   } catch (const nlohmann::json::exception& e) {
     throw CorruptFile(fmt::format("'{}/optimizer.safetensors': {}", folder, e.what()));
@@ -135,6 +185,7 @@ void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::str
   } catch (const nlohmann::json::exception& e) {
     throw CorruptFile(fmt::format("'{}/rng_state.json': {}", folder, e.what()));
   }
+  check_steps_agree(m, loaded, o, folder);
   // The run's own settings stay (max_steps, logging steps...); the progress comes from the checkpoint.
   state.global_step = loaded.global_step;
   state.epoch = loaded.epoch;

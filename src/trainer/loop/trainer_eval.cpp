@@ -11,6 +11,8 @@
 #include <iostream>
 
 #include "core/atomic_file.h"
+#include "core/file_io.h"
+#include "core/json_text.h"
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
 #include "kiln/safetensors.h"
@@ -157,7 +159,8 @@ static Metrics finish_metrics(Trainer::Impl& m, LoopResult& r, const std::string
   return out;
 }
 
-Metrics Trainer::evaluate(std::shared_ptr<const data::Dataset> eval_dataset, const std::string& metric_key_prefix) {
+Metrics Trainer::evaluate(const std::shared_ptr<const data::Dataset>& eval_dataset,
+                          const std::string& metric_key_prefix) {
   auto dataset = eval_dataset ? eval_dataset : impl_->eval_dataset;
   if (!dataset) throw InvalidArgument("Trainer.evaluate() needs an eval_dataset");
   LoopResult r = evaluation_loop(*impl_, args_, state_, dataset);
@@ -180,7 +183,7 @@ Metrics Trainer::evaluate(const std::map<std::string, std::shared_ptr<const data
   return all;
 }
 
-PredictionOutput Trainer::predict(std::shared_ptr<const data::Dataset> test_dataset,
+PredictionOutput Trainer::predict(const std::shared_ptr<const data::Dataset>& test_dataset,
                                   const std::string& metric_key_prefix) {
   if (!test_dataset) throw InvalidArgument("Trainer.predict() needs a test_dataset");
   LoopResult r = evaluation_loop(*impl_, args_, state_, test_dataset);
@@ -227,7 +230,7 @@ void Trainer::save_metrics(const std::string& split, const Metrics& metrics, boo
   nlohmann::json merged = nlohmann::json::object();
   if (fs::exists(all)) {
     try {
-      merged = nlohmann::json::parse(std::ifstream(all));
+      merged = parse_json(read_file_bytes(all.string(), "results file", kMaxJsonBytes), all.string());
     } catch (const std::exception&) {
       merged = nlohmann::json::object();
     }

@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/json_text.h"
 #include "kiln/error.h"
 #include "kiln/png.h"
 #include "trainer/loop/checkpoint_folder.h"
@@ -144,7 +145,7 @@ std::string run_name(const fs::path& folder) {
 // "out" for out/trainer_state.json, "out/checkpoint-60" for a checkpoint's state.
 std::string default_title(const std::string& state_file) {
   const fs::path folder = fs::absolute(state_file).lexically_normal().parent_path();
-  const std::string name = folder.filename().string();
+  std::string name = folder.filename().string();
   if (name.rfind(kCheckpointPrefix, 0) == 0) return run_name(folder.parent_path()) + "/" + name;
   return name;
 }
@@ -196,6 +197,7 @@ void plot_run(const std::string& output_dir_or_state_file, const std::string& pn
   if (!in && !in.eof()) throw IOError(fmt::format("cannot read '{}'", file));
   nlohmann::json state;
   try {
+    check_json_limits(text.str(), "'" + file + "'");
     state = nlohmann::json::parse(text.str());
   } catch (const nlohmann::json::exception& e) {
     throw CorruptFile(fmt::format("'{}' is not valid JSON: {}", file, e.what()));
