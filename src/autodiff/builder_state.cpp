@@ -53,8 +53,9 @@ void GradientBuilderState::fill_ranks_from_kernels() {
   std::map<std::string, TensorMeta> metas;
   try {
     metas = infer_value_metas(model, feeds);
-  } catch (const Error&) {
-    return;  // best effort: rules that need a rank say so
+  } catch (const Error& e) {
+    shape_inference_error = e.what();  // best effort: rules that need a rank say so, and why it is unknown
+    return;
   }
   for (const auto& [name, m] : metas) {
     if (dims_of(name)) continue;

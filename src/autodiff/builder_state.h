@@ -19,6 +19,7 @@ class GradientBuilderState {
   Model model;
   std::unordered_map<std::string, std::string> origin;  // value -> a trainable parameter it depends on
   std::string current;                                  // forward node being differentiated (names)
+  std::string shape_inference_error;  // why inferring the forward graph with Kiln's kernels stopped, if it did
   bool used_kiln_ops = false;
 
   bool is_value(const std::string& name) const;

@@ -21,7 +21,7 @@ void expand_grad(GradContext& g) { g.set_GI(0, g.GO(0), Broadcast::Maybe); }
 // [r_0, n_0, r_1, n_1, ...] (at run time) and sum over the repeat dims.
 void tile_grad(GradContext& g) {
   const auto rank = g.rank(g.I(0));
-  if (!rank) throw Unsupported(fmt::format("Tile gradient needs the rank of '{}'", g.I(0)));
+  if (!rank) throw Unsupported(fmt::format("Tile gradient needs the rank of '{}'{}", g.I(0), g.unknown_rank_reason()));
   if (*rank == 0) {
     g.set_GI(0, g.GO(0));
     return;

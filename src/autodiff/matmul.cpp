@@ -22,8 +22,8 @@ void matmul_grad(GradContext& g) {
   const auto ra = g.rank(g.I(0));
   const auto rb = g.rank(g.I(1));
   if (!ra || !rb)
-    throw Unsupported(
-        fmt::format("MatMul gradient needs the ranks of '{}' and '{}'; they are unknown", g.I(0), g.I(1)));
+    throw Unsupported(fmt::format("MatMul gradient needs the ranks of '{}' and '{}'; they are unknown{}", g.I(0),
+                                  g.I(1), g.unknown_rank_reason()));
   std::string a = g.I(0), b = g.I(1), grad = g.GO(0);
   int64_t rank_a = *ra, rank_b = *rb;
   const auto axes = [&](int64_t ax) { return g.constant(Tensor::from_vector<int64_t>({1}, {ax})); };

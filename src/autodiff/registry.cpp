@@ -129,6 +129,10 @@ std::string GradContext::scalar_like(double value, const std::string& like) {
 }
 
 std::optional<int64_t> GradContext::rank(const std::string& value) const { return state_.rank_of(value); }
+std::string GradContext::unknown_rank_reason() const {
+  if (state_.shape_inference_error.empty()) return "";
+  return fmt::format(" (inferring the forward graph failed at: {})", state_.shape_inference_error);
+}
 std::optional<DType> GradContext::dtype(const std::string& value) const { return state_.dtype_of(value); }
 int64_t GradContext::opset() const { return state_.model.opset(node.domain); }
 

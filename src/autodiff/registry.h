@@ -66,6 +66,9 @@ class GradContext {
   std::string scalar_like(double value, const std::string& like);
   // Static facts from value_info / initializers; nullopt when unknown.
   std::optional<int64_t> rank(const std::string& value) const;
+  // Why ranks are unknown, for the messages of rules that need one: " (inferring the forward
+  // graph failed at: <error>)" when Kiln's shape inference stopped on an invalid node, else "".
+  std::string unknown_rank_reason() const;
   std::optional<DType> dtype(const std::string& value) const;
   int64_t opset() const;
 

@@ -13,7 +13,8 @@ void transpose_grad(GradContext& g) {
   std::vector<int64_t> perm = g.node.attr_ints("perm", {});
   if (perm.empty()) {
     const auto r = g.rank(g.I(0));
-    if (!r) throw Unsupported(fmt::format("Transpose gradient needs the rank of '{}'", g.I(0)));
+    if (!r)
+      throw Unsupported(fmt::format("Transpose gradient needs the rank of '{}'{}", g.I(0), g.unknown_rank_reason()));
     perm.resize(static_cast<size_t>(*r));
     std::iota(perm.rbegin(), perm.rend(), 0);
   }

@@ -186,6 +186,14 @@ CheckpointState initial_checkpoint(const Graph& g, const ParameterSelection& par
 }  // namespace
 
 Artifacts build_artifacts(const Model& forward, const ArtifactOptions& options) {
+  // The loss blocks use ops of opset 13 (SoftmaxCrossEntropyLoss, ReduceSum with axes as input):
+  // an older model would get training artifacts that no ONNX checker, and no kiln train, accepts.
+  if (const int64_t opset = forward.opset(""); opset < 13)
+    throw Unsupported(
+        fmt::format("the model imports opset {} of the default ONNX domain; Kiln generates training "
+                    "artifacts from opset 13 on (PyTorch exports 13 to 17; "
+                    "onnx.version_converter.convert_version(model, 13) upgrades an older model)",
+                    opset));
   Model base = forward;
   if (base.graph.outputs.empty()) throw InvalidModel("the model has no outputs");
   GraphEditor edit(base);

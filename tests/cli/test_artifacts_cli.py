@@ -82,3 +82,38 @@ def test_artifacts_errors_name_what_is_wrong_and_write_nothing(tmp_path):
     assert_error(run_kiln("artifacts", model, "--loss", "MSELoss", "--optimizer", "SGD", "--nesterov",
                           "--out", out), "Nesterov")
     assert not out.exists()
+
+
+def test_an_invalid_forward_node_is_named_in_the_gradient_error(tmp_path):
+    """Issue 16, F8: an out-of-range Softmax axis was reported only as "MatMul gradient needs the
+    ranks ...; they are unknown": the reason the ranks are unknown is now part of the message."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((3, 2), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["s"], axis=4), helper.make_node("MatMul", ["s", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], [w])
+    model = tmp_path / "softmax.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    assert_error(run_kiln("artifacts", model, "--loss", "MSELoss", "--optimizer", "AdamW", "--out", tmp_path / "a"),
+                 "Softmax: axis 4 is out of range for input float[2, 3] (rank 2)")
+
+
+def test_a_model_older_than_opset_13_is_refused_before_anything_is_written(tmp_path):
+    """Issue 16, F8: artifacts from an opset-1 model were written, and `kiln train` then rejected
+    them (SoftmaxCrossEntropyLoss does not exist at opset 1)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.full((3, 4), 0.1, np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], [w])
+    model = tmp_path / "opset1.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 1)]), str(model))
+    out = tmp_path / "art"
+    assert_error(run_kiln("artifacts", model, "--loss", "CrossEntropyLoss", "--optimizer", "AdamW", "--out", out),
+                 "imports opset 1 of the default ONNX domain", "from opset 13 on")
+    assert not out.exists()
