@@ -122,7 +122,9 @@ Model load_model_from_bytes(const std::string& bytes, const std::string& base_di
   onnx::ModelProto proto;
   if (!parse_message(bytes, &proto))
     invalid(label,
-            fmt::format("its {} bytes do not parse as an onnx.ModelProto (truncated or not ONNX)", bytes.size()));
+            fmt::format("its {} bytes do not parse as an onnx.ModelProto (truncated, not ONNX, or messages nested "
+                        "deeper than {} levels)",
+                        bytes.size(), onnxio::kMaxProtoDepth));
   check_basics(proto, label);
   try {
     check_external_locations(proto, base_dir, options);

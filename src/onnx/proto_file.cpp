@@ -15,6 +15,7 @@ bool parse_message(const std::string& bytes, google::protobuf::MessageLite* mess
   google::protobuf::io::CodedInputStream stream(reinterpret_cast<const uint8_t*>(bytes.data()),
                                                 static_cast<int>(bytes.size()));
   stream.SetTotalBytesLimit(INT_MAX);
+  stream.SetRecursionLimit(kMaxProtoDepth);  // subgraphs in subgraphs: bounded, never a stack overflow
   return message->ParseFromCodedStream(&stream) && stream.ConsumedEntireMessage();
 }
 

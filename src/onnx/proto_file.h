@@ -7,9 +7,12 @@
 
 namespace kiln::onnxio {
 
+// Messages nested deeper than this (graphs in If/Loop attributes in graphs...) are refused.
+inline constexpr int kMaxProtoDepth = 100;
+
 // Parses `bytes` into `message` with the total-size limit raised to protobuf's 2 GiB maximum (the
-// default 64 MiB rejects ordinary large models). Returns false for malformed or truncated bytes, or
-// trailing garbage after the message.
+// default 64 MiB rejects ordinary large models). Returns false for malformed or truncated bytes,
+// trailing garbage after the message, or nesting deeper than kMaxProtoDepth.
 bool parse_message(const std::string& bytes, google::protobuf::MessageLite* message);
 
 // The folder of a file path, for resolving external data: "dir/model.onnx" -> "dir", "model.onnx" -> ".".

@@ -205,6 +205,22 @@ def test_random_bytes_model(tmp_path):
     assert_error(run_kiln("run", bad), bad)
 
 
+def test_subgraphs_nested_past_the_limit_are_a_clear_error(tmp_path):
+    """Issue 16: ONNX files nest graphs in If/Loop attributes; protobuf's nesting is bounded (100
+    levels) so that a crafted file cannot overflow the stack, and the error says so."""
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    leaf = helper.make_graph([helper.make_node("Constant", [], ["y"], value=helper.make_tensor(
+        "v", TensorProto.FLOAT, [1], [1.0]))], "leaf", [], [out])
+    graph = leaf
+    for i in range(150):
+        graph = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=graph, else_branch=leaf)],
+                                  f"g{i}", [], [out])
+    top = helper.make_graph(graph.node, "top", [helper.make_tensor_value_info("c", TensorProto.BOOL, [])], [out])
+    deep = tmp_path / "deep.onnx"
+    deep.write_bytes(helper.make_model(top, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    assert_error(run_kiln("inspect", deep), "nested deeper than 100 levels")
+
+
 def test_missing_model(tmp_path):
     assert_error(run_kiln("run", tmp_path / "absent.onnx"), tmp_path / "absent.onnx")
 
