@@ -4,6 +4,7 @@
 #pragma once
 
 #include <limits>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -50,6 +51,12 @@ struct PlanStep {
   std::vector<const Tensor*> input_ptrs;  // the executor's ComputeContext lists, kept between runs
   std::vector<Tensor*> output_ptrs;
 };
+
+// `t` itself when contiguous, else a packed copy kept in `packed` (a list: earlier pointers stay
+// valid, and nothing is allocated while every feed is contiguous, as they usually are).
+inline const Tensor* contiguous_feed(const Tensor& t, std::list<Tensor>& packed) {
+  return t.is_contiguous() ? &t : &packed.emplace_back(t.contiguous());
+}
 
 // The tensors of one run, by value index: `at[i]` is the caller's (feeds, bound outputs), the
 // plan's (constants) or `own[i]` (arena views, values computed at run time).

@@ -123,14 +123,9 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   for (const auto& name : wanted)
     if (!known.count(name)) throw InvalidArgument(fmt::format("'{}' is not an output of the model", name));
   ExecutionPlan& plan = plan_for(metas_of(feeds));
-  std::vector<Tensor> packed;  // feeds that were not contiguous, packed
-  packed.reserve(feeds.size());
+  std::list<Tensor> packed;
   RunBinding binding;
-  for (const auto& [name, t] : feeds) {
-    const Tensor* feed = &t;
-    if (!t.is_contiguous()) feed = &packed.emplace_back(t.contiguous());
-    binding.feeds.emplace_back(plan.index.at(name), feed);
-  }
+  for (const auto& [name, t] : feeds) binding.feeds.emplace_back(plan.index.at(name), contiguous_feed(t, packed));
   RunValues& values = plan.run_values;
   execute_plan(plan, model_, binding, values, options_.profile ? &profile_ : nullptr, runs_++);
   std::map<std::string, Tensor> result;

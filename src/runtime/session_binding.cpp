@@ -30,10 +30,13 @@ void Session::run_with_binding(const std::vector<Tensor>& inputs, std::vector<Te
 void Session::plan_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs) {
   const Graph& g = model_.graph;
   BindingCache& cache = *binding_;
-  std::map<std::string, Tensor> feeds;
+  std::map<std::string, TensorMeta> metas;
   std::set<std::string> bound;
-  for (size_t i = 0; i < inputs.size(); ++i) feeds[g.inputs[i].name] = *inputs[i];
-  const std::map<std::string, TensorMeta> metas = metas_of(feeds);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i]->defined())
+      throw InvalidArgument(fmt::format("input '{}' is fed an undefined tensor", g.inputs[i].name));
+    metas.emplace(g.inputs[i].name, TensorMeta{inputs[i]->dtype(), inputs[i]->shape(), false, Tensor()});
+  }
   for (size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i]->defined()) bound.insert(g.outputs[i].name);
   cache.plan = nullptr;  // until planning succeeds
@@ -73,18 +76,12 @@ void Session::run_with_binding(const std::vector<const Tensor*>& inputs, const s
   if (!cache.matches(inputs, outputs)) plan_binding(inputs, outputs);
   ExecutionPlan& plan = *cache.plan;
   last_plan_ = &plan;
-  std::vector<Tensor> packed;  // inputs that were not contiguous, packed
+  std::list<Tensor> packed;
   RunBinding& binding = cache.binding;
   binding.feeds.clear();
   binding.outputs.clear();
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor* feed = inputs[i];
-    if (!feed->is_contiguous()) {
-      if (packed.capacity() == 0) packed.reserve(inputs.size());  // no reallocation: pointers stay valid
-      feed = &packed.emplace_back(feed->contiguous());
-    }
-    binding.feeds.emplace_back(cache.input_values[i], feed);
-  }
+  for (size_t i = 0; i < inputs.size(); ++i)
+    binding.feeds.emplace_back(cache.input_values[i], contiguous_feed(*inputs[i], packed));
   for (size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i]->defined()) binding.outputs.emplace_back(cache.output_values[i], outputs[i]);
   check_binding_overlaps(plan, model_, binding, cache.ranges);
