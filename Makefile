@@ -11,7 +11,7 @@ CMAKE_FLAGS := $(if $(CI),-DKILN_WERROR=ON,)
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= true
 
-.PHONY: all setup setup-test configure build demo test lint format conformance bench clean
+.PHONY: all setup setup-test configure build demo test lint format conformance bench asan tsan fuzz gauntlet clean
 
 all: build
 
@@ -55,5 +55,31 @@ bench: build
 	-/usr/bin/python3 bench/optimizer_step.py --build-dir $(BUILD)
 	/usr/bin/python3 bench/trainer_speed.py --build-dir $(BUILD)
 
+# Sanitizers (clang 14; docs/reliability.md). asan: AddressSanitizer + UBSan over every C++ test and
+# the ONNX conformance cases. tsan: ThreadSanitizer over the tests that run threads at once.
+TSAN_TESTS ?= ^(DataLoader|ModuleThreadsF3|SessionThreadsF3)\.
+FUZZ_SECONDS ?= 60
+KILLS ?= 50
+asan: setup-test
+	cmake --preset asan
+	cmake --build --preset asan -j $(JOBS) --target kiln_tests kiln_conformance kiln_fuzzers
+	ASAN_OPTIONS=$(ASAN_OPTIONS) ctest --preset asan -j $(JOBS)
+
+tsan: setup-test
+	cmake --preset tsan
+	cmake --build --preset tsan -j $(JOBS) --target kiln_tests
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OMP_NUM_THREADS=1 ctest --preset tsan -j $(JOBS) -R '$(TSAN_TESTS)'
+
+# libFuzzer over every reader for FUZZ_SECONDS each (scripts/fuzz.sh; findings under build-asan/fuzz).
+fuzz: setup-test
+	cmake --preset asan
+	cmake --build --preset asan -j $(JOBS) --target kiln_fuzzers
+	bash scripts/fuzz.sh build-asan $(FUZZ_SECONDS)
+
+# SIGKILLs at random moments of a training run; every checkpoint and the resumed run must match an
+# uninterrupted one bit for bit (scripts/kill-gauntlet).
+gauntlet: build
+	/usr/bin/python3 scripts/kill-gauntlet $(KILLS) --build-dir $(BUILD)
+
 clean:
-	rm -rf build build-debug build-asan
+	rm -rf build build-debug build-asan build-tsan

@@ -87,7 +87,8 @@ function(kiln_check_layer_headers)
 endfunction()
 
 # A test that the build refuses an include across the layering: a probe source in `layer` that
-# includes `header` must fail to compile with "No such file or directory" (ALLOWED: must compile).
+# includes `header` must fail to compile with "No such file or directory" (GCC) or "file not found"
+# (clang) (ALLOWED: must compile).
 # The probes are not part of `all`; ctest builds each one.
 function(kiln_layering_probe layer header)
   cmake_parse_arguments(P "ALLOWED" "" "" ${ARGN})
@@ -106,6 +107,6 @@ function(kiln_layering_probe layer header)
   # One build tool at a time in the build tree.
   set_tests_properties(${name} PROPERTIES RESOURCE_LOCK kiln_build_tree)
   if(NOT P_ALLOWED)
-    set_tests_properties(${name} PROPERTIES PASS_REGULAR_EXPRESSION "No such file or directory")
+    set_tests_properties(${name} PROPERTIES PASS_REGULAR_EXPRESSION "No such file or directory|'${header}' file not found")
   endif()
 endfunction()

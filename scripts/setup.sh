@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Kiln needs on Debian 12 (run as root): with no argument, what building Kiln and
 # running its demo need; with --test, also what the tests and `make lint` need (PyTorch, ONNX, ONNX
-# Runtime and Ruff from npm, clang tools). Idempotent: a machine that already has every package
-# skips apt entirely.
+# Runtime and Ruff from npm, clang tools, sanitizers and libFuzzer). Idempotent: a machine that
+# already has every package skips apt entirely.
 set -euo pipefail
 for_tests=false
 [ "${1:-}" = "--test" ] && for_tests=true
@@ -21,6 +21,8 @@ if $for_tests; then
     python3-pytest python3-onnx python3-torch python3-torchvision python3-sklearn
     python3-protobuf python3-crc32c
     clang-format clang-tidy
+    # clang's sanitizers, libFuzzer and OpenMP runtime, and llvm-symbolizer for their reports
+    clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
   )
   # Node.js with npm (ONNX Runtime as a peer in the tests, Ruff for `make lint`): Debian's packages
   # unless a node with npm is already installed (some distributions bundle npm and conflict).

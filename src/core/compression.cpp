@@ -13,6 +13,9 @@
 namespace kiln {
 namespace {
 
+// The largest ratio of deflate output to input (zlib's technical details: 1032:1).
+constexpr size_t kMaxDeflateRatio = 1032;
+
 // zlib counts input in uInt; larger inputs go in slices.
 constexpr size_t kSlice = size_t{1} << 30;
 
@@ -95,6 +98,13 @@ std::string gunzip(const std::string& bytes, const std::string& path) {
 std::string inflate_raw(const char* data, size_t size, size_t expected, const std::string& label, size_t base_offset) {
   if (size > std::numeric_limits<uInt>::max() || expected > std::numeric_limits<uInt>::max())
     throw Unsupported(fmt::format("{}: compressed members over 4 GiB are not supported", label));
+  // Deflate expands at most 1032 to 1; a directory that claims more is corrupt, and is refused
+  // before the output buffer is allocated (a 200-byte file once asked for 4 GiB here).
+  if (expected > size * kMaxDeflateRatio + 1024)
+    throw CorruptFile(
+        fmt::format("{}: the zip directory says {} compressed bytes inflate to {}, more than deflate "
+                    "can make of them",
+                    label, size, expected));
   Inflater z(-15);  // raw deflate, as zip members are stored
   std::string out(expected, '\0');
   z->next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data));

@@ -54,14 +54,17 @@ Tensor parse_idx(const std::string& bytes, const std::string& path, bool gzipped
                     path, rank, offset, bytes.size(), where));
   Shape shape(rank);
   for (size_t i = 0; i < rank; ++i) shape[i] = big_endian32(data + 4 + 4 * i);
-  Tensor t = Tensor::empty(type->dtype, shape);
-  if (bytes.size() - offset != t.nbytes())
+  // The header's size is checked against the file before anything is allocated: a few bytes of
+  // header must not reserve memory for data the file does not hold.
+  const size_t nbytes = checked_bytes(shape, dtype_size(type->dtype));
+  if (bytes.size() - offset != nbytes)
     throw CorruptFile(
         fmt::format("'{}' is truncated or corrupt: header says {} bytes of data for shape {}, file has {} "
                     "(data from byte offset {} {} at byte offset {}{})",
-                    path, t.nbytes(), to_string(shape), bytes.size() - offset, offset,
-                    bytes.size() - offset < t.nbytes() ? "ends" : "should end",
-                    bytes.size() - offset < t.nbytes() ? bytes.size() : offset + t.nbytes(), where));
+                    path, nbytes, to_string(shape), bytes.size() - offset, offset,
+                    bytes.size() - offset < nbytes ? "ends" : "should end",
+                    bytes.size() - offset < nbytes ? bytes.size() : offset + nbytes, where));
+  Tensor t = Tensor::empty(type->dtype, shape);
   // Multi-byte values are big-endian on disk.
   const size_t es = dtype_size(type->dtype);
   auto* dst = static_cast<unsigned char*>(t.raw_data());

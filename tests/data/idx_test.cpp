@@ -119,6 +119,16 @@ TEST(Idx, CorruptFilesNameTheFileAndOffset) {
                             {trailing, "4 bytes of trailing garbage", "byte offset " + std::to_string(gz.size())});
 }
 
+// Found by fuzz/idx_fuzz.cpp: a 1.8 KB file whose header claimed [8, 3584, 2^25] bytes made the
+// reader allocate them (0xe000000000 bytes) before comparing with the file's size.
+TEST(Idx, HeaderClaimingMoreThanTheFileIsRefusedBeforeAllocating) {
+  const kiln::test::TempDir dir;
+  const std::string huge = write_file(dir / "huge.idx", idx_u8({8, 3584, 1u << 25}, std::string(64, '\x01')));
+  expect_error<CorruptFile>(
+      [&] { read_idx(huge); },
+      {huge, "header says 962072674304 bytes of data for shape [8, 3584, 33554432], file has 64"});
+}
+
 TEST(Idx, LoadIdxRejectsMismatchedFiles) {
   const kiln::test::TempDir dir;
   const std::string images = write_file(dir / "img", idx_u8({3, 1, 1}, "\x01\x02\x03"));

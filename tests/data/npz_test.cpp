@@ -122,6 +122,23 @@ TEST(Npz, CorruptArchivesNameTheFileAndOffset) {
   expect_error<CorruptFile>([&] { load_npz(mid); }, {mid, "no end-of-central-directory record"});
 }
 
+// Found by fuzz/npz_fuzz.cpp: a directory entry claiming that a few compressed bytes inflate to
+// 4 GiB made the reader allocate 4 GiB before inflating anything.
+TEST(Npz, ClaimedSizeBeyondDeflatesRatioIsRefusedBeforeAllocating) {
+  const kiln::test::TempDir dir;
+  const std::string path = (dir / "c.npz").string();
+  write_npz(path, true);
+  std::string b = read_bytes(path);
+  const size_t entry = layout(b).directory;  // the first member's central directory entry
+  const uint32_t compressed = le32(b, entry + 20);
+  const uint32_t huge = 0xF0000000u;
+  std::memcpy(b.data() + entry + 24, &huge, 4);  // its uncompressed size
+  const std::string bad = write_file(dir / "huge.npz", b);
+  expect_error<CorruptFile>([&] { load_npz(bad); },
+                            {bad, std::to_string(compressed) + " compressed bytes inflate to " + std::to_string(huge),
+                             "more than deflate can make of them"});
+}
+
 TEST(Npz, BadNpyInsideTheArchive) {
   // Write the archive ourselves from Python with a broken header for 'x' (stored, so the header's
   // file offset is the member data's offset + 10).

@@ -124,7 +124,9 @@ TEST(TopK, LargestAndSmallestOnEveryAxisWithTies) {
             // Reference: a stable sort by value keeps equal values in index order, as ONNX's reference.
             std::vector<int64_t> idx(static_cast<size_t>(len));
             std::iota(idx.begin(), idx.end(), 0);
-            const auto at = [&](int64_t m) { return x.data<float>()[(o * len + m) * inner + j]; };
+            const auto at = [&, len = len, inner = inner](int64_t m) {
+              return x.data<float>()[(o * len + m) * inner + j];
+            };
             std::stable_sort(idx.begin(), idx.end(),
                              [&](int64_t a, int64_t b) { return largest ? at(a) > at(b) : at(a) < at(b); });
             for (int64_t m = 0; m < k; ++m) {

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <source_location>
 #include <string>
 #include <utility>
 
@@ -27,7 +26,7 @@ namespace fs = std::filesystem;
 // Load and save errors are one line that names the file: expect_error, and no line break.
 template <class E, class F>
 void expect_one_line_error(F&& f, std::initializer_list<std::string> parts,
-                           const std::source_location& where = std::source_location::current()) {
+                           const kiln::test::SourceLocation& where = kiln::test::SourceLocation::current()) {
   const std::string msg = expect_error<E>(std::forward<F>(f), parts, where);
   EXPECT_EQ(msg.find('\n'), std::string::npos) << "multi-line message (line " << where.line() << "): " << msg;
 }

@@ -185,6 +185,20 @@ TEST(CrashSafetyF8, AMissingOptimizerFileIsNotCalledSaveOnlyModel) {
   r.resume_expecting(r.checkpoint(2), {"has no optimizer.safetensors", "incomplete or damaged"});
 }
 
+// Optimizer metadata with a field of the wrong type or missing escaped as nlohmann's own exception
+// (an internal error): now a CorruptFile naming the file.
+TEST(CrashSafetyF8, MalformedOptimizerMetadataIsCorruptFile) {
+  SavedRun r;
+  const fs::path file = r.checkpoint(2) / "optimizer.safetensors";
+  const SafetensorsFile saved = read_safetensors(file.string());
+  const std::vector<std::pair<std::string, Tensor>> tensors(saved.tensors.begin(), saved.tensors.end());
+  for (const char* info : {R"({"type": "AdamW", "step": "two", "learning_rate": 0.01})",
+                           R"({"type": "AdamW", "learning_rate": 0.01})", R"({"type": 3, "step": 2})"}) {
+    write_safetensors(file.string(), tensors, {{"kiln.optimizer", info}});
+    r.resume_expecting(r.checkpoint(2), {file.string(), "bad optimizer metadata"});
+  }
+}
+
 TEST(CrashSafetyF8, AFileGivenAsACheckpointIsNamedAsAFile) {
   SavedRun r;
   Trainer t(r.source(), r.args, dataset(32, 7));

@@ -1,6 +1,7 @@
 // A process killed (SIGKILL) while saving a checkpoint must leave a complete, loadable one: the
 // previous file or the new one, never a torn mix. A child saves checkpoints in a loop; the parent
-// kills it after a random 1-30 ms, many times, and loads what is there.
+// kills it after a random delay of up to twice one save's time (at least 30 ms), many times, and
+// loads what is there.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -97,8 +98,14 @@ TEST(CheckpointKill, SigkillWhileSavingLeavesACompleteCheckpoint) {
   const kiln::test::TempDir tmp;  // removed also when an ASSERT leaves the test early
   const fs::path& dir = tmp.path();
   const std::string path = (dir / "checkpoint").string();
-  std::mt19937 rng(6);  // fixed: the same delays every run
-  std::uniform_int_distribution<int> delay_ms(1, 30);
+  // One save's time here (sanitizer builds are several times slower), so that kills land inside
+  // saves on any build.
+  const auto t0 = std::chrono::steady_clock::now();
+  CheckpointState::save_checkpoint(make_round(0), (dir / "timing").string(), true);
+  const auto one_save = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  fs::remove(dir / "timing");
+  std::mt19937 rng(6);  // fixed: the same delays every run on one machine
+  std::uniform_int_distribution<int> delay_ms(1, std::max(30, 2 * static_cast<int>(one_save.count())));
   constexpr int kRounds = 60;
   int64_t last_round = -1;
   int killed_mid_save = 0;  // rounds that left a temporary file: the kill landed inside a save

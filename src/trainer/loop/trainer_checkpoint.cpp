@@ -149,19 +149,24 @@ void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::str
   auto meta = opt.metadata.find("kiln.optimizer");
   if (meta == opt.metadata.end())
     throw CorruptFile(fmt::format("'{}/optimizer.safetensors' has no optimizer metadata", folder));
-  nlohmann::json info;
+  std::string type;
+  int64_t step = 0;
+  float learning_rate = 0;
   try {
     check_json_limits(meta->second, "optimizer metadata");
-    info = nlohmann::json::parse(meta->second);
+    const nlohmann::json info = nlohmann::json::parse(meta->second);
+    type = info.at("type").get<std::string>();
+    step = info.at("step").get<int64_t>();
+    learning_rate = info.at("learning_rate").get<float>();
   } catch (const nlohmann::json::exception& e) {
-    throw CorruptFile(fmt::format("'{}/optimizer.safetensors': {}", folder, e.what()));
+    throw CorruptFile(fmt::format("'{}/optimizer.safetensors': bad optimizer metadata: {}", folder, e.what()));
   }
   training::OptimizerState& o = m.state->optimizer_state();
-  if (info.value("type", std::string()) != o.type)
-    throw InvalidArgument(fmt::format("checkpoint '{}' holds {} optimizer state but the run uses {}", folder,
-                                      info.value("type", std::string()), o.type));
-  o.step = info.at("step").get<int64_t>();
-  o.learning_rate = info.at("learning_rate").get<float>();
+  if (type != o.type)
+    throw InvalidArgument(
+        fmt::format("checkpoint '{}' holds {} optimizer state but the run uses {}", folder, type, o.type));
+  o.step = step;
+  o.learning_rate = learning_rate;
   for (const auto& [key, t] : opt.tensors) {
     const auto dot = key.find('.');
     if (dot == std::string::npos)

@@ -64,7 +64,8 @@ Model traced_model(Module& m, std::vector<int64_t> shape, DType dtype = DType::F
   return m.to_onnx({{"input", shape}}, {}, options);
 }
 
-const Node& only_node(const Model& model, const std::string& op) {
+// A copy, so that a caller may pass a temporary model (a reference into it would dangle).
+Node only_node(const Model& model, const std::string& op) {
   const Node* found = nullptr;
   for (const Node& n : model.graph.nodes)
     if (n.op_type == op) {
@@ -179,14 +180,14 @@ TEST(NnLayersShapes, LinearEmbeddingFlattenNorms) {
 
 TEST(NnLayersExport, BatchNormTrainingModeHasRunningStatOutputsAndTorchsMomentum) {
   BatchNorm2d bn(4, 1e-3, 0.25);
-  const Node& train = only_node(traced_model(bn, {2, 4, 3, 3}), "BatchNormalization");
+  const Node train = only_node(traced_model(bn, {2, 4, 3, 3}), "BatchNormalization");
   EXPECT_EQ(train.attr_int("training_mode"), 1);
   EXPECT_FLOAT_EQ(train.attr_float("momentum"), 0.75f);  // ONNX weighs the old value
   EXPECT_FLOAT_EQ(train.attr_float("epsilon"), 1e-3f);
   ASSERT_EQ(train.outputs.size(), 3u);
   EXPECT_EQ(train.inputs[3], "running_mean");
   bn.eval();
-  const Node& eval = only_node(traced_model(bn, {2, 4, 3, 3}), "BatchNormalization");
+  const Node eval = only_node(traced_model(bn, {2, 4, 3, 3}), "BatchNormalization");
   EXPECT_EQ(eval.attr_int("training_mode", 0), 0);
   EXPECT_EQ(eval.outputs.size(), 1u);
   // Without running statistics: batch statistics as arithmetic, no BatchNormalization node.
@@ -198,7 +199,7 @@ TEST(NnLayersExport, BatchNormTrainingModeHasRunningStatOutputsAndTorchsMomentum
 TEST(NnLayersExport, DropoutFollowsTrainingMode) {
   Dropout drop(0.25);
   const Model train = traced_model(drop, {2, 8});
-  const Node& d = only_node(train, "Dropout");
+  const Node d = only_node(train, "Dropout");
   ASSERT_EQ(d.inputs.size(), 3u);   // x, ratio, training_mode
   ASSERT_EQ(d.outputs.size(), 2u);  // y, mask (the gradient reads the mask)
   drop.eval();
@@ -207,7 +208,7 @@ TEST(NnLayersExport, DropoutFollowsTrainingMode) {
 
 TEST(NnLayersExport, LinearIsGemmForMatricesAndMatMulOtherwise) {
   Linear lin(4, 3);
-  const Node& gemm = only_node(traced_model(lin, {2, 4}), "Gemm");
+  const Node gemm = only_node(traced_model(lin, {2, 4}), "Gemm");
   EXPECT_EQ(gemm.attr_int("transB"), 1);
   EXPECT_EQ(gemm.inputs[1], "weight");
   EXPECT_EQ(gemm.inputs[2], "bias");
@@ -222,7 +223,7 @@ TEST(NnLayersExport, EmbeddingPaddingRowIsAConstantSoItGetsNoGradient) {
   EXPECT_EQ(traced_model(plain, {2, 3}, DType::Int64).graph.nodes.size(), 2u);  // Gather, Identity to "output"
   Embedding padded(10, 4, 2);
   const Model m = traced_model(padded, {2, 3}, DType::Int64);
-  const Node& where = only_node(m, "Where");
+  const Node where = only_node(m, "Where");
   EXPECT_EQ(where.inputs[2], only_node(m, "Gather").outputs[0]);
   EXPECT_EQ(only_node(m, "Gather").inputs[0], "weight");
 }

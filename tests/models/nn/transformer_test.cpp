@@ -234,7 +234,8 @@ TEST(NnMultiheadAttention, SelfAttentionMatchesReferenceAtTwoSizes) {
     const Reference r = reference_mha(m, xb, xb, xb, 2, [](int64_t, int64_t, int64_t, int64_t) { return 0.0; });
     ASSERT_EQ(out["out0"].shape(), (Shape{l, n, 8}));
     // Kiln's out0 is [L, N, E]; the reference is [N, L, E].
-    EXPECT_LE(error(out["out0"], r.out, [&](int64_t i) { return size_t(((i / 8) % n * l + i / 8 / n) * 8 + i % 8); }),
+    EXPECT_LE(error(out["out0"], r.out,
+                    [n = n, l = l](int64_t i) { return size_t(((i / 8) % n * l + i / 8 / n) * 8 + i % 8); }),
               kTol);
     ASSERT_EQ(out["out1"].shape(), (Shape{n, l, l}));
     std::vector<double> averaged(size_t(n * l * l), 0.0);
