@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -117,6 +119,22 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   AtomicFile file(path);
   file.write(bytes);
   file.commit();
+}
+
+size_t remove_stale_temporaries(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  size_t removed = 0;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const size_t mark = name.rfind(".tmp-");
+    const bool temporary = mark != std::string::npos && mark > 0 && name.size() == mark + 11 &&
+                           std::all_of(name.begin() + static_cast<std::ptrdiff_t>(mark) + 5, name.end(),
+                                       [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; });
+    std::error_code type_ec;
+    if (temporary && entry.is_regular_file(type_ec) && fs::remove(entry.path(), type_ec)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace kiln

@@ -48,4 +48,9 @@ class AtomicFile {
 
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
+// Removes the temporary files ("<name>.tmp-XXXXXX") that writes killed before commit() left in
+// `dir` (not in its subfolders); returns how many. Only for a folder no other process writes to
+// (the Trainer calls it for output_dir and its artifacts while holding output_dir's lock).
+size_t remove_stale_temporaries(const std::string& dir);
+
 }  // namespace kiln

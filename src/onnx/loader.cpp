@@ -14,6 +14,7 @@
 #include "kiln/onnx_io.h"
 #include "onnx/external_data.h"
 #include "onnx/graph_from_proto.h"
+#include "onnx/guarded_schemas.h"
 #include "onnx/proto_file.h"
 #include "onnx/tensor_proto.h"
 
@@ -91,7 +92,7 @@ void run_checker(const onnx::ModelProto& m, const std::string& base_dir, const s
 void infer_shapes(onnx::ModelProto& m) {
   const auto saved = m.graph().value_info();
   try {
-    onnx::shape_inference::InferShapes(m);
+    onnx::shape_inference::InferShapes(m, onnxio::guarded_schema_registry());
   } catch (...) {
     *m.mutable_graph()->mutable_value_info() = saved;
   }

@@ -16,6 +16,7 @@
 #include "kiln/safetensors.h"
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
+#include "kiln/trainer_state.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -129,6 +130,33 @@ TEST(BadInputF8, AZipWithTwoMembersOfOneNameIsACorruptFile) {
   std::ofstream(dir / "twice.npz", std::ios::binary) << zip_with({"a.npy", "a.npy"});
   expect_error<CorruptFile>([&] { ZipArchive((dir / "twice.npz").string()); },
                             "the zip archive has two members named 'a.npy'");
+}
+
+// Found by fuzz/trainer_state_fuzz.cpp under UBSan: nlohmann's get<int64_t>() of 2e47 is a C++
+// conversion out of range (undefined behaviour). Numbers from files go through json_int64,
+// json_uint64 and json_float, which refuse what does not fit.
+TEST(BadInputF2, JsonNumbersOutsideTheirTypeAreCorruptFile) {
+  using nlohmann::json;
+  EXPECT_EQ(json_int64(json(-3), "n"), -3);
+  EXPECT_EQ(json_int64(json(2.0), "n"), 2);
+  EXPECT_EQ(json_int64(json(-0x1p63), "n"), INT64_MIN);
+  EXPECT_EQ(json_int64(json(uint64_t{INT64_MAX}), "n"), INT64_MAX);
+  for (const json& bad : {json(2e47), json(0x1p63), json(uint64_t{1} << 63), json(1.5), json("3"), json(nullptr)})
+    expect_error<CorruptFile>([&] { json_int64(bad, "'x.json': eval_steps"); },
+                              {"'x.json': eval_steps must be an integer of 64 bits, not " + bad.dump()});
+  EXPECT_EQ(json_uint64(json(0x1p63), "n"), uint64_t{1} << 63);
+  for (const json& bad : {json(-1), json(0x1p64), json(-0.0 - 1)})
+    expect_error<CorruptFile>([&] { json_uint64(bad, "runs"); }, "runs must be a non-negative integer of 64 bits");
+  EXPECT_EQ(json_float(json(0.25), "lr"), 0.25f);
+  expect_error<CorruptFile>([&] { json_float(json(1e300), "lr"); }, "lr must be a number within float's range");
+  expect_error<CorruptFile>([&] { json_float(json("0.1"), "lr"); }, "lr must be a number, not \"0.1\"");
+}
+
+TEST(BadInputF2, TrainerStateWithAnOutOfRangeStepIsCorruptFile) {
+  nlohmann::json j = trainer::TrainerState().to_json();
+  j["eval_steps"] = 2e47;
+  expect_error<CorruptFile>([&] { trainer::TrainerState::from_json(j); },
+                            "trainer state: eval_steps must be an integer of 64 bits, not 2e+47");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "core/atomic_file.h"
 #include "kiln/onnx_io.h"
+#include "kiln/session.h"
 #include "onnx/onnx_test_util.h"
 #include "test_util.h"
 
@@ -54,6 +55,57 @@ onnx::ModelProto small_model() {
   out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
   out->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1000);
   return m;
+}
+
+// X [1, 1, 3] and W [1, 1, 2, 2] into `op` (Conv: float; ConvInteger: uint8 with an X zero point).
+onnx::ModelProto conv_with_ranks_3_and_4(const std::string& op, int64_t opset) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(opset);
+  auto* g = m.mutable_graph();
+  g->set_name("g");
+  const int type = op == "Conv" ? onnx::TensorProto::FLOAT : onnx::TensorProto::UINT8;
+  const auto input = [&](const std::string& name, std::vector<int64_t> dims) {
+    auto* v = g->add_input();
+    v->set_name(name);
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+    auto* shape = v->mutable_type()->mutable_tensor_type()->mutable_shape();
+    for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
+  };
+  input("x", {1, 1, 3});
+  input("w", {1, 1, 2, 2});
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name("conv");
+  n->add_input("x");
+  n->add_input("w");
+  if (op == "ConvInteger") {
+    input("x_zero_point", {});
+    n->add_input("x_zero_point");
+  }
+  n->add_output("y");
+  auto* out = g->add_output();
+  out->set_name("y");
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(op == "Conv" ? type : onnx::TensorProto::INT32);
+  for (const char* d : {"n", "c", "l"})
+    out->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param(d);
+  return m;
+}
+
+// Found by fuzz/onnx_model_fuzz.cpp: ONNX's own shape inference (libonnx 1.12) read out of bounds
+// and crashed on a convolution whose W has a higher rank than its X. The loader's guarded schemas
+// stop it: the model loads (without inferred hints), and a Session refuses it with Kiln's error.
+TEST(OnnxLoadErrors, ConvolutionRanksThatDisagreeDoNotCrashShapeInference) {
+  for (const auto& [op, opset] : {std::pair<std::string, int64_t>{"ConvInteger", 10}, {"Conv", 17}}) {
+    SCOPED_TRACE(op);
+    Model model;
+    ASSERT_NO_THROW(model = load_model_from_bytes(conv_with_ranks_3_and_4(op, opset).SerializeAsString()));
+    const DType dtype = op == "Conv" ? DType::Float32 : DType::Uint8;
+    std::map<std::string, Tensor> feeds{{"x", Tensor::zeros(dtype, {1, 1, 3})},
+                                        {"w", Tensor::zeros(dtype, {1, 1, 2, 2})}};
+    if (op == "ConvInteger") feeds["x_zero_point"] = Tensor::zeros(dtype, {});
+    EXPECT_THROW(Session(model).run(feeds), kiln::Error);
+  }
 }
 
 TEST(OnnxLoadErrors, MissingFileIsIOErrorNamingIt) {

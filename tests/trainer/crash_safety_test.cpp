@@ -131,6 +131,27 @@ TEST(CrashSafetyF8, AStepBeyondInt64InAFolderNameIsNotACheckpoint) {
   rotate_checkpoints(dir.path().string(), 1, std::nullopt);  // stopped a fresh run at its first rotation
 }
 
+// Found by scripts/kill-gauntlet: a kill while the artifacts were written left
+// artifacts/training_model.onnx.tmp-XXXXXX behind for good. train() removes such files from the
+// folders the run owns; other files stay.
+TEST(CrashSafetyF5, TemporariesOfInterruptedWritesAreRemovedAtTrainStart) {
+  TempDir dir;
+  const fs::path out = dir / "out";
+  fs::create_directories(out / "artifacts");
+  for (const fs::path& f : {out / "model.onnx.tmp-Ab3xY9", out / "artifacts" / "training_model.onnx.tmp-q1W2e3",
+                            out / "notes.txt", out / "artifacts" / "keep.tmp-toolongname"})
+    std::ofstream(f) << "x";
+  TrainingArguments args = base_args(out);
+  args.max_steps = 1;
+  Trainer t(ModelSource::onnx(write_model(dir.path(), false).string(), training::LossType::CrossEntropyLoss), args,
+            dataset(8, 1));
+  t.train();
+  EXPECT_FALSE(fs::exists(out / "model.onnx.tmp-Ab3xY9"));
+  EXPECT_FALSE(fs::exists(out / "artifacts" / "training_model.onnx.tmp-q1W2e3"));
+  EXPECT_TRUE(fs::exists(out / "notes.txt"));
+  EXPECT_TRUE(fs::exists(out / "artifacts" / "keep.tmp-toolongname"));
+}
+
 // A finished 4-step run with a checkpoint at every step, and the arguments that made it.
 struct SavedRun {
   TempDir dir;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <typeinfo>
 
+#include "core/json_text.h"
 #include "kiln/error.h"
 #include "kiln/trainer_callback.h"
 
@@ -127,10 +128,11 @@ std::optional<nlohmann::json> EarlyStoppingCallback::state() const {
 
 void EarlyStoppingCallback::load_state(const nlohmann::json& s) {
   try {
-    early_stopping_patience = s.at("args").at("early_stopping_patience").get<int64_t>();
+    early_stopping_patience = json_int64(s.at("args").at("early_stopping_patience"), "early_stopping_patience");
     early_stopping_threshold = s.at("args").at("early_stopping_threshold").get<double>();
-    early_stopping_patience_counter = s.at("attributes").at("early_stopping_patience_counter").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
+    early_stopping_patience_counter =
+        json_int64(s.at("attributes").at("early_stopping_patience_counter"), "early_stopping_patience_counter");
+  } catch (const std::exception& e) {  // nlohmann's errors and json_int64's CorruptFile
     throw CorruptFile(fmt::format("trainer state: EarlyStoppingCallback: {}", e.what()));
   }
 }

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "core/atomic_file.h"
 #include "kiln/error.h"
 #include "kiln/integrations.h"
 #include "kiln/random.h"
@@ -492,6 +493,10 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   // One run per output_dir; what a killed run left half-done there is finished or undone first.
   const OutputDirLock lock(args_.output_dir);
   recover_checkpoint_folders(args_.output_dir);
+  // Files of atomic writes that a kill interrupted (model.onnx.tmp-XXXXXX...), in the folders this
+  // run owns: output_dir and the artifacts it generated there (not a user's artifacts folder).
+  remove_stale_temporaries(args_.output_dir);
+  if (m.source.kind != ModelSource::Kind::Artifacts) remove_stale_temporaries(m.artifacts_dir);
   const auto start_time = std::chrono::steady_clock::now();
   const MemoryUsage memory_at_start = args_.skip_memory_metrics ? MemoryUsage{} : memory_usage(true);
   const uint64_t data_seed = static_cast<uint64_t>(args_.sampler_seed());

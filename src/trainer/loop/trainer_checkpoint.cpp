@@ -156,9 +156,9 @@ void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::str
     check_json_limits(meta->second, "optimizer metadata");
     const nlohmann::json info = nlohmann::json::parse(meta->second);
     type = info.at("type").get<std::string>();
-    step = info.at("step").get<int64_t>();
-    learning_rate = info.at("learning_rate").get<float>();
-  } catch (const nlohmann::json::exception& e) {
+    step = json_int64(info.at("step"), "optimizer metadata: step");
+    learning_rate = json_float(info.at("learning_rate"), "optimizer metadata: learning_rate");
+  } catch (const std::exception& e) {  // nlohmann's errors and json_int64's CorruptFile
     throw CorruptFile(fmt::format("'{}/optimizer.safetensors': bad optimizer metadata: {}", folder, e.what()));
   }
   training::OptimizerState& o = m.state->optimizer_state();
@@ -182,12 +182,12 @@ void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::str
   m.scheduler->load_state(read_json(dir / "scheduler.json"));
   const nlohmann::json rng = read_json(dir / "rng_state.json");
   try {
-    m.module->set_training_run_count(rng.at("training_runs").get<uint64_t>());
+    m.module->set_training_run_count(json_uint64(rng.at("training_runs"), "training_runs"));
     m.tr_loss = rng.at("tr_loss").get<double>();
     m.total_loss = rng.at("total_loss").get<double>();
-    m.globalstep_last_logged = rng.at("globalstep_last_logged").get<int64_t>();
-    m.nan_inf_run = rng.at("nan_inf_run").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
+    m.globalstep_last_logged = json_int64(rng.at("globalstep_last_logged"), "globalstep_last_logged");
+    m.nan_inf_run = json_int64(rng.at("nan_inf_run"), "nan_inf_run");
+  } catch (const std::exception& e) {  // nlohmann's errors and json_int64's CorruptFile
     throw CorruptFile(fmt::format("'{}/rng_state.json': {}", folder, e.what()));
   }
   check_steps_agree(m, loaded, o, folder);

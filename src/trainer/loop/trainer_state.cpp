@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_text.h"
 #include "kiln/error.h"
 
 namespace kiln::trainer {
@@ -37,20 +38,21 @@ TrainerState TrainerState::from_json(const nlohmann::json& j) {
   try {
     if (!j.at("best_metric").is_null()) s.best_metric = j.at("best_metric").get<double>();
     if (j.contains("best_global_step") && !j.at("best_global_step").is_null())
-      s.best_global_step = j.at("best_global_step").get<int64_t>();
+      s.best_global_step = json_int64(j.at("best_global_step"), "trainer state: best_global_step");
     if (!j.at("best_model_checkpoint").is_null())
       s.best_model_checkpoint = j.at("best_model_checkpoint").get<std::string>();
     s.epoch = j.at("epoch").get<double>();
-    s.eval_steps = j.at("eval_steps").get<int64_t>();
-    s.global_step = j.at("global_step").get<int64_t>();
+    s.eval_steps = json_int64(j.at("eval_steps"), "trainer state: eval_steps");
+    s.global_step = json_int64(j.at("global_step"), "trainer state: global_step");
     s.log_history = j.at("log_history").get<std::vector<nlohmann::json>>();
-    s.logging_steps = j.at("logging_steps").get<int64_t>();
-    s.max_steps = j.at("max_steps").get<int64_t>();
-    s.num_input_tokens_seen = j.value("num_input_tokens_seen", int64_t{0});
-    s.num_train_epochs = j.at("num_train_epochs").get<int64_t>();
-    s.save_steps = j.at("save_steps").get<int64_t>();
+    s.logging_steps = json_int64(j.at("logging_steps"), "trainer state: logging_steps");
+    s.max_steps = json_int64(j.at("max_steps"), "trainer state: max_steps");
+    if (j.contains("num_input_tokens_seen"))
+      s.num_input_tokens_seen = json_int64(j.at("num_input_tokens_seen"), "trainer state: num_input_tokens_seen");
+    s.num_train_epochs = json_int64(j.at("num_train_epochs"), "trainer state: num_train_epochs");
+    s.save_steps = json_int64(j.at("save_steps"), "trainer state: save_steps");
     s.total_flos = j.at("total_flos").get<double>();
-    s.train_batch_size = j.at("train_batch_size").get<int64_t>();
+    s.train_batch_size = json_int64(j.at("train_batch_size"), "trainer state: train_batch_size");
     s.stateful_callbacks = j.value("stateful_callbacks", nlohmann::json::object());
     if (!s.stateful_callbacks.is_object()) throw CorruptFile("trainer state: stateful_callbacks is not an object");
   } catch (const nlohmann::json::exception& e) {
