@@ -63,7 +63,7 @@ KILLS ?= 50
 asan: setup-test
 	cmake --preset asan
 	cmake --build --preset asan -j $(JOBS) --target kiln_tests kiln_conformance kiln_fuzzers
-	ASAN_OPTIONS=$(ASAN_OPTIONS) ctest --preset asan -j $(JOBS)
+	ctest --preset asan -j $(JOBS)
 
 tsan: setup-test
 	cmake --preset tsan
