@@ -59,7 +59,14 @@ TEST(CrashSafetyF4, ALockLeftByADeadRunIsTakenOver) {
   TempDir dir;
   fs::create_directories(dir / "out");
   std::ofstream(dir / "out" / kLockFile) << "pid 999999 on host gone, since 2026-01-01T00:00:00Z\n";
-  { const OutputDirLock lock((dir / "out").string()); }  // no one holds the flock: taken over (with a warning)
+  ::testing::internal::CaptureStderr();
+  { const OutputDirLock lock((dir / "out").string()); }  // no one holds the flock: taken over
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warning.find("kiln: warning: output_dir '" + (dir / "out").string() +
+                         "' was locked by a run that is gone (pid 999999 on host gone"),
+            std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find("taking it over"), std::string::npos) << warning;
   std::ifstream in(dir / "out" / kLockFile);
   const std::string left((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(left, "");  // released cleanly: no owner recorded
