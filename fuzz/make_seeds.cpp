@@ -4,7 +4,6 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <random>
 #include <sstream>
 
 #include "kiln/checkpoint.h"
@@ -13,6 +12,7 @@
 #include "kiln/npy.h"
 #include "kiln/safetensors.h"
 #include "kiln/trainer.h"
+#include "tiny_run.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -40,15 +40,7 @@ Tensor filled(DType dtype, Shape shape) {
 
 // A tiny MLP trained for 4 steps with a save every 2, a log every step and an evaluation at the end.
 fs::path tiny_run(const fs::path& out) {
-  std::mt19937_64 rng(3);
-  std::normal_distribution<float> normal;
-  Tensor x = Tensor::empty(DType::Float32, {16, 6});
-  Tensor y = Tensor::empty(DType::Int64, {16});
-  for (int64_t i = 0; i < 16; ++i) {
-    for (int k = 0; k < 6; ++k) x.data<float>()[i * 6 + k] = normal(rng);
-    y.data<int64_t>()[i] = i % 3;
-  }
-  auto ds = std::make_shared<data::TensorDataset>(std::map<std::string, Tensor>{{"input", x}, {"labels", y}});
+  const auto ds = fuzz::tiny_dataset(16, 3);
   auto args = trainer::TrainingArguments::parse_args({"--output_dir",
                                                       out.string(),
                                                       "--max_steps",
@@ -71,9 +63,7 @@ fs::path tiny_run(const fs::path& out) {
                                                       "cosine",
                                                       "--warmup_steps",
                                                       "1"});
-  trainer::Trainer t(trainer::ModelSource::builtin(
-                         "mlp", {{"input_size", 6}, {"input_shape", {6}}, {"hidden_sizes", {4}}, {"num_labels", 3}}),
-                     args, ds, ds);
+  trainer::Trainer t(fuzz::tiny_mlp(), args, ds, ds);
   t.train();
   training::CheckpointState::save_checkpoint(t.checkpoint_state(), (out / "kiln_checkpoint").string(), true);
   training::CheckpointState::save_checkpoint(t.checkpoint_state(), (out / "kiln_checkpoint_weights").string(), false);

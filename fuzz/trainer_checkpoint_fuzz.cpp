@@ -4,12 +4,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <sstream>
 
 #include "fuzz_util.h"
-#include "kiln/data.h"
-#include "kiln/trainer.h"
+#include "tiny_run.h"
 
 namespace {
 
@@ -18,18 +16,6 @@ using kiln::trainer::Trainer;
 
 const char* const kFiles[] = {"model.safetensors", "optimizer.safetensors", "scheduler.json",
                               "rng_state.json",    "trainer_state.json",    "training_args.json"};
-
-std::shared_ptr<kiln::data::TensorDataset> tiny_dataset() {
-  std::mt19937_64 rng(7);
-  std::normal_distribution<float> normal;
-  kiln::Tensor x = kiln::Tensor::empty(kiln::DType::Float32, {8, 6});
-  kiln::Tensor y = kiln::Tensor::empty(kiln::DType::Int64, {8});
-  for (int64_t i = 0; i < 8; ++i) {
-    for (int k = 0; k < 6; ++k) x.data<float>()[i * 6 + k] = normal(rng);
-    y.data<int64_t>()[i] = i % 3;
-  }
-  return std::make_shared<kiln::data::TensorDataset>(std::map<std::string, kiln::Tensor>{{"input", x}, {"labels", y}});
-}
 
 struct Fixture {
   fs::path out = kiln::fuzz::scratch_dir() / "run";
@@ -40,9 +26,7 @@ struct Fixture {
     auto args = kiln::trainer::TrainingArguments::parse_args(
         {"--output_dir", out.string(), "--max_steps", "2", "--save_steps", "2", "--per_device_train_batch_size", "4",
          "--logging_strategy", "no", "--report_to", "none", "--disable_tqdm", "true"});
-    auto model = kiln::trainer::ModelSource::builtin(
-        "mlp", {{"input_size", 6}, {"input_shape", {6}}, {"hidden_sizes", {4}}, {"num_labels", 3}});
-    trainer = std::make_unique<Trainer>(model, args, tiny_dataset());
+    trainer = std::make_unique<Trainer>(kiln::fuzz::tiny_mlp(), args, kiln::fuzz::tiny_dataset(8, 7));
     trainer->train();
     for (const char* name : kFiles) {
       std::ifstream in(out / "checkpoint-2" / name, std::ios::binary);
