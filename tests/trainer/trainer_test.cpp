@@ -82,8 +82,10 @@ void write_csv(const fs::path& path, const data::TensorDataset& d) {
   }
 }
 
+constexpr const char* kKilnBinary = KILN_BINARY_DIR "/bin/kiln";
+
 pid_t start_kiln_train(const fs::path& model, const fs::path& csv, const fs::path& out, bool resume) {
-  std::vector<std::string> argv = {KILN_BINARY_DIR "/bin/kiln",
+  std::vector<std::string> argv = {kKilnBinary,
                                    "train",
                                    "--model",
                                    model.string(),
@@ -140,6 +142,7 @@ std::pair<std::vector<double>, std::vector<float>> finished_run(const fs::path& 
 }
 
 TEST(Trainer, ResumeAfterSigkillIsExact) {
+  ASSERT_TRUE(fs::exists(kKilnBinary)) << kKilnBinary << " is missing: build the kiln_cli target";
   const fs::path dir = fresh("resume");
   const fs::path model = write_model(dir, true);
   write_csv(dir / "data.csv", *dataset(40, 2));  // batch 4, accumulation 2: 5 updates per epoch, 3 epochs
@@ -196,6 +199,7 @@ TEST(Trainer, ResumeAfterSigkillIsExact) {
 // Resuming from each checkpoint of a run — mid-epoch, at the epoch boundaries (steps 5 and 10),
 // at the last step — gives the uninterrupted run's losses and weights bit for bit.
 TEST(Trainer, ResumeFromEveryCheckpointIsExact) {
+  ASSERT_TRUE(fs::exists(kKilnBinary)) << kKilnBinary << " is missing: build the kiln_cli target";
   const fs::path dir = fresh("resume_each");
   const fs::path model = write_model(dir, true);
   write_csv(dir / "data.csv", *dataset(40, 2));
