@@ -66,15 +66,16 @@ function writeNpy(file, tensor) {
   fs.writeFileSync(file, Buffer.concat([prefix, Buffer.from(header, 'latin1'), body]));
 }
 
-async function main(argv) {
-  if (argv.length < 2) throw new Error('usage: node ort_run.js MODEL.onnx OUT_DIR NAME=INPUT.npy ...');
-  const [model, outDir, ...specs] = argv;
-  let ort;
+function loadOrt() {
   try {
-    ort = require('onnxruntime-node');
+    return require('onnxruntime-node');
   } catch (e) {
     throw new Error(`onnxruntime-node is not installed (run scripts/setup.sh): ${e.message}`);
   }
+}
+
+// {name: ort.Tensor} from NAME=INPUT.npy arguments.
+function readFeeds(ort, specs) {
   const feeds = {};
   for (const spec of specs) {
     const eq = spec.indexOf('=');
@@ -82,6 +83,14 @@ async function main(argv) {
     const { type, dims, data } = readNpy(spec.slice(eq + 1));
     feeds[spec.slice(0, eq)] = new ort.Tensor(type, data, dims);
   }
+  return feeds;
+}
+
+async function main(argv) {
+  if (argv.length < 2) throw new Error('usage: node ort_run.js MODEL.onnx OUT_DIR NAME=INPUT.npy ...');
+  const [model, outDir, ...specs] = argv;
+  const ort = loadOrt();
+  const feeds = readFeeds(ort, specs);
   const session = await ort.InferenceSession.create(model, { intraOpNumThreads: 1, graphOptimizationLevel: 'all' });
   const results = await session.run(feeds);
   fs.mkdirSync(outDir, { recursive: true });
@@ -89,7 +98,11 @@ async function main(argv) {
   process.stdout.write(JSON.stringify({ outputs: session.outputNames }) + '\n');
 }
 
-main(process.argv.slice(2)).catch((e) => {
-  process.stderr.write(`ort_run.js: error: ${String(e.message || e).replace(/\n/g, ' ')}\n`);
-  process.exit(1);
-});
+module.exports = { loadOrt, readFeeds };  // bench/ort_time.js loads ORT and its inputs with them
+
+if (require.main === module) {
+  main(process.argv.slice(2)).catch((e) => {
+    process.stderr.write(`ort_run.js: error: ${String(e.message || e).replace(/\n/g, ' ')}\n`);
+    process.exit(1);
+  });
+}

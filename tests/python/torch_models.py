@@ -1,4 +1,4 @@
-"""The PyTorch models that the parity tests and bench/forward.py export to ONNX.
+"""The PyTorch models that the parity tests and bench/bench.py export to ONNX.
 
 Seeded, in eval mode, with non-trivial BatchNorm statistics, so an exported model is a fixed function.
 """

@@ -1,5 +1,5 @@
 """Models with their loss, as one module whose output is the scalar loss, and their export for
-`kiln grad`: shared by the gradient parity tests (test_grad_parity.py) and bench/train_step.py.
+`kiln grad`: used by the gradient parity tests (test_grad_parity.py).
 
 Exports use opset 17 and do_constant_folding=False, so that every initializer keeps its state_dict
 name ("model.<key>") and the gradient Kiln writes for it (`<name>_grad`) pairs with torch's.

@@ -1,5 +1,5 @@
 """What the training parity tests (test_training_parity.py), the inference-export tests
-(test_inference_export.py) and bench/train_full_step.py share: exporting a forward model whose
+(test_inference_export.py) and bench/bench.py share: exporting a forward model whose
 initializers are its torch parameters, generating artifacts with `kiln artifacts`, running
 `kiln-train-steps` over saved batches, reading a checkpoint, and the PyTorch reference loop.
 

@@ -1,4 +1,4 @@
-"""Real-model architectures for the parity tests (test_model_parity.py) and bench/forward.py:
+"""Real-model architectures for the parity tests (test_model_parity.py) and bench/bench.py:
 ResNet-18 (torchvision), a ViT, a BERT-style encoder and a GPT-2-style decoder, each seeded, in eval
 mode, and exported with opset 17 and dynamic batch (and sequence) axes.
 
@@ -177,6 +177,7 @@ class ZooModel:
     dynamic: Dict[str, Dict[int, str]]
     output_dynamic: Dict[int, str]
     output: str = "logits"
+    image: int = 0  # the image models' input side (0: a token model)
 
 
 SIZES = {
@@ -187,8 +188,9 @@ SIZES = {
              # BERT-mini (L4, H256), the size people fine-tune on CPUs; 128 positions.
              "bench": dict(vocab=8192, max_len=128, dim=256, heads=4, layers=4, ff=1024, classes=2)},
     "gpt2": {"test": dict(vocab=512),
-             # A small GPT-2 (L4, H256, 128-token context) whose forward fits a CPU bench round.
-             "bench": dict(vocab=8192, max_len=128, dim=256, heads=4, layers=4)},
+             # A small GPT-2 (L4, H256) whose forward fits a CPU bench round; a 512-token context, so
+             # that bench/bench.py's scaling table runs it at 128, 256 and 512 tokens.
+             "bench": dict(vocab=8192, max_len=512, dim=256, heads=4, layers=4)},
 }
 
 
@@ -222,27 +224,32 @@ def _gpt2_inputs(size):
     return lambda batch, seq, rng: {"input_ids": _token_ids(batch, seq, rng, vocab)}
 
 
-def zoo(size="test"):
-    """name -> ZooModel at `size` ("test" or "bench")."""
+def zoo(size="test", image=None):
+    """name -> ZooModel at `size` ("test" or "bench"). `image`: ResNet-18's input side (default 224;
+    its adaptive average pooling takes any side from 32 up, such as CIFAR's 32x32); the ViT's side
+    is fixed by its position embeddings."""
     kw = {name: sizes[size] for name, sizes in SIZES.items()}
     tokens = {0: "batch", 1: "seq"}
+    side = image or 224
     return {
-        "resnet18": ZooModel(lambda: resnet18(**kw["resnet18"]), _image_inputs(3, 224),
-                             {"input": {0: "batch"}}, {0: "batch"}),
-        "vit": ZooModel(lambda: ViT(**kw["vit"]), _image_inputs(3, 32), {"input": {0: "batch"}}, {0: "batch"}),
+        "resnet18": ZooModel(lambda: resnet18(**kw["resnet18"]), _image_inputs(3, side),
+                             {"input": {0: "batch"}}, {0: "batch"}, image=side),
+        "vit": ZooModel(lambda: ViT(**kw["vit"]), _image_inputs(3, 32), {"input": {0: "batch"}}, {0: "batch"},
+                        image=32),
         "bert": ZooModel(lambda: Bert(**kw["bert"]), _bert_inputs(size),
                          {"input_ids": tokens, "attention_mask": tokens}, {0: "batch"}),
         "gpt2": ZooModel(lambda: GPT2(**kw["gpt2"]), _gpt2_inputs(size), {"input_ids": tokens}, tokens),
     }
 
 
-def build(name, size="test", seed=0) -> Tuple[nn.Module, ZooModel]:
-    """The zoo model `name`, seeded and in eval mode (ResNet's BatchNorm statistics calibrated)."""
-    spec = zoo(size)[name]
+def build(name, size="test", seed=0, image=None) -> Tuple[nn.Module, ZooModel]:
+    """The zoo model `name`, seeded and in eval mode (ResNet's BatchNorm statistics calibrated on
+    images of its input side; `image`: see zoo())."""
+    spec = zoo(size, image)[name]
     torch.manual_seed(seed)
     model = spec.make()
     if name == "resnet18":
-        calibrate_batchnorm(model, torch.zeros(4, 3, 224, 224))
+        calibrate_batchnorm(model, torch.zeros(4, 3, spec.image, spec.image))
     return model.eval(), spec
 
 

@@ -1,7 +1,7 @@
 // `kiln-train-steps ARTIFACT_DIR --batches MANIFEST.json --steps N ...`: runs N training steps of
 // generated artifacts over saved batches through the public training API only (CheckpointState,
 // Module, Optimizer, LinearLRScheduler), as a user of the library would. The PyTorch parity tests
-// and bench/train_full_step.py drive it: it prints one JSON line per step and a summary line.
+// and bench/bench.py drive it: it prints one JSON line per step and a summary line.
 //
 // A manifest is a JSON list of batches, each {"input name": "file.npy"} (paths relative to the
 // manifest); step i uses batch i % len. Errors: one line `kiln-train-steps: error: ...`, exit 1.

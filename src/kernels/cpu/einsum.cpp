@@ -7,13 +7,13 @@
 // [batch, M, K] x [batch, K, N] (BLAS for float32/float64, a plain loop for integers), where batch
 // labels are shared and still needed, K labels are shared and not needed, M and N belong to one side.
 // A last gather permutes the result into the output's label order.
-#include <cblas.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
 
 #include "core/parallel.h"
+#include "kernels/cpu/blas.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
@@ -209,11 +209,8 @@ void batched_gemm(const T* a, const T* b, T* c, int64_t batch, int64_t m, int64_
     for (int64_t i = 0; i < batch; ++i) {
       if (m == 0 || n == 0) break;
       if constexpr (std::is_same_v<T, float>)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.f, a + i * m * k, int(k),
-                    b + i * k * n, int(n), 0.f, c + i * m * n, int(n));
-      else
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.0, a + i * m * k, int(k),
-                    b + i * k * n, int(n), 0.0, c + i * m * n, int(n));
+        blas::sgemm(blas::plain(m, n, k), 1.f, a + i * m * k, b + i * k * n, 0.f, c + i * m * n);
+      else blas::dgemm(blas::plain(m, n, k), 1.0, a + i * m * k, b + i * k * n, 0.0, c + i * m * n);
     }
   } else {
     parallel_for(batch * m, 1, [&](int64_t begin, int64_t end) {

@@ -1,13 +1,13 @@
 // MatMul (numpy semantics: broadcast batch dims, 1-D operands promoted and their dim dropped) and
 // Gemm (Y = alpha * A' B' + beta * C, C broadcast to [M, N]). float32 runs on oneDNN's matmul
 // primitive, built once per planned shape; float64 on OpenBLAS dgemm; integer MatMul on loops.
-#include <cblas.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/parallel.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "kiln/kernel.h"
 
@@ -178,15 +178,13 @@ class MatMulF64 final : public MatMulBase {
     double* py = y.data<double>();
     if (s.b_single()) {
       const int64_t rows = numel(s.a_batch) * s.m;
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(s.n), int(s.k), 1.0, pa, int(s.k), pb,
-                  int(s.n), 0.0, py, int(s.n));
+      blas::dgemm(blas::plain(rows, s.n, s.k), 1.0, pa, pb, 0.0, py);
       return;
     }
     const auto pairs = batch_pairs(s);
     for (size_t i = 0; i < pairs.size(); ++i)
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(s.m), int(s.n), int(s.k), 1.0,
-                  pa + pairs[i].first * s.m * s.k, int(s.k), pb + pairs[i].second * s.k * s.n, int(s.n), 0.0,
-                  py + int64_t(i) * s.m * s.n, int(s.n));
+      blas::dgemm(blas::plain(s.m, s.n, s.k), 1.0, pa + pairs[i].first * s.m * s.k, pb + pairs[i].second * s.k * s.n,
+                  0.0, py + int64_t(i) * s.m * s.n);
   }
 };
 
@@ -377,10 +375,9 @@ class GemmF64 final : public GemmBase {
       for (int64_t i = 0; i < y.numel(); ++i) py[i] = uses_c() ? b * py[i] : 0.0;
       return;
     }
-    cblas_dgemm(CblasRowMajor, g_.trans_a ? CblasTrans : CblasNoTrans, g_.trans_b ? CblasTrans : CblasNoTrans,
-                int(g_.m), int(g_.n), int(g_.k), double(alpha()), ctx.input(0).data<double>(),
-                int(g_.trans_a ? g_.m : g_.k), ctx.input(1).data<double>(), int(g_.trans_b ? g_.k : g_.n), b, py,
-                int(g_.n));
+    const blas::GemmShape shape{
+        g_.trans_a, g_.trans_b, g_.m, g_.n, g_.k, g_.trans_a ? g_.m : g_.k, g_.trans_b ? g_.k : g_.n, g_.n};
+    blas::dgemm(shape, double(alpha()), ctx.input(0).data<double>(), ctx.input(1).data<double>(), b, py);
   }
 };
 

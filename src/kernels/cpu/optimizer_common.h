@@ -20,32 +20,61 @@ namespace kiln::optim {
 // The loops are memory bound: split them only when each thread gets a sizeable run.
 inline constexpr int64_t kGrain = 32768;
 
-// The library is built for baseline x86-64, where std::fma is a call into libm; a copy of the loop
-// compiled for FMA3 runs it as one instruction (1.6x faster for AdamW) and rounds identically,
-// fma being exactly rounded either way. `body` must be an always_inline lambda so that it is
-// compiled into each copy.
-template <class Body>
-void run_chunk(const Body& body, int64_t begin, int64_t end) {
-  body(begin, end);
+// The library is built for baseline x86-64, where std::fma is a call into libm and a loop runs 4
+// floats at a time at best. Each optimizer's loop is therefore an always_inline function template
+// `body(const Args&, begin, end)`, compiled three times by parallel_simd_loop: for AVX-512, for
+// AVX2 + FMA3 and for the baseline, and the copy the CPU can run is picked once. Every copy rounds
+// identically (fma, sqrt and division are exactly rounded at any width), so the choice never
+// changes a result. A body must copy its scalars out of `Args` into locals before its loop (a
+// load through the reference cannot be hoisted past the stores, and blocks vectorization) and mark
+// the loop `#pragma omp simd`: the parameter and its slots are updated in place, element i read
+// before element i is written, which is what that pragma promises. The kernels layer is compiled
+// with -fno-math-errno, without which std::sqrt cannot be vectorized.
+enum class SimdLevel { Baseline, Avx2, Avx512 };
+
+inline SimdLevel simd_level() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const SimdLevel level = [] {
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
+      return SimdLevel::Avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdLevel::Avx2;
+    return SimdLevel::Baseline;
+  }();
+  return level;
+#else
+  return SimdLevel::Baseline;
+#endif
+}
+
+template <auto Body, class Args>
+void run_chunk(const Args& args, int64_t begin, int64_t end) {
+  Body(args, begin, end);
 }
 #if defined(__x86_64__) && defined(__GNUC__)
-template <class Body>
-[[gnu::target("avx2,fma")]] void run_chunk_fma(const Body& body, int64_t begin, int64_t end) {
-  body(begin, end);
+template <auto Body, class Args>
+[[gnu::target("avx2,fma")]] void run_chunk_avx2(const Args& args, int64_t begin, int64_t end) {
+  Body(args, begin, end);
+}
+template <auto Body, class Args>
+[[gnu::target("avx512f,avx512vl,avx2,fma")]] void run_chunk_avx512(const Args& args, int64_t begin, int64_t end) {
+  Body(args, begin, end);
 }
 #endif
 
-// parallel_for over [0, n) that picks the FMA3 copy of `body` when the CPU has it.
-template <class Body>
-void parallel_fma_loop(int64_t n, const Body& body) {
+// parallel_for over [0, n) of the best copy of `Body` for this CPU.
+template <auto Body, class Args>
+void parallel_simd_loop(int64_t n, const Args& args) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool has_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (has_fma) {
-    parallel_for(n, kGrain, [&](int64_t begin, int64_t end) { run_chunk_fma(body, begin, end); });
-    return;
+  switch (simd_level()) {
+    case SimdLevel::Avx512:
+      return parallel_for(n, kGrain, [&](int64_t b, int64_t e) { run_chunk_avx512<Body>(args, b, e); });
+    case SimdLevel::Avx2:
+      return parallel_for(n, kGrain, [&](int64_t b, int64_t e) { run_chunk_avx2<Body>(args, b, e); });
+    case SimdLevel::Baseline:
+      break;
   }
 #endif
-  parallel_for(n, kGrain, [&](int64_t begin, int64_t end) { run_chunk(body, begin, end); });
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) { run_chunk<Body>(args, b, e); });
 }
 
 // A float attribute or a float32 learning rate holds the float nearest the decimal the user wrote

@@ -15,16 +15,22 @@
 #include <cmath>
 
 #include "kernels/cpu/optimizer_common.h"
+#include "kernels/cpu/optimizer_loops.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
+using optim::adamw_hf;
+using optim::adamw_torch;
+using optim::AdamWArgs;
 using optim::check_same_tensors;
 using optim::decimal_attr;
 using optim::learning_rate;
-using optim::parallel_fma_loop;
+using optim::parallel_simd_loop;
+using optim::sgd_torch;
+using optim::SGDArgs;
 using optim::step_number;
 
 class AdamWStep final : public Kernel {
@@ -71,78 +77,45 @@ class AdamWStep final : public Kernel {
   }
 
  private:
-  // transformers.AdamW (HF's own, optim="adamw_hf"): eps added to sqrt(v) before the bias
-  // correction, which goes into the step size; weight decay applied after the update.
+  // The operands and the factors both variants share; each variant sets decay, bc2_sqrt,
+  // neg_step_size and flag.
   template <class T>
-  void run_hf(ComputeContext& ctx) const {
-    const double lr = learning_rate(ctx, "AdamWStep");
-    const auto t = static_cast<double>(step_number(ctx, "AdamWStep"));
-    const double bias_correction1 = 1 - std::pow(beta1_, t);
-    const double bias_correction2 = 1 - std::pow(beta2_, t);
-    const T b1 = static_cast<T>(beta1_), one_minus_b1 = static_cast<T>(1 - beta1_);
-    const T b2 = static_cast<T>(beta2_), one_minus_b2 = static_cast<T>(1 - beta2_);
-    const T eps = static_cast<T>(eps_);
-    const T neg_step_size = static_cast<T>(-(lr * std::sqrt(bias_correction2) / bias_correction1));
-    const T neg_decay = static_cast<T>(-lr * weight_decay_);
-    const bool decay = weight_decay_ > 0;
-    const T* x = ctx.input(2).data<T>();
-    const T* g = ctx.input(3).data<T>();
-    const T* m = ctx.input(4).data<T>();
-    const T* v = ctx.input(5).data<T>();
-    T* x_out = ctx.output(0).data<T>();
-    T* m_out = ctx.output(1).data<T>();
-    T* v_out = ctx.output(2).data<T>();
-    parallel_fma_loop(
-        ctx.input(2).numel(), [&](int64_t begin, int64_t end) __attribute__((always_inline)) {
-          for (int64_t i = begin; i < end; ++i) {
-            const T gi = g[i];
-            const T mi = std::fma(gi, one_minus_b1, m[i] * b1);       // exp_avg.mul_(b1).add_(g, alpha=1-b1)
-            const T vi = std::fma(one_minus_b2 * gi, gi, v[i] * b2);  // exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2)
-            const T denom = std::sqrt(vi) + eps;                      // exp_avg_sq.sqrt().add_(eps)
-            T xi = x[i] + (neg_step_size * mi) / denom;               // p.addcdiv_(exp_avg, denom, -step_size)
-            if (decay) xi = std::fma(neg_decay, xi, xi);              // p.add_(p, alpha=-lr * wd)
-            x_out[i] = xi;
-            m_out[i] = mi;
-            v_out[i] = vi;
-          }
-        });
+  AdamWArgs<T> operands(ComputeContext& ctx) const {
+    return {.x = ctx.input(2).data<T>(),
+            .g = ctx.input(3).data<T>(),
+            .m = ctx.input(4).data<T>(),
+            .v = ctx.input(5).data<T>(),
+            .x_out = ctx.output(0).data<T>(),
+            .m_out = ctx.output(1).data<T>(),
+            .v_out = ctx.output(2).data<T>(),
+            .b1 = static_cast<T>(beta1_),
+            .one_minus_b1 = static_cast<T>(1 - beta1_),
+            .b2 = static_cast<T>(beta2_),
+            .one_minus_b2 = static_cast<T>(1 - beta2_),
+            .eps = static_cast<T>(eps_)};
   }
 
   template <class T>
   void run(ComputeContext& ctx) const {
-    if (hf_) return run_hf<T>(ctx);
     const double lr = learning_rate(ctx, "AdamWStep");
     const auto t = static_cast<double>(step_number(ctx, "AdamWStep"));
     const double bias_correction1 = 1 - std::pow(beta1_, t);
     const double bias_correction2 = 1 - std::pow(beta2_, t);
-    const T decay = static_cast<T>(1 - lr * weight_decay_);
-    const T b1 = static_cast<T>(beta1_), one_minus_b1 = static_cast<T>(1 - beta1_);
-    const T b2 = static_cast<T>(beta2_), one_minus_b2 = static_cast<T>(1 - beta2_);
-    const T bc2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
-    const T eps = static_cast<T>(eps_);
-    const T neg_step_size = static_cast<T>(-(lr / bias_correction1));
-    const bool maximize = maximize_;
-
-    const T* x = ctx.input(2).data<T>();
-    const T* g = ctx.input(3).data<T>();
-    const T* m = ctx.input(4).data<T>();
-    const T* v = ctx.input(5).data<T>();
-    T* x_out = ctx.output(0).data<T>();
-    T* m_out = ctx.output(1).data<T>();
-    T* v_out = ctx.output(2).data<T>();
-    parallel_fma_loop(
-        ctx.input(2).numel(), [&](int64_t begin, int64_t end) __attribute__((always_inline)) {
-          for (int64_t i = begin; i < end; ++i) {
-            const T gi = maximize ? -g[i] : g[i];
-            const T xi = x[i] * decay;                                // param.mul_(1 - lr * wd)
-            const T mi = std::fma(gi, one_minus_b1, m[i] * b1);       // exp_avg.mul_(b1).add_(g, alpha=1-b1)
-            const T vi = std::fma(one_minus_b2 * gi, gi, v[i] * b2);  // exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2)
-            const T denom = std::sqrt(vi) / bc2_sqrt + eps;           // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
-            x_out[i] = xi + (neg_step_size * mi) / denom;             // param.addcdiv_(exp_avg, denom, -step_size)
-            m_out[i] = mi;
-            v_out[i] = vi;
-          }
-        });
+    AdamWArgs<T> args = operands<T>(ctx);
+    if (hf_) {
+      // transformers.AdamW (HF's own, optim="adamw_hf"): eps added to sqrt(v) before the bias
+      // correction, which goes into the step size; weight decay applied after the update.
+      args.decay = static_cast<T>(-lr * weight_decay_);
+      args.bc2_sqrt = T{1};
+      args.neg_step_size = static_cast<T>(-(lr * std::sqrt(bias_correction2) / bias_correction1));
+      args.flag = weight_decay_ > 0;
+      return parallel_simd_loop<adamw_hf<T>>(ctx.input(2).numel(), args);
+    }
+    args.decay = static_cast<T>(1 - lr * weight_decay_);
+    args.bc2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+    args.neg_step_size = static_cast<T>(-(lr / bias_correction1));
+    args.flag = maximize_;
+    parallel_simd_loop<adamw_torch<T>>(ctx.input(2).numel(), args);
   }
 
   double beta1_, beta2_, eps_, weight_decay_;
@@ -210,29 +183,22 @@ class SGDStep final : public Kernel {
     const T wd = static_cast<T>(weight_decay_);
     const T mom = static_cast<T>(momentum_);
     const T one_minus_damp = static_cast<T>(1 - dampening_);
-    const bool use_wd = weight_decay_ != 0, use_momentum = momentum_ != 0;
-    const bool nesterov = nesterov_, maximize = maximize_;
-
-    const T* x = ctx.input(2).data<T>();
-    const T* g = ctx.input(3).data<T>();
-    const T* buf = use_momentum ? ctx.input(4).data<T>() : nullptr;
-    T* x_out = ctx.output(0).data<T>();
-    T* buf_out = use_momentum ? ctx.output(1).data<T>() : nullptr;
-    parallel_fma_loop(
-        ctx.input(2).numel(), [&](int64_t begin, int64_t end) __attribute__((always_inline)) {
-          for (int64_t i = begin; i < end; ++i) {
-            const T xi = x[i];
-            T d = maximize ? -g[i] : g[i];
-            if (use_wd) d = std::fma(xi, wd, d);  // d_p.add(param, alpha=wd)
-            if (use_momentum) {
-              // buf = clone(d_p) at the first step, else buf.mul_(momentum).add_(d_p, alpha=1-dampening)
-              const T b = first ? d : std::fma(d, one_minus_damp, buf[i] * mom);
-              d = nesterov ? std::fma(b, mom, d) : b;  // d_p.add(buf, alpha=momentum) or buf
-              buf_out[i] = b;
-            }
-            x_out[i] = std::fma(d, neg_lr, xi);  // param.add_(d_p, alpha=-lr)
-          }
-        });
+    const bool use_momentum = momentum_ != 0;
+    const SGDArgs<T> args{ctx.input(2).data<T>(),
+                          ctx.input(3).data<T>(),
+                          use_momentum ? ctx.input(4).data<T>() : nullptr,
+                          ctx.output(0).data<T>(),
+                          use_momentum ? ctx.output(1).data<T>() : nullptr,
+                          neg_lr,
+                          wd,
+                          mom,
+                          one_minus_damp,
+                          first,
+                          weight_decay_ != 0,
+                          use_momentum,
+                          nesterov_,
+                          maximize_};
+    parallel_simd_loop<sgd_torch<T>>(ctx.input(2).numel(), args);
   }
 
   double momentum_, dampening_, weight_decay_;
