@@ -3,21 +3,17 @@
 
 #include <numeric>
 
+#include "autodiff/matmul_products.h"
 #include "autodiff/registry.h"
 
 namespace kiln {
 namespace {
 
-// Swaps the last two axes of a value of known rank.
-std::string transpose_last2(GradContext& g, const std::string& v, int64_t rank) {
-  std::vector<int64_t> perm(static_cast<size_t>(rank));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
-  return g.emit("Transpose", {v}, {{"perm", Attribute::of_ints(perm)}});
-}
+Attribute i(int64_t v) { return Attribute::of_int(v); }
+Attribute f(float v) { return Attribute::of_float(v); }
 
-// Y = A @ B (batched, broadcasting): dA = G @ B^T, dB = A^T @ G, each reduced to its input's shape.
-// 1-D operands are lifted to matrices first, as numpy does, and the gradient dropped back.
+// MatMul: 1-D operands are lifted to matrices first, as numpy does, and their gradient dropped
+// back to 1-D.
 void matmul_grad(GradContext& g) {
   const auto ra = g.rank(g.I(0));
   const auto rb = g.rank(g.I(1));
@@ -37,22 +33,14 @@ void matmul_grad(GradContext& g) {
     rank_b = 2;
     grad = g.emit("Unsqueeze", {grad, axes(-1)});  // Y lost the N axis
   }
-  if (g.needs(0)) {
-    std::string da = g.emit("MatMul", {grad, transpose_last2(g, b, rank_b)});
-    if (*ra == 1) da = g.emit("Reshape", {da, g.emit("Shape", {g.I(0)})});
-    else da = g.emit(kKilnDomain, "SumToShapeOf", {da, g.I(0)});
-    g.set_GI(0, da);
-  }
-  if (g.needs(1)) {
-    std::string db = g.emit("MatMul", {transpose_last2(g, a, rank_a), grad});
-    if (*rb == 1) db = g.emit("Reshape", {db, g.emit("Shape", {g.I(1)})});
-    else db = g.emit(kKilnDomain, "SumToShapeOf", {db, g.I(1)});
-    g.set_GI(1, db);
-  }
+  const bool weight_product = rank_b == 2 && rank_a > 2;  // dB comes out in B's shape
+  matmul::product_grads(g, a, rank_a, false, b, rank_b, false, grad, [&](int input, const std::string& d) {
+    const std::string& x = g.I(static_cast<size_t>(input));
+    if ((input == 0 ? *ra : *rb) == 1) return g.emit("Reshape", {d, g.emit("Shape", {x})});
+    if (input == 1 && weight_product) return d;
+    return g.emit(kKilnDomain, "SumToShapeOf", {d, x});
+  });
 }
-
-Attribute i(int64_t v) { return Attribute::of_int(v); }
-Attribute f(float v) { return Attribute::of_float(v); }
 
 // Y = alpha * A' @ B' + beta * C with A' = transA ? A^T : A and B' likewise.
 void gemm_grad(GradContext& g) {

@@ -37,6 +37,7 @@ Model make_model(const GradCheck& c, const std::vector<Tensor>& inputs, const st
                  bool inputs_as_initializers) {
   Model m;
   m.opsets = {{"", c.opset}};
+  if (!c.node.domain.empty()) m.opsets[c.node.domain] = 1;  // Kiln's own ops are at version 1
   Node n = c.node;
   n.name = "under_test";
   for (size_t i = 0; i < n.inputs.size(); ++i) {

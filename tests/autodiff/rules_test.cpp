@@ -61,6 +61,20 @@ TEST(GradientRules, MatMulShapes) {
     both({op("MatMul", 2), {random_tensor(a, ++seed), random_tensor(b, ++seed)}, {0, 1}, 17, seed});
 }
 
+TEST(GradientRules, FusedMatMulEveryTransposeAndBatchShape) {
+  uint64_t seed = 60;
+  for (int64_t ta : {0, 1})
+    for (int64_t tb : {0, 1})
+      for (auto [a, b] :
+           std::vector<std::pair<Shape, Shape>>{{{3, 4}, {4, 5}}, {{2, 3, 4}, {4, 5}}, {{2, 1, 3, 4}, {3, 4, 2}}}) {
+        if (ta) std::swap(a[a.size() - 1], a[a.size() - 2]);
+        if (tb) std::swap(b[b.size() - 1], b[b.size() - 2]);
+        Node n = op("FusedMatMul", 2, 1, {{"transA", Attribute::of_int(ta)}, {"transB", Attribute::of_int(tb)}});
+        n.domain = kKilnDomain;
+        both({n, {random_tensor(a, ++seed), random_tensor(b, ++seed)}, {0, 1}, 17, seed});
+      }
+}
+
 TEST(GradientRules, GemmAllTransposesAndBiasShapes) {
   uint64_t seed = 70;
   for (int64_t ta : {0, 1})

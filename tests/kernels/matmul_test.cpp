@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "kiln/kernel.h"
@@ -115,6 +116,67 @@ TEST(MatMul, BroadcastBatchesAndVectorsMatchReference) {
       expect_close(y, ref, t == DType::Float32 ? 1e-5 : 1e-12);
     }
   }
+}
+
+// A copy of x with its last two axes swapped.
+Tensor swap_last2(const Tensor& x) {
+  const Shape& s = x.shape();
+  const int64_t rows = s[s.size() - 2], cols = s.back(), plane = rows * cols;
+  Shape t = s;
+  std::swap(t[t.size() - 1], t[t.size() - 2]);
+  Tensor y = Tensor::empty(x.dtype(), t);
+  const size_t elem = x.nbytes() / static_cast<size_t>(std::max<int64_t>(x.numel(), 1));
+  const auto* src = static_cast<const unsigned char*>(x.raw_data());
+  auto* dst = static_cast<unsigned char*>(y.raw_data());
+  for (int64_t p = 0; p < x.numel() / std::max<int64_t>(plane, 1); ++p)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        std::memcpy(dst + static_cast<size_t>(p * plane + c * rows + r) * elem,
+                    src + static_cast<size_t>(p * plane + r * cols + c) * elem, elem);
+  return y;
+}
+
+Node fused_matmul(int64_t ta, int64_t tb) {
+  Node n = node_of("FusedMatMul", 2, {{"transA", Attribute::of_int(ta)}, {"transB", Attribute::of_int(tb)}});
+  n.domain = kKilnDomain;
+  return n;
+}
+
+// FusedMatMul(A stored transposed, B stored transposed) is MatMul(A, B), for every flag, shared and
+// batched (broadcast) B, both float types.
+TEST(FusedMatMul, TransposedOperandsMatchTheReference) {
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{3, 4}, {4, 5}}, {{2, 3, 4}, {4, 5}}, {{3, 4}, {2, 4, 5}}, {{2, 1, 3, 4}, {3, 4, 2}}, {{2, 6, 8}, {2, 8, 7}}};
+  uint32_t seed = 100;
+  for (const auto& [as, bs] : cases)
+    for (DType t : {DType::Float32, DType::Float64})
+      for (int64_t ta : {0, 1})
+        for (int64_t tb : {0, 1}) {
+          SCOPED_TRACE(
+              fmt::format("{} x {} {} transA {} transB {}", to_string(as), to_string(bs), dtype_name(t), ta, tb));
+          const Tensor a = t == DType::Float32 ? random_tensor<float>(as, seed) : random_tensor<double>(as, seed);
+          const Tensor b =
+              t == DType::Float32 ? random_tensor<float>(bs, seed + 7) : random_tensor<double>(bs, seed + 7);
+          ++seed;
+          Shape out_shape;
+          const std::vector<double> ref = ref_matmul(a, b, out_shape);
+          const Tensor y = run_node(fused_matmul(ta, tb), {ta ? swap_last2(a) : a, tb ? swap_last2(b) : b}).at(0);
+          EXPECT_EQ(y.shape(), out_shape);
+          expect_close(y, ref, t == DType::Float32 ? 1e-5 : 1e-12);
+        }
+}
+
+TEST(FusedMatMul, TransposedVectorAndInnerMismatchAreShapeErrors) {
+  expect_error<ShapeError>(
+      [&] {
+        run_node(fused_matmul(1, 0), {random_tensor<float>({4}, 1), random_tensor<float>({4, 5}, 2)});
+      },
+      "transA needs A of rank >= 2, got float[4]");
+  expect_error<ShapeError>(
+      [&] {
+        run_node(fused_matmul(0, 1), {random_tensor<float>({3, 4}, 1), random_tensor<float>({4, 5}, 2)});
+      },
+      "inner dims 4 vs 5");
 }
 
 TEST(MatMul, IntegerIsExact) {

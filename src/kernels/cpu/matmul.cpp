@@ -9,6 +9,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/matmul_common.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
@@ -88,16 +89,53 @@ std::vector<std::pair<int64_t, int64_t>> batch_pairs(const MatMulShape& s) {
   return pairs;
 }
 
+// MatMul, and ai.kiln.FusedMatMul: a MatMul whose operands are read with their last two axes
+// swapped when transA / transB is set (the gradient of a MatMul needs A^T and B^T; reading them
+// in place saves a Transpose's copy of each).
 class MatMulBase : public Kernel {
  public:
-  using Kernel::Kernel;
+  explicit MatMulBase(const Node& node)
+      : Kernel(node), trans_a_(node.attr_int("transA", 0) != 0), trans_b_(node.attr_int("transB", 0) != 0) {}
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& a = ctx.input(0);
     const TensorMeta& b = ctx.input(1);
-    check_same_dtype("MatMul", "B", a, b);
-    return {TensorMeta{a.dtype, matmul_shape(a, b).out, a.dynamic || b.dynamic, Tensor()}};
+    check_same_dtype(node_.op_type.c_str(), "B", a, b);
+    return {TensorMeta{a.dtype, shape_of(a, b).out, a.dynamic || b.dynamic, Tensor()}};
   }
+
+ protected:
+  // The product's shape, from the operands as stored.
+  MatMulShape shape_of(const TensorMeta& a, const TensorMeta& b) const {
+    return matmul_shape(operand(a, trans_a_, "A"), operand(b, trans_b_, "B"));
+  }
+  MatMulShape shape_of(const Shape& a, const Shape& b) const {
+    return shape_of(TensorMeta{DType::Float32, a, false, Tensor()}, TensorMeta{DType::Float32, b, false, Tensor()});
+  }
+  // An operand as the product sees it: its last two axes swapped when `trans`.
+  TensorMeta operand(const TensorMeta& m, bool trans, const char* name) const {
+    if (!trans) return m;
+    if (m.shape.size() < 2)
+      throw ShapeError(
+          fmt::format("{}: trans{} needs {} of rank >= 2, got {}", node_.op_type, name, name, describe(m)));
+    TensorMeta t = m;
+    std::swap(t.shape[t.shape.size() - 1], t.shape[t.shape.size() - 2]);
+    return t;
+  }
+
+  bool trans_a_, trans_b_;
 };
+
+// A batch of rows x cols matrices; `trans`: stored as cols x rows (read through swapped strides).
+dnnl::memory::desc matrix_desc(const Shape& batch, int64_t rows, int64_t cols, bool trans) {
+  Shape stored = batch;
+  stored.push_back(trans ? cols : rows);
+  stored.push_back(trans ? rows : cols);
+  if (!trans) return plain_desc(stored);
+  Strides strides = contiguous_strides(stored);
+  std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
+  std::swap(stored[stored.size() - 1], stored[stored.size() - 2]);
+  return strided_desc(stored, strides);
+}
 
 // float32 on oneDNN. With a shared B, A's batch folds into M (one large GEMM, the Linear-layer
 // case); otherwise oneDNN's batched matmul broadcasts the batch dims itself.
@@ -126,28 +164,23 @@ class MatMulF32 final : public MatMulBase {
   void build(const Shape& a, const Shape& b) {
     a_shape_ = a;
     b_shape_ = b;
-    s_ = matmul_shape(TensorMeta{DType::Float32, a, false, Tensor()}, TensorMeta{DType::Float32, b, false, Tensor()});
+    s_ = shape_of(a, b);
     built_ = true;
     if (numel(s_.out) == 0 || s_.k == 0) return;  // nothing for oneDNN to do
-    if (s_.b_single()) {
+    if (s_.b_single() && !trans_a_) {
       const int64_t rows = numel(s_.a_batch) * s_.m;
       src_ = plain_desc({rows, s_.k});
-      wei_ = plain_desc({s_.k, s_.n});
+      wei_ = matrix_desc({}, s_.k, s_.n, trans_b_);
       dst_ = plain_desc({rows, s_.n});
     } else {
       if (s_.batch.size() + 2 > DNNL_MAX_NDIMS)
-        throw Unsupported(
-            fmt::format("MatMul: {} batch dims exceed oneDNN's limit of {} dims", s_.batch.size(), DNNL_MAX_NDIMS));
-      auto with = [](Shape batch, int64_t r, int64_t c) {
-        batch.push_back(r);
-        batch.push_back(c);
-        return batch;
-      };
-      src_ = plain_desc(with(s_.a_batch, s_.m, s_.k));
-      wei_ = plain_desc(with(s_.b_batch, s_.k, s_.n));
-      dst_ = plain_desc(with(s_.batch, s_.m, s_.n));
+        throw Unsupported(fmt::format("{}: {} batch dims exceed oneDNN's limit of {} dims", node_.op_type,
+                                      s_.batch.size(), DNNL_MAX_NDIMS));
+      src_ = matrix_desc(s_.a_batch, s_.m, s_.k, trans_a_);
+      wei_ = matrix_desc(s_.b_batch, s_.k, s_.n, trans_b_);
+      dst_ = matrix_desc(s_.batch, s_.m, s_.n, false);
     }
-    const std::string what = fmt::format("build a matmul for float{} x float{}", to_string(a), to_string(b));
+    const std::string what = fmt::format("build a {} for float{} x float{}", node_.op_type, to_string(a), to_string(b));
     prim_ = dnnl_util::checked(what, [&] {
       return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_, wei_, dst_), dnnl_util::engine()));
     });
@@ -167,7 +200,7 @@ class MatMulF64 final : public MatMulBase {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
     Tensor& y = ctx.output(0);
-    const MatMulShape s = matmul_shape(TensorMeta::of(a), TensorMeta::of(b));
+    const MatMulShape s = shape_of(TensorMeta::of(a), TensorMeta::of(b));
     if (y.numel() == 0) return;
     if (s.k == 0) {
       std::memset(y.raw_data(), 0, y.nbytes());
@@ -176,15 +209,16 @@ class MatMulF64 final : public MatMulBase {
     const double* pa = a.data<double>();
     const double* pb = b.data<double>();
     double* py = y.data<double>();
-    if (s.b_single()) {
+    const int64_t lda = trans_a_ ? s.m : s.k, ldb = trans_b_ ? s.k : s.n;
+    if (s.b_single() && !trans_a_) {
       const int64_t rows = numel(s.a_batch) * s.m;
-      blas::dgemm(blas::plain(rows, s.n, s.k), 1.0, pa, pb, 0.0, py);
+      blas::dgemm({false, trans_b_, rows, s.n, s.k, lda, ldb, s.n}, 1.0, pa, pb, 0.0, py);
       return;
     }
     const auto pairs = batch_pairs(s);
     for (size_t i = 0; i < pairs.size(); ++i)
-      blas::dgemm(blas::plain(s.m, s.n, s.k), 1.0, pa + pairs[i].first * s.m * s.k, pb + pairs[i].second * s.k * s.n,
-                  0.0, py + int64_t(i) * s.m * s.n);
+      blas::dgemm({trans_a_, trans_b_, s.m, s.n, s.k, lda, ldb, s.n}, 1.0, pa + pairs[i].first * s.m * s.k,
+                  pb + pairs[i].second * s.k * s.n, 0.0, py + int64_t(i) * s.m * s.n);
   }
 };
 
@@ -385,4 +419,10 @@ const KernelRegistrar gemm_f32({"", "Gemm", 7, kMaxOpset, {DType::Float32}}, mak
 const KernelRegistrar gemm_f64({"", "Gemm", 7, kMaxOpset, {DType::Float64}}, make<GemmF64>);
 
 }  // namespace
+
+std::unique_ptr<Kernel> make_float_matmul(const Node& node, DType dtype) {
+  if (dtype == DType::Float64) return std::make_unique<MatMulF64>(node);
+  return std::make_unique<MatMulF32>(node);
+}
+
 }  // namespace kiln
