@@ -9,8 +9,9 @@
 #include <immintrin.h>
 
 // glibc's vector variants of erf (libmvec, GLIBC_2.35), named by the x86-64 vector function ABI.
-extern "C" __m512d _ZGVeN8v_erf(__m512d);  // NOLINT(bugprone-reserved-identifier): glibc's name
-extern "C" __m256d _ZGVdN4v_erf(__m256d);  // NOLINT(bugprone-reserved-identifier): glibc's name
+// (Declared with the instruction set their vector arguments need.)
+extern "C" [[gnu::target("avx512f")]] __m512d _ZGVeN8v_erf(__m512d);  // NOLINT(bugprone-reserved-identifier)
+extern "C" [[gnu::target("avx2")]] __m256d _ZGVdN4v_erf(__m256d);     // NOLINT(bugprone-reserved-identifier)
 #endif
 
 namespace kiln::vmath {
