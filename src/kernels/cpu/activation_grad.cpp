@@ -35,9 +35,9 @@ class ReluGrad final : public Kernel {
     const T* dy = ctx.input(0).data<T>();
     const T* y = ctx.input(1).data<T>();
     T* dx = ctx.output(0).data<T>();
-    parallel_for(ctx.output(0).numel(), 16384, [&](int64_t b, int64_t e) {
     // Both loads unconditional, so that the select vectorizes (a load under the condition is
     // control flow); dX is usually dY's own buffer, each element read before it is written.
+    parallel_for(ctx.output(0).numel(), 16384, [&](int64_t b, int64_t e) {
 #pragma omp simd
       for (int64_t i = b; i < e; ++i) {
         const T g = dy[i];
