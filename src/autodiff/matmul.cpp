@@ -1,8 +1,6 @@
 // Gradient rules of MatMul and Gemm (kernels/cpu/matmul.cpp), as matrix products.
 #include <fmt/format.h>
 
-#include <numeric>
-
 #include "autodiff/matmul_products.h"
 #include "autodiff/registry.h"
 
@@ -15,13 +13,10 @@ Attribute f(float v) { return Attribute::of_float(v); }
 // MatMul: 1-D operands are lifted to matrices first, as numpy does, and their gradient dropped
 // back to 1-D.
 void matmul_grad(GradContext& g) {
-  const auto ra = g.rank(g.I(0));
-  const auto rb = g.rank(g.I(1));
-  if (!ra || !rb)
-    throw Unsupported(fmt::format("MatMul gradient needs the ranks of '{}' and '{}'; they are unknown{}", g.I(0),
-                                  g.I(1), g.unknown_rank_reason()));
+  const auto ranks = matmul::operand_ranks(g, "MatMul");  // not a structured binding: the lambda below uses them
+  const int64_t ra = ranks.first, rb = ranks.second;
   std::string a = g.I(0), b = g.I(1), grad = g.GO(0);
-  int64_t rank_a = *ra, rank_b = *rb;
+  int64_t rank_a = ra, rank_b = rb;
   const auto axes = [&](int64_t ax) { return g.constant(Tensor::from_vector<int64_t>({1}, {ax})); };
   if (rank_a == 1) {
     a = g.emit("Unsqueeze", {a, axes(0)});
@@ -36,7 +31,7 @@ void matmul_grad(GradContext& g) {
   const bool weight_product = rank_b == 2 && rank_a > 2;  // dB comes out in B's shape
   matmul::product_grads(g, a, rank_a, false, b, rank_b, false, grad, [&](int input, const std::string& d) {
     const std::string& x = g.I(static_cast<size_t>(input));
-    if ((input == 0 ? *ra : *rb) == 1) return g.emit("Reshape", {d, g.emit("Shape", {x})});
+    if ((input == 0 ? ra : rb) == 1) return g.emit("Reshape", {d, g.emit("Shape", {x})});
     if (input == 1 && weight_product) return d;
     return g.emit(kKilnDomain, "SumToShapeOf", {d, x});
   });

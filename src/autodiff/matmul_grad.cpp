@@ -1,7 +1,5 @@
 // Gradient rule of ai.kiln.FusedMatMul (kernels/cpu/matmul_grad.cpp): as MatMul's, with the
 // operands' transposes folded into the products' flags.
-#include <fmt/format.h>
-
 #include "autodiff/matmul_products.h"
 #include "autodiff/registry.h"
 
@@ -10,13 +8,9 @@ namespace {
 
 // ai.kiln.FusedMatMul: both operands have rank >= 2.
 void fused_matmul_grad(GradContext& g) {
-  const auto ra = g.rank(g.I(0));
-  const auto rb = g.rank(g.I(1));
-  if (!ra || !rb)
-    throw Unsupported(fmt::format("FusedMatMul gradient needs the ranks of '{}' and '{}'; they are unknown{}", g.I(0),
-                                  g.I(1), g.unknown_rank_reason()));
+  const auto [ra, rb] = matmul::operand_ranks(g, "FusedMatMul");
   const bool ta = g.node.attr_int("transA", 0) != 0, tb = g.node.attr_int("transB", 0) != 0;
-  matmul::product_grads(g, g.I(0), *ra, ta, g.I(1), *rb, tb, g.GO(0), [&](int input, const std::string& d) {
+  matmul::product_grads(g, g.I(0), ra, ta, g.I(1), rb, tb, g.GO(0), [&](int input, const std::string& d) {
     return g.emit(kKilnDomain, "SumToShapeOf", {d, g.I(static_cast<size_t>(input))});
   });
 }

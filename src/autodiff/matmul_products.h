@@ -2,12 +2,25 @@
 // autodiff/matmul_grad.cpp: ai.kiln.FusedMatMul).
 #pragma once
 
+#include <fmt/format.h>
+
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "autodiff/registry.h"
 
 namespace kiln::matmul {
+
+// The ranks of both operands, which the rules need; Unsupported naming `op` when one is unknown.
+inline std::pair<int64_t, int64_t> operand_ranks(GradContext& g, const char* op) {
+  const auto ra = g.rank(g.I(0));
+  const auto rb = g.rank(g.I(1));
+  if (!ra || !rb)
+    throw Unsupported(fmt::format("{} gradient needs the ranks of '{}' and '{}'; they are unknown{}", op, g.I(0),
+                                  g.I(1), g.unknown_rank_reason()));
+  return {*ra, *rb};
+}
 
 // op(a) @ op(b), op transposing the last two axes where asked: ai.kiln.FusedMatMul reads a
 // transposed operand in place, without a Transpose's copy.

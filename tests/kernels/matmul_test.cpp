@@ -166,6 +166,18 @@ TEST(FusedMatMul, TransposedOperandsMatchTheReference) {
         }
 }
 
+// ONNX's MatMul has no attributes: a stray transA/transB on one is not FusedMatMul's flag.
+TEST(FusedMatMul, OnnxMatMulIgnoresTransposeAttributes) {
+  const Tensor a = random_tensor<float>({3, 4}, 11), b = random_tensor<float>({4, 5}, 12);
+  Shape out_shape;
+  const std::vector<double> ref = ref_matmul(a, b, out_shape);
+  const Tensor y =
+      run_node(node_of("MatMul", 2, {{"transA", Attribute::of_int(1)}, {"transB", Attribute::of_int(1)}}), {a, b})
+          .at(0);
+  EXPECT_EQ(y.shape(), out_shape);
+  expect_close(y, ref, 1e-5);
+}
+
 TEST(FusedMatMul, TransposedVectorAndInnerMismatchAreShapeErrors) {
   expect_error<ShapeError>(
       [&] {

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include <string>
+
 #include "kiln/error.h"
 
 namespace kiln::blas {
@@ -15,11 +17,17 @@ constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 using CblasDgemm = void (*)(int, int, int, int, int, int, double, const double*, int, const double*, int, double,
                             double*, int);
 
-CblasDgemm load_dgemm() {
+// OpenBLAS's cblas_dgemm, or null with why in `error`.
+CblasDgemm load_dgemm(std::string& error) {
   for (const char* name : {"libopenblas.so.0", "libblas.so.3"}) {
-    if (void* lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL)) {
-      if (void* f = ::dlsym(lib, "cblas_dgemm")) return reinterpret_cast<CblasDgemm>(f);
+    void* lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* why = ::dlerror();
+      error += fmt::format("{}{}", error.empty() ? "" : "; ", why ? why : name);
+      continue;
     }
+    if (void* f = ::dlsym(lib, "cblas_dgemm")) return reinterpret_cast<CblasDgemm>(f);
+    error += fmt::format("{}{} has no cblas_dgemm", error.empty() ? "" : "; ", name);
   }
   return nullptr;
 }
@@ -41,10 +49,10 @@ void sgemm(const GemmShape& s, float alpha, const float* a, const float* b, floa
 }
 
 void dgemm(const GemmShape& s, double alpha, const double* a, const double* b, double beta, double* c) {
-  static const CblasDgemm f = load_dgemm();
+  static std::string error;
+  static const CblasDgemm f = load_dgemm(error);
   if (f == nullptr)
-    throw Unsupported("float64 matrix products need OpenBLAS (libopenblas0), which could not be loaded: " +
-                      std::string(::dlerror() ? ::dlerror() : "not found"));
+    throw Unsupported("float64 matrix products need OpenBLAS (libopenblas0), which could not be loaded: " + error);
   f(kRowMajor, s.trans_a ? kTrans : kNoTrans, s.trans_b ? kTrans : kNoTrans, as_int(s.m, "M"), as_int(s.n, "N"),
     as_int(s.k, "K"), alpha, a, as_int(s.lda, "lda"), b, as_int(s.ldb, "ldb"), beta, c, as_int(s.ldc, "ldc"));
 }

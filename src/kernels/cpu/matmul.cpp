@@ -94,8 +94,11 @@ std::vector<std::pair<int64_t, int64_t>> batch_pairs(const MatMulShape& s) {
 // in place saves a Transpose's copy of each).
 class MatMulBase : public Kernel {
  public:
+  // Only FusedMatMul has the flags: ONNX's MatMul has no attributes, and a stray one is ignored.
   explicit MatMulBase(const Node& node)
-      : Kernel(node), trans_a_(node.attr_int("transA", 0) != 0), trans_b_(node.attr_int("transB", 0) != 0) {}
+      : Kernel(node),
+        trans_a_(fused(node) && node.attr_int("transA", 0) != 0),
+        trans_b_(fused(node) && node.attr_int("transB", 0) != 0) {}
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& a = ctx.input(0);
     const TensorMeta& b = ctx.input(1);
@@ -104,6 +107,7 @@ class MatMulBase : public Kernel {
   }
 
  protected:
+  static bool fused(const Node& node) { return node.domain == kKilnDomain; }
   // The product's shape, from the operands as stored.
   MatMulShape shape_of(const TensorMeta& a, const TensorMeta& b) const {
     return matmul_shape(operand(a, trans_a_, "A"), operand(b, trans_b_, "B"));
