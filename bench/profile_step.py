@@ -39,12 +39,16 @@ def main():
     parser.add_argument("--build-dir", default=os.environ.get("KILN_BUILD_DIR", REPO / "build"), type=Path)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--keep", type=Path, help="write the graphs and inputs to this folder and keep them")
     args = parser.parse_args()
     kiln = args.build_dir.resolve() / "bin" / "kiln"
     module, feeds, loss, train = training_case(ROWS[args.model])
     if loss != "none":
         module = CrossEntropy(module)
     with tempfile.TemporaryDirectory(prefix="kiln-profile-") as tmp:
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            tmp = args.keep
         forward = export_forward(module, feeds, Path(tmp) / "forward.onnx", output_names=["loss"], train=train)
         training = Path(tmp) / "training.onnx"
         subprocess.run([str(kiln), "grad", str(forward), "--loss", "loss", "--out", str(training)], check=True,

@@ -87,6 +87,8 @@ class Session {
   std::map<std::string, TensorMeta> value_metas(const std::map<std::string, Tensor>& feeds);
   // Per-op-type kernel time accumulated since construction (empty unless options.profile).
   std::vector<OpProfile> profile() const;
+  // Forgets the kernel time gathered so far (kiln run drops its warm-up run this way).
+  void reset_profile();
   // Runs so far. Random kernels (Dropout) key their draws on the run index, so setting the count
   // back (a resumed training run) replays the same masks.
   uint64_t run_count() const { return runs_; }
@@ -106,8 +108,7 @@ class Session {
   std::map<std::string, OpProfile> profile_;
   uint64_t runs_ = 0;
   std::unique_ptr<BindingCache> binding_;
-  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  // a pointer: Sessions move  // the plan of the
-                                                                        // last run_with_binding and its signature
+  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  // a pointer: Sessions move
 };
 
 }  // namespace kiln

@@ -147,4 +147,9 @@ std::vector<OpProfile> Session::profile() const {
   return out;
 }
 
+void Session::reset_profile() {
+  const std::lock_guard lock(*mutex_);
+  profile_.clear();
+}
+
 }  // namespace kiln

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "autodiff/gradient_checker.h"
 #include "autodiff/rule_helpers.h"
 #include "kiln/kernel.h"
@@ -131,6 +133,92 @@ TEST(PoolGradient, MaxPoolGradRoutesToTheArgmax) {
   const Tensor dx = run_node(n, {dy, x}, 17)[0];
   const std::vector<double> expect{0.0, 30.0, 0.0, 40.0};
   for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(dx.data<double>()[i], expect[size_t(i)]) << i;
+}
+
+// MaxPoolGrad against a brute-force reference, exactly: inputs on a coarse grid (many tied maxima,
+// which go to the first tap in row-major order), rows wider than the kernel's 64-window runs, and
+// windows cut by pads, dilations and ceil_mode in 1-D to 3-D, float32 and float64.
+struct MaxPoolGradCase {
+  Shape x;
+  std::vector<int64_t> kernel, strides, dilations, pads;
+  int64_t ceil_mode = 0;
+};
+
+template <class T>
+std::vector<T> max_pool_grad_reference(const MaxPoolGradCase& c, const Shape& y, const std::vector<T>& x,
+                                       const std::vector<T>& dy) {
+  const size_t nsp = c.x.size() - 2;
+  int64_t in_plane = 1, out_plane = 1;
+  for (size_t i = 0; i < nsp; ++i) {
+    in_plane *= c.x[2 + i];
+    out_plane *= y[2 + i];
+  }
+  std::vector<T> dx(x.size(), T(0));
+  for (int64_t plane = 0; plane < c.x[0] * c.x[1]; ++plane)
+    for (int64_t o = 0; o < out_plane; ++o) {
+      std::vector<int64_t> oc(nsp);
+      for (size_t i = nsp, rest = size_t(o); i-- > 0; rest /= size_t(y[2 + i]))
+        oc[i] = int64_t(rest % size_t(y[2 + i]));
+      int64_t taps = 1;
+      for (int64_t k : c.kernel) taps *= k;
+      int64_t at = -1;
+      for (int64_t t = 0; t < taps; ++t) {  // taps in row-major order
+        int64_t off = 0, rest = t;
+        bool inside = true;
+        std::vector<int64_t> kc(nsp);
+        for (size_t i = nsp; i-- > 0; rest /= c.kernel[i]) kc[i] = rest % c.kernel[i];
+        for (size_t i = 0; i < nsp; ++i) {
+          const int64_t pos = oc[i] * c.strides[i] - c.pads[i] + kc[i] * c.dilations[i];
+          inside = inside && pos >= 0 && pos < c.x[2 + i];
+          off = off * c.x[2 + i] + pos;
+        }
+        if (inside && (at < 0 || x[size_t(plane * in_plane + off)] > x[size_t(plane * in_plane + at)])) at = off;
+      }
+      if (at >= 0) dx[size_t(plane * in_plane + at)] += dy[size_t(plane * out_plane + o)];
+    }
+  return dx;
+}
+
+template <class T>
+void check_max_pool_grad(const MaxPoolGradCase& c, uint64_t seed) {
+  Node n;
+  n.domain = "ai.kiln";
+  n.op_type = "MaxPoolGrad";
+  n.inputs = {"dy", "x"};
+  n.outputs = {"dx"};
+  n.attrs = {{"kernel_shape", ints(c.kernel)},
+             {"strides", ints(c.strides)},
+             {"dilations", ints(c.dilations)},
+             {"pads", ints(c.pads)},
+             {"ceil_mode", Attribute::of_int(c.ceil_mode)}};
+  Node forward = pool("MaxPool", n.attrs);
+  const Tensor xt = random_tensor(c.x, seed);
+  std::vector<T> x(size_t(xt.numel()));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = T(std::round(xt.data<double>()[i] * 2));  // few values: ties
+  const Tensor x_in = Tensor::from_vector<T>(c.x, x);
+  const Shape y = run_node(forward, {x_in}, 17)[0].shape();
+  const Tensor dyt = random_tensor(y, seed + 1);
+  std::vector<T> dy(size_t(dyt.numel()));
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = T(dyt.data<double>()[i]);
+  const Tensor dx = run_node(n, {Tensor::from_vector<T>(y, dy), x_in}, 17)[0];
+  const std::vector<T> want = max_pool_grad_reference<T>(c, y, x, dy);
+  ASSERT_EQ(dx.numel(), int64_t(want.size()));
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(dx.data<T>()[i], want[i]) << "x " << to_string(c.x) << " at " << i;
+}
+
+TEST(PoolGradient, MaxPoolGradMatchesBruteForceWithTies) {
+  const std::vector<MaxPoolGradCase> cases = {
+      {{2, 3, 9, 150}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},     // ResNet's stem pool, wide rows
+      {{1, 2, 8, 140}, {2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}},     // LeNet's, 70 windows per row
+      {{1, 2, 7, 131}, {3, 2}, {1, 3}, {2, 1}, {2, 0, 1, 1}, 1},  // dilated, ceil_mode, asymmetric pads
+      {{2, 2, 200}, {4}, {3}, {1}, {3, 2}},                       // 1-D, windows mostly in the padding
+      {{1, 2, 3, 4, 90}, {2, 2, 3}, {1, 2, 2}, {1, 1, 2}, {1, 0, 1, 0, 1, 2}},
+  };
+  uint64_t seed = 1200;
+  for (const MaxPoolGradCase& c : cases) {
+    check_max_pool_grad<float>(c, seed += 2);
+    check_max_pool_grad<double>(c, seed += 2);
+  }
 }
 
 }  // namespace

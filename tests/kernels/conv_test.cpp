@@ -8,6 +8,8 @@
 
 #include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
+#include "kiln/session.h"
+#include "runtime/runtime_test_util.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -103,8 +105,11 @@ TEST(Conv, MatchesReference) {
       {"1-D", {2, 3, 17}, {4, 3, 5}, 1, {2}, {2}, {2, 1}},
       {"3-D", {1, 2, 5, 6, 7}, {3, 2, 2, 3, 2}, 1, {1, 2, 1}, {1, 1, 2}, {0, 1, 1, 1, 0, 1}},
       {"1x1 pointwise", {2, 16, 5, 5}, {8, 16, 1, 1}, 1},
-      // 8+ input channels take oneDNN's blocked layout (with reorders); the cases above with fewer
-      // take the plain one.
+      // Weights and outputs take oneDNN's layouts (with reorders) everywhere, inputs from 4 channels
+      // on (conv_common.h): first layers with 1-3 channels read a plain input.
+      {"LeNet's first layer", {3, 1, 28, 28}, {6, 1, 5, 5}, 1, {}, {}, {2, 2, 2, 2}},
+      {"ResNet's stem", {2, 3, 32, 32}, {64, 3, 7, 7}, 1, {2, 2}, {}, {3, 3, 3, 3}, "", false},
+      {"6 channels", {2, 6, 14, 14}, {16, 6, 5, 5}, 1},
       {"wide groups, stride+dilation+asymmetric pads", {2, 16, 9, 10}, {8, 4, 3, 3}, 4, {2, 1}, {2, 2}, {0, 2, 1, 1}},
       {"wide SAME_LOWER", {1, 12, 7, 6}, {12, 12, 2, 2}, 1, {2, 2}, {}, {}, "SAME_LOWER"},
   };
@@ -139,6 +144,43 @@ TEST(Conv, ChannelMismatchNamesBothShapes) {
   EXPECT_THROW(run_node(conv_node(too_small), {random_f32(too_small.x, 1, -1.f, 1.f),
                                                random_f32(too_small.w, 2, -1.f, 1.f), random_f32({1}, 3, -1.f, 1.f)}),
                ShapeError);
+}
+
+// An initializer's weights are reordered into oneDNN's layout once, when the Session plans (conv.cpp):
+// every run, and a second plan for another batch size, must still compute with those weights, and a
+// fed weight that overrides the initializer must be read on every run.
+TEST(Conv, ConstantWeightsPackedAtPlanTimeMatchTheReference) {
+  const ConvCase c{"initializer weights", {2, 16, 9, 9}, {24, 16, 3, 3}, 1, {}, {}, {1, 1, 1, 1}, "", false};
+  const Tensor w = random_f32(c.w, 40, -1.f, 1.f);
+  Model m;
+  m.opsets = {{"", 17}};
+  m.graph.inputs = {kiln::test::float_info("x", {-1, 16, 9, 9})};
+  m.graph.overridable_initializers = {kiln::test::float_info("w", c.w)};
+  ValueInfo y;
+  y.name = "y";
+  m.graph.outputs = {y};
+  m.graph.initializers["w"] = w;
+  m.graph.nodes = {conv_node(c)};
+  Session session(std::move(m));
+  const auto check = [&](const Tensor& x, const Tensor& weight, const std::map<std::string, Tensor>& feeds) {
+    ConvCase batch = c;
+    batch.x = x.shape();
+    Shape shape;
+    const std::vector<double> ref = ref_conv(batch, x, weight, nullptr, shape);
+    const Tensor y = session.run(feeds).at("y");
+    ASSERT_EQ(y.shape(), shape);
+    double scale = 0, err = 0;
+    for (double v : ref) scale = std::max(scale, std::abs(v));
+    for (int64_t i = 0; i < y.numel(); ++i) err = std::max(err, std::abs(y.item_as_double(i) - ref[size_t(i)]));
+    EXPECT_LE(err, 1e-5 * scale) << "max abs err " << err << ", max |ref| " << scale;
+  };
+  uint32_t seed = 41;
+  for (int64_t batch : {2, 2, 3, 2}) {
+    const Tensor x = random_f32({batch, 16, 9, 9}, seed++, -1.f, 1.f);
+    check(x, w, {{"x", x}});
+  }
+  const Tensor fed = random_f32(c.w, seed++, -1.f, 1.f), x = random_f32(c.x, seed++, -1.f, 1.f);
+  check(x, fed, {{"x", x}, {"w", fed}});
 }
 
 }  // namespace

@@ -251,12 +251,17 @@ def check_batchnorm_stats(tmp_path, case, tensors):
     assert not bad, f"BatchNorm running statistics after {STEPS} steps: {bad}"
 
 
-# The optimizer state is compared where every gradient is far from zero: in the transformers the
-# attention key bias's gradient is zero in exact arithmetic (softmax ignores a shift common to all
-# keys), so its moments are float noise on both sides; ResNet-18 with BatchNorm training: see
-# resnet18_case.
+# The optimizer state is compared where every gradient is far from zero and rounding does not decide
+# it: in the transformers the attention key bias's gradient is zero in exact arithmetic (softmax
+# ignores a shift common to all keys), so its moments are float noise on both sides; ResNet-18 with
+# BatchNorm training: see resnet18_case. ResNet-18's moments after 20 steps depend on which
+# float32 convolution algorithm ran: torch's own float32 run with oneDNN enabled and disabled
+# (torch.backends.mkldnn.enabled) differ by 27% in conv1.weight's exp_avg, and Kiln's moments with
+# oneDNN's direct kernels for the 3-channel stem (instead of its gemm path) are up to 8% from
+# torch's while Kiln's losses and weights stay within 1e-3 of torch's; so the case checks losses
+# and weights only.
 @pytest.mark.parametrize("make_case,check_state",
-                         [(mlp_case, True), (lenet_case, True), (resnet18_case, True), (resnet18_train_case, False),
+                         [(mlp_case, True), (lenet_case, True), (resnet18_case, False), (resnet18_train_case, False),
                           (bert_case, False), (gpt2_case, False)],
                          ids=["mlp", "lenet", "resnet18", "resnet18-bn-train", "bert", "gpt2"])
 def test_adamw_steps_match_torch(tmp_path, make_case, check_state):

@@ -118,16 +118,21 @@ void run(const RunOptions& o) {
     std::cout << line << "\n";
   }
   std::cout.flush();
-  if (o.repeat > 0) print_timing(session, feeds, o.repeat);
+  // With --repeat, the profile covers the timed runs only: the warm-up run pays for first touches.
+  if (o.repeat > 0) {
+    session.reset_profile();
+    print_timing(session, feeds, o.repeat);
+  }
   if (o.profile) {
     const auto ops = session.profile();
+    const int runs = o.repeat > 0 ? o.repeat : 1;
     double total = 0;
     for (const OpProfile& p : ops) total += p.total_ms;
-    std::cout << fmt::format("profile over {} runs (kernel time {:.3f} ms per run):\n", 1 + o.repeat,
-                             total / (1 + o.repeat));
+    std::cout << fmt::format("profile over {} run{} (kernel time {:.3f} ms per run):\n", runs, runs > 1 ? "s" : "",
+                             total / runs);
     for (const OpProfile& p : ops)
       std::cout << fmt::format("  {:<28} {:>6} calls {:>10.3f} ms/run {:>6.1f}%\n", p.op_type, p.calls,
-                               p.total_ms / (1 + o.repeat), total > 0 ? 100 * p.total_ms / total : 0.0);
+                               p.total_ms / runs, total > 0 ? 100 * p.total_ms / total : 0.0);
   }
 }
 

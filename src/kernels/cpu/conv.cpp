@@ -69,9 +69,23 @@ class ConvF32 final : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     s_ = conv_shape(node_, ctx);
     built_ = false;
+    packed_weights_ = memory();
     return {TensorMeta{ctx.dtype(0), s_.y, ctx.input(0).dynamic, Tensor()}};
   }
-  void prepare(const InferContext&, const std::vector<TensorMeta>&) override { build(); }
+  void prepare(const InferContext& ctx, const std::vector<TensorMeta>&) override {
+    build();
+    // Weights known at plan time (an initializer: inference graphs) are put into the primitive's
+    // layout once here instead of on every call; ResNet-18's 3x3 weights took a third of its
+    // forward pass in those reorders. A Session's initializers do not change while it lives.
+    packed_weights_ = memory();
+    if (numel(s_.y) > 0 && ctx.has_value(1) && wei_.reordered()) {
+      const Tensor w = ctx.value(1).contiguous();
+      packed_weights_ = memory(wei_.inner, dnnl_util::engine());
+      dnnl_util::execute(wei_.to_inner,
+                         {{DNNL_ARG_FROM, dnnl_util::memory_of(wei_.plain, w)}, {DNNL_ARG_TO, packed_weights_}},
+                         "reorder of constant convolution weights");
+    }
+  }
 
   void compute(ComputeContext& ctx) override {
     if (!built_) build();
@@ -79,7 +93,8 @@ class ConvF32 final : public Kernel {
     if (y.numel() == 0) return;
     std::unordered_map<int, memory> args;
     dnnl_util::bind(DNNL_ARG_SRC, src_, ctx.input(0), args);
-    dnnl_util::bind(DNNL_ARG_WEIGHTS, wei_, ctx.input(1), args);
+    if (packed_weights_) args[DNNL_ARG_WEIGHTS] = packed_weights_;
+    else dnnl_util::bind(DNNL_ARG_WEIGHTS, wei_, ctx.input(1), args);
     if (s_.has_bias) args[DNNL_ARG_BIAS] = dnnl_util::memory_of(bias_, ctx.input(2));
     dnnl_util::bind_output(DNNL_ARG_DST, dst_, y, args);
     dnnl_util::execute(prim_, args, "convolution");
@@ -102,13 +117,12 @@ class ConvF32 final : public Kernel {
     for (int64_t& d : dil) d -= 1;  // oneDNN counts the holes between taps
     const std::string what =
         fmt::format("build a convolution for input float{} and weight float{}", to_string(s_.x), to_string(s_.w));
-    const bool blocked = use_blocked();
     auto any = [](const Shape& s) { return memory::desc(to_dims(s), memory::data_type::f32, memory::format_tag::any); };
     dnnl::convolution_forward::primitive_desc pd = dnnl_util::checked(what, [&] {
       dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                        blocked ? any(s_.x) : xp, blocked ? any(wdims) : wp, bp,
-                                        blocked ? any(s_.y) : yp, to_dims(s_.win.strides), to_dims(dil),
-                                        to_dims(s_.win.pad_begin), to_dims(s_.win.pad_end));
+                                        conv::blocked_input(s_.x[1]) ? any(s_.x) : xp, any(wdims), bp, any(s_.y),
+                                        to_dims(s_.win.strides), to_dims(dil), to_dims(s_.win.pad_begin),
+                                        to_dims(s_.win.pad_end));
       return dnnl::convolution_forward::primitive_desc(d, dnnl_util::engine());
     });
     dnnl_util::checked(what, [&] {
@@ -120,14 +134,10 @@ class ConvF32 final : public Kernel {
     });
   }
 
-  // oneDNN's blocked layouts (nChw8c/16c) beat plain NCHW by 1.2-1.5x on 3x3 convs and 3.5x on
-  // depthwise ones even counting the reorders (bench of ResNet/MobileNet layers, 1 thread), but lose
-  // ~1.3x when the input has 1 or 3 channels (first layers), where plain stays.
-  bool use_blocked() const { return s_.x[1] >= 8; }
-
   ConvShape s_;
   bool built_ = false;
   dnnl_util::Operand src_, wei_, dst_;
+  memory packed_weights_;  // the constant weights in wei_.inner's layout, when known at plan time
   memory::desc bias_;
   dnnl::convolution_forward prim_;
 };

@@ -38,10 +38,8 @@ bool DnnlConv::build(const Problem& pr, bool forward, bool data, bool weights, b
   const memory::desc bp = dnnl_util::plain_desc({pr.w[0]});
   std::vector<int64_t> dil = pr.dilations;
   for (int64_t& d : dil) d -= 1;  // oneDNN counts the holes between taps
-  // Blocked layouts pay off from 8 channels on (see conv.cpp); below that plain stays.
-  const bool blocked = pr.x[1] >= 8;
   auto any = [](const Shape& s) { return memory::desc(to_dims(s), memory::data_type::f32, memory::format_tag::any); };
-  const memory::desc xa = blocked ? any(pr.x) : xp, wa = blocked ? any(wdims) : wp, ya = blocked ? any(pr.y) : yp;
+  const memory::desc xa = blocked_input(pr.x[1]) ? any(pr.x) : xp, wa = any(wdims), ya = any(pr.y);
   const auto strides = to_dims(pr.strides), dilations = to_dims(dil), pl = to_dims(pr.pad_begin),
              pr_ = to_dims(pr.pad_end);
   try {

@@ -20,6 +20,7 @@
 #include <cmath>
 
 #include "core/parallel.h"
+#include "kernels/cpu/norm_common.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
@@ -94,20 +95,13 @@ void batch_norm_training(const Node& node, ComputeContext& ctx, const Shape& dat
       T* py = y.data<T>();
       parallel_for(c, 1, [&](int64_t s, int64_t e) {
         for (int64_t ch = s; ch < e; ++ch) {
-          double sum = 0, sq = 0;
-          for (int64_t b = 0; b < n; ++b)
-            for (int64_t i = (b * c + ch) * rest, end = i + rest; i < end; ++i) sum += to_double(px[i]);
-          const double mu = sum / double(m);
-          for (int64_t b = 0; b < n; ++b)
-            for (int64_t i = (b * c + ch) * rest, end = i + rest; i < end; ++i)
-              sq += (to_double(px[i]) - mu) * (to_double(px[i]) - mu);
+          const norm::Channel k{n, c, rest, ch};
+          const double mu = norm::sum(px, k) / double(m);
+          const double v = norm::centered_squares(px, k, mu) / double(m);
           mean[size_t(ch)] = mu;
-          var[size_t(ch)] = sq / double(m);
-          const double a = ctx.input(1).item_as_double(ch) / std::sqrt(var[size_t(ch)] + eps);
-          const double shift = ctx.input(2).item_as_double(ch) - mu * a;
-          for (int64_t b = 0; b < n; ++b)
-            for (int64_t i = (b * c + ch) * rest, end = i + rest; i < end; ++i)
-              py[i] = from_double<T>(to_double(px[i]) * a + shift);
+          var[size_t(ch)] = v;
+          const double a = ctx.input(1).item_as_double(ch) / std::sqrt(v + eps);
+          norm::affine(px, py, k, a, ctx.input(2).item_as_double(ch) - mu * a);
         }
       });
     } else {

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "core/parallel.h"
+#include "kernels/cpu/norm_common.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
 
@@ -96,42 +97,30 @@ class BatchNormGradKernel final : public Kernel {
       const T* px = x.data<T>();
       const T* pg = ctx.input(0).data<T>();
       T* pdx = ctx.output(0).data<T>();
-      auto each = [&](int64_t ch, auto&& f) {
-        for (int64_t b = 0; b < n; ++b)
-          for (int64_t i = (b * c + ch) * rest, end = i + rest; i < end; ++i) f(i);
-      };
       parallel_for(c, 1, [&](int64_t s, int64_t e) {
         for (int64_t ch = s; ch < e; ++ch) {
           const size_t k = size_t(ch);
+          const norm::Channel run{n, c, rest, ch};
           if (recompute) {  // ONNX's training-mode node has no saved statistics: one more pass
-            double sum = 0, sq = 0;
-            each(ch, [&](int64_t i) { sum += to_double(px[i]); });
-            const double mu = sum / double(m);
-            each(ch, [&](int64_t i) { sq += (to_double(px[i]) - mu) * (to_double(px[i]) - mu); });
-            mean[k] = mu;
-            inv[k] = 1.0 / std::sqrt(sq / double(m) + eps);
+            mean[k] = norm::sum(px, run) / double(m);
+            inv[k] = 1.0 / std::sqrt(norm::centered_squares(px, run, mean[k]) / double(m) + eps);
           }
-          double db = 0, ds = 0;
-          each(ch, [&](int64_t i) {
-            const double g = to_double(pg[i]);
-            db += g;
-            ds += g * (to_double(px[i]) - mean[k]) * inv[k];
-          });
+          double db = 0, dgxc = 0;
+          norm::grad_sums(pg, px, run, mean[k], db, dgxc);
+          const double ds = dgxc * inv[k];
           dbias[k] = db;
           dscale[k] = ds;
           const double a = scale[k] * inv[k];
           if (!training_) {
-            each(ch, [&](int64_t i) { pdx[i] = from_double<T>(to_double(pg[i]) * a); });
+            norm::affine(pg, pdx, run, a, 0.0);  // dx = g * a
             continue;
           }
-          // Gradients reaching running_mean / running_var flow to X through the batch statistics.
+          // dx = a / M * (M g - dB - x^ dScale) + rm + rv (x - mean), x^ = (x - mean) inv, where
+          // rm and rv carry the gradients reaching running_mean / running_var through the batch
+          // statistics.
           const double rm = has_drm ? drm[k] * (1.0 - momentum) / double(m) : 0.0;
           const double rv = has_drv ? drv[k] * (1.0 - momentum) * 2.0 / double(m - 1) : 0.0;
-          each(ch, [&](int64_t i) {
-            const double xc = to_double(px[i]) - mean[k];
-            const double xhat = xc * inv[k];
-            pdx[i] = from_double<T>(a / double(m) * (double(m) * to_double(pg[i]) - db - xhat * ds) + rm + rv * xc);
-          });
+          norm::grad_input(pg, px, pdx, run, mean[k], a, rm - a * db / double(m), a * inv[k] * ds / double(m) - rv);
         }
       });
     });
