@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "kernels/cpu/elementwise_common.h"
+#include "kernels/cpu/log_softmax_row.h"
 #include "kernels/cpu/loss_reduction.h"
 
 namespace kiln {
@@ -172,11 +173,7 @@ class SoftmaxCrossEntropyKernel final : public Kernel {
                      for (int64_t i = b; i < e; ++i) {
                        const int64_t n = i / dd, d = i % dd;
                        const T* row = px + n * cls * dd + d;
-                       double m = -std::numeric_limits<double>::infinity();
-                       for (int64_t c = 0; c < cls; ++c) m = std::max(m, static_cast<double>(load(row[c * dd])));
-                       double s = 0.0;
-                       for (int64_t c = 0; c < cls; ++c) s += std::exp(static_cast<double>(load(row[c * dd])) - m);
-                       const double shift = m + std::log(s);
+                       const double shift = loss::log_sum_exp(row, cls, dd, [](T v) { return load(v); });
                        if (plp) {
                          T* out = plp + n * cls * dd + d;
                          for (int64_t c = 0; c < cls; ++c)

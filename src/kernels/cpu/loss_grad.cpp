@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "core/parallel.h"
+#include "kernels/cpu/log_softmax_row.h"
 #include "kernels/cpu/loss_reduction.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
@@ -120,15 +121,16 @@ class LossGradKernel : public Kernel {
           continue;
         }
         // log-probabilities: X itself, or log_softmax(X) computed stably in double.
-        double shift = 0;
-        if (from_scores) {
-          double mx = -std::numeric_limits<double>::infinity();
-          for (int64_t c = 0; c < cls; ++c) mx = std::max(mx, static_cast<double>(row[c * dd]));
-          double s = 0;
-          for (int64_t c = 0; c < cls; ++c) s += std::exp(static_cast<double>(row[c * dd]) - mx);
-          shift = mx + std::log(s);
+        const double shift = from_scores ? loss::log_sum_exp(row, cls, dd, [](T v) { return v; }) : 0.0;
+        bool done = false;
+        if constexpr (std::is_same_v<T, float>) {
+          if (dd == 1) {  // contiguous float32 classes: vector exp, then the target's class
+            vmath::scaled_exp(row, grow, cls, shift, a);
+            if (w[k] != 0) grow[t[k]] = static_cast<T>(a * (std::exp(static_cast<double>(row[t[k]]) - shift) - 1.0));
+            done = true;
+          }
         }
-        for (int64_t c = 0; c < cls; ++c) {
+        for (int64_t c = 0; !done && c < cls; ++c) {
           const double p = std::exp(static_cast<double>(row[c * dd]) - shift);
           grow[c * dd] = static_cast<T>(a * (p - (w[k] != 0 && c == t[k] ? 1.0 : 0.0)));
         }
