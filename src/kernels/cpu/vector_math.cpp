@@ -1,7 +1,9 @@
 #include "kernels/cpu/vector_math.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/parallel.h"
 
@@ -59,88 +61,6 @@ void erf_baseline(const float* x, float* y, int64_t n) {
 }
 #endif
 
-// The softmax row helpers. A tail shorter than a vector is padded with -inf (exp gives 0).
-double sum_exp_baseline(const float* x, int64_t n, double shift) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(x[i]) - shift);
-  return s;
-}
-
-void scaled_exp_baseline(const float* x, float* y, int64_t n, double shift, double scale) {
-  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(scale * std::exp(static_cast<double>(x[i]) - shift));
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#if !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-[[gnu::target("avx512f")]] inline __m512d exp8(const float* x, __m512d shift) {
-  return _ZGVeN8v_exp(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x)), shift));
-}
-
-[[gnu::target("avx512f")]] double sum_exp_avx512(const float* x, int64_t n, double shift) {
-  const __m512d sh = _mm512_set1_pd(shift);
-  __m512d acc = _mm512_setzero_pd();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm512_add_pd(acc, exp8(x + i, sh));
-  if (i < n) {
-    float tail[8];
-    for (float& t : tail) t = -INFINITY;
-    std::memcpy(tail, x + i, static_cast<size_t>(n - i) * sizeof(float));
-    acc = _mm512_add_pd(acc, exp8(tail, sh));
-  }
-  double lanes[8];
-  _mm512_storeu_pd(lanes, acc);
-  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-}
-
-[[gnu::target("avx512f")]] void scaled_exp_avx512(const float* x, float* y, int64_t n, double shift, double scale) {
-  const __m512d sh = _mm512_set1_pd(shift), sc = _mm512_set1_pd(scale);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm512_cvtpd_ps(_mm512_mul_pd(sc, exp8(x + i, sh))));
-  if (i == n) return;
-  float tail[8] = {}, out[8];
-  std::memcpy(tail, x + i, static_cast<size_t>(n - i) * sizeof(float));
-  _mm256_storeu_ps(out, _mm512_cvtpd_ps(_mm512_mul_pd(sc, exp8(tail, sh))));
-  std::memcpy(y + i, out, static_cast<size_t>(n - i) * sizeof(float));
-}
-#if !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
-[[gnu::target("avx2")]] inline __m256d exp4(const float* x, __m256d shift) {
-  return _ZGVdN4v_exp(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x)), shift));
-}
-
-[[gnu::target("avx2")]] double sum_exp_avx2(const float* x, int64_t n, double shift) {
-  const __m256d sh = _mm256_set1_pd(shift);
-  __m256d acc = _mm256_setzero_pd();
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) acc = _mm256_add_pd(acc, exp4(x + i, sh));
-  if (i < n) {
-    float tail[4];
-    for (float& t : tail) t = -INFINITY;
-    std::memcpy(tail, x + i, static_cast<size_t>(n - i) * sizeof(float));
-    acc = _mm256_add_pd(acc, exp4(tail, sh));
-  }
-  double lanes[4];
-  _mm256_storeu_pd(lanes, acc);
-  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-}
-
-[[gnu::target("avx2")]] void scaled_exp_avx2(const float* x, float* y, int64_t n, double shift, double scale) {
-  const __m256d sh = _mm256_set1_pd(shift), sc = _mm256_set1_pd(scale);
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, _mm256_cvtpd_ps(_mm256_mul_pd(sc, exp4(x + i, sh))));
-  if (i == n) return;
-  float tail[4] = {}, out[4];
-  std::memcpy(tail, x + i, static_cast<size_t>(n - i) * sizeof(float));
-  _mm_storeu_ps(out, _mm256_cvtpd_ps(_mm256_mul_pd(sc, exp4(tail, sh))));
-  std::memcpy(y + i, out, static_cast<size_t>(n - i) * sizeof(float));
-}
-#endif
-
 enum class Isa { Avx512, Avx2, Baseline };
 
 Isa isa() {
@@ -161,26 +81,86 @@ Loop erf_loop() {
   return erf_baseline;
 }
 
+// The softmax rows' exponentials, a block at a time: out[j] = exp(double(x[j]) - shift) for j < n,
+// n a multiple of the copy's lanes and at most kBlock.
+using ExpBlock = void (*)(const float* x, int64_t n, double shift, double* out);
+constexpr int64_t kBlock = 64;
+
+void exp_block_baseline(const float* x, int64_t n, double shift, double* out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = std::exp(static_cast<double>(x[j]) - shift);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+[[gnu::target("avx512f")]] void exp_block_avx512(const float* x, int64_t n, double shift, double* out) {
+  const __m512d sh = _mm512_set1_pd(shift);
+  for (int64_t j = 0; j < n; j += 8)
+    _mm512_storeu_pd(out + j, _ZGVeN8v_exp(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + j)), sh)));
+}
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+[[gnu::target("avx2")]] void exp_block_avx2(const float* x, int64_t n, double shift, double* out) {
+  const __m256d sh = _mm256_set1_pd(shift);
+  for (int64_t j = 0; j < n; j += 4)
+    _mm256_storeu_pd(out + j, _ZGVdN4v_exp(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + j)), sh)));
+}
+#endif
+
+struct ExpRows {
+  ExpBlock block = exp_block_baseline;
+  int64_t lanes = 1;
+};
+
+ExpRows exp_rows() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (isa() == Isa::Avx512) return {exp_block_avx512, 8};
+  if (isa() == Isa::Avx2) return {exp_block_avx2, 4};
+#endif
+  return {};
+}
+
+// Calls use(offset, exponentials, count) over x in blocks, in order; the last block's partial vector
+// is padded with -inf, whose exponential (0) is not passed on.
+template <class Use>
+void for_each_exp_block(const float* x, int64_t n, double shift, Use&& use) {
+  static const ExpRows rows = exp_rows();
+  double out[kBlock];
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    rows.block(x + i, kBlock, shift, out);
+    use(i, out, kBlock);
+  }
+  if (i == n) return;
+  const int64_t rest = n - i, padded = (rest + rows.lanes - 1) / rows.lanes * rows.lanes;
+  float tail[kBlock];
+  std::fill(tail, tail + kBlock, -std::numeric_limits<float>::infinity());
+  std::memcpy(tail, x + i, static_cast<size_t>(rest) * sizeof(float));
+  rows.block(tail, padded, shift, out);
+  use(i, out, rest);
+}
+
 }  // namespace
 
 float erf_one(float x) { return static_cast<float>(std::erf(static_cast<double>(x))); }
 
 double sum_exp(const float* x, int64_t n, double shift) {
-  static const Isa kIsa = isa();
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (kIsa == Isa::Avx512) return sum_exp_avx512(x, n, shift);
-  if (kIsa == Isa::Avx2) return sum_exp_avx2(x, n, shift);
-#endif
-  return sum_exp_baseline(x, n, shift);
+  double s[4] = {0, 0, 0, 0};  // four running sums, so the additions need not wait on each other
+  for_each_exp_block(x, n, shift, [&](int64_t, const double* e, int64_t count) {
+    for (int64_t j = 0; j < count; ++j) s[j % 4] += e[j];
+  });
+  return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
 void scaled_exp(const float* x, float* y, int64_t n, double shift, double scale) {
-  static const Isa kIsa = isa();
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (kIsa == Isa::Avx512) return scaled_exp_avx512(x, y, n, shift, scale);
-  if (kIsa == Isa::Avx2) return scaled_exp_avx2(x, y, n, shift, scale);
-#endif
-  scaled_exp_baseline(x, y, n, shift, scale);
+  for_each_exp_block(x, n, shift, [&](int64_t at, const double* e, int64_t count) {
+    for (int64_t j = 0; j < count; ++j) y[at + j] = static_cast<float>(scale * e[j]);
+  });
 }
 
 void erf(const float* x, float* y, int64_t n) {
