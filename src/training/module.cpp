@@ -1,7 +1,8 @@
 // Module: runs the training model (forward, loss, gradients) or the eval model over the parameters
 // of a CheckpointState. Parameters are graph inputs fed from the state without copies; gradient
-// outputs are added to the parameters' accumulated gradients (or replace them after
-// lazy_reset_grad), and updated BatchNormalization statistics are written back to the state.
+// outputs are written into the parameters' gradient tensors after lazy_reset_grad, or added to
+// them (see bind_gradients), and updated BatchNormalization statistics are written back to the
+// state.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,7 +29,9 @@ struct BoundModel {
   std::vector<std::string> user_inputs, user_outputs, params;
   std::vector<std::pair<std::string, std::string>> grads;    // parameter -> gradient output
   std::vector<std::pair<std::string, std::string>> updates;  // parameter -> updated-value output
-  std::vector<std::string> fetch;                            // every output a run asks for
+  // Positions among the session's graph outputs (run_with_binding's order).
+  std::vector<size_t> user_output_pos, grad_pos, update_pos;
+  std::vector<Tensor> accumulators;  // per gradient: the run's output when adding into a gradient
 
   std::string where() const { return fmt::format("{} '{}'", role, path); }
 };
@@ -119,11 +122,35 @@ BoundModel bind_model(const std::string& path, const std::string& role, Checkpoi
   }
   for (const auto& v : m.graph.outputs)
     if (!special.count(v.name)) b.user_outputs.push_back(v.name);
-  b.fetch = b.user_outputs;
-  for (const auto& [p, g] : b.grads) b.fetch.push_back(g);
-  for (const auto& [p, u] : b.updates) b.fetch.push_back(u);
+  std::map<std::string, size_t> position;
+  for (size_t i = 0; i < m.graph.outputs.size(); ++i) position[m.graph.outputs[i].name] = i;
+  for (const auto& name : b.user_outputs) b.user_output_pos.push_back(position.at(name));
+  for (const auto& [p, g] : b.grads) b.grad_pos.push_back(position.at(g));
+  for (const auto& [p, u] : b.updates) b.update_pos.push_back(position.at(u));
+  b.accumulators.resize(b.grads.size());
   b.session = std::make_unique<Session>(std::move(m), options);
   return b;
+}
+
+// Gradient outputs are written straight into the parameters' gradient tensors (after
+// lazy_reset_grad), or into an accumulator kept across steps that is then added to them, instead
+// of being copied out of the run into new tensors: every step binds every gradient, so the
+// Session keeps one plan, and a step allocates and copies no gradient.
+void bind_gradients(BoundModel& b, const CheckpointState& state, bool reset, std::vector<Tensor>& out) {
+  for (size_t k = 0; k < b.grads.size(); ++k) {
+    const Parameter& param = state.parameter(b.grads[k].first);
+    const Tensor& grad = param.grad();
+    const bool fits =
+        grad.defined() && grad.dtype() == param.dtype() && grad.shape() == param.shape() && grad.is_contiguous();
+    if (reset || !grad.defined()) {
+      out[b.grad_pos[k]] = fits ? grad : Tensor::empty(param.dtype(), param.shape());
+      continue;
+    }
+    Tensor& acc = b.accumulators[k];
+    if (!acc.defined() || acc.dtype() != param.dtype() || acc.shape() != param.shape())
+      acc = Tensor::empty(param.dtype(), param.shape());
+    out[b.grad_pos[k]] = acc;
+  }
 }
 
 }  // namespace
@@ -155,7 +182,7 @@ std::vector<Tensor> Module::operator()(const std::vector<Tensor>& inputs) {
 }
 
 std::vector<Tensor> Module::run(const std::vector<Tensor>& inputs, bool training) {
-  const BoundModel& b = training ? graphs_->train : *graphs_->eval;
+  BoundModel& b = training ? graphs_->train : *graphs_->eval;
   const std::vector<std::string>& input_names = b.user_inputs;
   if (inputs.size() != input_names.size()) {
     std::string names;
@@ -177,25 +204,29 @@ std::vector<Tensor> Module::run(const std::vector<Tensor>& inputs, bool training
                       p, b.role));
     feeds[p] = param.data();
   }
-  std::map<std::string, Tensor> out;
+  std::vector<Tensor> in;
+  for (const ValueInfo& v : b.session->inputs()) in.push_back(feeds.at(v.name));
+  std::vector<Tensor> out(b.session->outputs().size());
+  if (training) bind_gradients(b, state_, reset_grad_, out);
   try {
-    out = b.session->run(feeds, b.fetch);
+    b.session->run_with_binding(in, out);
   } catch (Error& e) {
     e.add_context(fmt::format("{}: ", b.where()));
     throw;
   }
   if (training) {
-    for (const auto& [p, g] : b.grads) {
-      Tensor& grad = state_.parameter(p).grad();
-      Tensor& value = out.at(g);
-      if (reset_grad_ || !grad.defined()) grad = std::move(value);
-      else add_into(grad, value);
+    for (size_t k = 0; k < b.grads.size(); ++k) {
+      Tensor& grad = state_.parameter(b.grads[k].first).grad();
+      if (b.accumulators[k].defined() && out[b.grad_pos[k]].raw_data() == b.accumulators[k].raw_data())
+        add_into(grad, b.accumulators[k]);
+      else grad = out[b.grad_pos[k]];  // the gradient tensor itself, or a new one
     }
     reset_grad_ = false;
-    for (const auto& [p, u] : b.updates) state_.parameter(p).data().copy_from(out.at(u));
+    for (size_t k = 0; k < b.updates.size(); ++k)
+      state_.parameter(b.updates[k].first).data().copy_from(out[b.update_pos[k]]);
   }
   std::vector<Tensor> result;
-  for (const auto& name : b.user_outputs) result.push_back(std::move(out.at(name)));
+  for (size_t pos : b.user_output_pos) result.push_back(std::move(out[pos]));
   return result;
 }
 

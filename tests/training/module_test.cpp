@@ -71,6 +71,31 @@ TEST(Module, GradientsAccumulateUntilLazyReset) {
   for (size_t i = 0; i < ga.size(); ++i) EXPECT_EQ(again[i], ga[i]) << i;
 }
 
+// The run writes gradients into the parameters' gradient tensors (after a reset) or adds them in
+// (accumulating): after the first call no step replaces a gradient tensor, and the values are those
+// of the accumulation test above.
+TEST(Module, GradientsAreWrittenIntoTheSameTensorsEveryStep) {
+  TrainingRun r(kiln::testing::write_bn_mlp_artifacts("in_place", OptimType::SGD));
+  const std::vector<Tensor> a{random_tensor({8, 4}, 1), class_labels(8, 3, 2)};
+  const std::vector<Tensor> b{random_tensor({8, 4}, 3), class_labels(8, 3, 4)};
+  (*r.module)(a);
+  const Tensor& grad = r.state.parameter("fc1.weight").grad();
+  const void* storage = grad.raw_data();
+  const auto ga = values(grad);
+  r.module->lazy_reset_grad();
+  (*r.module)(b);
+  EXPECT_EQ(r.state.parameter("fc1.weight").grad().raw_data(), storage);
+  const auto gb = values(r.state.parameter("fc1.weight").grad());
+  (*r.module)(a);
+  EXPECT_EQ(r.state.parameter("fc1.weight").grad().raw_data(), storage);
+  const auto gab = values(r.state.parameter("fc1.weight").grad());
+  for (size_t i = 0; i < ga.size(); ++i) EXPECT_NEAR(gab[i], ga[i] + gb[i], 1e-6f) << i;
+  r.module->lazy_reset_grad();
+  (*r.module)(a);
+  EXPECT_EQ(r.state.parameter("fc1.weight").grad().raw_data(), storage);
+  EXPECT_EQ(values(r.state.parameter("fc1.weight").grad()), ga);
+}
+
 TEST(Module, TrainingUpdatesRunningStatisticsAndEvalUsesThem) {
   TrainingRun r(kiln::testing::write_bn_mlp_artifacts("running", OptimType::SGD));
   const auto before = values(r.state.parameter("bn.running_mean").data());
