@@ -163,7 +163,9 @@ class DnnlConv {
   bool build(const Problem& pr, bool forward, bool data, bool weights, bool bias);
   void forward(const Tensor& x, const Tensor& w, Tensor& y);
   void data(const Tensor& dy, const Tensor& w, Tensor& dx);
-  void weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db);
+  // `dy_from_data`: data() ran in this same kernel call with the same dy, so when both passes
+  // want dy in the same layout its reordered copy is taken from there instead of made again.
+  void weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db, bool dy_from_data = false);
 
  private:
   bool has_bias_ = false;

@@ -101,10 +101,12 @@ void DnnlConv::data(const Tensor& dy, const Tensor& w, Tensor& dx) {
   dnnl_util::finish_output(bd_dx_, dx, "the input gradient");
 }
 
-void DnnlConv::weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) {
+void DnnlConv::weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db, bool dy_from_data) {
   std::unordered_map<int, memory> args;
   dnnl_util::bind(DNNL_ARG_SRC, bw_x_, x, args);
-  dnnl_util::bind(DNNL_ARG_DIFF_DST, bw_dy_, dy, args);
+  if (dy_from_data && bd_dy_.reordered() && bw_dy_.reordered() && bd_dy_.inner == bw_dy_.inner)
+    args[DNNL_ARG_DIFF_DST] = bd_dy_.buffer;
+  else dnnl_util::bind(DNNL_ARG_DIFF_DST, bw_dy_, dy, args);
   dnnl_util::bind_output(DNNL_ARG_DIFF_WEIGHTS, bw_dw_, dw, args);
   if (has_bias_ && db) args[DNNL_ARG_DIFF_BIAS] = dnnl_util::memory_of(bias_, *db);
   dnnl_util::execute(weights_prim_, args, "convolution backward weights");
@@ -176,7 +178,7 @@ class ConvGradKernel final : public Kernel {
     }
     if (use_dnnl_) {
       if (mask_[0]) dnnl_.data(dy, w, ctx.output(0));
-      if (mask_[1]) dnnl_.weights(x, dy, ctx.output(1), mask_[2] ? &ctx.output(2) : nullptr);
+      if (mask_[1]) dnnl_.weights(x, dy, ctx.output(1), mask_[2] ? &ctx.output(2) : nullptr, mask_[0]);
       if (mask_[2] && !mask_[1]) conv::channel_sum(p_.y, dy.data<float>(), ctx.output(2).data<float>());
       return;
     }
