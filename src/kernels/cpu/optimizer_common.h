@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "kernels/cpu/simd_dispatch.h"
 #include "kiln/error.h"
 #include "kiln/kernel.h"
 
@@ -30,35 +31,12 @@ inline constexpr int64_t kGrain = 32768;
 // the loop `#pragma omp simd`: the parameter and its slots are updated in place, element i read
 // before element i is written, which is what that pragma promises. The kernels layer is compiled
 // with -fno-math-errno, without which std::sqrt cannot be vectorized.
-enum class SimdLevel { Baseline, Avx2, Avx512 };
-
-inline SimdLevel simd_level() {
+using simd::run_chunk;
+using simd::simd_level;
+using simd::SimdLevel;
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const SimdLevel level = [] {
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
-      return SimdLevel::Avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdLevel::Avx2;
-    return SimdLevel::Baseline;
-  }();
-  return level;
-#else
-  return SimdLevel::Baseline;
-#endif
-}
-
-template <auto Body, class Args>
-void run_chunk(const Args& args, int64_t begin, int64_t end) {
-  Body(args, begin, end);
-}
-#if defined(__x86_64__) && defined(__GNUC__)
-template <auto Body, class Args>
-[[gnu::target("avx2,fma")]] void run_chunk_avx2(const Args& args, int64_t begin, int64_t end) {
-  Body(args, begin, end);
-}
-template <auto Body, class Args>
-[[gnu::target("avx512f,avx512vl,avx2,fma")]] void run_chunk_avx512(const Args& args, int64_t begin, int64_t end) {
-  Body(args, begin, end);
-}
+using simd::run_chunk_avx2;
+using simd::run_chunk_avx512;
 #endif
 
 // parallel_for over [0, n) of the best copy of `Body` for this CPU.
