@@ -40,8 +40,10 @@ class PoolGradKernel : public Kernel {
     if (dy.shape != y || dy.dtype != x.dtype)
       throw ShapeError(fmt::format("{}: dY {} must be {}{}, the pooled shape of X {}", op_, describe(dy),
                                    dtype_name(x.dtype), to_string(y), describe(x)));
-    table_ = pool::make_table(spatial, win);
     planes_ = x.shape[0] * x.shape[1];
+    in_plane_ = numel(spatial);
+    out_plane_ = numel(win.out);
+    plan_windows(spatial, win);
     return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
   }
 
@@ -56,7 +58,7 @@ class PoolGradKernel : public Kernel {
         std::memset(out, 0, dx.nbytes());
         parallel_for(planes_, 1, [&](int64_t begin, int64_t end) {
           for (int64_t pl = begin; pl < end; ++pl)
-            scatter(dy + pl * table_.out_plane, x + pl * table_.in_plane, out + pl * table_.in_plane);
+            scatter(dy + pl * out_plane_, x + pl * in_plane_, out + pl * in_plane_);
         });
       } else {
         throw Unsupported(
@@ -66,13 +68,14 @@ class PoolGradKernel : public Kernel {
   }
 
  protected:
+  // Precomputes what scatter() needs of the windows over an input plane of `spatial` dims.
+  virtual void plan_windows(const Shape& spatial, const dnnl_util::Window& win) = 0;
   // One plane: adds each output's gradient to the inputs it came from.
   virtual void scatter(const float* dy, const float* x, float* dx) const = 0;
   virtual void scatter(const double* dy, const double* x, double* dx) const = 0;
 
   const char* op_;
-  pool::WindowTable table_;
-  int64_t planes_ = 0;
+  int64_t planes_ = 0, in_plane_ = 1, out_plane_ = 1;
 };
 
 // MaxPoolGrad walks the windows directly (spatial dims padded to three, each output's range of taps
@@ -83,20 +86,14 @@ class MaxPoolGradKernel final : public PoolGradKernel {
  public:
   explicit MaxPoolGradKernel(const Node& node) : PoolGradKernel(node, "MaxPoolGrad") {}
 
-  std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    std::vector<TensorMeta> out = PoolGradKernel::infer(ctx);
-    const Shape& x = ctx.input(1).shape;
-    const dnnl_util::Window win =
-        dnnl_util::make_window(node_, Shape(x.begin() + 2, x.end()), node_.attr_ints("kernel_shape"), true);
-    const size_t nsp = x.size() - 2, off = 3 - nsp;
+ protected:
+  void plan_windows(const Shape& spatial, const dnnl_util::Window& win) override {
+    const size_t nsp = spatial.size(), off = 3 - nsp;
     axes_ = {};
-    for (size_t i = 0; i < nsp; ++i) axes_[off + i] = make_axis(x[2 + i], win, i);
+    for (size_t i = 0; i < nsp; ++i) axes_[off + i] = make_axis(spatial[i], win, i);
     for (Axis& a : axes_)
       if (a.lo.empty()) a = Axis{1, 1, 1, 0, 1, {0}, {1}};  // a padding axis: one output, one tap
-    return out;
   }
-
- protected:
   void scatter(const float* dy, const float* x, float* dx) const override { run(dy, x, dx); }
   void scatter(const double* dy, const double* x, double* dx) const override { run(dy, x, dx); }
 
@@ -166,6 +163,9 @@ class AveragePoolGradKernel final : public PoolGradKernel {
   explicit AveragePoolGradKernel(const Node& node) : PoolGradKernel(node, "AveragePoolGrad") {}
 
  protected:
+  void plan_windows(const Shape& spatial, const dnnl_util::Window& win) override {
+    table_ = pool::make_table(spatial, win);
+  }
   void scatter(const float* dy, const float* x, float* dx) const override { run(dy, x, dx); }
   void scatter(const double* dy, const double* x, double* dx) const override { run(dy, x, dx); }
 
@@ -180,6 +180,8 @@ class AveragePoolGradKernel final : public PoolGradKernel {
       for (int64_t t = table_.start[size_t(o)]; t < table_.start[size_t(o) + 1]; ++t) dx[table_.taps[size_t(t)]] += g;
     }
   }
+
+  pool::WindowTable table_;
 };
 
 const std::vector<DType> kFloats = {DType::Float32, DType::Float64};

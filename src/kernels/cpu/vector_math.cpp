@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/parallel.h"
+#include "kernels/cpu/simd_dispatch.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -23,113 +24,67 @@ namespace {
 
 constexpr int64_t kGrain = 16384;
 
-void erf_baseline(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = erf_one(x[i]);
+// A function of float32 inputs evaluated in double, a block at a time: out[j] = f(double(x[j]) -
+// shift) for j < n, n a multiple of the copy's lanes and at most kBlock.
+using Block = void (*)(const float* x, int64_t n, double shift, double* out);
+constexpr int64_t kBlock = 64;
+
+template <double (*F)(double)>
+void block_baseline(const float* x, int64_t n, double shift, double* out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = F(static_cast<double>(x[j]) - shift);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #if !defined(__clang__)  // GCC 12 warns inside its own AVX-512 conversion intrinsics (_mm512_undefined)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-[[gnu::target("avx512f")]] inline __m256 erf8(__m256 x) { return _mm512_cvtpd_ps(_ZGVeN8v_erf(_mm512_cvtps_pd(x))); }
-
-[[gnu::target("avx2")]] inline __m128 erf4(__m128 x) { return _mm256_cvtpd_ps(_ZGVdN4v_erf(_mm256_cvtps_pd(x))); }
-
-// Whole vectors, then the tail padded with zeros, so that every element goes through the same code.
-[[gnu::target("avx512f")]] void erf_avx512(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, erf8(_mm256_loadu_ps(x + i)));
-  if (i == n) return;
-  float in[8] = {}, out[8];
-  std::memcpy(in, x + i, static_cast<size_t>(n - i) * sizeof(float));
-  _mm256_storeu_ps(out, erf8(_mm256_loadu_ps(in)));
-  std::memcpy(y + i, out, static_cast<size_t>(n - i) * sizeof(float));
-}
-#if !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
-[[gnu::target("avx2")]] void erf_avx2(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, erf4(_mm_loadu_ps(x + i)));
-  if (i == n) return;
-  float in[4] = {}, out[4];
-  std::memcpy(in, x + i, static_cast<size_t>(n - i) * sizeof(float));
-  _mm_storeu_ps(out, erf4(_mm_loadu_ps(in)));
-  std::memcpy(y + i, out, static_cast<size_t>(n - i) * sizeof(float));
-}
-#endif
-
-enum class Isa { Avx512, Avx2, Baseline };
-
-Isa isa() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (__builtin_cpu_supports("avx512f")) return Isa::Avx512;
-  if (__builtin_cpu_supports("avx2")) return Isa::Avx2;
-#endif
-  return Isa::Baseline;
-}
-
-using Loop = void (*)(const float*, float*, int64_t);
-
-Loop erf_loop() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (isa() == Isa::Avx512) return erf_avx512;
-  if (isa() == Isa::Avx2) return erf_avx2;
-#endif
-  return erf_baseline;
-}
-
-// The softmax rows' exponentials, a block at a time: out[j] = exp(double(x[j]) - shift) for j < n,
-// n a multiple of the copy's lanes and at most kBlock.
-using ExpBlock = void (*)(const float* x, int64_t n, double shift, double* out);
-constexpr int64_t kBlock = 64;
-
-void exp_block_baseline(const float* x, int64_t n, double shift, double* out) {
-  for (int64_t j = 0; j < n; ++j) out[j] = std::exp(static_cast<double>(x[j]) - shift);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#if !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-[[gnu::target("avx512f")]] void exp_block_avx512(const float* x, int64_t n, double shift, double* out) {
+template <__m512d (*F)(__m512d)>
+[[gnu::target("avx512f")]] void block_avx512(const float* x, int64_t n, double shift, double* out) {
   const __m512d sh = _mm512_set1_pd(shift);
   for (int64_t j = 0; j < n; j += 8)
-    _mm512_storeu_pd(out + j, _ZGVeN8v_exp(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + j)), sh)));
+    _mm512_storeu_pd(out + j, F(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + j)), sh)));
 }
 #if !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
 
-[[gnu::target("avx2")]] void exp_block_avx2(const float* x, int64_t n, double shift, double* out) {
+template <__m256d (*F)(__m256d)>
+[[gnu::target("avx2")]] void block_avx2(const float* x, int64_t n, double shift, double* out) {
   const __m256d sh = _mm256_set1_pd(shift);
   for (int64_t j = 0; j < n; j += 4)
-    _mm256_storeu_pd(out + j, _ZGVdN4v_exp(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + j)), sh)));
+    _mm256_storeu_pd(out + j, F(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + j)), sh)));
 }
 #endif
 
-struct ExpRows {
-  ExpBlock block = exp_block_baseline;
-  int64_t lanes = 1;
+// The copy of a function's block this CPU runs (simd_dispatch.h's choice), with its lane count.
+struct Rows {
+  Block block;
+  int64_t lanes;
 };
 
-ExpRows exp_rows() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (isa() == Isa::Avx512) return {exp_block_avx512, 8};
-  if (isa() == Isa::Avx2) return {exp_block_avx2, 4};
-#endif
-  return {};
-}
+double erf_double(double v) { return std::erf(v); }
+double exp_double(double v) { return std::exp(v); }
 
-// Calls use(offset, exponentials, count) over x in blocks, in order; the last block's partial vector
-// is padded with -inf, whose exponential (0) is not passed on.
+#if defined(__x86_64__) && defined(__GNUC__)
+template <__m512d (*F8)(__m512d), __m256d (*F4)(__m256d), double (*F1)(double)>
+Rows rows_of() {
+  if (simd::simd_level() == simd::SimdLevel::Avx512) return {block_avx512<F8>, 8};
+  if (simd::simd_level() == simd::SimdLevel::Avx2) return {block_avx2<F4>, 4};
+  return {block_baseline<F1>, 1};
+}
+Rows erf_rows() { return rows_of<_ZGVeN8v_erf, _ZGVdN4v_erf, erf_double>(); }
+Rows exp_rows() { return rows_of<_ZGVeN8v_exp, _ZGVdN4v_exp, exp_double>(); }
+#else
+Rows erf_rows() { return {block_baseline<erf_double>, 1}; }
+Rows exp_rows() { return {block_baseline<exp_double>, 1}; }
+#endif
+
+// Calls use(offset, values, count) over x in blocks, in order. The last block's partial vector is
+// padded with `pad`, whose value is not passed on, so every element goes through the same code.
 template <class Use>
-void for_each_exp_block(const float* x, int64_t n, double shift, Use&& use) {
-  static const ExpRows rows = exp_rows();
+void for_each_block(const Rows& rows, const float* x, int64_t n, double shift, float pad, Use&& use) {
   double out[kBlock];
   int64_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
@@ -139,10 +94,17 @@ void for_each_exp_block(const float* x, int64_t n, double shift, Use&& use) {
   if (i == n) return;
   const int64_t rest = n - i, padded = (rest + rows.lanes - 1) / rows.lanes * rows.lanes;
   float tail[kBlock];
-  std::fill(tail, tail + kBlock, -std::numeric_limits<float>::infinity());
+  std::fill(tail, tail + kBlock, pad);
   std::memcpy(tail, x + i, static_cast<size_t>(rest) * sizeof(float));
   rows.block(tail, padded, shift, out);
   use(i, out, rest);
+}
+
+// The softmax rows' exponentials; the padding's exponential is 0.
+template <class Use>
+void for_each_exp_block(const float* x, int64_t n, double shift, Use&& use) {
+  static const Rows rows = exp_rows();
+  for_each_block(rows, x, n, shift, -std::numeric_limits<float>::infinity(), use);
 }
 
 }  // namespace
@@ -164,8 +126,12 @@ void scaled_exp(const float* x, float* y, int64_t n, double shift, double scale)
 }
 
 void erf(const float* x, float* y, int64_t n) {
-  static const Loop loop = erf_loop();
-  parallel_for(n, kGrain, [&](int64_t begin, int64_t end) { loop(x + begin, y + begin, end - begin); });
+  static const Rows rows = erf_rows();
+  parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
+    for_each_block(rows, x + begin, end - begin, 0.0, 0.f, [&](int64_t at, const double* e, int64_t count) {
+      for (int64_t j = 0; j < count; ++j) y[begin + at + j] = static_cast<float>(e[j]);  // erf in double, rounded once
+    });
+  });
 }
 
 }  // namespace kiln::vmath
