@@ -108,6 +108,79 @@ TEST(OnnxLoadErrors, ConvolutionRanksThatDisagreeDoNotCrashShapeInference) {
   }
 }
 
+// One node over float inputs of the given shapes (an empty shape: rank unknown), output shape left
+// to inference.
+onnx::ModelProto one_node(const std::string& op, const std::vector<std::vector<int64_t>>& inputs,
+                          const std::vector<std::pair<std::string, std::vector<int64_t>>>& ints_attributes) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("g");
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name("node");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    auto* v = g->add_input();
+    v->set_name("in" + std::to_string(i));
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(i == 0 ? onnx::TensorProto::FLOAT
+                                                                   : onnx::TensorProto::INT64);
+    if (!inputs[i].empty()) {
+      auto* shape = v->mutable_type()->mutable_tensor_type()->mutable_shape();
+      for (int64_t d : inputs[i]) shape->add_dim()->set_dim_value(d);
+    }
+    n->add_input(v->name());
+  }
+  for (const auto& [name, values] : ints_attributes) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t v : values) a->add_ints(v);
+  }
+  n->add_output("y");
+  g->add_output()->set_name("y");
+  auto* out = g->mutable_output(0)->mutable_type()->mutable_tensor_type();
+  out->set_elem_type(onnx::TensorProto::FLOAT);
+  for (const char* d : {"a", "b", "c", "d"}) out->mutable_shape()->add_dim()->set_dim_param(d);
+  return m;
+}
+
+// Found by fuzz/onnx_model_fuzz.cpp: libonnx's convPoolShapeInference divides by each stride, so a
+// stride of 0 was a SIGFPE inside shape inference. Now inference refuses it, the model loads
+// without hints, and the Session names the bad attribute.
+TEST(OnnxLoadErrors, ZeroStrideOrDilationDoesNotCrashShapeInference) {
+  for (const char* op : {"MaxPool", "AveragePool", "LpPool", "Conv"}) {
+    for (const char* attribute : {"strides", "dilations"}) {
+      if (std::string(attribute) == "dilations" && std::string(op) != "MaxPool" && std::string(op) != "Conv") continue;
+      SCOPED_TRACE(std::string(op) + " " + attribute);
+      std::vector<std::vector<int64_t>> inputs{{1, 1, 4, 4}};
+      if (std::string(op) == "Conv") inputs.push_back({1, 1, 2, 2});
+      onnx::ModelProto proto = one_node(op, inputs, {{"kernel_shape", {2, 2}}, {attribute, {1, 0}}});
+      if (std::string(op) == "Conv")
+        proto.mutable_graph()->mutable_input(1)->mutable_type()->mutable_tensor_type()->set_elem_type(
+            onnx::TensorProto::FLOAT);
+      Model model;
+      ASSERT_NO_THROW(model = load_model_from_bytes(proto.SerializeAsString()));
+      std::map<std::string, Tensor> feeds{{"in0", Tensor::zeros(DType::Float32, {1, 1, 4, 4})}};
+      if (std::string(op) == "Conv") feeds["in1"] = Tensor::zeros(DType::Float32, {1, 1, 2, 2});
+      expect_error<InvalidModel>([&] { Session(model).run(feeds); }, {"node", attribute, "must be positive"});
+    }
+  }
+}
+
+// MaxUnpool's inference read dimension 1 of an indices input whose shape is unknown (which only
+// a model loaded without the checker can have) or of rank 1.
+TEST(OnnxLoadErrors, MaxUnpoolWithoutIndexShapeDoesNotCrashShapeInference) {
+  for (const std::vector<int64_t>& indices : {std::vector<int64_t>{}, std::vector<int64_t>{4}}) {
+    SCOPED_TRACE(indices.size());
+    const std::string bytes =
+        one_node("MaxUnpool", {{1, 1, 2, 2}, indices}, {{"kernel_shape", {2, 2}}}).SerializeAsString();
+    Model model;
+    ASSERT_NO_THROW(model = load_model_from_bytes(bytes, "", {.run_checker = false}));
+    EXPECT_EQ(model.graph.nodes.size(), 1u);
+  }
+}
+
 TEST(OnnxLoadErrors, MissingFileIsIOErrorNamingIt) {
   TempDir dir;
   const std::string path = (dir / "absent.onnx").string();
