@@ -26,6 +26,9 @@ namespace kiln {
 struct SessionOptions {
   int num_threads = 0;   // 0: all cores
   bool profile = false;  // time every kernel call (see Session::profile())
+  // Rewrite chains of standard ops into Kiln's fused ops before planning (GELU: ir/fusion.h); a
+  // chain whose intermediate values the graph returns or reads elsewhere stays as it is.
+  bool fuse = true;
 };
 
 // Time spent per op type over the runs of a profiling session, largest first.
@@ -33,6 +36,20 @@ struct OpProfile {
   std::string op_type;
   int64_t calls = 0;
   double total_ms = 0;
+};
+
+// Time spent in one node over the runs of a profiling session, largest first.
+struct NodeProfile {
+  std::string label;   // the node's name and op type
+  std::string shapes;  // "[input shapes] -> [output shapes]" at its first profiled run
+  int64_t calls = 0;
+  double total_ms = 0;
+};
+
+// What a profiling session gathers: per op type and per node (keyed by the node's index).
+struct RunProfile {
+  std::map<std::string, OpProfile> ops;
+  std::map<size_t, NodeProfile> nodes;
 };
 
 struct PlanStats {
@@ -87,6 +104,8 @@ class Session {
   std::map<std::string, TensorMeta> value_metas(const std::map<std::string, Tensor>& feeds);
   // Per-op-type kernel time accumulated since construction (empty unless options.profile).
   std::vector<OpProfile> profile() const;
+  // The same per node, largest first.
+  std::vector<NodeProfile> node_profile() const;
   // Forgets the kernel time gathered so far (kiln run drops its warm-up run this way).
   void reset_profile();
   // Runs so far. Random kernels (Dropout) key their draws on the run index, so setting the count
@@ -105,7 +124,7 @@ class Session {
   std::vector<size_t> order_;
   std::map<std::string, std::unique_ptr<ExecutionPlan>> plans_;
   ExecutionPlan* last_plan_ = nullptr;
-  std::map<std::string, OpProfile> profile_;
+  RunProfile profile_;
   uint64_t runs_ = 0;
   std::unique_ptr<BindingCache> binding_;
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  // a pointer: Sessions move

@@ -80,8 +80,14 @@ void celu_grad(GradContext& g) {
 // phi(x) = e^(-x^2/2) / sqrt(2 pi).
 // approximate "tanh": y = x (1 + t) / 2 with t = tanh(u), u = c (x + a x^3), c = sqrt(2/pi),
 // a = 0.044715: dy = (1 + t) / 2 + x (1 - t^2) c (1 + 3 a x^2) / 2.
+// Float types take ai.kiln.GeluGrad, one pass; others the standard ops below.
 void gelu_grad(GradContext& g) {
   const std::string x = g.I(0);
+  if (const auto t = g.dtype(x); t == DType::Float32 || t == DType::Float64) {
+    g.set_GI(0, g.emit(kKilnDomain, "GeluGrad", {g.GO(0), x},
+                       {{"approximate", Attribute::of_string(g.node.attr_string("approximate", "none"))}}));
+    return;
+  }
   auto k = [&](double v) { return g.scalar_like(v, x); };
   const std::string x2 = g.emit("Mul", {x, x});
   std::string d;
@@ -180,6 +186,7 @@ const GradientRegistrar r_elu({"", "Elu", 1, kMaxOpset}, elu_grad);
 const GradientRegistrar r_clip({"", "Clip", 1, kMaxOpset}, clip_grad);
 const GradientRegistrar r_celu({"", "Celu", 1, kMaxOpset}, celu_grad);
 const GradientRegistrar r_gelu({"", "Gelu", 1, kMaxOpset}, gelu_grad);
+const GradientRegistrar r_kiln_gelu({kKilnDomain, "Gelu", 1, kMaxOpset}, gelu_grad);
 const GradientRegistrar r_hard_sigmoid({"", "HardSigmoid", 1, kMaxOpset}, hard_sigmoid_grad);
 const GradientRegistrar r_hard_swish({"", "HardSwish", 1, kMaxOpset}, hard_swish_grad);
 const GradientRegistrar r_mish({"", "Mish", 1, kMaxOpset}, mish_grad);

@@ -2,12 +2,25 @@
 
 #include <fmt/format.h>
 
+#include "ir/fusion.h"
 #include "kernels/node_inference.h"
 #include "kiln/onnx_io.h"
 
 namespace kiln {
 
-GradientBuilderState::GradientBuilderState(const Model& forward) : model(forward), editor_(model) {
+namespace {
+
+// The forward graph with its GELU chains fused (ir/fusion.h), so that their backward is one
+// ai.kiln.GeluGrad pass instead of a dozen; done before the editor collects the graph's names.
+Model fused(const Model& forward) {
+  Model m = forward;
+  fuse_gelu(m);
+  return m;
+}
+
+}  // namespace
+
+GradientBuilderState::GradientBuilderState(const Model& forward) : model(fused(forward)), editor_(model) {
   // Rules need ranks and dtypes of intermediates: take them from ONNX shape inference.
   infer_shapes(model);
   const Graph& g = model.graph;

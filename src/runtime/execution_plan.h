@@ -119,8 +119,8 @@ void check_binding_overlaps(const ExecutionPlan& plan, const Model& model, const
 
 // Runs a plan, leaving every value of the run in `values` (arena values are views of the arena,
 // which the next run reuses). Bound outputs are written into the caller's tensors. With
-// `profile`, adds each step's kernel time to the entry of its op type.
+// `profile`, adds each step's kernel time to the entries of its op type and of its node.
 void execute_plan(ExecutionPlan& plan, const Model& model, const RunBinding& binding, RunValues& values,
-                  std::map<std::string, OpProfile>* profile = nullptr, uint64_t run_index = 0);
+                  RunProfile* profile = nullptr, uint64_t run_index = 0);
 
 }  // namespace kiln

@@ -127,8 +127,33 @@ void copy_to_bound_outputs(const ExecutionPlan& plan, const RunBinding& binding,
   }
 }
 
-void run_steps(ExecutionPlan& plan, const Model& model, RunValues& values, std::map<std::string, OpProfile>* profile,
-               uint64_t run_index) {
+// "[2, 3] [3] -> [2, 3]": the shapes a step ran on, for a per-node profile.
+std::string step_shapes(const PlanStep& step, const RunValues& values) {
+  const auto shapes = [&](const std::vector<int>& ids) {
+    std::string out;
+    for (const int id : ids)
+      out += (out.empty() ? "" : " ") + (id < 0 ? std::string("-") : to_string(values[id].shape()));
+    return out;
+  };
+  return shapes(step.inputs) + " -> " + shapes(step.outputs);
+}
+
+void add_to_profile(RunProfile& profile, const PlanStep& step, const Node& node, const RunValues& values, double ms) {
+  const std::string op = node.domain.empty() ? node.op_type : node.domain + "." + node.op_type;
+  OpProfile& p = profile.ops[op];
+  p.op_type = op;
+  ++p.calls;
+  p.total_ms += ms;
+  NodeProfile& n = profile.nodes[step.node];
+  if (n.calls == 0) {
+    n.label = node.label();
+    n.shapes = step_shapes(step, values);
+  }
+  ++n.calls;
+  n.total_ms += ms;
+}
+
+void run_steps(ExecutionPlan& plan, const Model& model, RunValues& values, RunProfile* profile, uint64_t run_index) {
   for (PlanStep& step : plan.steps) {
     const Node& node = model.graph.nodes[step.node];
     const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
@@ -142,20 +167,16 @@ void run_steps(ExecutionPlan& plan, const Model& model, RunValues& values, std::
     }
     // Every step counts, dynamic (inference and allocation included) and view-only ones too, so
     // that a profile adds up to the run.
-    if (profile) {
-      const std::string op = node.domain.empty() ? node.op_type : node.domain + "." + node.op_type;
-      OpProfile& p = (*profile)[op];
-      p.op_type = op;
-      ++p.calls;
-      p.total_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    }
+    if (profile)
+      add_to_profile(*profile, step, node, values,
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
 }
 
 }  // namespace
 
 void execute_plan(ExecutionPlan& plan, const Model& model, const RunBinding& binding, RunValues& values,
-                  std::map<std::string, OpProfile>* profile, uint64_t run_index) {
+                  RunProfile* profile, uint64_t run_index) {
   bind_values(plan, binding, values);
   try {
     run_steps(plan, model, values, profile, run_index);

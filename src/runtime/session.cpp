@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "ir/fusion.h"
 #include "runtime/execution_plan.h"
 #include "runtime/session_binding.h"
 
@@ -20,6 +21,7 @@ int get_num_threads() { return omp_get_max_threads(); }
 
 Session::Session(Model model, SessionOptions options) : model_(std::move(model)), options_(options) {
   if (options_.num_threads != 0) set_num_threads(options_.num_threads);
+  if (options_.fuse) fuse_gelu(model_);
   order_ = model_.graph.topological_order();
 }
 
@@ -142,14 +144,22 @@ void Session::use_thread_setting() const {
 std::vector<OpProfile> Session::profile() const {
   const std::lock_guard lock(*mutex_);
   std::vector<OpProfile> out;
-  for (const auto& [op, p] : profile_) out.push_back(p);
+  for (const auto& [op, p] : profile_.ops) out.push_back(p);
   std::sort(out.begin(), out.end(), [](const OpProfile& a, const OpProfile& b) { return a.total_ms > b.total_ms; });
+  return out;
+}
+
+std::vector<NodeProfile> Session::node_profile() const {
+  const std::lock_guard lock(*mutex_);
+  std::vector<NodeProfile> out;
+  for (const auto& [index, p] : profile_.nodes) out.push_back(p);
+  std::sort(out.begin(), out.end(), [](const NodeProfile& a, const NodeProfile& b) { return a.total_ms > b.total_ms; });
   return out;
 }
 
 void Session::reset_profile() {
   const std::lock_guard lock(*mutex_);
-  profile_.clear();
+  profile_ = {};
 }
 
 }  // namespace kiln

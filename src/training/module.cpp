@@ -26,6 +26,9 @@ struct BoundModel {
   std::string path;
   std::string role;  // "training model", "eval model"
   std::unique_ptr<Session> session;
+  // The eval model as its file has it: the Session plans a fused copy (ai.kiln ops, ir/fusion.h),
+  // and an exported inference model must stay standard ONNX.
+  Model source;
   std::vector<std::string> user_inputs, user_outputs, params;
   std::vector<std::pair<std::string, std::string>> grads;    // parameter -> gradient output
   std::vector<std::pair<std::string, std::string>> updates;  // parameter -> updated-value output
@@ -128,6 +131,7 @@ BoundModel bind_model(const std::string& path, const std::string& role, Checkpoi
   for (const auto& [p, g] : b.grads) b.grad_pos.push_back(position.at(g));
   for (const auto& [p, u] : b.updates) b.update_pos.push_back(position.at(u));
   b.accumulators.resize(b.grads.size());
+  if (!training) b.source = m;
   b.session = std::make_unique<Session>(std::move(m), options);
   return b;
 }
@@ -303,7 +307,7 @@ void Module::export_model_for_inferencing(const std::string& path,
         "export_model_for_inferencing needs the eval model: construct the Module with eval_model_path");
   if (graph_output_names.empty()) throw InvalidArgument("export_model_for_inferencing: no output names given");
   const BoundModel& e = *graphs_->eval;
-  Model m = e.session->model();
+  Model m = e.source;
   Graph& g = m.graph;
   std::set<std::string> values;
   for (const auto& v : g.inputs) values.insert(v.name);

@@ -20,6 +20,11 @@ TEST(ActivationGradients, SmoothOps) {
         {0},
         17,
         seed});
+  for (const char* form : {"none", "tanh"}) {  // the fused node the Gelu fusion writes
+    Node fused = op("Gelu", 1, 1, {{"approximate", Attribute::of_string(form)}});
+    fused.domain = kKilnDomain;
+    both({fused, {random_tensor({4, 70}, ++seed, -6, 6)}, {0}, 17, seed});
+  }
   both({op("Celu", 1, 1, {{"alpha", f(0.8f)}}), {random_tensor({3, 5}, ++seed, -3, 3)}, {0}, 17, seed});
   both({op("Selu", 1, 1, {{"alpha", f(1.3f)}, {"gamma", f(0.9f)}}),
         {random_tensor({3, 5}, ++seed, -3, 3)},

@@ -189,6 +189,17 @@ def test_run_repeat_prints_timing(tmp_path):
     assert 0 < best <= mean
 
 
+def test_run_profile_nodes_lists_the_slowest_nodes_with_shapes(tmp_path):
+    model = relu_model(tmp_path / "relu.onnx")
+    x = npy(tmp_path / "x.npy", np.ones((4, 3), np.float32))
+    proc = run_kiln("run", model, "-i", f"x={x}", "--repeat", "2", "--profile-nodes", "5")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    at = lines.index("slowest 1 nodes (ms per run, shapes):")
+    assert "(Relu)" in lines[at + 1] and lines[at + 1].endswith("[4, 3] -> [4, 3]"), lines[at + 1]
+    assert not any(line.startswith("profile over") for line in lines)  # the per-op table needs --profile
+
+
 # ---- bad inputs: exit 1, one line, names the problem ----
 
 def test_truncated_model(tmp_path, mlp):

@@ -53,7 +53,11 @@ TEST(SumToShapeOf, MatchesBroadcastSums) {
                                                                      {{2, 3, 5}, {2, 1, 5}},
                                                                      {{2, 3}, {2, 1}},
                                                                      {{3, 4}, {}},
-                                                                     {{600, 300}, {300}}}) {
+                                                                     // row blocks per thread, columns per
+                                                                     // thread (the two leading paths)
+                                                                     {{600, 300}, {300}},
+                                                                     {{130, 7}, {7}},
+                                                                     {{2, 64, 1000}, {1000}}}) {
     const Tensor g = iota(gs);
     const Tensor y = sum_to(g, like);
     ASSERT_EQ(y.shape(), like);

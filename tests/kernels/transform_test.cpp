@@ -56,7 +56,12 @@ TEST(Transpose, LargeShapesTakeTheTiledAndRowPaths) {
                                                                      {{3, 64, 40}, {0, 2, 1}},
                                                                      {{4, 70, 3, 33}, {0, 2, 1, 3}},
                                                                      {{1, 5, 1, 7}, {3, 2, 1, 0}},
-                                                                     {{9, 200, 1, 31}, {2, 1, 3, 0}}};
+                                                                     {{9, 200, 1, 31}, {2, 1, 3, 0}},
+                                                                     // bert's attention gradient: a middle dim
+                                                                     // transposed with the last, tiles cut short
+                                                                     {{6, 20, 37}, {2, 0, 1}},
+                                                                     {{5, 4, 3, 70}, {3, 1, 0, 2}},
+                                                                     {{256, 96}, {1, 0}}};
   for (const auto& [shape, perm] : cases) {
     for (DType dt : {DType::Float32, DType::Uint8, DType::Float64}) {
       const Tensor x = filled(dt, shape, 3);

@@ -95,5 +95,59 @@ TEST(VectorMath, SoftmaxRowExponentialsMatchDoubleExp) {
   }
 }
 
+// vmath::max against std::max from -inf over every length around the vector widths, with the
+// largest element at each position of the tail and NaNs (skipped) at the front and back.
+TEST(VectorMath, MaxSkipsNaNsLikeTheScalarLoop) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::mt19937 gen(3);
+  std::normal_distribution<float> d(0.f, 3.f);
+  for (int64_t n = 0; n <= 40; ++n) {
+    for (int64_t at = 0; at < std::max<int64_t>(n, 1); ++at) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& v : x) v = d(gen);
+      if (n > 0) x[static_cast<size_t>(at)] = 50.f + static_cast<float>(at);
+      if (n > 2) x.front() = nan;
+      if (n > 3) x.back() = nan;
+      float want = -inf;
+      for (float v : x) want = std::max(want, v);
+      ASSERT_TRUE(same_bits(vmath::max(x.data(), n), want)) << "n = " << n << ", at = " << at;
+    }
+  }
+  const std::vector<float> nans(20, nan);
+  EXPECT_EQ(vmath::max(nans.data(), 20), -inf);
+}
+
+// gelu (double inside, rounded once) against gelu_one within one float rounding (libmvec's erfc
+// and exp are within 4 ulp of double), and gelu_grad (float inside) against gelu_slope within
+// 1e-5 relative (2e-7 of dY absolute): both forms, every length around the blocks and vector widths, in place.
+TEST(VectorMath, GeluAndItsGradientMatchDouble) {
+  const std::vector<float> all = test_values();
+  for (const bool tanh : {false, true}) {
+    for (const int64_t n : {int64_t{1}, int64_t{15}, int64_t{63}, int64_t{65}, int64_t{129}, int64_t{100003}}) {
+      std::vector<float> x(all.begin(), all.begin() + n), y(static_cast<size_t>(n)), dy(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) dy[static_cast<size_t>(i)] = 0.5f + static_cast<float>(i % 5);
+      vmath::gelu(x.data(), y.data(), n, tanh);
+      std::vector<float> dx = dy;
+      vmath::gelu_grad(dx.data(), x.data(), dx.data(), n, tanh);  // dX written over dY
+      for (int64_t i = 0; i < n; ++i) {
+        const size_t k = static_cast<size_t>(i);
+        if (std::isnan(x[k]) || std::isinf(x[k])) continue;
+        const double want = vmath::gelu_one(x[k], tanh);
+        ASSERT_LE(std::abs(y[k] - want), 1.2e-7 * std::abs(want) + 1e-44) << "gelu(" << x[k] << "), tanh " << tanh;
+        const double slope = double(dy[k]) * vmath::gelu_slope(x[k], tanh);
+        // Near Gelu's minimum (x = -0.75) the two terms of the slope cancel: an absolute floor.
+        ASSERT_LE(std::abs(dx[k] - slope), 1e-5 * std::abs(slope) + 2e-7 * std::abs(dy[k]))
+            << "gelu'(" << x[k] << "), tanh " << tanh << ", n " << n;
+      }
+    }
+  }
+  // NaN stays NaN; +-inf give Gelu's limits.
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x{std::numeric_limits<float>::quiet_NaN(), inf, -inf}, y(3);
+  vmath::gelu(x.data(), y.data(), 3, false);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], inf);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -149,6 +149,21 @@ TEST(Session, ProfileCountsKernelCallsPerOpType) {
   }
   EXPECT_EQ(calls["test.kiln.AddOne"], 6);
   EXPECT_EQ(calls["test.kiln.Flat"], 2);
+  // Per node: each of the 4 nodes ran twice, labelled, with the shapes it ran on.
+  const auto nodes = s.node_profile();
+  ASSERT_EQ(nodes.size(), 4u);
+  double node_total = 0, op_total = 0;
+  for (const NodeProfile& n : nodes) {
+    EXPECT_EQ(n.calls, 2);
+    EXPECT_NE(n.label.find("test.kiln."), std::string::npos) << n.label;
+    EXPECT_NE(n.shapes.find(" -> "), std::string::npos) << n.shapes;
+    node_total += n.total_ms;
+  }
+  for (const OpProfile& p : prof) op_total += p.total_ms;
+  EXPECT_NEAR(node_total, op_total, 1e-9);
+  for (size_t i = 1; i < nodes.size(); ++i) EXPECT_GE(nodes[i - 1].total_ms, nodes[i].total_ms);
+  s.reset_profile();
+  EXPECT_TRUE(s.node_profile().empty());
   Session quiet(chain_model());
   quiet.run({{"x", Tensor::zeros(DType::Float32, {1, 4})}});
   EXPECT_TRUE(quiet.profile().empty());

@@ -27,6 +27,7 @@ struct RunOptions {
   int threads = 0;
   int repeat = 0;
   bool profile = false;
+  int profile_nodes = 0;
 };
 
 // ONNX names may hold '/', ':' and other characters a file name cannot (PyTorch writes
@@ -92,7 +93,7 @@ void run(const RunOptions& o) {
   std::map<std::string, Tensor> feeds = read_feeds(o.inputs);
   SessionOptions options;
   options.num_threads = o.threads;
-  options.profile = o.profile;
+  options.profile = o.profile || o.profile_nodes > 0;
   Session session(std::move(model), options);
 
   // The first run also serves as the warm-up for --repeat (plans, oneDNN primitives, page faults).
@@ -134,6 +135,14 @@ void run(const RunOptions& o) {
       std::cout << fmt::format("  {:<28} {:>6} calls {:>10.3f} ms/run {:>6.1f}%\n", p.op_type, p.calls,
                                p.total_ms / runs, total > 0 ? 100 * p.total_ms / total : 0.0);
   }
+  if (o.profile_nodes > 0) {
+    const auto nodes = session.node_profile();
+    const int runs = o.repeat > 0 ? o.repeat : 1;
+    const size_t shown = std::min(nodes.size(), static_cast<size_t>(o.profile_nodes));
+    std::cout << fmt::format("slowest {} nodes (ms per run, shapes):\n", shown);
+    for (size_t i = 0; i < shown; ++i)
+      std::cout << fmt::format("  {:>8.3f}  {}  {}\n", nodes[i].total_ms / runs, nodes[i].label, nodes[i].shapes);
+  }
 }
 
 Action setup(CLI::App& app) {
@@ -145,6 +154,8 @@ Action setup(CLI::App& app) {
                  "Write each output to DIR/<output name>.npy (names made safe for the file system)");
   app.add_option("-t,--threads", o->threads, "Threads for kernels; 0 means all cores")->check(CLI::NonNegativeNumber);
   app.add_flag("--profile", o->profile, "Print the kernel time per op type");
+  app.add_option("--profile-nodes", o->profile_nodes, "Print the N slowest nodes with their shapes (profiles the run)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("-r,--repeat", o->repeat, "After one warm-up run, time N runs and print 'time_ms mean=X min=Y runs=N'")
       ->check(CLI::NonNegativeNumber);
   return [o] { run(*o); };

@@ -1,12 +1,13 @@
 // Activations: Relu, LeakyRelu, Sigmoid, Tanh, Elu, Selu, Softplus, HardSigmoid, HardSwish, Clip,
-// PRelu, Celu, Softsign, ThresholdedRelu, Shrink, Mish, Gelu. Float32 runs on oneDNN's eltwise primitive where its
-// algorithm is the ONNX formula, NaN handling included, and its accuracy is within 1e-6 relative (activation_test
-// checks each against double); other dtypes, and ops where oneDNN falls short (said at each), are plain vectorised
-// loops.
+// PRelu, Celu, Softsign, ThresholdedRelu, Shrink, Mish, Gelu (gelu_common.h). Float32 runs on oneDNN's eltwise
+// primitive where its algorithm is the ONNX formula, NaN handling included, and its accuracy is within 1e-6 relative
+// (activation_test checks each against double); other dtypes, and ops where oneDNN falls short (said at each), are
+// plain vectorised loops.
 #include <cmath>
 #include <limits>
 
 #include "kernels/cpu/elementwise_common.h"
+#include "kernels/cpu/gelu_common.h"
 
 namespace kiln {
 
@@ -267,30 +268,6 @@ struct MishOp {
   }
 };
 
-// approximate "none": x/2 (1 + erf(x/sqrt 2)); "tanh": x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-// Written as x/2 erfc(-x/sqrt 2) and x sigmoid(2u), which equal them but do not cancel for x << 0.
-struct GeluOp {
-  using Types = FloatTypes;
-  bool tanh_form;
-  explicit GeluOp(const Node& n) {
-    const std::string a = n.attr_string("approximate", "none");
-    if (a != "none" && a != "tanh")
-      throw InvalidModel(fmt::format("attribute approximate is '{}'; it must be \"none\" or \"tanh\"", a));
-    tanh_form = a == "tanh";
-  }
-  // In double: for x << 0 both forms are exp-like tails whose relative error is the argument's
-  // rounding times |x|^2, which float arguments would make reach 1e-5.
-  template <class T>
-  T operator()(T x) const {
-    const double v = static_cast<double>(x);
-    if (tanh_form) {
-      const double u = 0.7978845608028654 * (v + 0.044715 * v * v * v);  // sqrt(2/pi)
-      return static_cast<T>(v / (1.0 + std::exp(-2.0 * u)));
-    }
-    return static_cast<T>(0.5 * v * std::erfc(v * -0.7071067811865476));
-  }
-};
-
 template <bool BoundsAreInputs, class Types>
 KernelRegistrar register_clip(int64_t since, int64_t end) {
   return KernelRegistrar({"", "Clip", since, end, Types::dtypes(), 0, {}},
@@ -317,7 +294,7 @@ const KernelRegistrar kRegistrars[] = {
     register_unary<ShrinkOp>("Shrink", 9),
     register_unary<MishOp>("Mish", 18),
     // Gelu is ONNX opset 20, after Kiln's opsets; PyTorch >= 2 exports it at lower ones.
-    register_unary<GeluOp>("Gelu", 1),
+    register_unary<gelu::GeluOp>("Gelu", 1),
 };
 
 }  // namespace

@@ -178,15 +178,15 @@ concept HasDnnlAlgo = requires(const Op& op) {
 
 // An Op with its own whole-array float32 loop (vector code), used instead of the per-element one.
 template <class Op>
-concept HasFloat32Loop = requires(const float* x, float* y, int64_t n) {
-  Op::run_float32(x, y, n);
+concept HasFloat32Loop = requires(const Op& op, const float* x, float* y, int64_t n) {
+  op.run_float32(x, y, n);
 };
 
 // The generic unary kernel. Op is constructed from the node (to read attributes) and provides
 //   using Types = TypeList<...>;                        accepted dtypes (also registered)
 //   template <class T> T operator()(T x) const;          the math, on compute_t of each dtype
 //   std::optional<DnnlAlgo> dnnl() const;                optional: oneDNN's equivalent for float32
-//   static void run_float32(const float*, float*, int64_t);  optional: a whole-array float32 loop
+//   void run_float32(const float*, float*, int64_t) const;   optional: a whole-array float32 loop
 template <class Op>
 class UnaryKernel final : public Kernel {
  public:
@@ -213,7 +213,7 @@ class UnaryKernel final : public Kernel {
       return;
     }
     if constexpr (HasFloat32Loop<Op>) {
-      if (x.dtype() == DType::Float32) return Op::run_float32(x.data<float>(), y.data<float>(), x.numel());
+      if (x.dtype() == DType::Float32) return op_.run_float32(x.data<float>(), y.data<float>(), x.numel());
     }
     dispatch(typename Op::Types{}, x.dtype(), fmt::format("input '{}'", node_.inputs.at(0)), [&](auto tag) {
       using T = decltype(tag);

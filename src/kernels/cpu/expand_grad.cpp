@@ -7,6 +7,7 @@
 // tensor that was broadcast: the gradient of Expand, and of every broadcasting input, which the
 // gradient builder inserts after their rules (set_GI with Broadcast::Maybe, autodiff/registry.h).
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <type_traits>
@@ -14,6 +15,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/expand_common.h"
 #include "kernels/cpu/int_values.h"
+#include "kernels/cpu/simd_dispatch.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
 
@@ -107,6 +109,26 @@ const OpDocRegistrar doc_pad_grad(
      "attribute mode as Pad's. dX = 0; for every output position o of Pad that copies input position i "
      "(constant borders copy none; reflect and edge borders copy inner elements again): dX[i] += dY[o]"});
 
+// Columns [0, width) of rows [r0, r1) of a row-major matrix with rows of `stride` elements, added
+// into acc (simd_dispatch.h body: AVX-512 / AVX2 / baseline copies).
+template <class T>
+struct ColumnSum {
+  const T* src;
+  double* acc;
+  int64_t stride, width;
+};
+
+template <class T>
+[[gnu::always_inline]] inline void add_rows(const ColumnSum<T>& a, int64_t r0, int64_t r1) {
+  double* __restrict acc = a.acc;
+  const int64_t stride = a.stride, width = a.width;
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* __restrict row = a.src + r * stride;
+#pragma omp simd
+    for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(row[j]);
+  }
+}
+
 class SumToShapeOf : public Kernel {
  public:
   using Kernel::Kernel;
@@ -178,22 +200,40 @@ class SumToShapeOf : public Kernel {
     for (int64_t k = 0; k < ny; ++k) dst[k] = static_cast<T>(acc[static_cast<size_t>(k)]);
   }
 
-  // y[j] = sum over rows r of g[r * n + j], columns split across threads (each sums its own).
+  // y[j] = sum over rows r of g[r * n + j], in double. Wide rows split their columns across
+  // threads (each sums its own); narrow ones (a bias of 256) split the rows into one block per
+  // thread, whose partial sums are added in block order.
   template <class T>
   static void sum_rows(const Tensor& g, Tensor& y) {
     const int64_t n = y.numel();
     const int64_t rows = n == 0 ? 0 : g.numel() / n;
     const T* src = g.data<T>();
     T* dst = y.data<T>();
-    parallel_for(n, 256, [&](int64_t b, int64_t e) {
-      std::vector<double> acc(static_cast<size_t>(e - b), 0.0);
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* row = src + r * n;
-        for (int64_t j = b; j < e; ++j) acc[static_cast<size_t>(j - b)] += static_cast<double>(row[j]);
+    const int64_t blocks = std::min<int64_t>(omp_get_max_threads(), rows / kRowsPerBlock);
+    if (n >= 2 * kColumnGrain || blocks < 2) {
+      parallel_for(n, kColumnGrain, [&](int64_t b, int64_t e) {
+        std::vector<double> acc(static_cast<size_t>(e - b), 0.0);
+        simd::run_best<add_rows<T>>(ColumnSum<T>{src + b, acc.data(), n, e - b}, rows);
+        for (int64_t j = b; j < e; ++j) dst[j] = static_cast<T>(acc[static_cast<size_t>(j - b)]);
+      });
+      return;
+    }
+    std::vector<double> partial(static_cast<size_t>(blocks * n), 0.0);
+    parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        const int64_t r0 = rows * k / blocks, r1 = rows * (k + 1) / blocks;
+        simd::run_best<add_rows<T>>(ColumnSum<T>{src + r0 * n, partial.data() + k * n, n, n}, r1 - r0);
       }
-      for (int64_t j = b; j < e; ++j) dst[j] = static_cast<T>(acc[static_cast<size_t>(j - b)]);
     });
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t k = 0; k < blocks; ++k) sum += partial[static_cast<size_t>(k * n + j)];
+      dst[j] = static_cast<T>(sum);
+    }
   }
+
+  static constexpr int64_t kColumnGrain = 256;
+  static constexpr int64_t kRowsPerBlock = 64;
 
   bool same_ = false;
   bool leading_ = false;

@@ -19,8 +19,7 @@ template <class T, class Load>
 double log_sum_exp(const T* row, int64_t classes, int64_t stride, Load load) {
   if constexpr (std::is_same_v<T, float>) {
     if (stride == 1) {
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t c = 0; c < classes; ++c) m = std::max(m, row[c]);  // NaN scores are skipped, as below
+      const float m = vmath::max(row, classes);  // NaN scores are skipped, as below
       return double(m) + std::log(vmath::sum_exp(row, classes, double(m)));
     }
   }

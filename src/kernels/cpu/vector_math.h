@@ -20,6 +20,20 @@ float erf_one(float x);
 //   sum_exp:    sum over i of exp(double(x[i]) - shift), summed in double;
 //   scaled_exp: y[i] = float(scale * exp(double(x[i]) - shift)).
 double sum_exp(const float* x, int64_t n, double shift);
+// The largest of x[0..n), NaNs skipped (-inf for an empty or all-NaN row), at vector width.
+float max(const float* x, int64_t n);
 void scaled_exp(const float* x, float* y, int64_t n, double shift, double scale);
+
+// Gelu and its gradient over float32 arrays, evaluated in double with libmvec's erfc and exp at
+// vector width (scalar libm otherwise) and rounded once; x and y (dx and dy) may be the same.
+//   "none": y = x/2 erfc(-x/sqrt 2), dy/dx = erfc(-x/sqrt 2)/2 + x e^(-x^2/2)/sqrt(2 pi);
+//   "tanh": y = x s with s = sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3),
+//           dy/dx = s + 2 x s (1 - s) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+// (x/2 erfc(-x/sqrt 2) and x sigmoid(2u) equal the textbook forms and do not cancel for x << 0.)
+void gelu(const float* x, float* y, int64_t n, bool tanh_form);
+void gelu_grad(const float* dy, const float* x, float* dx, int64_t n, bool tanh_form);
+// The same formulas on one double, the reference of the float32 paths and the float64 kernels.
+double gelu_one(double x, bool tanh_form);
+double gelu_slope(double x, bool tanh_form);
 
 }  // namespace kiln::vmath

@@ -1,0 +1,24 @@
+// Graph fusions: chains of standard ops that exporters write for one function, rewritten into the
+// one node Kiln runs in a single pass. The gradient builder runs them on the forward graph (so the
+// backward is built from the fused node's own gradient), and a Session on the graph it plans
+// (SessionOptions::fuse), where a chain whose intermediate values something else reads (a
+// training graph's backward) is left alone.
+//
+// fuse_gelu: x/2 (1 + erf(x/sqrt 2)) and x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) as
+// torch.onnx exports nn.GELU / F.gelu and as Hugging Face's GELU classes are written, in any
+// operand order: Div(x, sqrt 2) or Mul(x, 1/sqrt 2); x^3 as Pow(x, 3) or Mul(x, Mul(x, x)); the
+// half applied last or to x first. Each becomes ai.kiln.Gelu (attribute approximate "none" or
+// "tanh"), named after the chain's Erf or Tanh node ("/mlp/Erf" -> "/mlp/Gelu").
+#pragma once
+
+#include <cstddef>
+
+#include "kiln/graph.h"
+
+namespace kiln {
+
+// Fuses every GELU chain whose intermediate values only the chain reads; returns how many. Imports
+// the ai.kiln domain when it fuses any. Constant nodes left unread are removed.
+size_t fuse_gelu(Model& model);
+
+}  // namespace kiln
