@@ -6,12 +6,17 @@ the optimizer update is left out) and runs it with `kiln run --profile`, which p
 share of the kernel time. bench/README.md records these tables.
 
     /usr/bin/python3 bench/profile_step.py MODEL [--build-dir build] [--threads 2] [--repeat 10]
+        [--batch N] [--seq N] [--nodes N] [--keep DIR]
+
+--batch and --seq change the row's size (the scaling table's gpt2 at 512 tokens: --seq 512);
+--nodes also prints the N slowest nodes with their shapes (kiln run --profile-nodes).
 """
 import argparse
 import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -40,9 +45,17 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--keep", type=Path, help="write the graphs and inputs to this folder and keep them")
+    parser.add_argument("--batch", type=int, help="the batch size (default: the bench row's)")
+    parser.add_argument("--seq", type=int, help="tokens per sequence, for bert and gpt2 (default: the row's)")
+    parser.add_argument("--nodes", type=int, default=0, help="also print the N slowest nodes")
     args = parser.parse_args()
     kiln = args.build_dir.resolve() / "bin" / "kiln"
-    module, feeds, loss, train = training_case(ROWS[args.model])
+    case = ROWS[args.model]
+    if args.batch:
+        case = replace(case, batch=args.batch)
+    if args.seq:
+        case = replace(case, seq=args.seq)
+    module, feeds, loss, train = training_case(case)
     if loss != "none":
         module = CrossEntropy(module)
     with tempfile.TemporaryDirectory(prefix="kiln-profile-") as tmp:
@@ -56,11 +69,13 @@ def main():
         inputs = [a for name, path in save_feeds(feeds, Path(tmp), args.model).items()
                   for a in ("--input", f"{name}={path}")]
         proc = subprocess.run([str(kiln), "run", str(training), *inputs, "--threads", str(args.threads), "--repeat",
-                               str(args.repeat), "--profile"], capture_output=True, text=True)
+                               str(args.repeat), "--profile", "--profile-nodes", str(args.nodes)],
+                              capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"profile_step.py: kiln run failed: {proc.stderr.strip()}")
         lines = proc.stdout.splitlines()
-        print(f"{args.model}: training graph (forward, loss, gradients), {args.threads} threads")
+        print(f"{args.model} (batch {case.batch}, size {case.size}): training graph (forward, loss, gradients), "
+              f"{args.threads} threads")
         print("\n".join(line for line in lines if not line.startswith("output ")))
 
 

@@ -11,9 +11,13 @@ std::string sum_axis(GradContext& g, const std::string& x, int64_t axis) {
                 {{"keepdims", Attribute::of_int(1)}});
 }
 
-// y = softmax(x): dx = y * (g - sum(g * y)).
+// y = softmax(x): dx = y * (g - sum(g * y)); one ai.kiln.SoftmaxGrad pass for float types.
 void softmax_grad(GradContext& g) {
   const int64_t axis = g.node.attr_int("axis", -1);
+  if (const auto t = g.dtype(g.O(0)); t == DType::Float32 || t == DType::Float64) {
+    g.set_GI(0, g.emit(kKilnDomain, "SoftmaxGrad", {g.GO(0), g.O(0)}, {{"axis", Attribute::of_int(axis)}}));
+    return;
+  }
   const std::string dot = sum_axis(g, g.emit("Mul", {g.GO(0), g.O(0)}), axis);
   g.set_GI(0, g.emit("Mul", {g.O(0), g.emit("Sub", {g.GO(0), dot})}));
 }

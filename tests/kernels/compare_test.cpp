@@ -125,6 +125,14 @@ TEST(Where, ThreeWayBroadcast) {
       {Shape{2, 1, 1}, Shape{1, 3, 1}, Shape{1, 1, 5}, Shape{2, 3, 5}},
       {Shape{}, Shape{0}, Shape{1}, Shape{0}},
       {Shape{40, 1}, Shape{1, 1000}, Shape{40, 1000}, Shape{40, 1000}},
+      // Each operand contiguous or constant along the inner run: all 8 patterns of where_run.
+      {Shape{}, Shape{}, Shape{}, Shape{}},
+      {Shape{37}, Shape{}, Shape{}, Shape{37}},
+      {Shape{}, Shape{37}, Shape{}, Shape{37}},
+      {Shape{}, Shape{}, Shape{37}, Shape{37}},
+      {Shape{1, 1, 9, 9}, Shape{}, Shape{2, 3, 9, 9}, Shape{2, 3, 9, 9}},  // a causal mask over scores
+      {Shape{37}, Shape{37}, Shape{}, Shape{37}},
+      {Shape{5, 1}, Shape{5, 37}, Shape{5, 37}, Shape{5, 37}},
   };
   for (const auto& s : shapes) {
     Tensor c = Tensor::empty(DType::Bool, s[0]);

@@ -6,39 +6,26 @@
 // form runs a dozen passes over the activation (bert's feed-forward: 7 ms of its step).
 #include <fmt/format.h>
 
+#include <type_traits>
+
 #include "core/parallel.h"
 #include "kernels/cpu/gelu_common.h"
+#include "kernels/cpu/pair_grad.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
 namespace {
 
-// dY and the forward value it pairs with: one shape, one dtype.
-void check_grad_inputs(const InferContext& ctx, const char* op, const char* second) {
-  if (ctx.shape(0) != ctx.shape(1) || ctx.dtype(0) != ctx.dtype(1))
-    throw ShapeError(fmt::format("{}: dY {}{} and {} {}{} must have the same dtype and shape", op,
-                                 dtype_name(ctx.dtype(0)), to_string(ctx.shape(0)), second, dtype_name(ctx.dtype(1)),
-                                 to_string(ctx.shape(1))));
-}
-
-class ReluGrad final : public Kernel {
+class ReluGrad final : public PairGradKernel<ReluGrad> {
  public:
-  using Kernel::Kernel;
+  using PairGradKernel::PairGradKernel;
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    check_grad_inputs(ctx, "ReluGrad", "Y");
+    check_pair(ctx, "Y");
     return {{ctx.dtype(0), ctx.shape(0)}};
   }
 
-  void compute(ComputeContext& ctx) override {
-    if (ctx.input(0).dtype() == DType::Float32) return run<float>(ctx);
-    run<double>(ctx);
-  }
-
-  std::optional<size_t> inplace_input() const override { return 0; }
-
- private:
   template <class T>
   void run(ComputeContext& ctx) {
     const T* dy = ctx.input(0).data<T>();
@@ -56,30 +43,29 @@ class ReluGrad final : public Kernel {
   }
 };
 
-class GeluGrad final : public Kernel {
+class GeluGrad final : public PairGradKernel<GeluGrad> {
  public:
-  explicit GeluGrad(const Node& n) : Kernel(n), tanh_(gelu::tanh_form(n)) {}
+  explicit GeluGrad(const Node& n) : PairGradKernel(n), tanh_(gelu::tanh_form(n)) {}
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    check_grad_inputs(ctx, "GeluGrad", "X");
+    check_pair(ctx, "X");
     return {{ctx.dtype(0), ctx.shape(0)}};
   }
 
-  void compute(ComputeContext& ctx) override {
-    const Tensor& dy = ctx.input(0);
-    const Tensor& x = ctx.input(1);
-    Tensor& dx = ctx.output(0);
-    if (dy.dtype() == DType::Float32)
-      return vmath::gelu_grad(dy.data<float>(), x.data<float>(), dx.data<float>(), dx.numel(), tanh_);
-    const double* g = dy.data<double>();
-    const double* v = x.data<double>();
-    double* out = dx.data<double>();
-    parallel_for(dx.numel(), 4096, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) out[i] = g[i] * vmath::gelu_slope(v[i], tanh_);
-    });
+  template <class T>
+  void run(ComputeContext& ctx) {
+    const T* g = ctx.input(0).data<T>();
+    const T* v = ctx.input(1).data<T>();
+    T* out = ctx.output(0).data<T>();
+    const int64_t n = ctx.output(0).numel();
+    if constexpr (std::is_same_v<T, float>) {
+      vmath::gelu_grad(g, v, out, n, tanh_);
+    } else {
+      parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) out[i] = g[i] * vmath::gelu_slope(v[i], tanh_);
+      });
+    }
   }
-
-  std::optional<size_t> inplace_input() const override { return 0; }
 
  private:
   bool tanh_;

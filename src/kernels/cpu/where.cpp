@@ -8,6 +8,26 @@ namespace {
 using WhereTypes = TypeList<float, double, Half, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
                             uint32_t, uint64_t, bool>;
 
+// One run of the output, with each operand's stride along it (0: broadcast, 1: contiguous) fixed
+// at compile time and both values loaded before the select, so that the loop vectorizes (a causal
+// mask over gpt2's [8, 4, 512, 512] scores ran at 6 GB/s as a branchy strided loop).
+template <class T, int SC, int SX, int SY>
+void where_run(const bool* c, const T* x, const T* y, T* out, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const T a = x[i * SX], b = y[i * SY];
+    out[i] = c[i * SC] ? a : b;
+  }
+}
+
+// where_run for each of the 8 stride patterns, indexed by SC * 4 + SX * 2 + SY.
+template <class T>
+using WhereRun = void (*)(const bool*, const T*, const T*, T*, int64_t);
+template <class T>
+constexpr WhereRun<T> kWhereRuns[8] = {where_run<T, 0, 0, 0>, where_run<T, 0, 0, 1>, where_run<T, 0, 1, 0>,
+                                       where_run<T, 0, 1, 1>, where_run<T, 1, 0, 0>, where_run<T, 1, 0, 1>,
+                                       where_run<T, 1, 1, 0>, where_run<T, 1, 1, 1>};
+
 class WhereKernel final : public Kernel {
  public:
   using Kernel::Kernel;
@@ -37,11 +57,10 @@ class WhereKernel final : public Kernel {
       const T* px = x.data<T>();
       const T* py = y.data<T>();
       T* out = ctx.output(0).data<T>();
-      // Reads go through the offsets before the write, so an in-place output (over X or Y) is safe.
+      // Each element's reads come before its write, so an in-place output (over X or Y) is safe.
       broadcast_for_each(plan,
                          [&](int64_t o, const std::array<int64_t, 3>& in, const std::array<int64_t, 3>& st, int64_t n) {
-                           for (int64_t i = 0; i < n; ++i)
-                             out[o + i] = pc[in[0] + i * st[0]] ? px[in[1] + i * st[1]] : py[in[2] + i * st[2]];
+                           kWhereRuns<T>[st[0] * 4 + st[1] * 2 + st[2]](pc + in[0], px + in[1], py + in[2], out + o, n);
                          });
     });
   }
