@@ -141,20 +141,28 @@ void Session::use_thread_setting() const {
   if (options_.num_threads != 0 && get_num_threads() != options_.num_threads) set_num_threads(options_.num_threads);
 }
 
+namespace {
+
+// A profile map's entries, the largest total first.
+template <class Key, class Entry>
+std::vector<Entry> slowest_first(const std::map<Key, Entry>& entries) {
+  std::vector<Entry> out;
+  out.reserve(entries.size());
+  for (const auto& [key, e] : entries) out.push_back(e);
+  std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.total_ms > b.total_ms; });
+  return out;
+}
+
+}  // namespace
+
 std::vector<OpProfile> Session::profile() const {
   const std::lock_guard lock(*mutex_);
-  std::vector<OpProfile> out;
-  for (const auto& [op, p] : profile_.ops) out.push_back(p);
-  std::sort(out.begin(), out.end(), [](const OpProfile& a, const OpProfile& b) { return a.total_ms > b.total_ms; });
-  return out;
+  return slowest_first(profile_.ops);
 }
 
 std::vector<NodeProfile> Session::node_profile() const {
   const std::lock_guard lock(*mutex_);
-  std::vector<NodeProfile> out;
-  for (const auto& [index, p] : profile_.nodes) out.push_back(p);
-  std::sort(out.begin(), out.end(), [](const NodeProfile& a, const NodeProfile& b) { return a.total_ms > b.total_ms; });
-  return out;
+  return slowest_first(profile_.nodes);
 }
 
 void Session::reset_profile() {

@@ -31,172 +31,6 @@ namespace {
 constexpr int64_t kGrain = 16384;
 constexpr int64_t kBlock = 64;  // elements per block of Gelu's double arguments
 
-// Every copy below evaluates f(double(x[j]) - shift) for each element and then either adds the
-// values up in double (sum) or stores float(scale * value) (map). A row's last partial vector is
-// copied into a padded block first, so every element goes through the same code; the padding's
-// values are never stored, and a sum pads with -inf (exp(-inf) = 0).
-//   max:  the largest element, NaNs skipped (std::max(m, x) from m = -inf, as the scalar loop).
-struct Copies {
-  double (*sum)(const float* x, int64_t n, double shift);
-  void (*map)(const float* x, float* y, int64_t n, double shift, double scale);
-  float (*max)(const float* x, int64_t n);
-};
-
-template <double (*F)(double)>
-double sum_baseline(const float* x, int64_t n, double shift) {
-  double s[4] = {0, 0, 0, 0};  // four running sums, so the additions need not wait on each other
-  for (int64_t j = 0; j < n; ++j) s[j % 4] += F(static_cast<double>(x[j]) - shift);
-  return (s[0] + s[1]) + (s[2] + s[3]);
-}
-
-template <double (*F)(double)>
-void map_baseline(const float* x, float* y, int64_t n, double shift, double scale) {
-  for (int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(scale * F(static_cast<double>(x[j]) - shift));
-}
-
-float max_baseline(const float* x, int64_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
-  return m;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#if !defined(__clang__)  // GCC 12 warns inside its own AVX-512 conversion intrinsics (_mm512_undefined)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-
-// Each copy is written with its own instruction set's intrinsics (F's vector type and the
-// float <-> double conversions differ), inside a function of that target.
-template <__m512d (*F)(__m512d)>
-[[gnu::target("avx512f")]] inline __m512d eval8(const float* x, __m512d shift) {
-  return F(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x)), shift));
-}
-template <__m256d (*F)(__m256d)>
-[[gnu::target("avx2")]] inline __m256d eval4(const float* x, __m256d shift) {
-  return F(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x)), shift));
-}
-
-template <__m512d (*F)(__m512d)>
-[[gnu::target("avx512f")]] double sum_avx512(const float* x, int64_t n, double shift) {
-  const __m512d sh = _mm512_set1_pd(shift);
-  __m512d a = _mm512_setzero_pd(), b = _mm512_setzero_pd();
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    a = _mm512_add_pd(a, eval8<F>(x + j, sh));
-    b = _mm512_add_pd(b, eval8<F>(x + j + 8, sh));
-  }
-  for (; j + 8 <= n; j += 8) a = _mm512_add_pd(a, eval8<F>(x + j, sh));
-  if (j < n) {
-    float tail[8];
-    std::fill(tail, tail + 8, -std::numeric_limits<float>::infinity());
-    std::memcpy(tail, x + j, static_cast<size_t>(n - j) * sizeof(float));
-    b = _mm512_add_pd(b, eval8<F>(tail, sh));
-  }
-  return _mm512_reduce_add_pd(_mm512_add_pd(a, b));
-}
-
-template <__m512d (*F)(__m512d)>
-[[gnu::target("avx512f")]] void map_avx512(const float* x, float* y, int64_t n, double shift, double scale) {
-  const __m512d sh = _mm512_set1_pd(shift), sc = _mm512_set1_pd(scale);
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(y + j, _mm512_cvtpd_ps(_mm512_mul_pd(sc, eval8<F>(x + j, sh))));
-  if (j < n) {
-    float tail[8] = {};
-    std::memcpy(tail, x + j, static_cast<size_t>(n - j) * sizeof(float));
-    _mm256_storeu_ps(tail, _mm512_cvtpd_ps(_mm512_mul_pd(sc, eval8<F>(tail, sh))));
-    std::memcpy(y + j, tail, static_cast<size_t>(n - j) * sizeof(float));
-  }
-}
-
-[[gnu::target("avx512f")]] float max_avx512(const float* x, int64_t n) {
-  // max_ps(v, m) returns m where v is NaN: NaNs are skipped, as std::max(m, v) does.
-  __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) m = _mm512_max_ps(_mm512_loadu_ps(x + j), m);
-  float lanes[16];
-  _mm512_storeu_ps(lanes, m);
-  return std::max(max_baseline(lanes, 16), max_baseline(x + j, n - j));
-}
-
-template <__m256d (*F)(__m256d)>
-[[gnu::target("avx2")]] double sum_avx2(const float* x, int64_t n, double shift) {
-  const __m256d sh = _mm256_set1_pd(shift);
-  __m256d a = _mm256_setzero_pd(), b = _mm256_setzero_pd();
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    a = _mm256_add_pd(a, eval4<F>(x + j, sh));
-    b = _mm256_add_pd(b, eval4<F>(x + j + 4, sh));
-  }
-  for (; j + 4 <= n; j += 4) a = _mm256_add_pd(a, eval4<F>(x + j, sh));
-  if (j < n) {
-    float tail[4];
-    std::fill(tail, tail + 4, -std::numeric_limits<float>::infinity());
-    std::memcpy(tail, x + j, static_cast<size_t>(n - j) * sizeof(float));
-    b = _mm256_add_pd(b, eval4<F>(tail, sh));
-  }
-  double lanes[4];
-  _mm256_storeu_pd(lanes, _mm256_add_pd(a, b));
-  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-}
-
-template <__m256d (*F)(__m256d)>
-[[gnu::target("avx2")]] void map_avx2(const float* x, float* y, int64_t n, double shift, double scale) {
-  const __m256d sh = _mm256_set1_pd(shift), sc = _mm256_set1_pd(scale);
-  int64_t j = 0;
-  for (; j + 4 <= n; j += 4) _mm_storeu_ps(y + j, _mm256_cvtpd_ps(_mm256_mul_pd(sc, eval4<F>(x + j, sh))));
-  if (j < n) {
-    float tail[4] = {};
-    std::memcpy(tail, x + j, static_cast<size_t>(n - j) * sizeof(float));
-    _mm_storeu_ps(tail, _mm256_cvtpd_ps(_mm256_mul_pd(sc, eval4<F>(tail, sh))));
-    std::memcpy(y + j, tail, static_cast<size_t>(n - j) * sizeof(float));
-  }
-}
-
-[[gnu::target("avx2")]] float max_avx2(const float* x, int64_t n) {
-  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + j), m);
-  float lanes[8];
-  _mm256_storeu_ps(lanes, m);
-  return std::max(max_baseline(lanes, 8), max_baseline(x + j, n - j));
-}
-#if !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#endif
-
-double erf_double(double v) { return std::erf(v); }
-double exp_double(double v) { return std::exp(v); }
-
-// The copies of a function this CPU runs (simd_dispatch.h's choice).
-#if defined(__x86_64__) && defined(__GNUC__)
-template <__m512d (*F8)(__m512d), __m256d (*F4)(__m256d), double (*F1)(double)>
-Copies copies_of() {
-  if (simd::simd_level() == simd::SimdLevel::Avx512) return {sum_avx512<F8>, map_avx512<F8>, max_avx512};
-  if (simd::simd_level() == simd::SimdLevel::Avx2) return {sum_avx2<F4>, map_avx2<F4>, max_avx2};
-  return {sum_baseline<F1>, map_baseline<F1>, max_baseline};
-}
-const Copies& erf_copies() {
-  static const Copies c = copies_of<_ZGVeN8v_erf, _ZGVdN4v_erf, erf_double>();
-  return c;
-}
-const Copies& exp_copies() {
-  static const Copies c = copies_of<_ZGVeN8v_exp, _ZGVdN4v_exp, exp_double>();
-  return c;
-}
-#else
-const Copies& erf_copies() {
-  static const Copies c{sum_baseline<erf_double>, map_baseline<erf_double>, max_baseline};
-  return c;
-}
-const Copies& exp_copies() {
-  static const Copies c{sum_baseline<exp_double>, map_baseline<exp_double>, max_baseline};
-  return c;
-}
-#endif
-
 // out[j] = f(in[j]) over an array of E (double for Gelu's values, float for its gradient), n a
 // multiple of `lanes`.
 template <class E>
@@ -209,6 +43,8 @@ template <class E, E (*F)(E)>
 void apply_baseline(const E* in, E* out, int64_t n) {
   for (int64_t j = 0; j < n; ++j) out[j] = F(in[j]);
 }
+double erf_double(double v) { return std::erf(v); }
+double exp_double(double v) { return std::exp(v); }
 double erfc_double(double v) { return std::erfc(v); }
 float erfc_float(float v) { return std::erfc(v); }
 float exp_float(float v) { return std::exp(v); }
@@ -240,6 +76,10 @@ Apply<E> apply_of() {
   if (simd::simd_level() == simd::SimdLevel::Avx2) return {apply_avx2<E, V4, F4, narrow>, narrow};
   return {apply_baseline<E, F1>, 1};
 }
+const Apply<double>& erf_apply() {
+  static const Apply<double> a = apply_of<double, __m512d, _ZGVeN8v_erf, __m256d, _ZGVdN4v_erf, erf_double>();
+  return a;
+}
 const Apply<double>& erfc_apply() {
   static const Apply<double> a = apply_of<double, __m512d, _ZGVeN8v_erfc, __m256d, _ZGVdN4v_erfc, erfc_double>();
   return a;
@@ -257,6 +97,10 @@ const Apply<float>& exp_apply_float() {
   return a;
 }
 #else
+const Apply<double>& erf_apply() {
+  static const Apply<double> a{apply_baseline<double, erf_double>, 1};
+  return a;
+}
 const Apply<double>& erfc_apply() {
   static const Apply<double> a{apply_baseline<double, erfc_double>, 1};
   return a;
@@ -302,6 +146,60 @@ template <bool Tanh, class T>
 }
 
 int64_t round_up(int64_t n, int64_t lanes) { return (n + lanes - 1) / lanes * lanes; }
+
+// The float32 rows of erf() and the softmax rows (sum_exp, scaled_exp), a block at a time like
+// Gelu's below: a[j] = double(x[j]) - shift, F on the CPU's vector copy, then out = float(scale *
+// F) or a double sum. The padding's arguments are -inf, whose exponential (0) the sum may add.
+struct FloatRows {
+  const float* x;
+  float* y;  // null for a sum
+  double shift, scale;
+  const Apply<double>* f;
+  double* sum;  // the sum's result
+};
+
+[[gnu::always_inline]] inline void float_rows_body(const FloatRows& r, int64_t begin, int64_t end) {
+  alignas(64) double a[kBlock], f[kBlock];
+  double total = 0;
+  for (int64_t i = begin; i < end; i += kBlock) {
+    const int64_t count = std::min(kBlock, end - i);
+    const float* x = r.x + i;
+#pragma omp simd
+    for (int64_t j = 0; j < count; ++j) a[j] = static_cast<double>(x[j]) - r.shift;
+    for (int64_t j = count; j < kBlock; ++j) a[j] = -std::numeric_limits<double>::infinity();
+    r.f->f(a, f, round_up(count, r.f->lanes));
+    if (r.y == nullptr) {
+#pragma omp simd reduction(+ : total)
+      for (int64_t j = 0; j < count; ++j) total += f[j];
+      continue;
+    }
+    float* y = r.y + i;
+#pragma omp simd
+    for (int64_t j = 0; j < count; ++j) y[j] = static_cast<float>(r.scale * f[j]);
+  }
+  if (r.sum != nullptr) *r.sum = total;
+}
+
+// The largest of x[begin, end) into *out: per-lane maxima ((m < v ? v : m) is maxps(v, m), which
+// keeps m where v is NaN), then the lanes and the tail.
+struct MaxRow {
+  const float* x;
+  float* out;
+};
+
+[[gnu::always_inline]] inline void max_body(const MaxRow& r, int64_t begin, int64_t end) {
+  constexpr int64_t kLanes = 16;
+  float m[kLanes];
+  std::fill(m, m + kLanes, -std::numeric_limits<float>::infinity());
+  int64_t j = begin;
+  for (; j + kLanes <= end; j += kLanes)
+#pragma omp simd
+    for (int64_t k = 0; k < kLanes; ++k) m[k] = m[k] < r.x[j + k] ? r.x[j + k] : m[k];
+  float best = -std::numeric_limits<float>::infinity();
+  for (int64_t k = 0; k < kLanes; ++k) best = std::max(best, m[k]);
+  for (; j < end; ++j) best = std::max(best, r.x[j]);
+  *r.out = best;
+}
 
 // One thread's share of gelu() and gelu_grad(), a block at a time: the arguments, the special
 // functions on the CPU's vector copy, then the values. simd_dispatch.h bodies, so that the loops
@@ -359,12 +257,20 @@ template <bool Tanh>
 
 float erf_one(float x) { return static_cast<float>(std::erf(static_cast<double>(x))); }
 
-float max(const float* x, int64_t n) { return exp_copies().max(x, n); }
+float max(const float* x, int64_t n) {
+  float m = 0;
+  simd::run_best<max_body>(MaxRow{x, &m}, n);
+  return m;
+}
 
-double sum_exp(const float* x, int64_t n, double shift) { return exp_copies().sum(x, n, shift); }
+double sum_exp(const float* x, int64_t n, double shift) {
+  double total = 0;
+  simd::run_best<float_rows_body>(FloatRows{x, nullptr, shift, 1.0, &exp_apply(), &total}, n);
+  return total;
+}
 
 void scaled_exp(const float* x, float* y, int64_t n, double shift, double scale) {
-  exp_copies().map(x, y, n, shift, scale);
+  simd::run_best<float_rows_body>(FloatRows{x, y, shift, scale, &exp_apply(), nullptr}, n);
 }
 
 double gelu_one(double x, bool tanh_form) {
@@ -394,8 +300,9 @@ void gelu_grad(const float* dy, const float* x, float* dx, int64_t n, bool tanh_
 }
 
 void erf(const float* x, float* y, int64_t n) {
-  const Copies& c = erf_copies();
-  parallel_for(n, kGrain, [&](int64_t begin, int64_t end) { c.map(x + begin, y + begin, end - begin, 0.0, 1.0); });
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    simd::run_best<float_rows_body>(FloatRows{x + b, y + b, 0.0, 1.0, &erf_apply(), nullptr}, e - b);
+  });
 }
 
 }  // namespace kiln::vmath
