@@ -92,6 +92,12 @@ class Kernel {
   virtual bool output_may_overwrite(size_t output, size_t input) const {
     return output == 0 && inplace_input() == input;
   }
+  // The kernel reads only input `i`'s shape, never its elements (SumToShapeOf's target, Shape):
+  // the planner does not keep that input's buffer alive for this read.
+  virtual bool reads_only_shape(size_t input) const {
+    (void)input;
+    return false;
+  }
   // Output 0 is input 0's buffer reinterpreted (Reshape, Flatten, Squeeze, Identity): no copy.
   virtual bool output_aliases_input() const { return false; }
   // False for ops whose result must not be computed at plan time even with constant inputs.

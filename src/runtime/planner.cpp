@@ -21,7 +21,9 @@ struct Planner {
   const std::map<std::string, TensorMeta>& feeds;
   const std::set<std::string>& bound;
   std::unique_ptr<ExecutionPlan> plan = std::make_unique<ExecutionPlan>();
-  std::unordered_map<std::string, size_t> last_use;  // value name -> last topological position
+  std::unordered_map<std::string, size_t> last_use;     // value name -> last topological position
+  std::vector<size_t> step_pos;                         // each step's topological position
+  std::unordered_map<size_t, int> runtime_view_buffer;  // a run-time view's value -> the buffer it views
 
   int add_value(PlannedValue v) {
     const int id = static_cast<int>(plan->values.size());
@@ -105,8 +107,10 @@ struct Planner {
           v.meta.dynamic = true;
           step.outputs.push_back(add_value(std::move(v)));
         }
+        if (step.kernel->output_aliases_input()) keep_source_of_runtime_view(step);
         ++plan->stats.num_dynamic_steps;
         plan->steps.push_back(std::move(step));
+        step_pos.push_back(pos);
         return;
       case NodeInference::Outcome::Folded:  // nothing to do at run time
         for (size_t i = 0; i < node.outputs.size(); ++i)
@@ -120,6 +124,49 @@ struct Planner {
     step.kernel->prepare(InferContext{node, step.opset, std::move(inputs)}, inferred.outputs);
     place_outputs(node, step, inferred.outputs, pos);
     plan->steps.push_back(std::move(step));
+    step_pos.push_back(pos);
+  }
+
+  // A view made at run time (a Reshape to a shape known only then) reads its source's buffer for as
+  // long as the view is read: no step may overwrite that buffer in place before.
+  void keep_source_of_runtime_view(const PlanStep& step) {
+    if (step.inputs.empty() || step.inputs[0] < 0 || step.outputs.empty()) return;
+    const auto source = static_cast<size_t>(step.inputs[0]);
+    const auto it = runtime_view_buffer.find(source);
+    const int b = it != runtime_view_buffer.end() ? it->second : plan->values[source].buffer;
+    if (b < 0) return;
+    runtime_view_buffer[static_cast<size_t>(step.outputs[0])] = b;
+    BufferRequest& r = plan->buffers[static_cast<size_t>(b)];
+    r.last = std::max(r.last, last_use_of(plan->values[static_cast<size_t>(step.outputs[0])].name));
+  }
+
+  // Buffer lifetimes from the steps that run: the graph's readers counted nodes that were folded
+  // at plan time (Shape of a known shape) and reads of a shape only (SumToShapeOf's target), which
+  // would keep a forward activation alive through the whole backward for its shape alone. A buffer
+  // now lives from its writer to the last step that reads its elements, through views of it: planned
+  // ones share its buffer, and a view made at run time (a Reshape of a shape known only then) is
+  // followed here.
+  void trim_lifetimes() {
+    std::vector<int> buffer_of(plan->values.size());
+    for (size_t v = 0; v < buffer_of.size(); ++v) buffer_of[v] = plan->values[v].buffer;
+    std::vector<size_t> last(plan->buffers.size());
+    for (size_t b = 0; b < last.size(); ++b) last[b] = plan->buffers[b].first;
+    for (size_t s = 0; s < plan->steps.size(); ++s) {
+      const PlanStep& step = plan->steps[s];
+      for (size_t k = 0; k < step.inputs.size(); ++k) {
+        if (step.inputs[k] < 0 || step.kernel->reads_only_shape(k)) continue;
+        const int b = buffer_of[static_cast<size_t>(step.inputs[k])];
+        if (b >= 0) last[static_cast<size_t>(b)] = std::max(last[static_cast<size_t>(b)], step_pos[s]);
+      }
+      if (step.dynamic && step.kernel->output_aliases_input() && !step.inputs.empty() && step.inputs[0] >= 0 &&
+          !step.outputs.empty())
+        buffer_of[static_cast<size_t>(step.outputs[0])] = buffer_of[static_cast<size_t>(step.inputs[0])];
+    }
+    for (const auto& out : model.graph.outputs) {
+      const int b = buffer_of[static_cast<size_t>(plan->index.at(out.name))];
+      if (b >= 0) last[static_cast<size_t>(b)] = kForever;
+    }
+    for (size_t b = 0; b < last.size(); ++b) plan->buffers[b].last = last[b];
   }
 
   // Values for the outputs of a step run at `pos`: arena buffers, a view or in-place buffer for
@@ -192,6 +239,7 @@ struct Planner {
     for (const auto& out : model.graph.outputs)
       if (!plan->index.count(out.name))
         throw InvalidModel(fmt::format("graph output '{}' is not produced by any node", out.name));
+    trim_lifetimes();
     plan->memory = plan_memory(plan->buffers);  // the arena is allocated by the first run
     plan->stats.peak_bytes = plan->memory.arena_bytes;
     // Without reuse (across lifetimes or in place) every run-time value would have its own buffer.

@@ -4,6 +4,8 @@
 // topological order of steps, and clear InvalidModel errors for malformed graphs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <set>
@@ -178,6 +180,86 @@ TEST(Planner, NoInPlaceReuseOfAFeed) {
   EXPECT_EQ(p.value("x").kind, Kind::Feed);
   EXPECT_EQ(p.value("a").kind, Kind::Arena);
   EXPECT_GE(p.value("a").buffer, 0);
+}
+
+// ---- lifetimes ------------------------------------------------------------------------------------
+
+// x -> Relu -> a -> Neg -> b -> Exp -> c, d = b + c (c cannot overwrite b, read again by the Add),
+// then `tail` reads a again (for its shape only, or its elements) with d.
+Model lifetime_model(const std::string& tail_domain, const std::string& tail_op) {
+  Model m = model({node("Relu", {"x"}, {"a"}), node("Neg", {"a"}, {"b"}), node("Exp", {"b"}, {"c"}),
+                   node("Add", {"b", "c"}, {"d"}), node(tail_op, {"d", "a"}, {"y"})},
+                  {"y"});
+  m.graph.nodes.back().domain = tail_domain;
+  m.opsets["ai.kiln"] = 1;
+  return m;
+}
+
+TEST(Planner, AReadOfTheShapeOnlyDoesNotKeepABufferAlive) {
+  // SumToShapeOf reads only its target's shape: a's buffer is free after the Neg reading it, as if
+  // the gradient of a broadcast did not hold a forward activation through the backward.
+  const Planned p(lifetime_model("ai.kiln", "SumToShapeOf"));
+  const PlannedValue& a = p.value("a");
+  ASSERT_EQ(a.kind, Kind::Arena);
+  EXPECT_EQ(p.plan->buffers.at(static_cast<size_t>(a.buffer)).last, 1u);  // the Neg at position 1
+  // Reading a's elements (Add) keeps it to the end.
+  const Planned kept(lifetime_model("", "Add"));
+  EXPECT_EQ(kept.plan->buffers.at(static_cast<size_t>(kept.value("a").buffer)).last, 4u);
+  EXPECT_LT(p.plan->memory.arena_bytes, kept.plan->memory.arena_bytes);
+}
+
+TEST(Planner, AShapeOnlyTargetsBufferIsReusedAndTheResultIsRight) {
+  // After its last element read, a's bytes are free for c or d; SumToShapeOf still sees a's shape.
+  const Planned p(lifetime_model("ai.kiln", "SumToShapeOf"));
+  const int a = p.value("a").buffer;
+  const auto offset = [&](const std::string& name) {
+    return p.plan->memory.offsets.at(static_cast<size_t>(p.value(name).buffer));
+  };
+  EXPECT_EQ(offset("c"), offset("a")) << "buffer " << a << " is not reused";
+  Session s(lifetime_model("ai.kiln", "SumToShapeOf"));
+  const Tensor x = Tensor::from_vector<float>({2, 3}, {-1, 0, 0.5f, 1, 2, -3});
+  const Tensor y = s.run({{"x", x}}).at("y");
+  ASSERT_EQ(y.shape(), (Shape{2, 3}));
+  for (int i = 0; i < 6; ++i) {
+    const float b = -std::max(x.data<float>()[i], 0.f);
+    EXPECT_NEAR(y.data<float>()[i], b + std::exp(b), 1e-6) << "element " << i;  // Exp within a few ulp
+  }
+}
+
+TEST(Planner, AShapeFoldedAtPlanTimeDoesNotKeepABufferAlive) {
+  // Shape(a) is known at plan time, so no step reads a for it.
+  Model m = model({node("Relu", {"x"}, {"a"}), node("Neg", {"a"}, {"b"}), node("Exp", {"b"}, {"c"}),
+                   node("Shape", {"a"}, {"s"}), node("Reshape", {"c", "s"}, {"y"})},
+                  {"y"});
+  const Planned p(std::move(m));
+  EXPECT_EQ(p.value("s").kind, Kind::Constant);
+  EXPECT_EQ(p.plan->buffers.at(static_cast<size_t>(p.value("a").buffer)).last, 1u);
+}
+
+TEST(Planner, ARunTimeViewKeepsItsSourceAlive) {
+  // v views a's buffer from a Reshape whose shape is fed (known only at run time); Neg reads v last.
+  Model m = model({node("Relu", {"x"}, {"a"}), node("Reshape", {"a", "s"}, {"v"}), node("Exp", {"x"}, {"b"}),
+                   node("Exp", {"b"}, {"c"}), node("Neg", {"v"}, {"y"}), node("Add", {"c", "c"}, {"z"})},
+                  {"y", "z"});
+  m.graph.inputs.push_back(ValueInfo::of("s", ints({3, 2})));
+  const Planned p(std::move(m), {{"x", Tensor::zeros(DType::Float32, {2, 3})}, {"s", ints({3, 2})}});
+  ASSERT_TRUE(p.step_of("v").dynamic);
+  EXPECT_GE(p.plan->buffers.at(static_cast<size_t>(p.value("a").buffer)).last, 4u);  // the Neg of v
+}
+
+TEST(Planner, NoInPlaceWriteOverTheSourceOfALiveRunTimeView) {
+  // v views a from a Reshape to a fed shape; the Neg of a must not overwrite a while v is unread.
+  Model m = model({node("Relu", {"x"}, {"a"}), node("Reshape", {"a", "s"}, {"v"}), node("Neg", {"a"}, {"b"}),
+                   node("Neg", {"v"}, {"y"})},
+                  {"b", "y"});
+  m.graph.inputs.push_back(ValueInfo::of("s", ints({3, 2})));
+  const Planned p(Model(m), {{"x", Tensor::zeros(DType::Float32, {2, 3})}, {"s", ints({3, 2})}});
+  EXPECT_NE(p.value("b").buffer, p.value("a").buffer);
+  Session s(std::move(m));
+  const Tensor x = Tensor::from_vector<float>({2, 3}, {-1, 2, -3, 4, -5, 6});
+  const Tensor y = s.run({{"x", x}, {"s", ints({3, 2})}}).at("y");
+  ASSERT_EQ(y.shape(), (Shape{3, 2}));
+  EXPECT_EQ(std::vector<float>(y.data<float>(), y.data<float>() + 6), (std::vector<float>{0, -2, 0, -4, 0, -6}));
 }
 
 // ---- shapes known only at run time ------------------------------------------------------------

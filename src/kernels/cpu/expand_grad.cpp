@@ -132,6 +132,7 @@ template <class T>
 class SumToShapeOf : public Kernel {
  public:
   using Kernel::Kernel;
+  bool reads_only_shape(size_t input) const override { return input == 1; }
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const Shape& g = ctx.shape(0);

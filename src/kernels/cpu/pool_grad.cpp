@@ -161,6 +161,7 @@ class MaxPoolGradKernel final : public PoolGradKernel {
 class AveragePoolGradKernel final : public PoolGradKernel {
  public:
   explicit AveragePoolGradKernel(const Node& node) : PoolGradKernel(node, "AveragePoolGrad") {}
+  bool reads_only_shape(size_t input) const override { return input == 1; }
 
  protected:
   void plan_windows(const Shape& spatial, const dnnl_util::Window& win) override {

@@ -171,6 +171,7 @@ class IdentityKernel : public AliasKernel {
 class ShapeKernel : public Kernel {
  public:
   using Kernel::Kernel;
+  bool reads_only_shape(size_t input) const override { return input == 0; }
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& in = ctx.input(0);
     const int64_t rank = static_cast<int64_t>(in.shape.size());
@@ -199,6 +200,7 @@ class ShapeKernel : public Kernel {
 class SizeKernel : public Kernel {
  public:
   using Kernel::Kernel;
+  bool reads_only_shape(size_t input) const override { return input == 0; }
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& in = ctx.input(0);
     TensorMeta out{DType::Int64, {}, false, Tensor()};
