@@ -53,11 +53,14 @@ TEST(SumToShapeOf, MatchesBroadcastSums) {
                                                                      {{2, 3, 5}, {2, 1, 5}},
                                                                      {{2, 3}, {2, 1}},
                                                                      {{3, 4}, {}},
-                                                                     // row blocks per thread, columns per
-                                                                     // thread (the two leading paths)
+                                                                     // row blocks per thread
                                                                      {{600, 300}, {300}},
                                                                      {{130, 7}, {7}},
-                                                                     {{2, 64, 1000}, {1000}}}) {
+                                                                     {{2, 64, 1000}, {1000}},
+                                                                     // columns per thread: too few rows
+                                                                     // for blocks, rows too wide
+                                                                     {{40, 1000}, {1000}},
+                                                                     {{130, 17000}, {17000}}}) {
     const Tensor g = iota(gs);
     const Tensor y = sum_to(g, like);
     ASSERT_EQ(y.shape(), like);

@@ -33,7 +33,7 @@ class SliceGradKernel : public Kernel {
     const Tensor& dy = ctx.input(0);
     Tensor& dx = ctx.output(0);
     const size_t esize = dtype_size(dx.dtype());
-    std::memset(dx.raw_data(), 0, dx.nbytes());
+    zero(dx);
     if (dy.numel() == 0) return;
     visit_esize(esize, [&](auto tag) {
       using U = decltype(tag);
@@ -59,13 +59,22 @@ class SliceGradKernel : public Kernel {
             rem /= ys[d];
           }
           const U* in = src + row * cols;
-          for (int64_t c = 0; c < cols; ++c) out[off + c * col_stride] = in[c];
+          if (col_stride == 1) std::memcpy(out + off, in, static_cast<size_t>(cols) * sizeof(U));
+          else
+            for (int64_t c = 0; c < cols; ++c) out[off + c * col_stride] = in[c];
         }
       });
     });
   }
 
  private:
+  // The whole output to zeros, split across threads (a serial memset of bert's 6 MB QKV gradient
+  // was a quarter of this kernel's time at 2 threads).
+  static void zero(Tensor& t) {
+    auto* bytes = static_cast<unsigned char*>(t.raw_data());
+    parallel_for(static_cast<int64_t>(t.nbytes()), int64_t{1} << 18,
+                 [&](int64_t b, int64_t e) { std::memset(bytes + b, 0, static_cast<size_t>(e - b)); });
+  }
   template <class F>
   static void visit_esize(size_t esize, F&& f) {
     switch (esize) {
