@@ -112,6 +112,19 @@ TEST(Conv, MatchesReference) {
       {"6 channels", {2, 6, 14, 14}, {16, 6, 5, 5}, 1},
       {"wide groups, stride+dilation+asymmetric pads", {2, 16, 9, 10}, {8, 4, 3, 3}, 4, {2, 1}, {2, 2}, {0, 2, 1, 1}},
       {"wide SAME_LOWER", {1, 12, 7, 6}, {12, 12, 2, 2}, 1, {2, 2}, {}, {}, "SAME_LOWER"},
+      // Taps that read only padding are cropped (conv.cpp crop_taps), and a convolution with one
+      // output position whose cropped window reads the whole input, or its first element, is one
+      // matrix product.
+      {"3x3 over 1x1, pads 1: one product", {4, 32, 1, 1}, {24, 32, 3, 3}, 1, {}, {}, {1, 1, 1, 1}},
+      {"3x3 stride 2 over 2x2: one product of 2x2 taps", {3, 16, 2, 2}, {20, 16, 3, 3}, 1, {2, 2}, {}, {1, 1, 1, 1}},
+      {"1x1 stride 2 over 2x2: one product of the first element", {3, 16, 2, 2}, {20, 16, 1, 1}, 1, {2, 2}},
+      {"no bias, one product", {2, 8, 1, 1}, {5, 8, 3, 3}, 1, {}, {}, {1, 1, 1, 1}, "", false},
+      {"1-D one product", {2, 6, 1}, {4, 6, 3}, 1, {}, {}, {1, 1}},
+      {"3-D one product", {2, 4, 1, 1, 1}, {5, 4, 3, 3, 3}, 1, {}, {}, {1, 1, 1, 1, 1, 1}},
+      {"rows cropped, columns whole", {2, 8, 1, 5}, {6, 8, 3, 3}, 1, {}, {}, {1, 1, 1, 1}},
+      {"cropped with dilation 2", {2, 8, 1, 4}, {6, 8, 3, 3}, 1, {}, {2, 2}, {2, 2, 2, 2}},
+      {"cropped groups", {2, 8, 1, 1}, {6, 4, 3, 3}, 2, {}, {}, {1, 1, 1, 1}},
+      {"asymmetric pads, cropped end taps", {2, 8, 2, 3}, {6, 8, 3, 3}, 1, {}, {}, {0, 0, 2, 2}},
   };
   uint32_t seed = 10;
   for (const ConvCase& c : cases) {
@@ -181,6 +194,30 @@ TEST(Conv, ConstantWeightsPackedAtPlanTimeMatchTheReference) {
   }
   const Tensor fed = random_f32(c.w, seed++, -1.f, 1.f), x = random_f32(c.x, seed++, -1.f, 1.f);
   check(x, fed, {{"x", x}, {"w", fed}});
+}
+
+// The one-product path (3x3 over a 1x1 map) copies an initializer's cropped taps once, at plan time.
+TEST(Conv, ConstantWeightsOfAOneProductConvolutionMatchTheReference) {
+  const ConvCase c{"initializer weights, one product", {3, 16, 1, 1}, {12, 16, 3, 3}, 1, {}, {}, {1, 1, 1, 1}};
+  const Tensor w = random_f32(c.w, 60, -1.f, 1.f), b = random_f32({12}, 61, -1.f, 1.f);
+  Model m;
+  m.opsets = {{"", 17}};
+  m.graph.inputs = {kiln::test::float_info("x", {-1, 16, 1, 1})};
+  ValueInfo y;
+  y.name = "y";
+  m.graph.outputs = {y};
+  m.graph.initializers["w"] = w;
+  m.graph.initializers["b"] = b;
+  m.graph.nodes = {conv_node(c)};
+  Session session(std::move(m));
+  for (uint32_t seed : {62u, 63u}) {
+    const Tensor x = random_f32(c.x, seed, -1.f, 1.f);
+    Shape shape;
+    const std::vector<double> ref = ref_conv(c, x, w, &b, shape);
+    const Tensor out = session.run({{"x", x}}).at("y");
+    ASSERT_EQ(out.shape(), shape);
+    for (int64_t i = 0; i < out.numel(); ++i) EXPECT_NEAR(out.item_as_double(i), ref[size_t(i)], 1e-4) << i;
+  }
 }
 
 }  // namespace
