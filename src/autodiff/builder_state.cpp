@@ -10,11 +10,13 @@ namespace kiln {
 
 namespace {
 
-// The forward graph with its GELU chains fused (ir/fusion.h), so that their backward is one
-// ai.kiln.GeluGrad pass instead of a dozen; done before the editor collects the graph's names.
+// The forward graph with its GELU chains and masked softmaxes fused (ir/fusion.h), so that their
+// backward is one ai.kiln.GeluGrad or MaskedSoftmaxGrad pass instead of several; done before the
+// editor collects the graph's names. Shape inference first gives the masked softmax its dtype hints.
 Model fused(const Model& forward) {
   Model m = forward;
-  fuse_gelu(m);
+  infer_shapes(m);
+  fuse(m);
   return m;
 }
 

@@ -187,51 +187,34 @@ std::optional<Chain> match_tanh(const Graph& g, const Uses& u, size_t tanh) {
   return c;
 }
 
-// "/mlp/Erf" -> "/mlp/Gelu".
-std::string gelu_name(const std::string& named_after) {
-  const size_t slash = named_after.rfind('/');
-  return (slash == std::string::npos ? std::string() : named_after.substr(0, slash + 1)) + "Gelu";
+// Marks `nodes` taken unless one of them already is (by an overlapping match): whether it did.
+bool claim(std::set<size_t>& taken, const std::vector<size_t>& nodes) {
+  for (size_t k : nodes)
+    if (taken.count(k)) return false;
+  taken.insert(nodes.begin(), nodes.end());
+  return true;
 }
 
-}  // namespace
+// A fusion found: `nodes` (the last writes the fused output) become `fused`.
+struct Rewrite {
+  std::vector<size_t> nodes;
+  Node fused;
+};
 
-size_t fuse_gelu(Model& model) {
+// Replaces each rewrite's last node by its fused node and drops the others, then Constant nodes
+// only they read and the value_info of the values that are gone.
+void apply(Model& model, std::vector<Rewrite>& rewrites) {
   Graph& g = model.graph;
-  std::vector<Chain> chains;
-  {
-    const Uses uses(g);
-    std::set<size_t> taken;
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      const Node& n = g.nodes[i];
-      if (!n.domain.empty() || (n.op_type != "Erf" && n.op_type != "Tanh")) continue;
-      std::optional<Chain> c = n.op_type == "Erf" ? match_erf(g, uses, i) : match_tanh(g, uses, i);
-      if (!c) continue;
-      bool free = true;
-      for (size_t k : c->nodes) free = free && !taken.count(k);
-      if (!free) continue;
-      taken.insert(c->nodes.begin(), c->nodes.end());
-      chains.push_back(std::move(*c));
-    }
-  }
-  if (chains.empty()) return 0;
-  GraphEditor names(model);
   std::map<size_t, Node> replace;  // the chain's last node -> the fused node
   std::set<size_t> remove;
   std::set<std::string> gone;  // values the removed nodes wrote
-  for (const Chain& c : chains) {
-    Node fused;
-    fused.name = names.fresh(gelu_name(g.nodes[c.named_after].name));
-    fused.domain = kKilnDomain;
-    fused.op_type = "Gelu";
-    fused.inputs = {c.x};
-    fused.outputs = {c.y};
-    fused.attrs["approximate"] = Attribute::of_string(c.tanh ? "tanh" : "none");
-    replace.emplace(c.nodes.back(), std::move(fused));
-    for (size_t k : c.nodes) {
-      if (k == c.nodes.back()) continue;
+  for (Rewrite& r : rewrites) {
+    for (size_t k : r.nodes) {
+      if (k == r.nodes.back()) continue;
       remove.insert(k);
       for (const std::string& v : g.nodes[k].outputs) gone.insert(v);
     }
+    replace.emplace(r.nodes.back(), std::move(r.fused));
   }
   std::vector<Node> kept;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -243,7 +226,6 @@ size_t fuse_gelu(Model& model) {
     kept.push_back(std::move(g.nodes[i]));
   }
   g.nodes = std::move(kept);
-  // Constant nodes only the chains read (their scales and offsets) go too.
   const Uses after(g);
   std::erase_if(g.nodes, [&](const Node& n) {
     if (!n.domain.empty() || n.op_type != "Constant" || n.outputs.size() != 1 || after.read(n.outputs[0])) return false;
@@ -252,7 +234,121 @@ size_t fuse_gelu(Model& model) {
   });
   std::erase_if(g.value_info, [&](const ValueInfo& v) { return gone.count(v.name) != 0; });
   if (!model.opsets.count(kKilnDomain)) model.opsets[kKilnDomain] = 1;
+}
+
+// "/attn/Softmax" -> "/attn/MaskedSoftmax".
+std::string renamed(const std::string& name, const char* op) {
+  const size_t slash = name.rfind('/');
+  return (slash == std::string::npos ? std::string() : name.substr(0, slash + 1)) + op;
+}
+
+// The dtype the graph's hints give `v`, if any.
+std::optional<DType> hinted_dtype(const Graph& g, const std::string& v) {
+  for (const auto* list : {&g.value_info, &g.outputs})
+    for (const ValueInfo& info : *list)
+      if (info.name == v && info.has_type) return info.dtype;
+  return std::nullopt;
+}
+
+// Binary node `i` of type `op` with a one-element floating constant as an operand (only the right
+// one when `right_only`): {the other operand, the constant}.
+std::optional<std::pair<std::string, double>> with_scalar(const Graph& g, const Uses& u, size_t i, const char* op,
+                                                          bool right_only) {
+  if (i == kNone) return std::nullopt;
+  const Node& n = g.nodes[i];
+  if (!n.domain.empty() || n.op_type != op || n.inputs.size() != 2 || n.outputs.size() != 1) return std::nullopt;
+  if (const auto c = u.scalar(n.inputs[1])) return std::make_pair(n.inputs[0], *c);
+  if (const auto c = u.scalar(n.inputs[0]); c && !right_only) return std::make_pair(n.inputs[1], *c);
+  return std::nullopt;
+}
+
+// Softmax(Where(cond, fill, X)) or Softmax(Where(cond, X, fill)) along the last axis, X optionally
+// Mul(S, k), Mul(k, S) or Div(S, k): ai.kiln.MaskedSoftmax(S, cond).
+std::optional<Rewrite> match_masked_softmax(const Graph& g, const Uses& u, size_t softmax, GraphEditor& names) {
+  const Node& s = g.nodes[softmax];
+  if (s.inputs.size() != 1 || s.outputs.size() != 1 || s.attr_int("axis", -1) != -1) return std::nullopt;
+  const std::optional<DType> dtype = hinted_dtype(g, s.outputs[0]);
+  if (dtype != DType::Float32 && dtype != DType::Float64) return std::nullopt;
+  const size_t where = u.producer(s.inputs[0], "Where");
+  if (where == kNone || u.sole_reader(s.inputs[0]) != softmax || g.nodes[where].inputs.size() != 3) return std::nullopt;
+  const Node& w = g.nodes[where];
+  const std::optional<double> on_true = u.scalar(w.inputs[1]), on_false = u.scalar(w.inputs[2]);
+  if (on_true.has_value() == on_false.has_value()) return std::nullopt;
+  Rewrite r;
+  std::string x = on_true ? w.inputs[2] : w.inputs[1];
+  double scale = 1.0;
+  if (u.sole_reader(x) == where) {
+    const size_t mul = u.producer(x, "Mul"), div = u.producer(x, "Div");
+    const auto m = mul != kNone ? with_scalar(g, u, mul, "Mul", false) : with_scalar(g, u, div, "Div", true);
+    if (m && (mul != kNone || m->second != 0.0)) {
+      r.nodes.push_back(mul != kNone ? mul : div);
+      x = m->first;
+      scale = mul != kNone ? m->second : 1.0 / m->second;
+    }
+  }
+  r.nodes.insert(r.nodes.end(), {where, softmax});
+  r.fused.name = names.fresh(renamed(s.name, "MaskedSoftmax"));
+  r.fused.domain = kKilnDomain;
+  r.fused.op_type = "MaskedSoftmax";
+  r.fused.inputs = {x, w.inputs[0]};
+  r.fused.outputs = s.outputs;
+  r.fused.attrs["scale"] = Attribute::of_float(static_cast<float>(scale));
+  r.fused.attrs["fill"] = Attribute::of_float(static_cast<float>(on_true ? *on_true : *on_false));
+  r.fused.attrs["fill_where"] = Attribute::of_int(on_true ? 1 : 0);
+  return r;
+}
+
+}  // namespace
+
+size_t fuse_masked_softmax(Model& model) {
+  if (model.opset("") < 13) return 0;  // Softmax flattened to 2-D before opset 13
+  Graph& g = model.graph;
+  std::vector<Rewrite> rewrites;
+  {
+    const Uses uses(g);
+    GraphEditor names(model);
+    std::set<size_t> taken;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (!g.nodes[i].domain.empty() || g.nodes[i].op_type != "Softmax") continue;
+      std::optional<Rewrite> r = match_masked_softmax(g, uses, i, names);
+      if (r && claim(taken, r->nodes)) rewrites.push_back(std::move(*r));
+    }
+  }
+  if (rewrites.empty()) return 0;
+  apply(model, rewrites);
+  return rewrites.size();
+}
+
+size_t fuse_gelu(Model& model) {
+  Graph& g = model.graph;
+  std::vector<Chain> chains;
+  {
+    const Uses uses(g);
+    std::set<size_t> taken;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (!n.domain.empty() || (n.op_type != "Erf" && n.op_type != "Tanh")) continue;
+      std::optional<Chain> c = n.op_type == "Erf" ? match_erf(g, uses, i) : match_tanh(g, uses, i);
+      if (c && claim(taken, c->nodes)) chains.push_back(std::move(*c));
+    }
+  }
+  if (chains.empty()) return 0;
+  GraphEditor names(model);
+  std::vector<Rewrite> rewrites;
+  for (const Chain& c : chains) {
+    Rewrite r{c.nodes, {}};
+    r.fused.name = names.fresh(renamed(g.nodes[c.named_after].name, "Gelu"));
+    r.fused.domain = kKilnDomain;
+    r.fused.op_type = "Gelu";
+    r.fused.inputs = {c.x};
+    r.fused.outputs = {c.y};
+    r.fused.attrs["approximate"] = Attribute::of_string(c.tanh ? "tanh" : "none");
+    rewrites.push_back(std::move(r));
+  }
+  apply(model, rewrites);
   return chains.size();
 }
+
+size_t fuse(Model& model) { return fuse_gelu(model) + fuse_masked_softmax(model); }
 
 }  // namespace kiln

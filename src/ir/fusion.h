@@ -9,6 +9,13 @@
 // operand order: Div(x, sqrt 2) or Mul(x, 1/sqrt 2); x^3 as Pow(x, 3) or Mul(x, Mul(x, x)); the
 // half applied last or to x first. Each becomes ai.kiln.Gelu (attribute approximate "none" or
 // "tanh"), named after the chain's Erf or Tanh node ("/mlp/Erf" -> "/mlp/Gelu").
+//
+// fuse_masked_softmax: attention's masked softmax as torch.onnx exports masked_fill / torch.where
+// before F.softmax (opset 13 on, last axis, a float32 or float64 output by the graph's dtype
+// hints): Softmax(Where(cond, fill, X)) or Softmax(Where(cond, X, fill)), fill a scalar constant,
+// with X = S * k, k * S or S / k (the scores' scale) when only the Where reads X. It becomes
+// ai.kiln.MaskedSoftmax(S, cond) (attributes scale, fill, fill_where), one pass over the scores
+// instead of three, and one ai.kiln.MaskedSoftmaxGrad pass in the backward.
 #pragma once
 
 #include <cstddef>
@@ -20,5 +27,8 @@ namespace kiln {
 // Fuses every GELU chain whose intermediate values only the chain reads; returns how many. Imports
 // the ai.kiln domain when it fuses any. Constant nodes left unread are removed.
 size_t fuse_gelu(Model& model);
+size_t fuse_masked_softmax(Model& model);
+// Every fusion above; returns how many nodes were written.
+size_t fuse(Model& model);
 
 }  // namespace kiln

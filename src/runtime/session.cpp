@@ -21,7 +21,7 @@ int get_num_threads() { return omp_get_max_threads(); }
 
 Session::Session(Model model, SessionOptions options) : model_(std::move(model)), options_(options) {
   if (options_.num_threads != 0) set_num_threads(options_.num_threads);
-  if (options_.fuse) fuse_gelu(model_);
+  if (options_.fuse) fuse(model_);
   order_ = model_.graph.topological_order();
 }
 
