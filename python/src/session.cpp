@@ -1,4 +1,5 @@
-// kiln._kiln.Session: runs a model from Python (the ONNX backend and inference users).
+// kiln._kiln.Session: runs a model from Python (the ONNX backend, inference users, ORTModule), and
+// build_gradient_graph, which ORTModule differentiates exported torch modules with.
 #include "kiln/session.h"
 
 #include <pybind11/stl.h>
@@ -6,6 +7,7 @@
 #include <memory>
 
 #include "bindings.h"
+#include "kiln/autodiff.h"
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
 #include "numpy_tensor.h"
@@ -64,6 +66,27 @@ void register_session(py::module_& m) {
             return result;
           },
           py::arg("feeds"), py::arg("output_names") = py::none());
+  // The forward + backward graph of a model (kiln/autodiff.h) as ONNX bytes, and parameter ->
+  // gradient output names: what kiln.training.ortmodule differentiates exported modules with.
+  m.def(
+      "build_gradient_graph",
+      [](const py::bytes& model, const std::string& loss, const std::vector<std::string>& requires_grad) {
+        const std::string bytes = model;
+        GradientGraph g;
+        std::string out;
+        {
+          py::gil_scoped_release release;
+          GradientOptions o;
+          o.loss = loss;
+          o.requires_grad = requires_grad;
+          g = build_gradient_graph(load_model_from_bytes(bytes), o);
+          out = serialize_model(g.model);
+        }
+        py::dict grads;
+        for (const auto& [param, grad] : g.grads) grads[py::str(param)] = py::str(grad);
+        return py::make_tuple(py::bytes(out), grads);
+      },
+      py::arg("model"), py::arg("loss"), py::arg("requires_grad"));
 }
 
 }  // namespace kiln::python
