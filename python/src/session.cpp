@@ -2,6 +2,7 @@
 // build_gradient_graph, which ORTModule differentiates exported torch modules with.
 #include "kiln/session.h"
 
+#include <fmt/format.h>
 #include <pybind11/stl.h>
 
 #include <memory>
@@ -16,15 +17,17 @@ namespace kiln::python {
 
 namespace {
 
-Model load_any(const py::object& model) {
+Model load_any(const py::object& model, bool check = true) {
+  LoadOptions options;
+  options.run_checker = check;
   if (py::isinstance<py::bytes>(model)) {
     const std::string bytes = model.cast<std::string>();
     py::gil_scoped_release release;
-    return load_model_from_bytes(bytes);
+    return load_model_from_bytes(bytes, "", options);
   }
   const std::string path = py::str(py::module_::import("os").attr("fspath")(model));
   py::gil_scoped_release release;
-  return load_model(path);
+  return load_model(path, options);
 }
 
 std::vector<std::string> names(const std::vector<ValueInfo>& vs) {
@@ -37,12 +40,13 @@ std::vector<std::string> names(const std::vector<ValueInfo>& vs) {
 
 void register_session(py::module_& m) {
   py::class_<Session, std::shared_ptr<Session>>(m, "Session")
-      .def(py::init([](const py::object& model, int num_threads) {
+      .def(py::init([](const py::object& model, int num_threads, bool check) {
              SessionOptions o;
              o.num_threads = num_threads;
-             return std::make_shared<Session>(load_any(model), o);
+             return std::make_shared<Session>(load_any(model, check), o);
            }),
-           py::arg("model"), py::arg("num_threads") = 0)
+           // check=False skips ONNX's checker (graphs Kiln made, whose outputs may lack a type)
+           py::arg("model"), py::arg("num_threads") = 0, py::arg("check") = true)
       .def_property_readonly("input_names", [](const Session& s) { return names(s.inputs()); })
       .def_property_readonly("output_names", [](const Session& s) { return names(s.outputs()); })
       .def(
@@ -65,7 +69,40 @@ void register_session(py::module_& m) {
             for (const auto& name : wanted) result[py::str(name)] = to_array(out.at(name));
             return result;
           },
-          py::arg("feeds"), py::arg("output_names") = py::none());
+          py::arg("feeds"), py::arg("output_names") = py::none())
+      // Session::run_with_binding from Python: inputs and outputs by position (input_names and
+      // output_names order). An output given as a C-contiguous, writeable array of the output's
+      // dtype and shape is written in place; None gets a new array. Returns the output arrays.
+      .def(
+          "run_bound",
+          [](Session& s, const py::sequence& inputs, const py::sequence& outputs) {
+            const std::vector<std::string> in_names = names(s.inputs()), out_names = names(s.outputs());
+            if (inputs.size() != in_names.size() || outputs.size() != out_names.size())
+              throw InvalidArgument(fmt::format("run_bound: {} inputs and {} outputs given; the model has {} and {}",
+                                                inputs.size(), outputs.size(), in_names.size(), out_names.size()));
+            std::vector<Tensor> in(inputs.size()), out(outputs.size());
+            std::vector<py::object> keep(inputs.size() + outputs.size());
+            for (size_t i = 0; i < in.size(); ++i)
+              in[i] = borrow_array(inputs[i], "input '" + in_names[i] + "'", keep[i]);
+            for (size_t i = 0; i < out.size(); ++i) {
+              if (outputs[i].is_none()) continue;
+              const std::string what = "output '" + out_names[i] + "'";
+              if (!py::isinstance<py::array>(outputs[i])) throw TypeError(what + ": expected a numpy array or None");
+              const auto a = py::reinterpret_borrow<py::array>(outputs[i]);
+              if (!(a.flags() & py::array::c_style) || !a.writeable())
+                throw InvalidArgument(what + ": the array must be C-contiguous and writeable");
+              out[i] = borrow_array(a, what, keep[in.size() + i]);
+            }
+            {
+              py::gil_scoped_release release;
+              s.run_with_binding(in, out);
+            }
+            py::list result;
+            for (size_t i = 0; i < out.size(); ++i)
+              result.append(outputs[i].is_none() ? py::object(to_array(out[i])) : py::object(outputs[i]));
+            return result;
+          },
+          py::arg("inputs"), py::arg("outputs"));
   // The forward + backward graph of a model (kiln/autodiff.h) as ONNX bytes, and parameter ->
   // gradient output names: what kiln.training.ortmodule differentiates exported modules with.
   m.def(

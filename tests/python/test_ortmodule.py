@@ -79,6 +79,34 @@ def test_cnn_with_adamw_matches_pytorch():
     assert_parity(losses, plain, ours)
 
 
+def bn_cnn():
+    # Convolutions before BatchNorm without bias, as ResNet's: such a bias's gradient is zero in exact
+    # arithmetic, and AdamW turns the rounding noise of either side into steps of its learning rate.
+    return torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
+                               torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 8, 3, bias=False),
+                               torch.nn.BatchNorm2d(8),
+                               torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 12 * 12, 10))
+
+
+def test_batchnorm_in_training_mode_updates_the_running_statistics():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        losses, plain, ours = train_both(bn_cnn, lambda p: torch.optim.AdamW(p, lr=1e-3),
+                                         batches((8, 1, 28, 28), 10))
+    assert_parity(losses, plain, ours)
+    theirs = dict(ours.named_buffers())
+    for name, b in plain.named_buffers():
+        if name.endswith("num_batches_tracked"):
+            assert theirs[name].item() == b.item() == STEPS, name
+        else:
+            torch.testing.assert_close(theirs[name], b, rtol=1e-4, atol=1e-5, msg=name)
+    x = torch.randn(4, 1, 28, 28)
+    plain.eval()
+    ours.eval()  # inference mode: the running statistics normalise
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), plain(x), rtol=1e-4, atol=1e-5)
+
+
 class TwoHeads(torch.nn.Module):
     """A frozen encoder, two heads, outputs as a dict with a tuple and an integer tensor."""
 
@@ -212,3 +240,79 @@ def test_importable_from_onnxruntimes_paths():
     from kiln.training.ortmodule import ORTModule as same
 
     assert kiln.training.ORTModule is same is ORTModule
+
+
+def transformer_case(name):
+    """(module, batches, loss of the module's output and a batch) for the zoo's BERT-style encoder
+    (rows right-padded: attention_mask has zeros; cross-entropy outside) and GPT-style decoder (tied
+    embeddings, its language-model loss inside the module)."""
+    import numpy as np
+    import zoo_models
+    from training_models import WithLoss
+    from training_parity import perturb
+
+    torch.manual_seed(0)
+    spec = zoo_models.zoo("test")[name]
+    if name == "bert":
+        module = perturb(zoo_models.Bert(**zoo_models.SIZES["bert"]["test"]))
+        batches_ = []
+        for i in range(STEPS):
+            rng = np.random.default_rng(4000 + i)
+            feeds = spec.inputs(2, 16, rng)
+            labels = torch.from_numpy(rng.integers(0, 3, size=(2,), dtype=np.int64))
+            batches_.append(([torch.from_numpy(v) for v in feeds.values()], labels))
+        return module, batches_, lambda out, labels: torch.nn.functional.cross_entropy(out, labels)
+    module = WithLoss(zoo_models.GPT2(**zoo_models.SIZES["gpt2"]["test"]), "lm")
+    batches_ = []
+    for i in range(STEPS):
+        ids = torch.from_numpy(spec.inputs(2, 16, np.random.default_rng(5000 + i))["input_ids"])
+        batches_.append(([ids, ids.clone()], None))
+    return module, batches_, lambda out, _: out
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_transformers_match_pytorch(name):
+    # SGD with momentum: the attention key bias's gradient is zero in exact arithmetic (softmax ignores
+    # a shift common to all keys), and AdamW would turn either side's rounding noise into full steps.
+    plain, data, loss_of = transformer_case(name)
+    plain.train()
+    ours = ORTModule(copy.deepcopy(plain))
+    losses = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (plain, ours)]
+        for inputs, labels in data:
+            row = []
+            for model, opt in zip((plain, ours), opts):
+                loss = loss_of(model(*inputs), labels)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                row.append(loss.item())
+            losses.append(row)
+    assert_parity(losses, plain, ours)
+
+
+def test_clipping_and_a_scheduler_work_unchanged():
+    torch.manual_seed(6)
+    plain = mlp()
+    ours = ORTModule(copy.deepcopy(plain))
+    data = batches((16, 20), 5, seed=7, steps=8)
+    losses = []
+    runs = []
+    for model in (plain, ours):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+        run = []
+        for x, y in data:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            run.append(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5).item())
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+        runs.append(run)
+    for want, got in zip(*runs):  # the gradient norms before clipping
+        assert abs(got - want) <= 1e-4 * want
+    assert_parity(list(zip(losses[:8], losses[8:])), plain, ours)

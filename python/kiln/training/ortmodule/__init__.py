@@ -14,8 +14,10 @@ buffers are fed from the module's own tensors on every call (NumPy views of thei
 so an optimizer's in-place update is seen without re-export.
 
 What this version does and does not do (docs/torch.md says the same):
-- backward runs Kiln's forward + backward graph from the saved inputs: the forward is computed
-  twice per step (Kiln keeps no activations between the forward call and the backward call yet);
+- Kiln's gradient graph is split where the output gradients enter: the forward call runs the part
+  that does not need them and returns, besides the outputs, the activations the backward reads
+  (copied out of Kiln's arena into NumPy arrays, held by the autograd node); the backward call runs
+  the rest from them, the output gradients and the inputs and parameters saved for backward;
 - inputs are positional tensors; outputs a tensor or nested tuples / lists / dicts of tensors;
 - BatchNorm running statistics are not written back to the module in training mode, and Dropout
   draws Kiln's masks, not torch's;
@@ -118,6 +120,24 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
+class _Bound:
+    """A Kiln Session run by position (Session.run_bound): each output is written by the kernel that
+    computes it into an array allocated here, with the dtype and shape the first run gave (a plan
+    serves one input signature, so they do not change): no copy out of Kiln's arena."""
+
+    def __init__(self, session):
+        self.session = session
+        self.inputs, self.outputs = list(session.input_names), list(session.output_names)
+        self.likes = None
+
+    def run(self, feeds: dict) -> dict:
+        outputs = [None] * len(self.outputs) if self.likes is None else [np.empty(s, d) for s, d in self.likes]
+        result = self.session.run_bound([feeds[name] for name in self.inputs], outputs)
+        if self.likes is None:
+            self.likes = [(a.shape, a.dtype) for a in result]
+        return dict(zip(self.outputs, result))
+
+
 class _Plan:
     """One input signature's exported forward and its gradient graph, planned by Kiln Sessions."""
 
@@ -125,19 +145,29 @@ class _Plan:
         self.training = module.training
         mode = "training" if self.training else "inference"
         captured = []
+        buffers = dict(module.named_buffers())
+        saved = {name: b.detach().clone() for name, b in buffers.items()}
         hook = module.register_forward_hook(lambda _m, _i, out: captured.append(out))
         buffer = io.BytesIO()
         self.input_names = [f"input_{i}" for i in range(len(args))]
         try:
-            with torch.no_grad():
+            with torch.no_grad(), warnings.catch_warnings():
+                if debug.log_level > LogLevel.INFO:  # torch.onnx's notes on tracing, as ORTModule hides them
+                    warnings.simplefilter("ignore", UserWarning)
+                    warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                # PRESERVE: the module's own mode, without the eval-mode export's folding of BatchNorm
+                # into the convolution before it (fixed weights, which the next optimizer step stales).
                 torch.onnx.export(module, args, buffer, opset_version=17, do_constant_folding=False,
-                                  training=torch.onnx.TrainingMode.TRAINING if self.training
-                                  else torch.onnx.TrainingMode.EVAL,
+                                  training=torch.onnx.TrainingMode.PRESERVE,
                                   input_names=self.input_names, keep_initializers_as_inputs=True)
         except Exception as e:  # noqa: BLE001 (any export failure is a reason to fall back)
             raise _Fallback(f"torch.onnx.export failed: {type(e).__name__}: {e}") from e
         finally:
             hook.remove()
+            # Tracing ran the module: a training-mode BatchNorm updated its statistics; undo that.
+            with torch.no_grad():
+                for name, value in saved.items():
+                    buffers[name].copy_(value)
         if not captured:
             raise _Fallback("the module's forward hook did not run during export")
         outputs, self.structure = _flatten(captured[-1], "the module's output")
@@ -147,32 +177,64 @@ class _Plan:
         if len(self.output_names) != len(outputs):
             raise _Fallback(f"the export has {len(self.output_names)} outputs for the module's {len(outputs)} tensors")
         self.differentiable = [o.is_floating_point() for o in outputs]
-        # Parameters and buffers the graph reads, fed from the module on every call (by state_dict name).
+        # Parameters and buffers the graph reads, fed from the module on every call (by state_dict name):
+        # parameters go through autograd (saved for backward), buffers as NumPy copies beside it.
         state = dict(module.state_dict(keep_vars=True))
         initializers = {i.name for i in graph.initializer}
-        self.state_names = [n for n in state if n in initializers]
+        self.param_names = [n for n in state if n in initializers and isinstance(state[n], torch.nn.Parameter)]
+        self.buffer_names = [n for n in state if n in initializers and not isinstance(state[n], torch.nn.Parameter)]
+        self.updates = self._running_statistics(graph, state) if self.training else []
         graph_inputs = [i.name for i in graph.input]
         missing = [n for n in self.input_names if n not in graph_inputs]
         if missing:
             raise _Fallback(f"the export dropped input(s) {missing} (the forward does not read them)")
-        trainable = [n for n in self.state_names if isinstance(state[n], torch.nn.Parameter) and state[n].requires_grad]
+        trainable = [n for n in self.param_names if state[n].requires_grad]
         grad_inputs = [n for n, a in zip(self.input_names, args) if a.requires_grad]
-        self.forward = core.Session(buffer.getvalue())
         self.wrt = trainable + grad_inputs
-        self.grads, self.backward = {}, None
+        self.grads, self.stash_names, self.backward, self._backward_graph, self._static = {}, [], None, None, set()
+        fed = set(self.input_names) | set(self.param_names) | set(self.buffer_names)
+        forward_model = exported
         if self.wrt and any(self.differentiable):
             grad_bytes = self._vjp_model(exported, args, grad_inputs)
             try:
                 grad_model, self.grads = core.build_gradient_graph(grad_bytes, _VJP_LOSS, self.wrt)
             except Exception as e:  # noqa: BLE001 (Kiln's Unsupported etc.: the fallback policy decides)
                 raise _Fallback(f"Kiln cannot differentiate the exported graph: {e}") from e
-            self.backward = core.Session(grad_model)
+            training = onnx.load_from_string(grad_model)
             if debug.save_onnx:
-                onnx.save(onnx.load_from_string(grad_model), f"{debug.onnx_prefix}_training_{mode}.onnx")
+                onnx.save(training, f"{debug.onnx_prefix}_training_{mode}.onnx")
+            forward_model, self._backward_graph, self.stash_names, self._static = _split(
+                training, self.output_names + [out for _, out in self.updates], list(self.grads.values()), fed)
         if debug.save_onnx:
             onnx.save(exported, f"{debug.onnx_prefix}_torch_exported_{mode}.onnx")
+        if forward_model is exported:
+            forward_model = onnx.ModelProto()
+            forward_model.CopyFrom(exported)
+            _fed_as_inputs(forward_model, fed)
+        try:
+            self.forward = _Bound(core.Session(forward_model.SerializeToString(), check=self._backward_graph is None))
+        except Exception as e:  # noqa: BLE001
+            raise _Fallback(f"Kiln cannot run the exported graph: {e}") from e
         if debug.log_level <= LogLevel.VERBOSE:
             print(f"kiln ORTModule: exported {len(graph.node)} nodes ({mode}); gradients of {self.wrt}")
+
+    @staticmethod
+    def _running_statistics(graph, state):
+        """[(buffer name, graph output with its new value)] for each training-mode BatchNormalization:
+        its running mean and variance outputs become graph outputs, written back after each call."""
+        updates = []
+        for node in graph.node:
+            training = any(a.name == "training_mode" and a.i for a in node.attribute)
+            if node.op_type != "BatchNormalization" or not training or len(node.input) < 5:
+                continue
+            for k in (1, 2):
+                if len(node.output) <= k or not node.output[k] or node.input[k + 2] not in state:
+                    continue
+                updates.append((node.input[k + 2], node.output[k]))
+                if node.output[k] not in {o.name for o in graph.output}:
+                    stat = next(i for i in graph.initializer if i.name == node.input[k + 2])
+                    graph.output.append(helper.make_tensor_value_info(node.output[k], stat.data_type, list(stat.dims)))
+        return updates
 
     def _vjp_model(self, exported, args, grad_inputs) -> bytes:
         """The forward with loss = sum over outputs j of sum(output_j * dY_j), dY_j fed: its gradient
@@ -200,20 +262,124 @@ class _Plan:
                 g.initializer.append(numpy_helper.from_array(np.zeros(tuple(arg.shape), _numpy(arg).dtype), name))
         return model.SerializeToString()
 
-    def feeds(self, inputs, state):
+    def backward_session(self, stash: dict):
+        """The backward part's Session, made at the first backward call: its stash inputs take the
+        dtypes and shapes of the arrays the forward part returned (fixed for this signature)."""
+        if self.backward is None:
+            g = self._backward_graph.graph
+            for name in self.stash_names:
+                if name in self._static:  # the same on every call of this signature: a constant
+                    g.initializer.append(numpy_helper.from_array(np.asarray(stash[name]), name))
+                    continue
+                info = g.input.add()
+                info.CopyFrom(helper.make_tensor_value_info(
+                    name, onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[stash[name].dtype], list(stash[name].shape)))
+            self.backward = _Bound(core.Session(self._backward_graph.SerializeToString()))
+            self._backward_graph = None
+            self.stash_names = [n for n in self.stash_names if n not in self._static]
+        return self.backward
+
+    def feeds(self, inputs, params, buffers):
         f = {name: _numpy(t) for name, t in zip(self.input_names, inputs)}
-        f.update({name: _numpy(t) for name, t in zip(self.state_names, state)})
+        f.update({name: _numpy(t) for name, t in zip(self.param_names, params)})
+        f.update(buffers)
         return f
 
 
+def _fed_as_inputs(model: onnx.ModelProto, fed: set) -> onnx.ModelProto:
+    """The model with the values ORTModule feeds on every call (inputs, parameters, buffers, output
+    gradients) as plain graph inputs, and every other initializer the nodes read as a constant: Kiln
+    then runs it by position with its outputs written in place (Session.run_bound)."""
+    g = model.graph
+    read = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    constants = [t for t in g.initializer if t.name not in fed and t.name in read]
+    inputs = [i for i in g.input if i.name in fed and i.name in read]
+    del g.initializer[:]
+    g.initializer.extend(constants)
+    del g.input[:]
+    g.input.extend(inputs)
+    return model
+
+
+def _split(training: onnx.ModelProto, output_names: list, grad_names: list, fed: set):
+    """The training graph cut where the output gradients (its dY inputs) enter: (forward part,
+    backward part without its stash inputs, stash names). The forward part computes every node that
+    does not depend on a dY and returns the outputs and the values the backward part reads (the
+    stash); the backward part computes the rest and returns the gradients. Constant nodes the
+    backward reads are copied into it rather than stashed."""
+    g = training.graph
+    dys = {i.name for i in g.input if i.name.startswith("kiln_grad_output_")}
+    tainted, backward_nodes, forward_nodes = set(dys), [], []
+    pending = list(g.node)
+    while pending:  # the file's order need not be topological: repeat until no node moves
+        moved, rest = False, []
+        produced = {o for n in forward_nodes + backward_nodes for o in n.output}
+        known = produced | {i.name for i in g.input} | {i.name for i in g.initializer}
+        for n in pending:
+            if any(i and i not in known for i in n.input):
+                rest.append(n)
+                continue
+            moved = True
+            if any(i in tainted for i in n.input):
+                backward_nodes.append(n)
+                tainted.update(o for o in n.output if o)
+            else:
+                forward_nodes.append(n)
+        if not moved:
+            raise _Fallback("internal: the training graph has a cycle or reads an undefined value")
+        pending = rest
+    forward_out = {o for n in forward_nodes for o in n.output if o}
+    # Values fixed by the signature (shapes and what is computed from them and from constants): the
+    # backward part takes them as constants, so that Kiln plans its Reshapes and gradients with
+    # known shapes instead of inferring them on every call.
+    fed = {i.name for i in g.input}
+    constant_inputs = {t.name for t in g.initializer if t.name not in fed}
+    static = set()
+    for n in forward_nodes:
+        if n.op_type in ("Shape", "Size", "Constant") or all(not i or i in static or i in constant_inputs
+                                                               for i in n.input):
+            static.update(o for o in n.output if o)
+    constants = {o: n for n in forward_nodes if n.op_type == "Constant" for o in n.output}
+    read_by_backward = [i for n in backward_nodes for i in n.input if i in forward_out]
+    copied = {constants[i].output[0]: constants[i] for i in read_by_backward if i in constants}
+    stash = list(dict.fromkeys(i for i in read_by_backward if i not in constants))
+
+    def part(nodes, inputs, outputs):
+        p = onnx.ModelProto()
+        p.CopyFrom(training)
+        del p.graph.node[:]
+        p.graph.node.extend(nodes)
+        del p.graph.input[:]
+        p.graph.input.extend(inputs)
+        del p.graph.output[:]
+        p.graph.output.extend(outputs)
+        del p.graph.value_info[:]
+        return _fed_as_inputs(p, fed)
+
+    infos = {v.name: v for v in list(g.value_info) + list(g.output)}
+    fwd_inputs = [i for i in g.input if i.name not in dys]
+    fwd_outputs = [infos[n] for n in output_names] + [
+        infos.get(n) or helper.make_empty_tensor_value_info(n) for n in stash if n not in output_names]
+    fed = fed | dys
+    forward = part(forward_nodes, fwd_inputs, fwd_outputs)
+    bwd_inputs = [i for i in g.input if i.name in fed]
+    backward = part(list(copied.values()) + backward_nodes, bwd_inputs, [infos[n] for n in grad_names])
+    return forward, backward, stash, static
+
+
 class _KilnFunction(torch.autograd.Function):
-    """Forward on Kiln's forward Session; backward on its gradient Session (forward recomputed)."""
+    """Forward on the forward part of Kiln's training graph; backward on the rest (see _split)."""
 
     @staticmethod
-    def forward(ctx, plan, n_inputs, *tensors):  # noqa: D102 (torch's signature)
-        inputs, state = tensors[:n_inputs], tensors[n_inputs:]
-        out = plan.forward.run(plan.feeds(inputs, state), plan.output_names)
+    def forward(ctx, plan, n_inputs, buffers, updated, *tensors):  # noqa: D102 (torch's signature)
+        """buffers: {name: NumPy copy} fed beside the tensors; `updated` receives the new values of
+        the running statistics (plan.updates) for the caller to write back."""
+        inputs, params = tensors[:n_inputs], tensors[n_inputs:]
+        out = plan.forward.run(plan.feeds(inputs, params, buffers))
         results = [torch.from_numpy(np.asarray(out[name])) for name in plan.output_names]
+        updated.update({buffer: out[name] for buffer, name in plan.updates})
+        ctx.stash = {name: out[name] for name in plan.stash_names}
+        ctx.buffers = buffers
         ctx.plan, ctx.n_inputs = plan, n_inputs
         ctx.output_likes = [(tuple(r.shape), r.numpy().dtype) for r in results]
         ctx.save_for_backward(*tensors)
@@ -224,17 +390,19 @@ class _KilnFunction(torch.autograd.Function):
     def backward(ctx, *grad_outputs):  # noqa: D102
         plan, n = ctx.plan, ctx.n_inputs
         tensors = ctx.saved_tensors
-        names = plan.input_names + plan.state_names
-        wanted = [plan.grads.get(name) if ctx.needs_input_grad[2 + i] else None for i, name in enumerate(names)]
-        if plan.backward is None or not any(wanted):
-            return (None, None, *[None] * len(tensors))
-        feeds = plan.feeds(tensors[:n], tensors[n:])
+        names = plan.input_names + plan.param_names
+        wanted = [plan.grads.get(name) if ctx.needs_input_grad[4 + i] else None for i, name in enumerate(names)]
+        if not plan.grads or not any(wanted):
+            return (None, None, None, None, *[None] * len(tensors))
+        session = plan.backward_session(ctx.stash)
+        feeds = plan.feeds(tensors[:n], tensors[n:], ctx.buffers)
+        feeds.update({name: ctx.stash[name] for name in plan.stash_names})
         for j, (g, diff) in enumerate(zip(grad_outputs, plan.differentiable)):
             if diff:
                 feeds[_GRAD_OUTPUT.format(j)] = _numpy(g) if g is not None else np.zeros(*ctx.output_likes[j])
-        out = plan.backward.run(feeds, [w for w in wanted if w])
+        out = session.run(feeds)
         grads = [torch.from_numpy(np.asarray(out[w])) if w else None for w in wanted]
-        return (None, None, *grads)
+        return (None, None, None, None, *grads)
 
 
 def _fallback_disabled() -> bool:
@@ -319,6 +487,23 @@ class ORTModule(torch.nn.Module):
         else:
             self._plans.move_to_end(key)
         state = dict(self._torch_module.state_dict(keep_vars=True))
-        tensors = [state[n] for n in plan.state_names]
-        outputs = _KilnFunction.apply(plan, len(args), *args, *tensors)
+        params = [state[n] for n in plan.param_names]
+        buffers = {n: _numpy(state[n]).copy() for n in plan.buffer_names}
+        updated = {}
+        outputs = _KilnFunction.apply(plan, len(args), buffers, updated, *args, *params)
+        self._write_back(updated, state)
         return _unflatten(list(outputs), plan.structure)
+
+    @staticmethod
+    def _write_back(updated, state):
+        """BatchNorm's running statistics into the module's buffers, num_batches_tracked counted as
+        torch counts it (once per training-mode call)."""
+        counted = set()
+        with torch.no_grad():
+            for name, value in updated.items():
+                state[name].copy_(torch.from_numpy(np.asarray(value)))
+                prefix = name.rsplit(".", 1)[0]
+                tracked = state.get(f"{prefix}.num_batches_tracked")
+                if tracked is not None and prefix not in counted:
+                    tracked.add_(1)
+                    counted.add(prefix)
