@@ -56,6 +56,21 @@ class Uses {
     if (t == nullptr || !t->defined() || t->numel() != 1 || !is_floating(t->dtype())) return std::nullopt;
     return t->item_as_double();
   }
+  // The value of `v` when it is a one-element bool constant (Dropout's training_mode), as 0 or 1.
+  std::optional<double> boolean(const std::string& v) const {
+    const auto it = producer_.find(v);
+    const Tensor* t = nullptr;
+    if (const auto i = g_.initializers.find(v); i != g_.initializers.end()) t = &i->second;
+    if (t == nullptr && it != producer_.end()) {
+      const Node& n = g_.nodes[it->second];
+      const auto a = n.attrs.find("value");
+      if (n.domain.empty() && n.op_type == "Constant" && a != n.attrs.end() &&
+          a->second.kind == Attribute::Kind::Tensor)
+        t = &a->second.t;
+    }
+    if (t == nullptr || !t->defined() || t->numel() != 1 || t->dtype() != DType::Bool) return std::nullopt;
+    return t->data<bool>()[0] ? 1.0 : 0.0;
+  }
 
  private:
   const Graph& g_;
@@ -349,6 +364,34 @@ size_t fuse_gelu(Model& model) {
   return chains.size();
 }
 
-size_t fuse(Model& model) { return fuse_gelu(model) + fuse_masked_softmax(model); }
+size_t drop_inactive_dropout(Model& model) {
+  Graph& g = model.graph;
+  const Uses uses(g);
+  const int64_t opset = model.opset("");
+  size_t dropped = 0;
+  for (Node& n : g.nodes) {
+    if (!n.domain.empty() || n.op_type != "Dropout" || n.inputs.empty() || n.outputs.empty()) continue;
+    if (n.outputs.size() > 1 && !n.outputs[1].empty() && uses.read(n.outputs[1])) continue;  // the mask is read
+    bool identity = false;
+    if (opset < 12) {  // the ratio an attribute
+      identity = n.attr_float("ratio", 0.5f) == 0.f;
+    } else {
+      const bool has_ratio = n.inputs.size() > 1 && !n.inputs[1].empty();
+      const bool has_mode = n.inputs.size() > 2 && !n.inputs[2].empty();
+      const std::optional<double> ratio = has_ratio ? uses.scalar(n.inputs[1]) : std::optional<double>(0.5);
+      const std::optional<double> mode = has_mode ? uses.boolean(n.inputs[2]) : std::optional<double>(0.0);
+      identity = (ratio && *ratio == 0.0) || (mode && *mode == 0.0);
+    }
+    if (!identity) continue;
+    n.op_type = "Identity";
+    n.inputs.resize(1);
+    n.outputs.resize(1);
+    n.attrs.clear();
+    ++dropped;
+  }
+  return dropped;
+}
+
+size_t fuse(Model& model) { return drop_inactive_dropout(model) + fuse_gelu(model) + fuse_masked_softmax(model); }
 
 }  // namespace kiln

@@ -28,7 +28,11 @@ namespace kiln {
 // the ai.kiln domain when it fuses any. Constant nodes left unread are removed.
 size_t fuse_gelu(Model& model);
 size_t fuse_masked_softmax(Model& model);
-// Every fusion above; returns how many nodes were written.
+// Dropout that is the identity by its constant inputs (ratio 0, or training_mode false or absent;
+// before opset 12 a ratio attribute of 0), whose mask nothing reads, becomes an Identity: no copy,
+// no mask, and no gradient pass (a module exported in training mode with dropout=0.0 has them).
+size_t drop_inactive_dropout(Model& model);
+// Every pass above; returns how many nodes were rewritten.
 size_t fuse(Model& model);
 
 }  // namespace kiln

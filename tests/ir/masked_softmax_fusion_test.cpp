@@ -1,7 +1,8 @@
-// fuse_masked_softmax (ir/fusion.h): attention's Softmax(Where(mask, fill, scores * scale)) becomes
-// one ai.kiln.MaskedSoftmax whose outputs match the unfused ops (float32: within 1e-6), in each order
-// of Where's operands and with the scale as Mul or Div or absent; what is not that pattern stays; a
-// gradient graph built through it (ai.kiln.MaskedSoftmaxGrad) matches central differences.
+// fuse_masked_softmax and drop_inactive_dropout (ir/fusion.h). Attention's Softmax(Where(mask,
+// fill, scores * scale)) becomes one ai.kiln.MaskedSoftmax whose outputs match the unfused ops
+// (float32: within 1e-6), in each order of Where's operands and with the scale as Mul or Div or
+// absent; what is not that pattern stays; a gradient graph built through it (MaskedSoftmaxGrad)
+// matches central differences. A Dropout whose constants make it the identity becomes an Identity.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -132,6 +133,47 @@ TEST(MaskedSoftmaxFusion, GradientsAreBuiltFromTheFusedNode) {
       }
     }
   }
+}
+
+// y = Dropout(x, ratio, training_mode), both constants; `mask_out` also returns the mask.
+Model dropout_model(float ratio, bool training, bool mask_out = false) {
+  GraphBuilder b("dropout", 2);
+  const std::string x = b.input("x", DType::Float32, {4, 6});
+  const std::string r = constant(b, ratio);
+  const std::string t = b.op("Constant", {}, {{"value", Attribute::of_tensor(Tensor::scalar<bool>(training))}});
+  const std::string y = b.op("Dropout", {x, r, t});
+  b.output(y, "y", DType::Float32, {4, 6});
+  Model m = b.build();
+  for (Node& n : m.graph.nodes)
+    if (n.op_type == "Dropout") n.outputs.push_back("mask");
+  if (mask_out) m.graph.outputs.push_back(ValueInfo{.name = "mask"});
+  return m;
+}
+
+TEST(InactiveDropout, BecomesAnIdentityWhenItsConstantsMakeItOne) {
+  for (const auto& [ratio, training, dropped] :
+       std::vector<std::tuple<float, bool, bool>>{{0.f, true, true}, {0.3f, false, true}, {0.3f, true, false}}) {
+    SCOPED_TRACE(testing::Message() << "ratio " << ratio << ", training " << training);
+    Model m = dropout_model(ratio, training);
+    EXPECT_EQ(drop_inactive_dropout(m), dropped ? 1u : 0u);
+    EXPECT_EQ(count(m, "Dropout"), dropped ? 0u : 1u);
+    if (!dropped) continue;
+    const Tensor x = test_util::random_f32({4, 6}, 3, -1.f, 1.f);
+    const Tensor y = Session(m).run({{"x", x}}).at("y");
+    for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(y.data<float>()[i], x.data<float>()[i]);
+  }
+  Model mask_read = dropout_model(0.f, true, /*mask_out=*/true);  // the mask is returned: it stays
+  EXPECT_EQ(drop_inactive_dropout(mask_read), 0u);
+  // A gradient graph of a training-mode export with dropout 0 has no Dropout and no DropoutGrad.
+  GraphBuilder b("mlp", 5);
+  const std::string x = b.input("x", DType::Float32, {3, 4});
+  const std::string h = b.linear(x, 4, 4, "fc");
+  const std::string t = b.op("Constant", {}, {{"value", Attribute::of_tensor(Tensor::scalar<bool>(true))}});
+  const std::string d = b.op("Dropout", {h, constant(b, 0.f), t});
+  b.output(b.op("ReduceSum", {d}, {{"keepdims", Attribute::of_int(0)}}), "loss", DType::Float32, {});
+  const GradientGraph grads = build_gradient_graph(b.build(), {.loss = "loss"});
+  EXPECT_EQ(count(grads.model, "Dropout"), 0u);
+  EXPECT_EQ(count(grads.model, "DropoutGrad"), 0u);
 }
 
 }  // namespace

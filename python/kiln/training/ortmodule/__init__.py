@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -129,9 +130,28 @@ class _Bound:
         self.session = session
         self.inputs, self.outputs = list(session.input_names), list(session.output_names)
         self.likes = None
+        self.spare = {}  # output name -> arrays handed back by recycle(), for the next runs
+
+    def recycle(self, arrays: dict):
+        """Arrays of earlier runs that nothing will read again (the stash after its backward): the
+        next run writes into them instead of new ones. Large arrays are mapped fresh from the OS on
+        every allocation (glibc maps blocks over 32 MB), and touching new pages costs more than the
+        kernel writing them: gpt2's [8, 128, 8192] logits and their loss values are such arrays."""
+        for name, a in arrays.items():
+            kept = self.spare.setdefault(name, [])
+            if len(kept) < 2:
+                kept.append(a)
+
+    def _take(self, name, like):
+        kept = self.spare.get(name, [])
+        for i in range(len(kept)):
+            if sys.getrefcount(kept[i]) <= 2:  # the list and the call's argument: no one else holds it
+                return kept.pop(i)
+        return np.empty(*like)
 
     def run(self, feeds: dict) -> dict:
-        outputs = [None] * len(self.outputs) if self.likes is None else [np.empty(s, d) for s, d in self.likes]
+        outputs = [None] * len(self.outputs) if self.likes is None else [
+            self._take(name, like) for name, like in zip(self.outputs, self.likes)]
         result = self.session.run_bound([feeds[name] for name in self.inputs], outputs)
         if self.likes is None:
             self.likes = [(a.shape, a.dtype) for a in result]
@@ -394,6 +414,9 @@ class _KilnFunction(torch.autograd.Function):
         wanted = [plan.grads.get(name) if ctx.needs_input_grad[4 + i] else None for i, name in enumerate(names)]
         if not plan.grads or not any(wanted):
             return (None, None, None, None, *[None] * len(tensors))
+        if ctx.stash is None:
+            raise RuntimeError("Kiln's ORTModule runs each forward's backward once: its saved activations are "
+                               "released by the first backward (retain_graph=True is not supported)")
         session = plan.backward_session(ctx.stash)
         feeds = plan.feeds(tensors[:n], tensors[n:], ctx.buffers)
         feeds.update({name: ctx.stash[name] for name in plan.stash_names})
@@ -401,6 +424,10 @@ class _KilnFunction(torch.autograd.Function):
             if diff:
                 feeds[_GRAD_OUTPUT.format(j)] = _numpy(g) if g is not None else np.zeros(*ctx.output_likes[j])
         out = session.run(feeds)
+        # The stash is read: its arrays serve the next forward call (unless something else holds one).
+        stash, ctx.stash = ctx.stash, None
+        plan.forward.recycle({name: stash[name] for name in plan.stash_names if name not in plan.output_names})
+        del stash, feeds
         grads = [torch.from_numpy(np.asarray(out[w])) if w else None for w in wanted]
         return (None, None, None, None, *grads)
 
