@@ -46,11 +46,12 @@ conformance: build
 	bash scripts/conformance.sh $(BUILD)
 	/usr/bin/python3 scripts/gen_ops_doc.py $(BUILD)
 
-# bench/bench.py prints every table of issue 17 in one run (bench/README.md), then the AdamW step and
-# the Trainer's speed; a model that fails in bench.py (exit 1) does not stop the other two.
+# bench/bench.py prints every table of issue 17 in one run (bench/README.md), then the AdamW step,
+# ORTModule against PyTorch and the Trainer's speed; a failing script does not stop the others.
 bench: build
 	-/usr/bin/python3 bench/bench.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/optimizer_step.py --build-dir $(BUILD)
+	-/usr/bin/python3 bench/ortmodule_step.py --build-dir $(BUILD)
 	/usr/bin/python3 bench/trainer_speed.py --build-dir $(BUILD)
 
 # Sanitizers (clang 14; docs/reliability.md). asan: AddressSanitizer + UBSan over every C++ test and

@@ -316,3 +316,11 @@ def test_clipping_and_a_scheduler_work_unchanged():
     for want, got in zip(*runs):  # the gradient norms before clipping
         assert abs(got - want) <= 1e-4 * want
     assert_parity(list(zip(losses[:8], losses[8:])), plain, ours)
+
+
+def test_a_second_backward_through_one_graph_is_a_clear_error():
+    model = ORTModule(mlp())
+    loss = model(torch.randn(3, 20)).sum()
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="retain_graph=True is not supported"):
+        loss.backward()
