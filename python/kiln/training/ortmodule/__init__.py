@@ -16,11 +16,13 @@ so an optimizer's in-place update is seen without re-export.
 What this version does and does not do (docs/torch.md says the same):
 - Kiln's gradient graph is split where the output gradients enter: the forward call runs the part
   that does not need them and returns, besides the outputs, the activations the backward reads
-  (copied out of Kiln's arena into NumPy arrays, held by the autograd node); the backward call runs
-  the rest from them, the output gradients and the inputs and parameters saved for backward;
+  (the stash: written by Kiln straight into NumPy arrays, held by the autograd node, and reused by
+  the next forward once its backward has read them); the backward call runs the rest from them,
+  the output gradients and the inputs and parameters saved for backward. A graph is backpropagated
+  once: retain_graph=True is not supported;
 - inputs are positional tensors; outputs a tensor or nested tuples / lists / dicts of tensors;
-- BatchNorm running statistics are not written back to the module in training mode, and Dropout
-  draws Kiln's masks, not torch's;
+- BatchNorm running statistics (and num_batches_tracked) are written back to the module after each
+  training-mode call; Dropout draws Kiln's masks, not torch's;
 - anything else (keyword or non-tensor inputs, an export failure, an op Kiln cannot run or
   differentiate) falls back to running the module in PyTorch with one warning naming the cause, as
   ORTModule's default fallback policy does; ORTMODULE_FALLBACK_POLICY=FALLBACK_DISABLE raises instead.
