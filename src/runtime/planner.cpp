@@ -144,11 +144,11 @@ struct Planner {
   // at plan time (Shape of a known shape) and reads of a shape only (SumToShapeOf's target), which
   // would keep a forward activation alive through the whole backward for its shape alone. A buffer
   // now lives from its writer to the last step that reads its elements, through views of it: planned
-  // ones share its buffer, and a view made at run time (a Reshape of a shape known only then) is
-  // followed here.
+  // ones share its buffer, and views made at run time are in runtime_view_buffer.
   void trim_lifetimes() {
     std::vector<int> buffer_of(plan->values.size());
     for (size_t v = 0; v < buffer_of.size(); ++v) buffer_of[v] = plan->values[v].buffer;
+    for (const auto& [view, b] : runtime_view_buffer) buffer_of[view] = b;
     std::vector<size_t> last(plan->buffers.size());
     for (size_t b = 0; b < last.size(); ++b) last[b] = plan->buffers[b].first;
     for (size_t s = 0; s < plan->steps.size(); ++s) {
@@ -158,9 +158,6 @@ struct Planner {
         const int b = buffer_of[static_cast<size_t>(step.inputs[k])];
         if (b >= 0) last[static_cast<size_t>(b)] = std::max(last[static_cast<size_t>(b)], step_pos[s]);
       }
-      if (step.dynamic && step.kernel->output_aliases_input() && !step.inputs.empty() && step.inputs[0] >= 0 &&
-          !step.outputs.empty())
-        buffer_of[static_cast<size_t>(step.outputs[0])] = buffer_of[static_cast<size_t>(step.inputs[0])];
     }
     for (const auto& out : model.graph.outputs) {
       const int b = buffer_of[static_cast<size_t>(plan->index.at(out.name))];

@@ -324,3 +324,29 @@ def test_a_second_backward_through_one_graph_is_a_clear_error():
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="retain_graph=True is not supported"):
         loss.backward()
+
+
+class WithConstants(torch.nn.Module):
+    """A non-persistent buffer (not in state_dict: the export makes it a Constant node of the plan)
+    and a float64 forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(5, 3).double()
+        self.register_buffer("scale", torch.tensor([0.5, 2.0, -1.0], dtype=torch.float64), persistent=False)
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+def test_a_non_persistent_buffer_and_float64():
+    torch.manual_seed(8)
+    plain = WithConstants()
+    ours = ORTModule(copy.deepcopy(plain))
+    x = torch.randn(4, 5, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for model in (plain, ours):
+            model(x).pow(2).sum().backward()
+    for (name, p), (_, q) in zip(plain.named_parameters(), ours.named_parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-10, atol=1e-12, msg=name)

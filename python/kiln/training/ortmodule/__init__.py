@@ -40,7 +40,7 @@ from enum import IntEnum
 import numpy as np
 import onnx
 import torch
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from kiln._core import core
 
@@ -278,7 +278,8 @@ class _Plan:
             g.node.append(helper.make_node("ReduceSum", [prod], [term], keepdims=0))
             terms.append(term)
         g.node.append(helper.make_node("Sum", terms, [_VJP_LOSS]))
-        g.output.append(helper.make_tensor_value_info(_VJP_LOSS, TensorProto.FLOAT, []))
+        dtype = next(o.type.tensor_type.elem_type for o, d in zip(g.output, self.differentiable) if d)
+        g.output.append(helper.make_tensor_value_info(_VJP_LOSS, dtype, []))
         for name, arg in zip(self.input_names, args):
             if name in grad_inputs:
                 g.initializer.append(numpy_helper.from_array(np.zeros(tuple(arg.shape), _numpy(arg).dtype), name))
@@ -325,7 +326,9 @@ def _fed_as_inputs(model: onnx.ModelProto, fed: set) -> onnx.ModelProto:
 
 def _split(training: onnx.ModelProto, output_names: list, grad_names: list, fed: set):
     """The training graph cut where the output gradients (its dY inputs) enter: (forward part,
-    backward part without its stash inputs, stash names). The forward part computes every node that
+    backward part without its stash inputs, stash names, the stash values fixed by the signature).
+    `fed`: the names ORTModule feeds every call (inputs, parameters, buffers); every other
+    initializer is a constant. The forward part computes every node that
     does not depend on a dY and returns the outputs and the values the backward part reads (the
     stash); the backward part computes the rest and returns the gradients. Constant nodes the
     backward reads are copied into it rather than stashed."""
@@ -354,7 +357,6 @@ def _split(training: onnx.ModelProto, output_names: list, grad_names: list, fed:
     # Values fixed by the signature (shapes and what is computed from them and from constants): the
     # backward part takes them as constants, so that Kiln plans its Reshapes and gradients with
     # known shapes instead of inferring them on every call.
-    fed = {i.name for i in g.input}
     constant_inputs = {t.name for t in g.initializer if t.name not in fed}
     static = set()
     for n in forward_nodes:
@@ -394,7 +396,7 @@ class _KilnFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, plan, n_inputs, buffers, updated, *tensors):  # noqa: D102 (torch's signature)
-        """buffers: {name: NumPy copy} fed beside the tensors; `updated` receives the new values of
+        """buffers: {name: NumPy array} fed beside the tensors; `updated` receives the new values of
         the running statistics (plan.updates) for the caller to write back."""
         inputs, params = tensors[:n_inputs], tensors[n_inputs:]
         out = plan.forward.run(plan.feeds(inputs, params, buffers))
@@ -517,7 +519,9 @@ class ORTModule(torch.nn.Module):
             self._plans.move_to_end(key)
         state = dict(self._torch_module.state_dict(keep_vars=True))
         params = [state[n] for n in plan.param_names]
-        buffers = {n: _numpy(state[n]).copy() for n in plan.buffer_names}
+        # Views of the buffers; those written back after the call are copied, for the backward.
+        written = {name for name, _ in plan.updates}
+        buffers = {n: _numpy(state[n]).copy() if n in written else _numpy(state[n]) for n in plan.buffer_names}
         updated = {}
         outputs = _KilnFunction.apply(plan, len(args), buffers, updated, *args, *params)
         self._write_back(updated, state)
