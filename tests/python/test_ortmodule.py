@@ -350,3 +350,24 @@ def test_a_non_persistent_buffer_and_float64():
             model(x).pow(2).sum().backward()
     for (name, p), (_, q) in zip(plain.named_parameters(), ours.named_parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_run_bound_writes_in_place_and_refuses_bad_arguments():
+    import numpy as np
+    from kiln._core import core
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    session = core.Session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    y = np.empty((2, 3), np.float32)
+    (out,) = session.run_bound([x], [y])
+    assert out is y and y.tolist() == [[0, 2, 0], [4, 0, 6]]
+    (fresh,) = session.run_bound([x], [None])
+    assert fresh.tolist() == y.tolist()
+    with pytest.raises(Exception, match="run_bound: 2 inputs and 1 outputs given; the model has 1 and 1"):
+        session.run_bound([x, x], [None])
+    with pytest.raises(Exception, match="output 'y': the array must be C-contiguous and writeable"):
+        session.run_bound([x], [np.empty((3, 2), np.float32).T])
