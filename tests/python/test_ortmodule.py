@@ -354,8 +354,9 @@ def test_a_non_persistent_buffer_and_float64():
 
 def test_run_bound_writes_in_place_and_refuses_bad_arguments():
     import numpy as np
-    from kiln._core import core
     from onnx import TensorProto, helper
+
+    from kiln._core import core
 
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
