@@ -16,7 +16,7 @@ namespace {
 Model fused(const Model& forward) {
   Model m = forward;
   infer_shapes(m);
-  fuse(m);
+  fuse(m, /*for_training=*/true);
   return m;
 }
 

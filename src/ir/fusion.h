@@ -16,6 +16,14 @@
 // with X = S * k, k * S or S / k (the scores' scale) when only the Where reads X. It becomes
 // ai.kiln.MaskedSoftmax(S, cond) (attributes scale, fill, fill_where), one pass over the scores
 // instead of three, and one ai.kiln.MaskedSoftmaxGrad pass in the backward.
+//
+// fuse_attention: attention's MatMul(Softmax(Z), V) with Z = MatMul(Q, Kt), scaled (Mul or Div by a
+// constant, also through a Cast), plus an additive bias (nn.MultiheadAttention's padding mask), or
+// an ai.kiln.MaskedSoftmax's masked scores, when Q, Kt and V have rank >= 2 by the graph's hints
+// and a float32 or float64 output. It becomes ai.kiln.Attention(Q, Kt, V, mask, bias), which makes
+// the probabilities a block of query rows at a time in cache. In a training graph it keeps them for
+// the backward (one ai.kiln.AttentionGrad) while they are small, and above 64 MiB per node the
+// backward recomputes them instead: long sequences train without [.., Sq, Sk] per layer in memory.
 #pragma once
 
 #include <cstddef>
@@ -28,11 +36,14 @@ namespace kiln {
 // the ai.kiln domain when it fuses any. Constant nodes left unread are removed.
 size_t fuse_gelu(Model& model);
 size_t fuse_masked_softmax(Model& model);
+// After fuse_masked_softmax. `for_training` (the gradient builder's forward graph) gives each fused
+// node a second output, the probabilities, which it fills when it keeps them for the backward.
+size_t fuse_attention(Model& model, bool for_training = false);
 // Dropout that is the identity by its constant inputs (ratio 0, or training_mode false or absent;
 // before opset 12 a ratio attribute of 0), whose mask nothing reads, becomes an Identity: no copy,
 // no mask, and no gradient pass (a module exported in training mode with dropout=0.0 has them).
 size_t drop_inactive_dropout(Model& model);
 // Every pass above; returns how many nodes were rewritten.
-size_t fuse(Model& model);
+size_t fuse(Model& model, bool for_training = false);
 
 }  // namespace kiln

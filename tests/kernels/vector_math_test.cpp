@@ -95,6 +95,40 @@ TEST(VectorMath, SoftmaxRowExponentialsMatchDoubleExp) {
   }
 }
 
+// vmath::exp_sum (the fused attention's softmax rows) against exp in double of the same float
+// argument: within 2 ulp from exp(-87) = 1.6e-38 to float's max, 0 below (and for -inf), NaN kept,
+// inf above; the sum of what it wrote. Every length around the vector widths.
+TEST(VectorMath, ExpSumIsExpWithinTwoUlp) {
+  std::mt19937 gen(12);
+  std::uniform_real_distribution<float> d(-100.f, 90.f);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{4099}}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = d(gen);
+    if (n > 3) x[1] = -inf, x[2] = std::nanf(""), x[3] = 88.f;
+    const float shift = 1.5f;
+    std::vector<float> y = x;
+    const double sum = vmath::exp_sum(y.data(), n, shift);
+    double want_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float arg = x[size_t(i)] - shift;
+      const double exact = std::exp(static_cast<double>(arg));
+      const float got = y[size_t(i)];
+      want_sum += static_cast<double>(got);
+      if (std::isnan(arg)) EXPECT_TRUE(std::isnan(got)) << i;
+      else if (arg < -87.f) EXPECT_EQ(got, 0.f) << arg;
+      else if (exact > std::numeric_limits<float>::max()) EXPECT_EQ(got, inf) << arg;
+      else EXPECT_LE(std::abs(double(got) - exact), 2.4e-7 * exact) << "exp(" << arg << ")";
+    }
+    if (n <= 3) EXPECT_EQ(sum, want_sum);
+    else EXPECT_TRUE(std::isnan(sum));
+  }
+  std::vector<float> row{0.f, -1.f, -inf, -3.f};
+  const double s = vmath::exp_sum(row.data(), 4, 0.f);
+  EXPECT_NEAR(s, 1 + std::exp(-1.0) + std::exp(-3.0), 1e-6);
+  EXPECT_EQ(row[2], 0.f);
+}
+
 // vmath::max against std::max from -inf over every length around the vector widths, with the
 // largest element at each position of the tail and NaNs (skipped) at the front and back.
 TEST(VectorMath, MaxSkipsNaNsLikeTheScalarLoop) {

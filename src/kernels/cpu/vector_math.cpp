@@ -201,6 +201,52 @@ struct MaxRow {
   *r.out = best;
 }
 
+// exp_sum's body. exp(v) = 2^n exp(r) with n = round(v log2 e) and r = v - n ln 2 (ln 2 split in a
+// high part exact in float and a low part), |r| <= ln2/2, and exp(r) by its Taylor polynomial to r^7
+// (truncation error below 2e-8 relative); 2^n goes into the exponent bits. Arguments below -87
+// (results below 1.7e-38, near float's smallest normal, and -inf: masked scores) give 0, without the
+// slow scalar path libmvec's expf takes for such lanes; NaN stays NaN; above 88.72, inf.
+struct ExpSum {
+  float* x;
+  float shift;
+  double* sum;
+};
+
+[[gnu::always_inline]] inline float exp_poly(float v) {
+  const float c = v < -87.f ? -87.f : (v > 88.5f ? 88.5f : v);  // NaN passes through (both false)
+  // n = round(c log2 e): adding 1.5 * 2^23 rounds to an integer, which the low mantissa bits hold.
+  constexpr float kRound = 12582912.f;
+  const float t = c * 1.44269504f + kRound;
+  const float n = t - kRound;
+  const int32_t i = __builtin_bit_cast(int32_t, t) - __builtin_bit_cast(int32_t, kRound);  // n in [-126, 128]
+  const float r = (c - n * 0.693145752f) - n * 1.42860677e-6f;
+  float p = 1.f / 5040.f;
+  p = p * r + 1.f / 720.f;
+  p = p * r + 1.f / 120.f;
+  p = p * r + 1.f / 24.f;
+  p = p * r + 1.f / 6.f;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  // 2^n as 2^(n/2) 2^(n - n/2): each half within float's exponents.
+  const int32_t half = i / 2;
+  const float s1 = __builtin_bit_cast(float, (half + 127) << 23);
+  const float s2 = __builtin_bit_cast(float, (i - half + 127) << 23);
+  const float y = p * s1 * s2;
+  return v < -87.f ? 0.f : (v > 88.72f ? std::numeric_limits<float>::infinity() : y);
+}
+
+[[gnu::always_inline]] inline void exp_sum_body(const ExpSum& r, int64_t begin, int64_t end) {
+  float* x = r.x;
+  const float shift = r.shift;
+#pragma omp simd
+  for (int64_t j = begin; j < end; ++j) x[j] = exp_poly(x[j] - shift);
+  double total = 0;
+#pragma omp simd reduction(+ : total)
+  for (int64_t j = begin; j < end; ++j) total += static_cast<double>(x[j]);
+  *r.sum = total;
+}
+
 // One thread's share of gelu() and gelu_grad(), a block at a time: the arguments, the special
 // functions on the CPU's vector copy, then the values. simd_dispatch.h bodies, so that the loops
 // around the special functions run at the CPU's vector width too. The forward works in double (its
@@ -271,6 +317,12 @@ double sum_exp(const float* x, int64_t n, double shift) {
 
 void scaled_exp(const float* x, float* y, int64_t n, double shift, double scale) {
   simd::run_best<float_rows_body>(FloatRows{x, y, shift, scale, &exp_apply(), nullptr}, n);
+}
+
+double exp_sum(float* x, int64_t n, float shift) {
+  double total = 0;
+  simd::run_best<exp_sum_body>(ExpSum{x, shift, &total}, n);
+  return total;
 }
 
 double gelu_one(double x, bool tanh_form) {

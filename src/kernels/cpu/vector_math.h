@@ -23,6 +23,11 @@ double sum_exp(const float* x, int64_t n, double shift);
 // The largest of x[0..n), NaNs skipped (-inf for an empty or all-NaN row), at vector width.
 float max(const float* x, int64_t n);
 void scaled_exp(const float* x, float* y, int64_t n, double shift, double scale);
+// x[i] = exp(x[i] - shift) in place, in float at the CPU's vector width (within 2 ulp of exp in
+// double for results from 1.7e-38 to float's max; 0 below, and for -inf; NaN stays NaN), on the
+// calling thread; returns the sum of the results, summed in double. The rows of a softmax over
+// float32 scores (the fused attention kernels), where masked scores are -inf.
+double exp_sum(float* x, int64_t n, float shift);
 
 // Gelu and its gradient over float32 arrays, evaluated in double with libmvec's erfc and exp at
 // vector width (scalar libm otherwise) and rounded once; x and y (dx and dy) may be the same.

@@ -1,0 +1,147 @@
+// ai.kiln.AttentionGrad(dY, Q, Kt, V, mask, bias, P) -> dQ, dKt, dV [, dZ]: the gradient of
+// ai.kiln.Attention (attention_fused.cpp). Per batch item, a block of query rows at a time, it
+// reads the block's probabilities from P when the forward kept them (P not empty), else
+// recomputes them from Q and Kt, then
+//   dP = dY V^T,  dZ = P (dP - rowsum(P dP)) (0 where the mask filled),
+//   dV += P^T dY,  dQ = scale dZ Kt^T,  dKt += scale Q^T dZ,
+// with dP (and P when recomputed) in per-thread buffers of block x Sk elements, never in the arena.
+// Items are split across threads (each item's dKt and dV are summed over its blocks by one
+// thread; a single item runs on one thread). The outputs have the full broadcast batch; the gradient rule sums them
+// back to each input's shape. With a fourth output (the bias needs a gradient) dZ is written out too, [.., Sq, Sk].
+#include "kernels/cpu/attention_common.h"
+
+namespace kiln {
+namespace {
+
+using attention::Attrs;
+using attention::Geometry;
+
+class AttentionGrad final : public Kernel {
+ public:
+  using Kernel::Kernel;
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const TensorMeta& dy = ctx.input(0);
+    InferContext forward{
+        ctx.node, ctx.opset, {ctx.inputs.begin() + 1, ctx.inputs.begin() + std::min<long>(6, long(ctx.inputs.size()))}};
+    geometry_ = attention::check("AttentionGrad", forward, 3, 4);
+    attrs_ = attention::attrs_of(node_);
+    const Geometry& g = geometry_;
+    const Shape y = g.with_batch({g.sq(), g.dv()});
+    if (dy.dtype != ctx.dtype(1) || dy.shape != y)
+      throw ShapeError(fmt::format("AttentionGrad: dY must be {}{} (the forward's output), got {}{}",
+                                   dtype_name(ctx.dtype(1)), to_string(y), dtype_name(dy.dtype), to_string(dy.shape)));
+    kept_ = ctx.has_input(6) && numel(ctx.shape(6)) > 0;
+    const Shape probs = g.with_batch({g.sq(), g.sk()});
+    if (kept_ && (ctx.shape(6) != probs || ctx.dtype(6) != dy.dtype))
+      throw ShapeError(fmt::format("AttentionGrad: P must be empty or {}{} (the forward's probabilities), got {}{}",
+                                   dtype_name(dy.dtype), to_string(probs), dtype_name(ctx.dtype(6)),
+                                   to_string(ctx.shape(6))));
+    const DType t = dy.dtype;
+    std::vector<TensorMeta> out{
+        {t, g.with_batch({g.sq(), g.d()})}, {t, g.with_batch({g.d(), g.sk()})}, {t, g.with_batch({g.sk(), g.dv()})}};
+    if (node_.outputs.size() > 3) out.push_back({t, g.with_batch({g.sq(), g.sk()})});
+    return out;
+  }
+
+  void compute(ComputeContext& ctx) override {
+    if (ctx.input(1).dtype() == DType::Float32) return run<float>(ctx);
+    run<double>(ctx);
+  }
+
+ private:
+  template <class T>
+  void run(ComputeContext& ctx) {
+    const Geometry& g = geometry_;
+    const T* dy = ctx.input(0).data<T>();
+    const T* q = ctx.input(1).data<T>();
+    const T* kt = ctx.input(2).data<T>();
+    const T* v = ctx.input(3).data<T>();
+    const bool* mask = ctx.has_input(4) ? ctx.input(4).data<bool>() : nullptr;
+    const T* bias = ctx.has_input(5) ? ctx.input(5).data<T>() : nullptr;
+    const T* kept = kept_ ? ctx.input(6).data<T>() : nullptr;
+    T* dq = ctx.output(0).data<T>();
+    T* dkt = ctx.output(1).data<T>();
+    T* dv_out = ctx.output(2).data<T>();
+    T* dz = ctx.outputs.size() > 3 && ctx.outputs[3] != nullptr && ctx.output(3).defined() ? ctx.output(3).data<T>()
+                                                                                           : nullptr;
+    const int64_t sq = g.sq(), sk = g.sk(), d = g.d(), dv = g.dv(), bq = g.block_rows(attrs_.block_rows);
+    const T scale = static_cast<T>(attrs_.scale);
+    if (sq == 0 || sk == 0) {  // no scores: every gradient is zero
+      for (size_t i = 0; i < ctx.outputs.size(); ++i)
+        if (ctx.outputs[i] != nullptr && ctx.output(i).defined())
+          std::fill(ctx.output(i).data<T>(), ctx.output(i).data<T>() + ctx.output(i).numel(), T(0));
+      return;
+    }
+    attention::parallel_chunks<T>(g.items(), (kept ? 1 : 2) * bq * sk, [&](T* buffers, int64_t begin, int64_t end) {
+      T* dp = buffers;
+      T* recomputed = buffers + bq * sk;
+      for (int64_t item = begin; item < end; ++item) {
+        const T* q_item = q + g.q().item[static_cast<size_t>(item)];
+        const T* kt_item = kt + g.kt().item[static_cast<size_t>(item)];
+        const T* v_item = v + g.v().item[static_cast<size_t>(item)];
+        T* dkt_item = dkt + item * d * sk;
+        T* dv_item = dv_out + item * sk * dv;
+        for (int64_t r0 = 0; r0 < sq; r0 += bq) {
+          const int64_t rows = std::min(bq, sq - r0);
+          const T beta = r0 == 0 ? T(0) : T(1);  // the first block writes dKt and dV, the others add
+          const T* dy_block = dy + (item * sq + r0) * dv;
+          const T* p = kept ? kept + (item * sq + r0) * sk : recomputed;
+          if (!kept) attention::probabilities(g, attrs_, q, kt, mask, bias, item, r0, rows, recomputed);
+          if (dv == 0) std::fill(dp, dp + rows * sk, T(0));
+          else attention::gemm(false, true, rows, sk, dv, T(1), dy_block, dv, v_item, dv, T(0), dp, sk);
+          attention::gemm(true, false, sk, dv, rows, T(1), p, sk, dy_block, dv, beta, dv_item, dv);
+          scores_gradient(mask, item, r0, rows, p, dp);
+          if (dz) std::copy(dp, dp + rows * sk, dz + (item * sq + r0) * sk);
+          attention::gemm(false, true, rows, d, sk, scale, dp, sk, kt_item, sk, T(0), dq + (item * sq + r0) * d, d);
+          attention::gemm(true, false, d, sk, rows, scale, q_item + r0 * d, d, dp, sk, beta, dkt_item, sk);
+        }
+      }
+    });
+  }
+
+  // dp = p (dp - rowsum(p dp)) row by row, 0 where the mask filled (no path to the scores there).
+  template <class T>
+  void scores_gradient(const bool* mask, int64_t item, int64_t r0, int64_t rows, const T* p, T* dp) const {
+    const Geometry& g = geometry_;
+    const int64_t sk = g.sk();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* pr = p + r * sk;
+      T* gr = dp + r * sk;
+      double dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t k = 0; k < sk; ++k) dot += static_cast<double>(pr[k]) * static_cast<double>(gr[k]);
+      const T delta = static_cast<T>(dot);
+#pragma omp simd
+      for (int64_t k = 0; k < sk; ++k) gr[k] = pr[k] * (gr[k] - delta);
+      if (mask == nullptr) continue;
+      const bool* m = mask + g.mask().item[static_cast<size_t>(item)] + (r0 + r) * g.mask().row;
+      const int64_t step = g.mask().col;
+      for (int64_t k = 0; k < sk; ++k)
+        if (m[k * step] == attrs_.fill_where) gr[k] = T(0);
+    }
+  }
+
+  Geometry geometry_;
+  Attrs attrs_;
+  bool kept_ = false;
+};
+
+const KernelRegistrar reg({kKilnDomain, "AttentionGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
+                          [](const Node& n) { return std::make_unique<AttentionGrad>(n); });
+const OpDocRegistrar doc({kKilnDomain,
+                          "AttentionGrad",
+                          "The gradient of ai.kiln.Attention in one kernel, a block of query rows at a time: the "
+                          "probabilities read from the forward's P when it kept them, else recomputed; their "
+                          "gradient never written to memory (unless the bias needs it).",
+                          {"dY: the gradient of Attention's Y",
+                           "Q, Kt, V, mask (optional), bias (optional): Attention's inputs",
+                           "P (optional): Attention's kept probabilities; empty or absent: recomputed"},
+                          {"dQ, dKt, dV: [batch.., Sq, D], [batch.., D, Sk], [batch.., Sk, Dv] over the full broadcast "
+                           "batch",
+                           "dZ (optional): the gradient of the biased scores, [batch.., Sq, Sk]"},
+                          "attributes as Attention's. P = softmax(Z); dZ = P (dY V^T - rowsum(P dY V^T)), 0 where the "
+                          "mask filled; dQ = scale dZ Kt^T, dKt = scale Q^T dZ, dV = P^T dY"});
+
+}  // namespace
+}  // namespace kiln
