@@ -1,7 +1,9 @@
 """kiln.training.ortmodule.ORTModule against plain PyTorch: the same module, weights and batches
 trained 20 steps with torch optimizers (per-step losses within 1e-4 relative, final parameters within
 1e-4), input gradients, nested outputs with a non-differentiable one, gradient accumulation, the
-signature cache, the fallback policy and its errors, DebugOptions, and the nn.Module surface."""
+signature cache, the fallback policy and its errors, DebugOptions, and the nn.Module surface.
+test_ortmodule_calls.py has the calls' shapes (keywords, constants, nesting, ModelOutput-like
+outputs), hooks, log levels and torchvision's ResNet-18."""
 import copy
 import os
 import warnings
@@ -175,37 +177,41 @@ def test_a_new_input_signature_is_planned_and_the_cache_is_bounded():
     model.eval()  # eval mode is another signature: exported again in inference mode
     with torch.no_grad(), pytest.warns(RuntimeWarning, match="input signatures"):
         assert model(torch.randn(3, 20)).shape == (3, 5)
-    assert list(model._plans)[-1][1] is False  # the newest plan is the inference one
+    assert list(model._plans)[-1][-1] is False  # the newest plan is the inference one
 
 
-class KeywordModule(torch.nn.Module):
+class Opaque:
+    """An argument ORTModule cannot put in a plan."""
+
+
+class TakesAnything(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.fc = torch.nn.Linear(4, 2)
 
-    def forward(self, x, scale=1.0):
-        return self.fc(x) * scale
+    def forward(self, x, extra=None):
+        return self.fc(x)
 
 
 def test_unsupported_calls_fall_back_to_pytorch_with_one_warning(monkeypatch):
     monkeypatch.delenv("ORTMODULE_FALLBACK_POLICY", raising=False)
     torch.manual_seed(5)
-    inner = KeywordModule()
+    inner = TakesAnything()
     model = ORTModule(inner)
     x = torch.randn(3, 4)
-    with pytest.warns(RuntimeWarning, match="falls back to PyTorch.*keyword inputs \\(scale\\)"):
-        out = model(x, scale=2.0)
-    torch.testing.assert_close(out, inner(x, scale=2.0))
+    with pytest.warns(RuntimeWarning, match="falls back to PyTorch.*the call holds a Opaque"):
+        out = model(x, extra=Opaque())
+    torch.testing.assert_close(out, inner(x))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # the fallback is decided once
-        model(x, scale=2.0)
+        model(x, extra=Opaque())
 
 
 def test_fallback_disabled_raises(monkeypatch):
     monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
-    model = ORTModule(KeywordModule())
-    with pytest.raises(RuntimeError, match="cannot run this module: input 1 is a float"):
-        model(torch.randn(3, 4), 2.0)
+    model = ORTModule(TakesAnything())
+    with pytest.raises(RuntimeError, match="cannot run this module: the call holds a Opaque"):
+        model(torch.randn(3, 4), Opaque())
 
 
 def test_debug_options_save_the_graphs(tmp_path, monkeypatch):

@@ -20,18 +20,24 @@ What this version does and does not do (docs/torch.md says the same):
   the next forward once its backward has read them); the backward call runs the rest from them,
   the output gradients and the inputs and parameters saved for backward. A graph is backpropagated
   once: retain_graph=True is not supported;
-- inputs are positional tensors; outputs a tensor or nested tuples / lists / dicts of tensors;
+- a call's arguments may be positional or keyword tensors, None, bools, numbers and strings, nested
+  in tuples, lists and dicts: the tensors are fed, the rest are constants of the plan (part of its
+  signature); outputs are tensors and constants nested in tuples, lists, dicts, namedtuples and
+  dataclasses (Hugging Face's ModelOutput);
+- the wrapped module's own forward (pre-)hooks run around each call, not in the graph;
 - BatchNorm running statistics (and num_batches_tracked) are written back to the module after each
   training-mode call; Dropout draws Kiln's masks, not torch's;
-- anything else (keyword or non-tensor inputs, an export failure, an op Kiln cannot run or
-  differentiate) falls back to running the module in PyTorch with one warning naming the cause, as
-  ORTModule's default fallback policy does; ORTMODULE_FALLBACK_POLICY=FALLBACK_DISABLE raises instead.
+- anything else (an argument or output of another type, a forward returning no tensor, an export
+  failure, an op Kiln cannot run or differentiate) falls back to running the module in PyTorch
+  with one warning naming the cause, as ORTModule's default fallback policy does;
+  ORTMODULE_FALLBACK_POLICY=FALLBACK_DISABLE raises instead.
 """
 from __future__ import annotations
 
 import io
 import os
 import sys
+import time
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -43,6 +49,8 @@ import torch
 from onnx import helper, numpy_helper
 
 from kiln._core import core
+from kiln.training.ortmodule._calls import _Call, _Fallback, _flatten, _signature, _unflatten
+from kiln.training.ortmodule._graphs import _fed_as_inputs, _split, _strip_prefix
 
 __all__ = ["ORTModule", "DebugOptions", "LogLevel", "MAX_CACHED_SIGNATURES"]
 
@@ -52,7 +60,7 @@ _GRAD_OUTPUT = "kiln_grad_output_{}"
 
 
 class LogLevel(IntEnum):
-    """onnxruntime.training.ortmodule.LogLevel: what Kiln prints (VERBOSE prints each export)."""
+    """onnxruntime.training.ortmodule.LogLevel: what Kiln prints (INFO and VERBOSE: a line per export)."""
     VERBOSE = 0
     INFO = 1
     WARNING = 2
@@ -73,49 +81,6 @@ class DebugOptions:
         if self.save_onnx and not self.onnx_prefix:
             raise ValueError("DebugOptions: save_onnx=True needs an onnx_prefix for the file names")
         self.log_level = LogLevel(self.log_level)
-
-
-class _Fallback(Exception):
-    """Why a call cannot run on Kiln (the fallback policy decides what happens)."""
-
-
-def _flatten(value, what):
-    """(tensors, structure) of a nested tuple / list / dict of tensors."""
-    if isinstance(value, torch.Tensor):
-        return [value], None
-    if isinstance(value, (tuple, list)):
-        tensors, parts = [], []
-        for item in value:
-            t, s = _flatten(item, what)
-            tensors += t
-            parts.append((len(t), s))
-        return tensors, (type(value), parts)
-    if isinstance(value, dict):
-        tensors, parts = [], []
-        for key, item in value.items():
-            t, s = _flatten(item, what)
-            tensors += t
-            parts.append((key, len(t), s))
-        return tensors, (dict, parts)
-    raise _Fallback(f"{what} holds a {type(value).__name__}; Kiln's ORTModule takes tensors and nested "
-                    "tuples, lists and dicts of them")
-
-
-def _unflatten(tensors, structure):
-    if structure is None:
-        return tensors[0]
-    kind, parts = structure
-    at, items = 0, []
-    if kind is dict:
-        out = {}
-        for key, n, s in parts:
-            out[key] = _unflatten(tensors[at:at + n], s)
-            at += n
-        return out
-    for n, s in parts:
-        items.append(_unflatten(tensors[at:at + n], s))
-        at += n
-    return kind(items) if kind in (tuple, list) else kind(*items)
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
@@ -163,13 +128,17 @@ class _Bound:
 class _Plan:
     """One input signature's exported forward and its gradient graph, planned by Kiln Sessions."""
 
-    def __init__(self, module: torch.nn.Module, args: tuple, debug: DebugOptions):
+    def __init__(self, module: torch.nn.Module, args: tuple, structure, debug: DebugOptions):
+        """`args`: the call's tensors, flat; `structure` puts them back into the call's (args, kwargs)."""
+        started = time.perf_counter()
         self.training = module.training
         mode = "training" if self.training else "inference"
-        captured = []
+        call = _Call(module, structure)
         buffers = dict(module.named_buffers())
         saved = {name: b.detach().clone() for name, b in buffers.items()}
-        hook = module.register_forward_hook(lambda _m, _i, out: captured.append(out))
+        # The wrapped module's own hooks run around the Kiln call (ORTModule.forward), not in the graph.
+        hooks = module._forward_pre_hooks, module._forward_hooks
+        module._forward_pre_hooks, module._forward_hooks = OrderedDict(), OrderedDict()
         buffer = io.BytesIO()
         self.input_names = [f"input_{i}" for i in range(len(args))]
         try:
@@ -179,21 +148,24 @@ class _Plan:
                     warnings.simplefilter("ignore", torch.jit.TracerWarning)
                 # PRESERVE: the module's own mode, without the eval-mode export's folding of BatchNorm
                 # into the convolution before it (fixed weights, which the next optimizer step stales).
-                torch.onnx.export(module, args, buffer, opset_version=17, do_constant_folding=False,
+                torch.onnx.export(call, tuple(args), buffer, opset_version=17, do_constant_folding=False,
                                   training=torch.onnx.TrainingMode.PRESERVE,
                                   input_names=self.input_names, keep_initializers_as_inputs=True)
+        except _Fallback:
+            raise
         except Exception as e:  # noqa: BLE001 (any export failure is a reason to fall back)
             raise _Fallback(f"torch.onnx.export failed: {type(e).__name__}: {e}") from e
         finally:
-            hook.remove()
+            module._forward_pre_hooks, module._forward_hooks = hooks
             # Tracing ran the module: a training-mode BatchNorm updated its statistics; undo that.
             with torch.no_grad():
                 for name, value in saved.items():
                     buffers[name].copy_(value)
-        if not captured:
-            raise _Fallback("the module's forward hook did not run during export")
-        outputs, self.structure = _flatten(captured[-1], "the module's output")
+        if not call.captured:
+            raise _Fallback("the module's forward did not run during export")
+        outputs, self.structure = _flatten(call.captured[-1], "the module's output", constants=True)
         exported = onnx.load_from_string(buffer.getvalue())
+        _strip_prefix(exported.graph, "inner.")
         graph = exported.graph
         self.output_names = [o.name for o in graph.output]
         if len(self.output_names) != len(outputs):
@@ -206,15 +178,14 @@ class _Plan:
         self.param_names = [n for n in state if n in initializers and isinstance(state[n], torch.nn.Parameter)]
         self.buffer_names = [n for n in state if n in initializers and not isinstance(state[n], torch.nn.Parameter)]
         self.updates = self._running_statistics(graph, state) if self.training else []
-        graph_inputs = [i.name for i in graph.input]
-        missing = [n for n in self.input_names if n not in graph_inputs]
-        if missing:
-            raise _Fallback(f"the export dropped input(s) {missing} (the forward does not read them)")
+        graph_inputs = {i.name for i in graph.input}
+        # An input the forward does not read is not in the export: it is not fed (and gets no gradient).
+        self.read = [n in graph_inputs for n in self.input_names]
         trainable = [n for n in self.param_names if state[n].requires_grad]
-        grad_inputs = [n for n, a in zip(self.input_names, args) if a.requires_grad]
+        grad_inputs = [n for n, a, r in zip(self.input_names, args, self.read) if a.requires_grad and r]
         self.wrt = trainable + grad_inputs
         self.grads, self.stash_names, self.backward, self._backward_graph, self._static = {}, [], None, None, set()
-        fed = set(self.input_names) | set(self.param_names) | set(self.buffer_names)
+        fed = {n for n, r in zip(self.input_names, self.read) if r} | set(self.param_names) | set(self.buffer_names)
         forward_model = exported
         if self.wrt and any(self.differentiable):
             grad_bytes = self._vjp_model(exported, args, grad_inputs)
@@ -237,8 +208,12 @@ class _Plan:
             self.forward = _Bound(core.Session(forward_model.SerializeToString(), check=self._backward_graph is None))
         except Exception as e:  # noqa: BLE001
             raise _Fallback(f"Kiln cannot run the exported graph: {e}") from e
+        self.seconds = time.perf_counter() - started
+        if debug.log_level <= LogLevel.INFO:
+            print(f"kiln ORTModule: exported and planned the {mode} graph of a new input signature in "
+                  f"{self.seconds:.2f} s", file=sys.stderr)
         if debug.log_level <= LogLevel.VERBOSE:
-            print(f"kiln ORTModule: exported {len(graph.node)} nodes ({mode}); gradients of {self.wrt}")
+            print(f"kiln ORTModule: {len(graph.node)} nodes; gradients of {self.wrt}", file=sys.stderr)
 
     @staticmethod
     def _running_statistics(graph, state):
@@ -303,92 +278,10 @@ class _Plan:
         return self.backward
 
     def feeds(self, inputs, params, buffers):
-        f = {name: _numpy(t) for name, t in zip(self.input_names, inputs)}
+        f = {name: _numpy(t) for name, t, read in zip(self.input_names, inputs, self.read) if read}
         f.update({name: _numpy(t) for name, t in zip(self.param_names, params)})
         f.update(buffers)
         return f
-
-
-def _fed_as_inputs(model: onnx.ModelProto, fed: set) -> onnx.ModelProto:
-    """The model with the values ORTModule feeds on every call (inputs, parameters, buffers, output
-    gradients) as plain graph inputs, and every other initializer the nodes read as a constant: Kiln
-    then runs it by position with its outputs written in place (Session.run_bound)."""
-    g = model.graph
-    read = {i for n in g.node for i in n.input} | {o.name for o in g.output}
-    constants = [t for t in g.initializer if t.name not in fed and t.name in read]
-    inputs = [i for i in g.input if i.name in fed and i.name in read]
-    del g.initializer[:]
-    g.initializer.extend(constants)
-    del g.input[:]
-    g.input.extend(inputs)
-    return model
-
-
-def _split(training: onnx.ModelProto, output_names: list, grad_names: list, fed: set):
-    """The training graph cut where the output gradients (its dY inputs) enter: (forward part,
-    backward part without its stash inputs, stash names, the stash values fixed by the signature).
-    `fed`: the names ORTModule feeds every call (inputs, parameters, buffers); every other
-    initializer is a constant. The forward part computes every node that
-    does not depend on a dY and returns the outputs and the values the backward part reads (the
-    stash); the backward part computes the rest and returns the gradients. Constant nodes the
-    backward reads are copied into it rather than stashed."""
-    g = training.graph
-    dys = {i.name for i in g.input if i.name.startswith("kiln_grad_output_")}
-    tainted, backward_nodes, forward_nodes = set(dys), [], []
-    pending = list(g.node)
-    while pending:  # the file's order need not be topological: repeat until no node moves
-        moved, rest = False, []
-        produced = {o for n in forward_nodes + backward_nodes for o in n.output}
-        known = produced | {i.name for i in g.input} | {i.name for i in g.initializer}
-        for n in pending:
-            if any(i and i not in known for i in n.input):
-                rest.append(n)
-                continue
-            moved = True
-            if any(i in tainted for i in n.input):
-                backward_nodes.append(n)
-                tainted.update(o for o in n.output if o)
-            else:
-                forward_nodes.append(n)
-        if not moved:
-            raise _Fallback("internal: the training graph has a cycle or reads an undefined value")
-        pending = rest
-    forward_out = {o for n in forward_nodes for o in n.output if o}
-    # Values fixed by the signature (shapes and what is computed from them and from constants): the
-    # backward part takes them as constants, so that Kiln plans its Reshapes and gradients with
-    # known shapes instead of inferring them on every call.
-    constant_inputs = {t.name for t in g.initializer if t.name not in fed}
-    static = set()
-    for n in forward_nodes:
-        if n.op_type in ("Shape", "Size", "Constant") or all(not i or i in static or i in constant_inputs
-                                                               for i in n.input):
-            static.update(o for o in n.output if o)
-    constants = {o: n for n in forward_nodes if n.op_type == "Constant" for o in n.output}
-    read_by_backward = [i for n in backward_nodes for i in n.input if i in forward_out]
-    copied = {constants[i].output[0]: constants[i] for i in read_by_backward if i in constants}
-    stash = list(dict.fromkeys(i for i in read_by_backward if i not in constants))
-
-    def part(nodes, inputs, outputs):
-        p = onnx.ModelProto()
-        p.CopyFrom(training)
-        del p.graph.node[:]
-        p.graph.node.extend(nodes)
-        del p.graph.input[:]
-        p.graph.input.extend(inputs)
-        del p.graph.output[:]
-        p.graph.output.extend(outputs)
-        del p.graph.value_info[:]
-        return _fed_as_inputs(p, fed)
-
-    infos = {v.name: v for v in list(g.value_info) + list(g.output)}
-    fwd_inputs = [i for i in g.input if i.name not in dys]
-    fwd_outputs = [infos[n] for n in output_names] + [
-        infos.get(n) or helper.make_empty_tensor_value_info(n) for n in stash if n not in output_names]
-    fed = fed | dys
-    forward = part(forward_nodes, fwd_inputs, fwd_outputs)
-    bwd_inputs = [i for i in g.input if i.name in fed]
-    backward = part(list(copied.values()) + backward_nodes, bwd_inputs, [infos[n] for n in grad_names])
-    return forward, backward, stash, static
 
 
 class _KilnFunction(torch.autograd.Function):
@@ -476,6 +369,25 @@ class ORTModule(torch.nn.Module):
     def buffers(self, recurse: bool = True):  # noqa: D102
         return self._torch_module.buffers(recurse=recurse)
 
+    def named_modules(self, *args, **kwargs):  # noqa: D102
+        return self._torch_module.named_modules(*args, **kwargs)
+
+    def get_submodule(self, target: str) -> torch.nn.Module:  # noqa: D102
+        return self._torch_module.get_submodule(target)
+
+    def get_parameter(self, target: str) -> torch.nn.Parameter:  # noqa: D102
+        return self._torch_module.get_parameter(target)
+
+    def get_buffer(self, target: str) -> torch.Tensor:  # noqa: D102
+        return self._torch_module.get_buffer(target)
+
+    def add_module(self, name: str, module) -> None:  # noqa: D102
+        raise NotImplementedError("ORTModule does not support adding modules to it (add them to the wrapped "
+                                  "module before wrapping it)")
+
+    def register_module(self, name: str, module) -> None:  # noqa: D102
+        self.add_module(name, module)
+
     def to(self, *args, **kwargs):  # noqa: D102
         device = torch._C._nn._parse_to(*args, **kwargs)[0]
         if device is not None and torch.device(device).type != "cpu":
@@ -485,6 +397,20 @@ class ORTModule(torch.nn.Module):
         return self
 
     def forward(self, *args, **kwargs):  # noqa: D102
+        # The wrapped module's own forward pre-hooks and hooks run here, as its __call__ would run them.
+        module = self._torch_module
+        for hook in list(module._forward_pre_hooks.values()):
+            changed = hook(module, args)
+            if changed is not None:
+                args = changed if isinstance(changed, tuple) else (changed,)
+        out = self._call(args, kwargs)
+        for hook in list(module._forward_hooks.values()):
+            changed = hook(module, args, out)
+            if changed is not None:
+                out = changed
+        return out
+
+    def _call(self, args, kwargs):
         if self._fallback_reason is None:
             try:
                 return self._run(args, kwargs)
@@ -492,31 +418,33 @@ class ORTModule(torch.nn.Module):
                 if _fallback_disabled():
                     raise RuntimeError(f"Kiln's ORTModule cannot run this module: {e}") from e
                 self._fallback_reason = str(e)
-                warnings.warn(f"Kiln's ORTModule falls back to PyTorch for this module: {e}", RuntimeWarning,
-                              stacklevel=2)
-        return self._torch_module(*args, **kwargs)
+                self._warn(f"Kiln's ORTModule falls back to PyTorch for this module: {e}")
+        return self._torch_module.forward(*args, **kwargs)
+
+    def _warn(self, message: str):
+        """A RuntimeWarning, unless DebugOptions' log_level is above WARNING."""
+        if self._debug.log_level <= LogLevel.WARNING:
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
 
     def _run(self, args, kwargs):
-        if kwargs:
-            raise _Fallback(f"keyword inputs ({', '.join(kwargs)}) are not supported yet; pass them positionally")
-        for i, a in enumerate(args):
-            if not isinstance(a, torch.Tensor):
-                raise _Fallback(f"input {i} is a {type(a).__name__}; Kiln's ORTModule takes tensor inputs")
+        tensors, structure = _flatten((tuple(args), dict(kwargs)), "the call", constants=True)
+        for i, a in enumerate(tensors):
             if a.device.type != "cpu":
-                raise _Fallback(f"input {i} is on {a.device}; Kiln's ORTModule runs on the CPU")
-        key = (tuple((tuple(a.shape), a.dtype, a.requires_grad) for a in args), self._torch_module.training)
+                raise _Fallback(f"input tensor {i} is on {a.device}; Kiln's ORTModule runs on the CPU")
+        key = (tuple((tuple(a.shape), a.dtype, a.requires_grad) for a in tensors), _signature(structure),
+               self._torch_module.training)
         plan = self._plans.get(key)
         if plan is None:
-            plan = _Plan(self._torch_module, args, self._debug)
+            plan = _Plan(self._torch_module, tensors, structure, self._debug)
             self._plans[key] = plan
             if len(self._plans) > MAX_CACHED_SIGNATURES:
                 self._plans.popitem(last=False)
-                warnings.warn(f"Kiln's ORTModule has seen more than {MAX_CACHED_SIGNATURES} input signatures "
-                              "(shapes, dtypes, requires_grad, mode); the oldest plan is dropped and re-exported "
-                              "if it comes back. Pad inputs to a few shapes to avoid re-exporting.",
-                              RuntimeWarning, stacklevel=3)
+                self._warn(f"Kiln's ORTModule has seen more than {MAX_CACHED_SIGNATURES} input signatures "
+                           "(shapes, dtypes, requires_grad, non-tensor arguments, mode); the oldest plan is dropped "
+                           "and re-exported if it comes back. Pad inputs to a few shapes to avoid re-exporting.")
         else:
             self._plans.move_to_end(key)
+        args = tensors
         state = dict(self._torch_module.state_dict(keep_vars=True))
         params = [state[n] for n in plan.param_names]
         # Views of the buffers; those written back after the call are copied, for the backward.
