@@ -27,6 +27,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "TrainingArguments": "kiln.training_args",
     "Trainer": "kiln.trainer",
+    "ORTTrainer": "kiln.ort_trainer",
+    "ORTTrainingArguments": "kiln.ort_trainer",
     "TrainerCallback": "kiln.trainer_callback",
     "TrainerState": "kiln.trainer_callback",
     "TrainerControl": "kiln.trainer_callback",

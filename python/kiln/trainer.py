@@ -16,8 +16,10 @@ transformers.Trainer with an ONNX model and numpy datasets runs with the import 
 `model` is a forward ONNX file (a path or an onnx.ModelProto), an artifacts folder (made by
 kiln.training.artifacts.generate_artifacts), a built-in model name (a kiln.nn.zoo name: "mlp",
 "lenet", "resnet18", ..., with its default config; for another config pass
-kiln.nn.zoo.create_model(name, **config)) or a kiln.nn Module (exported in training mode with the first training
-example's shapes; train() loads the trained weights back into it: kiln/nn/trainer_glue.py). Kiln adds
+kiln.nn.zoo.create_model(name, **config)), a kiln.nn Module (exported in training mode with the first training
+example's shapes; train() loads the trained weights back into it: kiln/nn/trainer_glue.py) or a
+torch.nn.Module, a Hugging Face-style one included (the same through torch.onnx.export:
+kiln/training/ortmodule/trainer_glue.py; kiln.ORTTrainer is this class under optimum's name). Kiln adds
 the loss for a forward model; `loss` (Kiln's keyword) names it: CrossEntropyLoss, MSELoss,
 BCEWithLogitsLoss, L1Loss or "none". The default is "none" when the model has an output named
 "loss" (an HF model that computes its own loss from a "labels" input; that output must come first),
@@ -30,6 +32,8 @@ model_init, compute_loss_func, data collators other than the default, optimizer 
 objects, optimizer_cls_and_kwargs, hyperparameter-search trials.
 """
 import os
+import shutil
+import sys
 import tempfile
 from collections.abc import Mapping
 
@@ -59,7 +63,7 @@ class Trainer:
             raise RuntimeError("`Trainer` requires either a `model` or `model_init` argument")
         if args is None:
             args = TrainingArguments(output_dir="trainer_output")
-        if not isinstance(args, TrainingArguments):
+        if not isinstance(args, TrainingArguments):  # ORTTrainingArguments is one
             raise TypeError(f"args must be a kiln.TrainingArguments, not {type(args).__name__}")
         self.model = model
         self.args = args
@@ -80,6 +84,12 @@ class Trainer:
                 from kiln.nn.trainer_glue import export_for_trainer
                 path = os.path.join(tmp, "model.onnx")
                 spec = _onnx_spec(path, export_for_trainer(model, train, args.label_names or ["labels"], path), loss)
+            elif _is_torch_module(model):  # a torch.nn.Module: the same, through torch.onnx.export
+                from kiln.training.ortmodule.trainer_glue import export_for_trainer as export_torch
+                path = os.path.join(tmp, "model.onnx")
+                spec = _onnx_spec(path, export_torch(model, train, args.label_names or ["labels"], path), loss)
+                if getattr(args, "save_onnx", False):  # ORTTrainingArguments: the exported graph kept
+                    _keep_onnx(path, args)
             else:
                 spec = _model_spec(model, loss, tmp)
             self._core = core.Trainer(spec, args._core, args, model, train, evaluation, compute_metrics,
@@ -105,6 +115,9 @@ class Trainer:
         if getattr(self.model, "_kiln_nn_module", False):
             from kiln.nn.trainer_glue import load_trained
             load_trained(self.model, self._core.parameter_values())
+        elif _is_torch_module(self.model):
+            from kiln.training.ortmodule.trainer_glue import load_trained as load_torch
+            load_torch(self.model, self._core.parameter_values())
         return TrainOutput(step, loss, metrics)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
@@ -189,6 +202,17 @@ class Trainer:
                                   f"{what} columns: {have})")
 
 
+def _is_torch_module(model):
+    torch = sys.modules.get("torch")  # a torch module implies torch is imported
+    return torch is not None and isinstance(model, torch.nn.Module)
+
+
+def _keep_onnx(path, args):
+    """ORTTrainingArguments(save_onnx=True): the exported forward as <output_dir>/<onnx_prefix>_torch_exported.onnx."""
+    os.makedirs(args.output_dir, exist_ok=True)
+    shutil.copyfile(path, os.path.join(args.output_dir, f"{args.onnx_prefix or 'model'}_torch_exported.onnx"))
+
+
 def _unsupported(argument, given, hint):
     if given:
         raise NotImplementedError(f"Trainer({argument}=...) is not supported by Kiln: {hint}")
@@ -209,8 +233,8 @@ def _model_spec(model, loss, tmp):
         outputs = [o.name for o in model.graph.output]
         return _onnx_spec(path, outputs, loss)
     if not isinstance(model, (str, os.PathLike)):
-        raise TypeError(f"model must be an ONNX file, an onnx.ModelProto, an artifacts folder or a built-in model "
-                        f"name, not {type(model).__name__}")
+        raise TypeError(f"model must be an ONNX file, an onnx.ModelProto, an artifacts folder, a built-in model "
+                        f"name, a kiln.nn Module or a torch.nn.Module, not {type(model).__name__}")
     path = os.fspath(model)
     if os.path.isdir(path):
         _no_loss(loss, "an artifacts folder (its training model has its loss)")

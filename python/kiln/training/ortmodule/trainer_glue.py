@@ -1,0 +1,127 @@
+"""kiln.Trainer(model=<torch.nn.Module>) (optimum's ORTTrainer's job): the module exported once as
+the forward ONNX file Kiln's Trainer trains, and the trained weights back into the module.
+
+The module is exported with torch.onnx.export (opset 17, training mode: BatchNorm on batch
+statistics, Dropout active) over the first training example, with a dynamic batch dimension. Its
+inputs are the dataset columns its forward takes by name (a Hugging Face model's input_ids,
+attention_mask and labels), else the one feature column of a one-input forward. Outputs are named
+as a Hugging Face model's: a dict or ModelOutput by its keys ("loss" first when labels go in), a
+tuple as (loss, logits, ...) when labels go in, else (logits, ...); a single tensor "logits". A
+model that returns its loss trains on it; otherwise the Trainer adds its loss (CrossEntropyLoss by
+default) on the first output. Parameters keep their state_dict names, so checkpoints
+(model.safetensors) load back with load_state_dict; frozen parameters (requires_grad False) stay
+frozen. The training loop is Kiln's (C++), not ORTModule's: the whole step runs in one plan.
+"""
+from __future__ import annotations
+
+import inspect
+import io
+
+import numpy as np
+import onnx
+import torch
+
+from kiln.errors import InvalidArgument
+from kiln.nn.trainer_glue import _input_columns
+from kiln.training.ortmodule._graphs import _strip_prefix
+
+
+class _Named(torch.nn.Module):
+    """The module called with the dataset's columns by name; its outputs flat, in `names`' order."""
+
+    def __init__(self, module, inputs):
+        super().__init__()
+        self.inner = module
+        self.inputs = inputs
+
+    def forward(self, *tensors):  # noqa: D102
+        return tuple(_outputs(_call(self.inner, self.inputs, tensors), "labels" in self.inputs)[1])
+
+
+def _call(module, inputs, tensors):
+    """forward by keyword when its parameters are named after the columns, else positionally (the
+    one feature column of a one-input forward such as nn.Sequential's)."""
+    try:
+        params = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if all(n in params for n in inputs):
+        return module(**dict(zip(inputs, tensors)))
+    return module(*tensors)
+
+
+def _outputs(out, with_labels):
+    """(names, tensors) of a forward's output, named as a Hugging Face model's."""
+    if isinstance(out, torch.Tensor):
+        return ["logits"], [out]
+    if isinstance(out, dict):
+        items = [(k, v) for k, v in out.items() if v is not None]
+    elif isinstance(out, (tuple, list)):
+        first = ["loss", "logits"] if with_labels else ["logits"]
+        items = [(first[i] if i < len(first) else f"output_{i}", v) for i, v in enumerate(out) if v is not None]
+    else:
+        raise InvalidArgument(f"Trainer(model=<torch module>): its forward returned a {type(out).__name__}; "
+                              "return a tensor, a tuple or a dict (ModelOutput) of tensors")
+    names, flat = [], []
+    for key, value in items:
+        if isinstance(value, torch.Tensor):
+            names.append(str(key))
+            flat.append(value)
+        elif isinstance(value, (tuple, list)):  # hidden_states and the like: one output per tensor
+            for i, v in enumerate(value):
+                if isinstance(v, torch.Tensor):
+                    names.append(f"{key}_{i}")
+                    flat.append(v)
+    if not flat:
+        raise InvalidArgument("Trainer(model=<torch module>): its forward returned no tensor")
+    return names, flat
+
+
+def export_for_trainer(module: torch.nn.Module, dataset, label_names, path) -> list:
+    """Writes the module's training ONNX file to `path`; returns its output names."""
+    name = type(module).__name__
+    if dataset is None or len(dataset) == 0:
+        raise InvalidArgument(f"Trainer(model={name}): a torch module needs a train_dataset (it is exported with the "
+                              "shapes of the first training example)")
+    example = dataset[0]
+    inputs = _input_columns(module, list(example), label_names)
+    tensors = [torch.from_numpy(np.ascontiguousarray(np.asarray(example[n])[None])) for n in inputs]
+    named = _Named(module, inputs)
+    buffers = {k: b.detach().clone() for k, b in module.named_buffers()}
+    was_training = module.training
+    module.train(True)
+    buffer = io.BytesIO()
+    try:
+        with torch.no_grad():
+            names, flat = _outputs(_call(module, inputs, tensors), "labels" in inputs)
+            ranks = [t.dim() for t in flat]
+            axes = {n: {0: "batch"} for n in inputs}
+            axes.update({n: {0: "batch"} for n, r in zip(names, ranks) if r > 0})
+            torch.onnx.export(named, tuple(tensors), buffer, opset_version=17, do_constant_folding=False,
+                              training=torch.onnx.TrainingMode.TRAINING, input_names=inputs, output_names=names,
+                              dynamic_axes=axes)
+    except InvalidArgument:
+        raise
+    except Exception as e:  # noqa: BLE001 (the exporter's own errors, named)
+        raise InvalidArgument(f"Trainer(model={name}): torch.onnx.export failed: {type(e).__name__}: {e}") from e
+    finally:
+        module.train(was_training)
+        with torch.no_grad():  # the calls above ran training-mode BatchNorms: their statistics back
+            for key, value in module.named_buffers():
+                value.copy_(buffers[key])
+    model = onnx.load_from_string(buffer.getvalue())
+    _strip_prefix(model.graph, "inner.")
+    frozen = [n for n, p in module.named_parameters() if not p.requires_grad]
+    if frozen:
+        entry = model.metadata_props.add()
+        entry.key, entry.value = "kiln.frozen_params", ",".join(frozen)
+    onnx.save(model, path)
+    return [o.name for o in model.graph.output]
+
+
+def load_trained(module: torch.nn.Module, values: dict):
+    """The Trainer's weights (initializer name = state_dict key) into the module, in place. Keys the
+    training graph does not carry keep their values; tied parameters share the one they load."""
+    state = module.state_dict()
+    known = {k: torch.from_numpy(np.array(v)).to(state[k].dtype) for k, v in values.items() if k in state}
+    module.load_state_dict(known, strict=False)
