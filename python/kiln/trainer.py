@@ -49,7 +49,7 @@ class Trainer:
     def __init__(self, model=None, args=None, data_collator=None, train_dataset=None, eval_dataset=None,
                  processing_class=None, model_init=None, compute_loss_func=None, compute_metrics=None,
                  callbacks=None, optimizers=(None, None), optimizer_cls_and_kwargs=None,
-                 preprocess_logits_for_metrics=None, *, loss=None):
+                 preprocess_logits_for_metrics=None, *, loss=None, tokenizer=None):
         _unsupported("model_init", model_init is not None, "pass the model itself")
         _unsupported("compute_loss_func", compute_loss_func is not None,
                      "name a loss with loss=..., or export a model that computes its own 'loss' output")
@@ -61,6 +61,11 @@ class Trainer:
                      "choose the optimizer with TrainingArguments.optim")
         if model is None:
             raise RuntimeError("`Trainer` requires either a `model` or `model_init` argument")
+        if tokenizer is not None:  # HF's name before processing_class (and the one ORTTrainer scripts use)
+            if processing_class is not None:
+                raise ValueError("Trainer: pass tokenizer or processing_class, not both (tokenizer is the older name "
+                                 "of processing_class)")
+            processing_class = tokenizer
         if args is None:
             args = TrainingArguments(output_dir="trainer_output")
         if not isinstance(args, TrainingArguments):  # ORTTrainingArguments is one
@@ -139,6 +144,11 @@ class Trainer:
         self._check_columns(dataset, "test_dataset", training=False, labels_optional=True)
         predictions, label_ids, metrics = self._core.predict(dataset, metric_key_prefix)
         return PredictionOutput(predictions, label_ids, metrics)
+
+    @property
+    def tokenizer(self):
+        """HF's older name of processing_class."""
+        return self.processing_class
 
     # ---- State, logs and files -----------------------------------------------------------------
     @property

@@ -4,7 +4,8 @@ the losses of a plain PyTorch loop with the same AdamW, linear schedule and grad
 (full-batch steps, so the sampler's order does not matter: per-step losses within 1e-4 relative,
 final parameters within 1e-4), and the trained weights are in the module afterwards; a plain
 module gets the Trainer's cross-entropy; a checkpoint's model.safetensors holds the module's
-state_dict keys and loads back with load_state_dict; ORTTrainingArguments' own fields."""
+state_dict keys and loads back with load_state_dict; ORTTrainingArguments' own fields; tokenizer= as
+processing_class's older name."""
 import copy
 import json
 import os
@@ -132,3 +133,13 @@ def test_ort_training_arguments_fields(tmp_path):
     kiln.ORTTrainer(model=HFStyle(), args=args(tmp_path, save_onnx=True, onnx_prefix="hf"), train_dataset=items)
     assert os.path.exists(tmp_path / "run" / "hf_torch_exported.onnx")
     assert issubclass(kiln.ORTTrainer, kiln.Trainer) and isinstance(a, kiln.TrainingArguments)
+
+
+def test_tokenizer_is_processing_class_under_its_older_name(tmp_path):
+    _, _, items = data(3)
+    marker = object()
+    trainer = kiln.ORTTrainer(model=HFStyle(), args=args(tmp_path), train_dataset=items, tokenizer=marker)
+    assert trainer.processing_class is marker and trainer.tokenizer is marker
+    with pytest.raises(ValueError, match="not both"):
+        kiln.ORTTrainer(model=HFStyle(), args=args(tmp_path), train_dataset=items, tokenizer=marker,
+                        processing_class=marker)

@@ -2,15 +2,18 @@
 None, number, bool and string arguments and nested tuples / lists / dicts of tensors (constants of
 a plan: a new value is a new signature), an argument the forward does not read, ModelOutput-like
 dataclass and namedtuple outputs, a forward that returns no tensor, the wrapped module's forward
-hooks, the rest of the nn.Module surface, DebugOptions' log levels, and torchvision's ResNet-18
+hooks, the rest of the nn.Module surface, DebugOptions' log levels, torchvision's ResNet-18
 trained 20 steps (per-step losses within 1e-4 relative, parameters and BatchNorm statistics within
-1e-4)."""
+1e-4), the DLPack crossing without copies, Dropout seeded from torch with its gradient through the
+forward's mask, the fallback on an export failure and on an op Kiln cannot differentiate, and an
+input on another device."""
 import copy
 import dataclasses
 import warnings
 from collections import OrderedDict, namedtuple
 from typing import Optional
 
+import numpy as np
 import pytest
 import torch
 from kiln_package import import_kiln
@@ -240,3 +243,97 @@ def test_torchvision_resnet18_trains_as_in_pytorch():
     for name, value in plain.state_dict().items():
         diff = (value.double() - theirs[name].double()).abs().max().item()
         assert diff <= 1e-4, f"{name}: max difference {diff}"
+
+
+def test_tensors_cross_through_dlpack_without_copies():
+    from kiln.training.ortmodule import _numpy, _tensor
+    t = torch.randn(3, 4, requires_grad=True)
+    view = _numpy(t)
+    assert view.__array_interface__["data"][0] == t.data_ptr()  # the parameter's own storage
+    with torch.no_grad():
+        t.add_(1)  # an optimizer's in-place step is seen without a new view
+    assert view[0, 0] == t[0, 0].item()
+    mask = torch.tensor([True, False])
+    assert _numpy(mask).__array_interface__["data"][0] == mask.data_ptr()
+    strided = torch.randn(4, 3).t()  # not contiguous: the one case with a copy
+    assert _numpy(strided).__array_interface__["data"][0] != strided.data_ptr()
+    np.testing.assert_array_equal(_numpy(strided), strided.numpy())
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    back = _tensor(array)
+    assert back.data_ptr() == array.__array_interface__["data"][0]
+
+
+class Dropping(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(64, 64)
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.fc(x))
+
+
+def test_dropout_is_seeded_from_torch_and_its_gradient_follows_the_mask():
+    x = torch.randn(32, 64)
+
+    def run(seed):
+        torch.manual_seed(seed)
+        model = ORTModule(Dropping())
+        xi = x.clone().requires_grad_(True)
+        first = model(xi)
+        first.sum().backward()
+        return model, xi.grad, first, model(x)
+
+    model, grad, first, second = run(7)
+    _, grad_again, first_again, second_again = run(7)
+    assert torch.equal(first, first_again) and torch.equal(second, second_again)  # torch.manual_seed repeats
+    assert not torch.equal(first == 0, second == 0)  # each call draws a new mask
+    kept = first != 0
+    assert 0.4 < kept.float().mean().item() < 0.6
+    with torch.no_grad():  # kept units are scaled by 1 / (1 - p), dropped ones are 0
+        torch.testing.assert_close(first[kept], (model.module.fc(x) * 2)[kept], **TOL)
+    # d(sum y)/dx = W^T (2 * mask): the gradient goes through the forward's own mask
+    torch.testing.assert_close(grad, (2 * kept.float()) @ model.module.fc.weight, **TOL)
+
+
+class Eigenvalues(torch.nn.Module):  # torch.onnx cannot export linalg_eigvalsh at opset 17
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return torch.linalg.eigvalsh(h.T @ h)
+
+
+class Recurrent(torch.nn.Module):  # exports to ONNX's LSTM, which Kiln does not differentiate
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(4, 8)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+@pytest.mark.parametrize("make, x, cause", [
+    (Eigenvalues, (5, 3), "torch.onnx.export failed: UnsupportedOperatorError"),
+    (Recurrent, (6, 2, 4), "Kiln cannot differentiate the exported graph: node '.*' \\(LSTM\\)"),
+])
+def test_an_export_failure_and_an_op_kiln_cannot_differentiate_fall_back(monkeypatch, make, x, cause):
+    monkeypatch.delenv("ORTMODULE_FALLBACK_POLICY", raising=False)
+    torch.manual_seed(16)
+    inner = make()
+    model = ORTModule(inner)
+    inputs = torch.randn(*x)
+    with pytest.warns(RuntimeWarning, match="falls back to PyTorch for this module: " + cause):
+        out = model(inputs)
+    torch.testing.assert_close(out, inner(inputs))
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    with pytest.raises(RuntimeError, match="cannot run this module: " + cause):
+        ORTModule(make())(inputs)
+
+
+def test_an_input_on_another_device_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    with pytest.raises(RuntimeError, match="input tensor 0 is on meta; Kiln's ORTModule runs on the CPU"):
+        ORTModule(torch.nn.Linear(3, 2))(torch.empty(4, 3, device="meta"))

@@ -26,7 +26,10 @@ What this version does and does not do (docs/torch.md says the same):
   dataclasses (Hugging Face's ModelOutput);
 - the wrapped module's own forward (pre-)hooks run around each call, not in the graph;
 - BatchNorm running statistics (and num_batches_tracked) are written back to the module after each
-  training-mode call; Dropout draws Kiln's masks, not torch's;
+  training-mode call; Dropout draws Kiln's masks, not torch's, from seeds drawn from torch's
+  generator at export (torch.manual_seed makes a run repeat its masks);
+- tensors cross as NumPy arrays over the same memory through DLPack (bool ones through the buffer
+  protocol), no copy unless a tensor is not contiguous;
 - anything else (an argument or output of another type, a forward returning no tensor, an export
   failure, an op Kiln cannot run or differentiate) falls back to running the module in PyTorch
   with one warning naming the cause, as ORTModule's default fallback policy does;
@@ -84,8 +87,24 @@ class DebugOptions:
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
-    """A NumPy view of a CPU tensor's storage (a copy only when it is not contiguous)."""
-    return t.detach().contiguous().numpy()
+    """A NumPy view of a CPU tensor's storage through DLPack (a copy only when the tensor is not
+    contiguous). Bool tensors, which this NumPy's DLPack does not carry, go through the buffer
+    protocol, also without a copy."""
+    t = t.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.dtype == torch.bool:
+        return t.numpy()
+    return np.from_dlpack(t)
+
+
+def _tensor(a) -> torch.Tensor:
+    """A torch tensor over a NumPy array's memory through DLPack (the arrays Kiln writes); the
+    buffer protocol for what DLPack cannot export (bool, read-only arrays). No copy either way."""
+    a = np.asarray(a)
+    if a.dtype != np.bool_ and a.flags.writeable:
+        return torch.from_dlpack(a)
+    return torch.from_numpy(a)
 
 
 class _Bound:
@@ -166,6 +185,7 @@ class _Plan:
         outputs, self.structure = _flatten(call.captured[-1], "the module's output", constants=True)
         exported = onnx.load_from_string(buffer.getvalue())
         _strip_prefix(exported.graph, "inner.")
+        _seed_dropout(exported.graph)
         graph = exported.graph
         self.output_names = [o.name for o in graph.output]
         if len(self.output_names) != len(outputs):
@@ -293,7 +313,7 @@ class _KilnFunction(torch.autograd.Function):
         the running statistics (plan.updates) for the caller to write back."""
         inputs, params = tensors[:n_inputs], tensors[n_inputs:]
         out = plan.forward.run(plan.feeds(inputs, params, buffers))
-        results = [torch.from_numpy(np.asarray(out[name])) for name in plan.output_names]
+        results = [_tensor(out[name]) for name in plan.output_names]
         updated.update({buffer: out[name] for buffer, name in plan.updates})
         ctx.stash = {name: out[name] for name in plan.stash_names}
         ctx.buffers = buffers
@@ -325,8 +345,17 @@ class _KilnFunction(torch.autograd.Function):
         stash, ctx.stash = ctx.stash, None
         plan.forward.recycle({name: stash[name] for name in plan.stash_names if name not in plan.output_names})
         del stash, feeds
-        grads = [torch.from_numpy(np.asarray(out[w])) if w else None for w in wanted]
+        grads = [_tensor(out[w]) if w else None for w in wanted]
         return (None, None, None, None, *grads)
+
+
+def _seed_dropout(graph):
+    """Each Dropout's seed drawn from torch's default generator when the module is exported: under
+    torch.manual_seed a run draws the same masks again (Kiln's masks, not torch's: the generators
+    differ); each call draws new ones (the seed and the call's index)."""
+    for node in graph.node:
+        if node.op_type == "Dropout" and not any(a.name == "seed" for a in node.attribute):
+            node.attribute.append(helper.make_attribute("seed", int(torch.randint(0, 2**31 - 1, (1,)).item())))
 
 
 def _fallback_disabled() -> bool:
@@ -462,7 +491,7 @@ class ORTModule(torch.nn.Module):
         counted = set()
         with torch.no_grad():
             for name, value in updated.items():
-                state[name].copy_(torch.from_numpy(np.asarray(value)))
+                state[name].copy_(_tensor(value))
                 prefix = name.rsplit(".", 1)[0]
                 tracked = state.get(f"{prefix}.num_batches_tracked")
                 if tracked is not None and prefix not in counted:
