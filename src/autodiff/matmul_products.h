@@ -34,8 +34,9 @@ inline std::string product(GradContext& g, const std::string& a, bool ta, const 
 //   dA = G @ op(B)^T, or op(B) @ G^T when A is read transposed;
 //   dB = op(A)^T @ G, or G^T @ op(A) when B is read transposed;
 // each reduced to its operand's shape. A shared matrix B under a batched A (a Linear layer:
-// A [..., M, K], B [K, N]) gets its gradient as one product over every row at once,
-// flatten(A)^T @ flatten(G), rather than one small product per batch and a sum.
+// A [..., M, K], B [K, N], or B [N, K] read transposed) gets its gradient as one product over every
+// row at once, flatten(A)^T @ flatten(G) (flatten(G)^T @ flatten(A)), already in B's shape, rather
+// than one small product per batch and a sum.
 inline void product_grads(GradContext& g, const std::string& a, int64_t rank_a, bool ta, const std::string& b,
                           int64_t rank_b, bool tb, const std::string& grad,
                           const std::function<std::string(int, const std::string&)>& finish) {
@@ -45,10 +46,10 @@ inline void product_grads(GradContext& g, const std::string& a, int64_t rank_a, 
   }
   if (g.needs(1)) {
     std::string db;
-    if (rank_b == 2 && rank_a > 2 && !ta && !tb) {
+    if (rank_b == 2 && rank_a > 2 && !ta) {  // B's own layout: flat(A)^T flat(G), or flat(G)^T flat(A)
       const Attribute axis = Attribute::of_int(rank_a - 1);
-      db = product(g, g.emit("Flatten", {a}, {{"axis", axis}}), true, g.emit("Flatten", {grad}, {{"axis", axis}}),
-                   false);
+      const std::string fa = g.emit("Flatten", {a}, {{"axis", axis}}), fg = g.emit("Flatten", {grad}, {{"axis", axis}});
+      db = tb ? product(g, fg, true, fa, false) : product(g, fa, true, fg, false);
     } else {
       db = tb ? product(g, grad, true, a, ta) : product(g, a, !ta, grad, false);
     }

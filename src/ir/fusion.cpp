@@ -261,9 +261,55 @@ size_t drop_inactive_dropout(Model& model) {
   return dropped;
 }
 
+size_t fold_transposes_into_matmul(Model& model) {
+  Graph& g = model.graph;
+  const Uses uses(g);
+  std::set<size_t> folded;  // the Transpose nodes taken
+  for (Node& n : g.nodes) {
+    if (!n.domain.empty() || n.op_type != "MatMul" || n.inputs.size() != 2 || n.outputs.size() != 1) continue;
+    const std::optional<DType> dtype = hinted_dtype(g, n.outputs[0]);
+    if (dtype != DType::Float32 && dtype != DType::Float64) continue;  // FusedMatMul's kernels
+    std::vector<std::string> inputs = n.inputs;
+    bool trans[2] = {false, false};
+    for (int side = 0; side < 2; ++side) {
+      const size_t t = uses.producer(inputs[side], "Transpose");
+      if (t == kNone || uses.sole_reader(inputs[side]) == kNone || g.nodes[t].inputs.size() != 1) continue;
+      const std::vector<int64_t> perm = g.nodes[t].attr_ints("perm");
+      const size_t r = perm.size();
+      bool swaps_last_two =
+          r >= 2 && perm[r - 2] == static_cast<int64_t>(r - 1) && perm[r - 1] == static_cast<int64_t>(r - 2);
+      for (size_t d = 0; d + 2 < r && swaps_last_two; ++d) swaps_last_two = perm[d] == static_cast<int64_t>(d);
+      if (!swaps_last_two) continue;
+      trans[side] = true;
+      inputs[side] = g.nodes[t].inputs[0];
+      folded.insert(t);
+    }
+    if (!trans[0] && !trans[1]) continue;
+    n.domain = kKilnDomain;
+    n.op_type = "FusedMatMul";
+    n.inputs = inputs;
+    n.attrs["transA"] = Attribute::of_int(trans[0] ? 1 : 0);
+    n.attrs["transB"] = Attribute::of_int(trans[1] ? 1 : 0);
+  }
+  if (folded.empty()) return 0;
+  std::set<std::string> gone;
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!folded.count(i)) {
+      kept.push_back(std::move(g.nodes[i]));
+      continue;
+    }
+    gone.insert(g.nodes[i].outputs[0]);
+  }
+  g.nodes = std::move(kept);
+  std::erase_if(g.value_info, [&](const ValueInfo& v) { return gone.count(v.name) != 0; });
+  if (!model.opsets.count(kKilnDomain)) model.opsets[kKilnDomain] = 1;
+  return folded.size();
+}
+
 size_t fuse(Model& model, bool for_training) {
   const size_t n = drop_inactive_dropout(model) + fuse_gelu(model) + fuse_masked_softmax(model);
-  return n + fuse_attention(model, for_training);
+  return n + fuse_attention(model, for_training) + fold_transposes_into_matmul(model);
 }
 
 }  // namespace kiln

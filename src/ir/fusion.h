@@ -43,6 +43,13 @@ size_t fuse_attention(Model& model, bool for_training = false);
 // before opset 12 a ratio attribute of 0), whose mask nothing reads, becomes an Identity: no copy,
 // no mask, and no gradient pass (a module exported in training mode with dropout=0.0 has them).
 size_t drop_inactive_dropout(Model& model);
+// MatMul(A, Transpose(B)) (and Transpose(A) on the left) with a perm that swaps the last two axes
+// only, the Transpose read by nothing else, and a float32 or float64 output by the hints: an
+// ai.kiln.FusedMatMul reading the operand transposed in place (transA / transB), no copy. A torch
+// Linear exports as MatMul(X, Transpose(W)): its weight is no longer copied in every forward, and
+// its gradient comes out in W's own layout (no Transpose of the gradient either). Runs after
+// fuse_attention, whose MatMuls it would otherwise take.
+size_t fold_transposes_into_matmul(Model& model);
 // Every pass above; returns how many nodes were rewritten.
 size_t fuse(Model& model, bool for_training = false);
 
