@@ -3,9 +3,13 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <deque>
+#include <mutex>
 #include <new>
 #include <numeric>
 #include <type_traits>
+
+#include "core/large_blocks.h"
 
 namespace kiln {
 
@@ -18,8 +22,69 @@ void* aligned_allocate(size_t bytes) {
 
 void aligned_free(void* p) { std::free(p); }
 
+namespace {
+
+// Freed blocks of kLargeBlock bytes or more, kept for the next allocation of the same size (the
+// outputs a Session returns on every run, a batch the loader stacks on every step) up to kCacheCap
+// in all, the oldest freed first when more come. glibc maps such blocks afresh on every malloc and
+// unmaps them on free, so each reuse would otherwise fault in every page again: on virtual machines
+// that first touch costs more than writing the data (a 32 MB logits tensor: ~80 ms of faults).
+constexpr size_t kLargeBlock = size_t{4} << 20;
+constexpr size_t kCacheCap = size_t{256} << 20;
+
+class LargeBlocks {
+ public:
+  void* take(size_t rounded) {
+    const std::lock_guard lock(mutex_);
+    for (auto it = blocks_.begin(); it != blocks_.end(); ++it)
+      if (it->second == rounded) {
+        void* p = it->first;
+        blocks_.erase(it);
+        cached_ -= rounded;
+        return p;
+      }
+    return nullptr;
+  }
+  void give(void* p, size_t rounded) {
+    if (rounded > kCacheCap) return std::free(p);
+    const std::lock_guard lock(mutex_);
+    while (cached_ + rounded > kCacheCap) {
+      std::free(blocks_.front().first);
+      cached_ -= blocks_.front().second;
+      blocks_.pop_front();
+    }
+    blocks_.emplace_back(p, rounded);
+    cached_ += rounded;
+  }
+  size_t cached() {
+    const std::lock_guard lock(mutex_);
+    return cached_;
+  }
+  ~LargeBlocks() {
+    for (auto& [p, size] : blocks_) std::free(p);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::deque<std::pair<void*, size_t>> blocks_;
+  size_t cached_ = 0;
+};
+
+LargeBlocks& large_blocks() {
+  static LargeBlocks* blocks = new LargeBlocks;  // never destroyed: tensors may outlive static destruction
+  return *blocks;
+}
+
+size_t rounded_size(size_t bytes) { return (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment; }
+
+}  // namespace
+
+size_t cached_large_block_bytes() { return large_blocks().cached(); }
+
 std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
-  return std::shared_ptr<Storage>(new Storage(aligned_allocate(bytes), bytes, true));
+  const size_t rounded = rounded_size(bytes);
+  void* p = rounded >= kLargeBlock ? large_blocks().take(rounded) : nullptr;
+  return std::shared_ptr<Storage>(new Storage(p != nullptr ? p : aligned_allocate(bytes), bytes, true));
 }
 
 std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes) {
@@ -27,7 +92,10 @@ std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes) {
 }
 
 Storage::~Storage() {
-  if (owned_) aligned_free(data_);
+  if (!owned_) return;
+  const size_t rounded = rounded_size(bytes_);
+  if (rounded >= kLargeBlock) large_blocks().give(data_, rounded);
+  else aligned_free(data_);
 }
 
 Tensor Tensor::empty(DType dtype, Shape shape) {
