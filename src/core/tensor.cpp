@@ -13,9 +13,14 @@
 
 namespace kiln {
 
+namespace {
+
+size_t rounded_size(size_t bytes) { return (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment; }
+
+}  // namespace
+
 void* aligned_allocate(size_t bytes) {
-  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded);
+  void* p = std::aligned_alloc(kAlignment, rounded_size(bytes));
   if (p == nullptr) throw Error(fmt::format("out of memory allocating {} bytes", bytes));
   return p;
 }
@@ -60,9 +65,6 @@ class LargeBlocks {
     const std::lock_guard lock(mutex_);
     return cached_;
   }
-  ~LargeBlocks() {
-    for (auto& [p, size] : blocks_) std::free(p);
-  }
 
  private:
   std::mutex mutex_;
@@ -74,8 +76,6 @@ LargeBlocks& large_blocks() {
   static LargeBlocks* blocks = new LargeBlocks;  // never destroyed: tensors may outlive static destruction
   return *blocks;
 }
-
-size_t rounded_size(size_t bytes) { return (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment; }
 
 }  // namespace
 

@@ -261,50 +261,51 @@ size_t drop_inactive_dropout(Model& model) {
   return dropped;
 }
 
+namespace {
+
+// Whether Transpose node `t` swaps the last two axes of its input and nothing else.
+bool swaps_last_two(const Node& t) {
+  const std::vector<int64_t> perm = t.attr_ints("perm");
+  const size_t r = perm.size();
+  if (r < 2 || perm[r - 2] != static_cast<int64_t>(r - 1) || perm[r - 1] != static_cast<int64_t>(r - 2)) return false;
+  for (size_t d = 0; d + 2 < r; ++d)
+    if (perm[d] != static_cast<int64_t>(d)) return false;
+  return true;
+}
+
+// MatMul `mm` with an operand from such a Transpose that only it reads: FusedMatMul reading the
+// Transpose's input with its flag set.
+std::optional<Rewrite> match_transposed_operand(const Graph& g, const Uses& u, size_t mm, GraphEditor&) {
+  const Node& n = g.nodes[mm];
+  if (n.inputs.size() != 2 || n.outputs.size() != 1) return std::nullopt;
+  const std::optional<DType> dtype = hinted_dtype(g, n.outputs[0]);
+  if (dtype != DType::Float32 && dtype != DType::Float64) return std::nullopt;  // FusedMatMul's kernels
+  Rewrite r;
+  r.fused = n;
+  r.fused.domain = kKilnDomain;
+  r.fused.op_type = "FusedMatMul";
+  for (int side = 0; side < 2; ++side) {
+    const size_t t = u.producer(n.inputs[side], "Transpose");
+    const bool folds = t != kNone && u.sole_reader(n.inputs[side]) == mm && g.nodes[t].inputs.size() == 1 &&
+                       swaps_last_two(g.nodes[t]);
+    r.fused.attrs[side == 0 ? "transA" : "transB"] = Attribute::of_int(folds ? 1 : 0);
+    if (!folds) continue;
+    r.fused.inputs[static_cast<size_t>(side)] = g.nodes[t].inputs[0];
+    r.nodes.push_back(t);
+  }
+  if (r.nodes.empty()) return std::nullopt;
+  r.nodes.push_back(mm);
+  return r;
+}
+
+}  // namespace
+
 size_t fold_transposes_into_matmul(Model& model) {
-  Graph& g = model.graph;
-  const Uses uses(g);
-  std::set<size_t> folded;  // the Transpose nodes taken
-  for (Node& n : g.nodes) {
-    if (!n.domain.empty() || n.op_type != "MatMul" || n.inputs.size() != 2 || n.outputs.size() != 1) continue;
-    const std::optional<DType> dtype = hinted_dtype(g, n.outputs[0]);
-    if (dtype != DType::Float32 && dtype != DType::Float64) continue;  // FusedMatMul's kernels
-    std::vector<std::string> inputs = n.inputs;
-    bool trans[2] = {false, false};
-    for (int side = 0; side < 2; ++side) {
-      const size_t t = uses.producer(inputs[side], "Transpose");
-      if (t == kNone || uses.sole_reader(inputs[side]) == kNone || g.nodes[t].inputs.size() != 1) continue;
-      const std::vector<int64_t> perm = g.nodes[t].attr_ints("perm");
-      const size_t r = perm.size();
-      bool swaps_last_two =
-          r >= 2 && perm[r - 2] == static_cast<int64_t>(r - 1) && perm[r - 1] == static_cast<int64_t>(r - 2);
-      for (size_t d = 0; d + 2 < r && swaps_last_two; ++d) swaps_last_two = perm[d] == static_cast<int64_t>(d);
-      if (!swaps_last_two) continue;
-      trans[side] = true;
-      inputs[side] = g.nodes[t].inputs[0];
-      folded.insert(t);
-    }
-    if (!trans[0] && !trans[1]) continue;
-    n.domain = kKilnDomain;
-    n.op_type = "FusedMatMul";
-    n.inputs = inputs;
-    n.attrs["transA"] = Attribute::of_int(trans[0] ? 1 : 0);
-    n.attrs["transB"] = Attribute::of_int(trans[1] ? 1 : 0);
-  }
-  if (folded.empty()) return 0;
-  std::set<std::string> gone;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!folded.count(i)) {
-      kept.push_back(std::move(g.nodes[i]));
-      continue;
-    }
-    gone.insert(g.nodes[i].outputs[0]);
-  }
-  g.nodes = std::move(kept);
-  std::erase_if(g.value_info, [&](const ValueInfo& v) { return gone.count(v.name) != 0; });
-  if (!model.opsets.count(kKilnDomain)) model.opsets[kKilnDomain] = 1;
-  return folded.size();
+  std::vector<Rewrite> rewrites = find_rewrites(
+      model, [](const Node& n) { return n.domain.empty() && n.op_type == "MatMul"; }, match_transposed_operand);
+  if (rewrites.empty()) return 0;
+  apply(model, rewrites);
+  return rewrites.size();
 }
 
 size_t fuse(Model& model, bool for_training) {

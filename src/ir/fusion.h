@@ -48,7 +48,7 @@ size_t drop_inactive_dropout(Model& model);
 // ai.kiln.FusedMatMul reading the operand transposed in place (transA / transB), no copy. A torch
 // Linear exports as MatMul(X, Transpose(W)): its weight is no longer copied in every forward, and
 // its gradient comes out in W's own layout (no Transpose of the gradient either). Runs after
-// fuse_attention, whose MatMuls it would otherwise take.
+// fuse_attention, whose MatMuls it would otherwise take. Returns how many MatMuls it rewrote.
 size_t fold_transposes_into_matmul(Model& model);
 // Every pass above; returns how many nodes were rewritten.
 size_t fuse(Model& model, bool for_training = false);

@@ -4,8 +4,9 @@ the losses of a plain PyTorch loop with the same AdamW, linear schedule and grad
 (full-batch steps, so the sampler's order does not matter: per-step losses within 1e-4 relative,
 final parameters within 1e-4), and the trained weights are in the module afterwards; a plain
 module gets the Trainer's cross-entropy; a checkpoint's model.safetensors holds the module's
-state_dict keys and loads back with load_state_dict; ORTTrainingArguments' own fields; tokenizer= as
-processing_class's older name."""
+state_dict keys and loads back with load_state_dict; ORTTrainingArguments' own fields; the errors for
+a torch model the Trainer cannot take (no train_dataset, an export failure, a non-tensor output);
+tokenizer= as processing_class's older name."""
 import copy
 import json
 import os
@@ -143,3 +144,33 @@ def test_tokenizer_is_processing_class_under_its_older_name(tmp_path):
     with pytest.raises(ValueError, match="not both"):
         kiln.ORTTrainer(model=HFStyle(), args=args(tmp_path), train_dataset=items, tokenizer=marker,
                         processing_class=marker)
+
+
+class Eigen(torch.nn.Module):  # torch.onnx cannot export linalg_eigvalsh at opset 17
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(FEATURES, CLASSES)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return torch.linalg.eigvalsh(h.T @ h)
+
+
+class Words(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(FEATURES, CLASSES)
+
+    def forward(self, x):
+        return "logits"
+
+
+def test_a_torch_model_the_trainer_cannot_take_is_a_clear_error(tmp_path):
+    _, _, items = data(4)
+    with pytest.raises(kiln.InvalidArgument, match="a torch module needs a train_dataset"):
+        kiln.Trainer(model=HFStyle(), args=args(tmp_path))
+    with pytest.raises(kiln.InvalidArgument, match="Trainer\\(model=Eigen\\): torch.onnx.export failed: "
+                                                   "UnsupportedOperatorError"):
+        kiln.Trainer(model=Eigen(), args=args(tmp_path), train_dataset=items)
+    with pytest.raises(kiln.InvalidArgument, match="its forward returned a str"):
+        kiln.Trainer(model=Words(), args=args(tmp_path), train_dataset=items)
