@@ -35,6 +35,9 @@ namespace kiln::data {
 // One item, or one batch: tensors by column name ("input", "labels", ...).
 using Example = std::map<std::string, Tensor>;
 
+// Turns a batch's items into one Example.
+using Collator = std::function<Example(const std::vector<Example>&)>;
+
 // A map-style dataset: a length and an item by index. Implementations must be safe to call from
 // several threads at once (get is const).
 class Dataset {
@@ -44,6 +47,10 @@ class Dataset {
   virtual Example get(size_t index) const = 0;
   // The column names of an item; the default asks item 0 (none for an empty dataset).
   virtual std::vector<std::string> columns() const;
+  // The items at `indices` as one batch: by default collate(get(i) for each i). A dataset that
+  // batches its items itself (a Python sequence with a Python data_collator, which takes the raw
+  // items) overrides it and may ignore `collate`.
+  virtual Example get_batch(const std::vector<size_t>& indices, const Collator& collate) const;
 };
 
 // Columns of tensors that share their first dimension; item i holds row i of each column as a
@@ -121,9 +128,6 @@ class RandomSampler : public Sampler {
 inline uint64_t data_sampler_seed(int64_t seed, std::optional<int64_t> data_seed) {
   return static_cast<uint64_t>(data_seed.value_or(seed));
 }
-
-// Turns a batch's items into one Example.
-using Collator = std::function<Example(const std::vector<Example>&)>;
 
 // Stacks each column along a new first dimension: items of shape S give a batch of [B, ...S].
 // Throws InvalidArgument for no items, ShapeError when an item lacks a column the first has (or has

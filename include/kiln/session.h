@@ -95,6 +95,9 @@ class Session {
   void run_with_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs);
   // Plans for the given feeds without running (used by inspection tools).
   PlanStats plan(const std::map<std::string, Tensor>& feeds);
+  // Plans kept at once; planning an input signature beyond them drops the least recently used one.
+  static constexpr size_t kMaxPlans = 8;
+  size_t num_plans() const { return plans_.size(); }
   // The same from dtypes and shapes alone (`value` unused): no input, and no arena, is allocated,
   // so a plan for a batch that would not fit in memory still reports its size (kiln inspect).
   PlanStats plan_shapes(const std::map<std::string, TensorMeta>& feeds);
@@ -118,11 +121,19 @@ class Session {
   static std::map<std::string, TensorMeta> metas_of(const std::map<std::string, Tensor>& feeds);
   ExecutionPlan& plan_for(const std::map<std::string, TensorMeta>& feeds, const std::set<std::string>& bound = {});
   void use_thread_setting() const;
+  void evict_least_recent_plan();
   void plan_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs);
   Model model_;
   SessionOptions options_;
   std::vector<size_t> order_;
-  std::map<std::string, std::unique_ptr<ExecutionPlan>> plans_;
+  // Plans by signature, the least recently used evicted beyond kMaxPlans (each holds an arena once
+  // run: a loop over batches padded to their longest item must not keep one arena per length).
+  struct CachedPlan {
+    std::unique_ptr<ExecutionPlan> plan;
+    uint64_t last_use = 0;
+  };
+  std::map<std::string, CachedPlan> plans_;
+  uint64_t plan_uses_ = 0;
   ExecutionPlan* last_plan_ = nullptr;
   RunProfile profile_;
   uint64_t runs_ = 0;

@@ -28,8 +28,14 @@ else CrossEntropyLoss against the model's first output and the "labels" column.
 The loop runs in C++ with the GIL released; Python callbacks, Python datasets, compute_metrics and
 preprocess_logits_for_metrics take it when called, and an exception they raise leaves train()
 (evaluate(), predict()) as itself. Not supported (NotImplementedError naming the argument):
-model_init, compute_loss_func, data collators other than the default, optimizer or scheduler
-objects, optimizer_cls_and_kwargs, hyperparameter-search trials.
+model_init, compute_loss_func, optimizer or scheduler objects, optimizer_cls_and_kwargs,
+hyperparameter-search trials.
+
+`data_collator` may be any callable with HF's contract (a list of items in, a dict of arrays or torch
+tensors out, batch first): it is called under the GIL for every batch of training, evaluation and
+prediction (kiln/trainer_data.py), and its batches may change shape from batch to batch (dynamic
+padding); predictions and labels of different lengths are padded with -100 when gathered, as HF
+does. A torch model is then exported with every input axis dynamic.
 """
 import os
 import shutil
@@ -40,7 +46,7 @@ from collections.abc import Mapping
 from kiln._core import core
 from kiln.errors import InvalidArgument
 from kiln.trainer_callback import CallbackHandler
-from kiln.trainer_data import default_data_collator, to_dataset
+from kiln.trainer_data import default_data_collator, is_custom_collator, to_dataset
 from kiln.trainer_utils import PredictionOutput, TrainOutput
 from kiln.training_args import TrainingArguments
 
@@ -53,8 +59,6 @@ class Trainer:
         _unsupported("model_init", model_init is not None, "pass the model itself")
         _unsupported("compute_loss_func", compute_loss_func is not None,
                      "name a loss with loss=..., or export a model that computes its own 'loss' output")
-        _unsupported("data_collator", data_collator not in (None, default_data_collator),
-                     "Kiln stacks items itself (default_data_collator); pad items to one shape first")
         _unsupported("optimizers", tuple(optimizers or (None, None)) != (None, None),
                      "choose the optimizer and schedule with TrainingArguments (optim, lr_scheduler_type, ...)")
         _unsupported("optimizer_cls_and_kwargs", optimizer_cls_and_kwargs is not None,
@@ -81,8 +85,8 @@ class Trainer:
         if isinstance(eval_dataset, Mapping) and not _is_columns(eval_dataset):
             raise NotImplementedError("eval_dataset: a dict of named evaluation datasets is evaluated by "
                                       "trainer.evaluate(), not during train(); pass one dataset here")
-        train = to_dataset(train_dataset, "train_dataset")
-        evaluation = to_dataset(eval_dataset, "eval_dataset")
+        train = to_dataset(train_dataset, "train_dataset", data_collator)
+        evaluation = to_dataset(eval_dataset, "eval_dataset", data_collator)
         callbacks = [cb() if isinstance(cb, type) else cb for cb in (callbacks or [])]
         with tempfile.TemporaryDirectory(prefix="kiln-model-") as tmp:
             if getattr(model, "_kiln_nn_module", False):  # a kiln.nn.Module: exported here, weights back after train()
@@ -92,7 +96,9 @@ class Trainer:
             elif _is_torch_module(model):  # a torch.nn.Module: the same, through torch.onnx.export
                 from kiln.training.ortmodule.trainer_glue import export_for_trainer as export_torch
                 path = os.path.join(tmp, "model.onnx")
-                spec = _onnx_spec(path, export_torch(model, train, args.label_names or ["labels"], path), loss)
+                outputs = export_torch(model, train, args.label_names or ["labels"], path,
+                                       dynamic_shapes=is_custom_collator(data_collator))
+                spec = _onnx_spec(path, outputs, loss)
                 if getattr(args, "save_onnx", False):  # ORTTrainingArguments: the exported graph kept
                     _keep_onnx(path, args)
             else:
@@ -133,14 +139,14 @@ class Trainer:
             for name, dataset in eval_dataset.items():
                 metrics.update(self.evaluate(dataset, ignore_keys, f"{metric_key_prefix}_{name}"))
             return metrics
-        dataset = to_dataset(eval_dataset, "eval_dataset")
+        dataset = to_dataset(eval_dataset, "eval_dataset", self.data_collator)
         self._check_columns(dataset, "eval_dataset", training=False)
         return self._core.evaluate(dataset, metric_key_prefix)
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test"):
         """PredictionOutput(predictions, label_ids, metrics). Without labels in the dataset, as HF:
         predictions only (label_ids None, no test_loss)."""
-        dataset = to_dataset(test_dataset, "test_dataset")
+        dataset = to_dataset(test_dataset, "test_dataset", self.data_collator)
         self._check_columns(dataset, "test_dataset", training=False, labels_optional=True)
         predictions, label_ids, metrics = self._core.predict(dataset, metric_key_prefix)
         return PredictionOutput(predictions, label_ids, metrics)

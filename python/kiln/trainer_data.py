@@ -8,6 +8,11 @@
   read item by item by the C++ loader, which takes the GIL for each item (augmentations run anew
   every epoch, as with a torch DataLoader).
 
+With a data_collator other than the default (any callable taking a list of items and returning a
+dict of arrays or torch tensors, batch first: HF's contract), every dataset is read through it: the
+collator gets the raw items (a list of dicts of any shapes and types, a kiln Dataset's items as dicts
+of numpy arrays) and its batches may differ in shape from one batch to the next (dynamic padding).
+
 Columns "label" and "label_ids" are renamed "labels", as HF's default_data_collator does. Python
 numbers and lists become float32 / int64 arrays (torch.tensor's choice); numpy arrays keep their
 dtype.
@@ -75,9 +80,27 @@ def stack_items(items, what="dataset"):
     return core.TensorDataset(stacked)
 
 
-def to_dataset(dataset, what="dataset"):
-    """A dataset argument as a kiln Dataset (None stays None)."""
-    if dataset is None or isinstance(dataset, core.Dataset):
+def is_custom_collator(collator):
+    """True for a data_collator Kiln must call (anything but None and default_data_collator)."""
+    return collator is not None and collator is not default_data_collator
+
+
+def to_dataset(dataset, what="dataset", collator=None):
+    """A dataset argument as a kiln Dataset (None stays None); with a custom collator, one whose
+    batches that collator makes from the raw items."""
+    if dataset is None:
+        return None
+    if is_custom_collator(collator):
+        if not callable(collator):
+            raise TypeError(f"data_collator must be callable, not {type(collator).__name__}")
+        if isinstance(dataset, Mapping):  # a dict of columns: its rows are the items
+            dataset = to_dataset(dataset, what)
+        elif not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise TypeError(f"{what} must be a sequence of items or a dict of columns, not {type(dataset).__name__}")
+        if len(dataset) == 0:
+            raise ShapeError(f"{what} is empty")
+        return core.collated_dataset(dataset, collator)
+    if isinstance(dataset, core.Dataset):
         return dataset
     if isinstance(dataset, Mapping):
         columns = {_RENAMED.get(k, k): as_array(v, f"column '{k}' of {what}") for k, v in dataset.items()}

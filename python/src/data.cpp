@@ -6,6 +6,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <mutex>
+
 #include "kiln/error.h"
 #include "numpy_tensor.h"
 #include "trainer_bindings.h"
@@ -53,6 +55,78 @@ class PythonDataset final : public data::Dataset {
  private:
   PyRef sequence_;
   size_t size_;
+};
+
+// A Python sequence batched by a Python data_collator, as Hugging Face's DataLoader does: the
+// collator gets the raw items (dicts that may hold strings, or lists of different lengths) and
+// returns a mapping of arrays or torch tensors (a BatchEncoding too), each with the batch first.
+// The loader's own collate is not used. get(i) is the batch of item i alone, without its batch axis.
+class CollatedPythonDataset final : public data::Dataset {
+ public:
+  CollatedPythonDataset(const py::object& sequence, const py::object& collator)
+      : sequence_(hold(sequence)), collator_(hold(collator)), size_(py::len(sequence)) {}
+  size_t size() const override { return size_; }
+  data::Example get(size_t index) const override {
+    data::Example batch = get_batch({index}, data::default_collate);
+    for (auto& [name, t] : batch) {
+      Shape item(t.shape().begin() + 1, t.shape().end());
+      t = t.contiguous().reshape(item);
+    }
+    return batch;
+  }
+  // The columns of the first batch made (the collator runs once for them when none was yet).
+  std::vector<std::string> columns() const override {
+    {
+      const std::lock_guard lock(mutex_);
+      if (!columns_.empty()) return columns_;
+    }
+    if (size_ == 0) return {};
+    return data::Dataset::columns();  // get(0) records them
+  }
+  data::Example get_batch(const std::vector<size_t>& indices, const data::Collator& /*collate*/) const override {
+    data::Example batch = collate(indices);
+    const std::lock_guard lock(mutex_);
+    if (columns_.empty())
+      for (const auto& [name, t] : batch) columns_.push_back(name);
+    return batch;
+  }
+
+ private:
+  data::Example collate(const std::vector<size_t>& indices) const {
+    py::gil_scoped_acquire gil;
+    py::list items;
+    for (size_t i : indices) {
+      if (i >= size_) throw InvalidArgument(fmt::format("dataset index {} is out of range for {} items", i, size_));
+      items.append((*sequence_)[py::int_(i)]);
+    }
+    const py::object out = (*collator_)(items);
+    if (!py::isinstance<py::dict>(out) && !py::hasattr(out, "keys"))
+      throw TypeError(
+          fmt::format("data_collator returned a {}; it must return a dict of arrays or tensors "
+                      "(column name -> batch)",
+                      type_name(out)));
+    data::Example batch;
+    const py::object keys = out.attr("keys")();
+    for (const auto& key : keys) {
+      const std::string name = py::str(key);
+      const std::string what = fmt::format("column '{}' of the data_collator's batch", name);
+      const py::object value = out[key];
+      if (value.is_none()) continue;  // HF collators may leave optional columns None
+      Tensor t = tensor_from_py(value, what);
+      if (t.rank() == 0 || t.dim(0) != static_cast<int64_t>(indices.size()))
+        throw ShapeError(fmt::format("{} has shape {}; its first dimension must be the batch's {} items", what,
+                                     to_string(t.shape()), indices.size()));
+      batch[column_name(name)] = std::move(t);
+    }
+    if (batch.empty()) throw InvalidArgument("data_collator returned no columns");
+    return batch;
+  }
+
+  PyRef sequence_;
+  PyRef collator_;
+  size_t size_;
+  mutable std::mutex mutex_;
+  mutable std::vector<std::string> columns_;
 };
 
 std::map<std::string, std::string> str_map(const py::dict& d) {
@@ -137,6 +211,14 @@ void register_data(py::module_& m) {
   m.def("python_dataset", [](const py::object& sequence) -> std::shared_ptr<Dataset> {
     return std::make_shared<PythonDataset>(sequence);
   });
+  m.def(
+      "collated_dataset",
+      [](const py::object& sequence, const py::object& collator) -> std::shared_ptr<Dataset> {
+        if (!PyCallable_Check(collator.ptr()))
+          throw TypeError(fmt::format("data_collator must be callable, not {}", type_name(collator)));
+        return std::make_shared<CollatedPythonDataset>(sequence, collator);
+      },
+      py::arg("sequence"), py::arg("collator"));
   m.def(
       "load_npz",
       [](const py::object& path, const py::dict& columns) {

@@ -17,6 +17,13 @@ std::vector<std::string> Dataset::columns() const {
   return names;
 }
 
+Example Dataset::get_batch(const std::vector<size_t>& indices, const Collator& collate) const {
+  std::vector<Example> items;
+  items.reserve(indices.size());
+  for (size_t i : indices) items.push_back(get(i));
+  return collate(items);
+}
+
 TensorDataset::TensorDataset(std::map<std::string, Tensor> columns) : columns_(std::move(columns)) {
   if (columns_.empty()) throw InvalidArgument("TensorDataset: no columns");
   const std::string* first = nullptr;

@@ -60,11 +60,7 @@ std::vector<size_t> DataLoader::batch_indices(int64_t epoch, size_t index) const
 }
 
 Example DataLoader::batch(int64_t epoch, size_t index) const {
-  const std::vector<size_t> indices = batch_indices(epoch, index);
-  std::vector<Example> items;
-  items.reserve(indices.size());
-  for (size_t i : indices) items.push_back(dataset_->get(i));
-  return collate_(items);
+  return dataset_->get_batch(batch_indices(epoch, index), collate_);
 }
 
 }  // namespace kiln::data

@@ -82,9 +82,24 @@ ExecutionPlan& Session::plan_for(const std::map<std::string, TensorMeta>& feeds,
   std::string key = signature(feeds);
   for (const auto& name : bound) key += "bound:" + name + ";";
   auto it = plans_.find(key);
-  if (it == plans_.end()) it = plans_.emplace(key, build_plan(model_, order_, feeds, bound)).first;
-  last_plan_ = it->second.get();
-  return *it->second;
+  if (it == plans_.end()) {
+    CachedPlan fresh{build_plan(model_, order_, feeds, bound), 0};
+    if (plans_.size() >= kMaxPlans) evict_least_recent_plan();
+    it = plans_.emplace(key, std::move(fresh)).first;
+  }
+  it->second.last_use = ++plan_uses_;
+  last_plan_ = it->second.plan.get();
+  return *last_plan_;
+}
+
+void Session::evict_least_recent_plan() {
+  auto oldest = std::min_element(plans_.begin(), plans_.end(),
+                                 [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
+  if (oldest == plans_.end()) return;
+  const ExecutionPlan* gone = oldest->second.plan.get();
+  if (binding_ && binding_->plan == gone) binding_->plan = nullptr;
+  if (last_plan_ == gone) last_plan_ = nullptr;
+  plans_.erase(oldest);
 }
 
 PlanStats Session::plan(const std::map<std::string, Tensor>& feeds) {

@@ -122,6 +122,31 @@ TEST(DataLoader, CustomCollator) {
   EXPECT_EQ(loader.batch(0, 1).at("count").data<int64_t>()[0], 2);
 }
 
+// A dataset that batches its items itself (as a Python dataset with its own data_collator does)
+// gets the batch's indices; the loader's collator is not called.
+class SelfBatching : public CountingDataset {
+ public:
+  using CountingDataset::CountingDataset;
+  Example get_batch(const std::vector<size_t>& indices, const Collator& /*collate*/) const override {
+    std::vector<int64_t> ids(indices.begin(), indices.end());
+    return {{"ids", Tensor::from_vector<int64_t>({int64_t(ids.size())}, ids)}};
+  }
+};
+
+TEST(DataLoader, ADatasetThatBatchesItselfGetsTheIndices) {
+  auto ds = std::make_shared<SelfBatching>(10);
+  bool collated = false;
+  DataLoader loader(ds, 4, std::make_shared<RandomSampler>(1), false, [&](const std::vector<Example>& items) {
+    collated = true;
+    return default_collate(items);
+  });
+  const Example b = loader.batch(0, 2);
+  const std::vector<size_t> want = loader.batch_indices(0, 2);
+  EXPECT_EQ(b.at("ids").to_int64_vector(), std::vector<int64_t>(want.begin(), want.end()));
+  EXPECT_FALSE(collated);
+  EXPECT_TRUE(ds->take_loaded().empty());  // get() is not called either
+}
+
 TEST(DataLoader, BadArguments) {
   auto ds = std::make_shared<CountingDataset>(3);
   expect_error<InvalidArgument>([&] { DataLoader(ds, 0); }, "batch_size must be positive");

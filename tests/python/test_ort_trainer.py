@@ -5,7 +5,8 @@ the losses of a plain PyTorch loop with the same AdamW, linear schedule and grad
 final parameters within 1e-4), and the trained weights are in the module afterwards; a plain
 module gets the Trainer's cross-entropy; a checkpoint's model.safetensors holds the module's
 state_dict keys and loads back with load_state_dict; ORTTrainingArguments' own fields; the errors for
-a torch model the Trainer cannot take (no train_dataset, an export failure, a non-tensor output);
+a torch model the Trainer cannot take (no train_dataset, an export failure, a non-tensor output, a
+parameter named as a dataset column);
 tokenizer= as processing_class's older name."""
 import copy
 import json
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from kiln_package import import_kiln
+from training_parity import hf_trainer_loop
 
 import_kiln()
 import kiln  # noqa: E402
@@ -46,22 +48,6 @@ def data(seed=0):
     return x, y, [{"x": x[i], "labels": y[i]} for i in range(N)]
 
 
-def torch_loop(model, x, y):
-    """HF Trainer's step on the full batch: AdamW (weight decay 0), linear decay, clip to 1.0."""
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0, eps=1e-8)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: max(0.0, (STEPS - step) / STEPS))
-    losses = []
-    for _ in range(STEPS):
-        loss = model(torch.from_numpy(x), labels=torch.from_numpy(y))["loss"]
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-    return losses
-
-
 def args(tmp_path, **more):
     return kiln.ORTTrainingArguments(output_dir=str(tmp_path / "run"), per_device_train_batch_size=N,
                                      max_steps=STEPS, learning_rate=LR, logging_steps=1, save_strategy="no",
@@ -76,7 +62,8 @@ def test_a_hugging_face_style_model_trains_as_a_pytorch_loop(tmp_path):
     trainer = kiln.ORTTrainer(model=model, args=args(tmp_path, optim="adamw_ort_fused"), train_dataset=items)
     trainer.train()
     logged = [e["loss"] for e in trainer.state.log_history if "loss" in e]
-    want = torch_loop(reference, x, y)
+    batch = {"x": torch.from_numpy(x), "labels": torch.from_numpy(y)}
+    want = hf_trainer_loop(reference, [batch] * STEPS, LR, STEPS)
     assert len(logged) == STEPS
     for step, (got, exp) in enumerate(zip(logged, want)):
         assert abs(got - exp) <= 1e-4 * abs(exp), f"step {step}: Kiln {got}, PyTorch {exp}"
@@ -174,3 +161,16 @@ def test_a_torch_model_the_trainer_cannot_take_is_a_clear_error(tmp_path):
         kiln.Trainer(model=Eigen(), args=args(tmp_path), train_dataset=items)
     with pytest.raises(kiln.InvalidArgument, match="its forward returned a str"):
         kiln.Trainer(model=Words(), args=args(tmp_path), train_dataset=items)
+    with pytest.raises(kiln.InvalidArgument, match=r"Trainer\(model=Scaled\): the export names values \['x'\] like "
+                                                   "the module's parameters; rename the dataset column"):
+        kiln.Trainer(model=Scaled(), args=args(tmp_path), train_dataset=items)
+
+
+class Scaled(torch.nn.Module):  # a parameter named as the dataset column its forward takes
+    def __init__(self):
+        super().__init__()
+        self.x = torch.nn.Parameter(torch.ones(FEATURES))
+        self.fc = torch.nn.Linear(FEATURES, CLASSES)
+
+    def forward(self, x):
+        return self.fc(x * self.x)

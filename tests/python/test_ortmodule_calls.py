@@ -337,3 +337,39 @@ def test_an_input_on_another_device_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
     with pytest.raises(RuntimeError, match="input tensor 0 is on meta; Kiln's ORTModule runs on the CPU"):
         ORTModule(torch.nn.Linear(3, 2))(torch.empty(4, 3, device="meta"))
+
+
+class NamedLikeAnInput(torch.nn.Module):  # a parameter named as ORTModule's first graph input
+    def __init__(self):
+        super().__init__()
+        self.input_0 = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        return (x * self.input_0).sum()
+
+
+def test_names_of_parameters_and_graph_values_never_clash(monkeypatch):
+    """A parameter called like a graph input trains as in PyTorch (the input is named around it);
+    an export whose values clash with the parameters' names anyway falls back, naming them."""
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    torch.manual_seed(17)
+    inner = NamedLikeAnInput()
+    reference = copy.deepcopy(inner)
+    x = torch.randn(4, 3)
+    ORTModule(inner)(x).backward()
+    reference(x).backward()
+    torch.testing.assert_close(inner.input_0.grad, reference.input_0.grad, rtol=1e-6, atol=1e-6)
+
+    import onnx
+    from onnx import helper
+
+    from kiln.training.ortmodule._calls import _Fallback
+    from kiln.training.ortmodule._graphs import _strip_prefix
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["fc.weight"]),
+                               helper.make_node("Add", ["fc.weight", "inner.fc.weight"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
+                              [helper.make_tensor("inner.fc.weight", onnx.TensorProto.FLOAT, [2], [1.0, 2.0])])
+    with pytest.raises(_Fallback, match=r"names values \['fc.weight'\] like the module's parameters"):
+        _strip_prefix(graph, "inner.")
+    assert graph.initializer[0].name == "inner.fc.weight"  # nothing renamed

@@ -168,6 +168,24 @@ def torch_train(module, batches, make_optimizer, loss_fn, train=True, make_sched
     return losses, optimizer
 
 
+def hf_trainer_loop(model, batches, lr, total_steps):
+    """The Hugging Face Trainer's default step in plain PyTorch over batches of keyword arguments
+    (model(**batch)["loss"]): AdamW (weight decay 0, eps 1e-8), a linear decay to 0 over
+    total_steps, gradients clipped to norm 1.0. Returns the per-step losses."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, eps=1e-8)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: max(0.0, (total_steps - step) / total_steps))
+    losses = []
+    for batch in batches:
+        loss = model(**batch)["loss"]
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    return losses
+
+
 # ------------------------------------------------------------------------------------- Kiln side
 
 def train_steps_path():

@@ -127,6 +127,26 @@ TEST(SessionBinding, PlansOncePerSignatureAndBoundSet) {
   EXPECT_GT(s.last_plan_stats().peak_bytes, 0u);
 }
 
+// The plan the binding cache holds may be evicted by plain runs of other signatures: the next
+// bound call plans again instead of running a freed plan.
+TEST(SessionBinding, APlanEvictedFromTheCacheIsPlannedAgain) {
+  Model model = update_model();
+  for (auto* list : {&model.graph.inputs, &model.graph.outputs})
+    for (ValueInfo& v : *list) v.dims = {Dim{-1, "n"}};
+  Session s(std::move(model));
+  Tensor x = vec({1, 2, 3, 4}), g = vec({1, 1, 1, 1}), m = vec({0, 0, 0, 0});
+  std::vector<Tensor> bound{x, m};
+  s.run_with_binding({x, g, m}, bound);
+  for (int64_t n = 5; n < 5 + static_cast<int64_t>(Session::kMaxPlans); ++n) {
+    const Tensor z = Tensor::zeros(DType::Float32, {n});
+    s.run({{"x", z}, {"g", z}, {"m", z}});
+  }
+  EXPECT_EQ(s.num_plans(), Session::kMaxPlans);
+  s.run_with_binding({x, g, m}, bound);
+  EXPECT_EQ(m.data<float>()[2], 2.f);  // m = 2g
+  EXPECT_EQ(x.data<float>()[2], 3.f - 1.f - 2.f);
+}
+
 TEST(SessionBinding, AViewOutputIsCopiedIntoItsTensor) {
   Model model = update_model({node("View", {"m_new"}, {"flat"})}, {info("flat", {4})});
   Session s(std::move(model));

@@ -179,6 +179,33 @@ TEST(Session, PlansOncePerInputSignature) {
   EXPECT_EQ(first, &s.last_plan_stats());
 }
 
+// Batches padded to their own length give a new signature each: the cache keeps the most recently
+// used kMaxPlans plans, and a signature planned again after eviction runs as before.
+TEST(Session, KeepsABoundedNumberOfPlansLeastRecentlyUsedFirstOut) {
+  Session s(chain_model());
+  const auto run_rows = [&](int64_t rows) {
+    std::vector<float> values(static_cast<size_t>(rows * 4));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+    auto out = s.run({{"x", Tensor::from_vector<float>({rows, 4}, values)}});
+    ASSERT_EQ(out["y"].shape(), (Shape{rows * 4}));
+    for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(out["y"].data<float>()[i], values[i] + 3.f);
+  };
+  run_rows(1);
+  const PlanStats* one = &s.last_plan_stats();
+  for (int64_t rows = 2; rows <= static_cast<int64_t>(Session::kMaxPlans); ++rows) run_rows(rows);
+  EXPECT_EQ(s.num_plans(), Session::kMaxPlans);
+  run_rows(1);  // the oldest, used again: now the most recent
+  EXPECT_EQ(one, &s.last_plan_stats());
+  run_rows(100);  // evicts rows=2, the least recently used
+  EXPECT_EQ(s.num_plans(), Session::kMaxPlans);
+  run_rows(1);
+  EXPECT_EQ(one, &s.last_plan_stats());  // kept
+  for (int64_t rows = 200; rows < 200 + 3 * static_cast<int64_t>(Session::kMaxPlans); ++rows) run_rows(rows);
+  EXPECT_EQ(s.num_plans(), Session::kMaxPlans);
+  run_rows(2);  // planned anew after its eviction, same results
+  EXPECT_EQ(s.num_plans(), Session::kMaxPlans);
+}
+
 TEST(Session, DiamondKeepsValuesAliveUntilTheirLastUse) {
   // a = x+1; b = a+1; y = a + b: a must survive b's step, so b cannot run over a.
   Model m;

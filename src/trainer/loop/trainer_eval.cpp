@@ -17,6 +17,7 @@
 #include "kiln/onnx_io.h"
 #include "kiln/safetensors.h"
 #include "kiln/session.h"
+#include "trainer/loop/gather.h"
 #include "trainer/loop/trainer_impl.h"
 
 namespace kiln::trainer {
@@ -24,27 +25,6 @@ namespace kiln::trainer {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Concatenates tensors along dim 0 (same dtype and trailing shape).
-Tensor concat0(const std::vector<Tensor>& parts) {
-  if (parts.empty()) return Tensor();
-  Shape shape = parts[0].shape();
-  int64_t rows = 0;
-  for (const Tensor& t : parts) {
-    if (t.dtype() != parts[0].dtype() || t.rank() != parts[0].rank())
-      throw ShapeError(fmt::format("cannot concatenate {} and {}", parts[0].describe(), t.describe()));
-    rows += t.dim(0);
-  }
-  shape[0] = rows;
-  Tensor out = Tensor::empty(parts[0].dtype(), shape);
-  char* dst = static_cast<char*>(out.raw_data());
-  for (const Tensor& t : parts) {
-    const Tensor c = t.contiguous();
-    std::memcpy(dst, c.raw_data(), c.nbytes());
-    dst += c.nbytes();
-  }
-  return out;
-}
 
 struct LoopResult {
   PredictionOutput output;
@@ -88,7 +68,7 @@ static void predict_unlabelled(Trainer::Impl& m, const TrainingArguments& args, 
     step_ctx.eval_dataloader = &loader;
     m.callbacks.call(&TrainerCallback::on_prediction_step, args, state, step_ctx);
   }
-  r.output.predictions = concat0(predictions);
+  r.output.predictions = concat_padded(predictions);
   r.has_loss = false;
 }
 
@@ -140,8 +120,8 @@ static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& arg
     m.callbacks.call(&TrainerCallback::on_prediction_step, args, state, step_ctx);
   }
   m.module->train();
-  r.output.predictions = concat0(predictions);
-  r.output.label_ids = concat0(labels);
+  r.output.predictions = concat_padded(predictions);
+  r.output.label_ids = concat_padded(labels);
   r.runtime = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }

@@ -144,6 +144,13 @@ class _Bound:
         return dict(zip(self.outputs, result))
 
 
+def _free_name(name: str, taken: set) -> str:
+    """`name`, or `name` with underscores added until it is not in `taken`."""
+    while name in taken:
+        name += "_"
+    return name
+
+
 class _Plan:
     """One input signature's exported forward and its gradient graph, planned by Kiln Sessions."""
 
@@ -159,7 +166,9 @@ class _Plan:
         hooks = module._forward_pre_hooks, module._forward_hooks
         module._forward_pre_hooks, module._forward_hooks = OrderedDict(), OrderedDict()
         buffer = io.BytesIO()
-        self.input_names = [f"input_{i}" for i in range(len(args))]
+        # Names no state_dict key has: the parameters keep their own names in the graph.
+        taken = set(module.state_dict())
+        self.input_names = [_free_name(f"input_{i}", taken) for i in range(len(args))]
         try:
             with torch.no_grad(), warnings.catch_warnings():
                 if debug.log_level > LogLevel.INFO:  # torch.onnx's notes on tracing, as ORTModule hides them

@@ -2,7 +2,8 @@
 the forward ONNX file Kiln's Trainer trains, and the trained weights back into the module.
 
 The module is exported with torch.onnx.export (opset 17, training mode: BatchNorm on batch
-statistics, Dropout active) over the first training example, with a dynamic batch dimension. Its
+statistics, Dropout active) over the first training example, with a dynamic batch dimension
+(every input axis dynamic when a custom data_collator makes the batches). Its
 inputs are the dataset columns its forward takes by name (a Hugging Face model's input_ids,
 attention_mask and labels), else the one feature column of a one-input forward. Outputs are named
 as a Hugging Face model's: a dict or ModelOutput by its keys ("loss" first when labels go in), a
@@ -23,6 +24,7 @@ import torch
 
 from kiln.errors import InvalidArgument
 from kiln.nn.trainer_glue import _input_columns
+from kiln.training.ortmodule._calls import _Fallback
 from kiln.training.ortmodule._graphs import _strip_prefix
 
 
@@ -77,8 +79,10 @@ def _outputs(out, with_labels):
     return names, flat
 
 
-def export_for_trainer(module: torch.nn.Module, dataset, label_names, path) -> list:
-    """Writes the module's training ONNX file to `path`; returns its output names."""
+def export_for_trainer(module: torch.nn.Module, dataset, label_names, path, dynamic_shapes=False) -> list:
+    """Writes the module's training ONNX file to `path`; returns its output names. dynamic_shapes
+    (a custom data_collator, whose batches may be padded to their own length): every input axis is
+    dynamic, not only the batch."""
     name = type(module).__name__
     if dataset is None or len(dataset) == 0:
         raise InvalidArgument(f"Trainer(model={name}): a torch module needs a train_dataset (it is exported with the "
@@ -95,7 +99,11 @@ def export_for_trainer(module: torch.nn.Module, dataset, label_names, path) -> l
         with torch.no_grad():
             names, flat = _outputs(_call(module, inputs, tensors), "labels" in inputs)
             ranks = [t.dim() for t in flat]
-            axes = {n: {0: "batch"} for n in inputs}
+            if dynamic_shapes:
+                axes = {n: {i: "batch" if i == 0 else f"{n}_{i}" for i in range(t.dim())}
+                        for n, t in zip(inputs, tensors)}
+            else:
+                axes = {n: {0: "batch"} for n in inputs}
             axes.update({n: {0: "batch"} for n, r in zip(names, ranks) if r > 0})
             torch.onnx.export(named, tuple(tensors), buffer, opset_version=17, do_constant_folding=False,
                               training=torch.onnx.TrainingMode.TRAINING, input_names=inputs, output_names=names,
@@ -110,7 +118,10 @@ def export_for_trainer(module: torch.nn.Module, dataset, label_names, path) -> l
             for key, value in module.named_buffers():
                 value.copy_(buffers[key])
     model = onnx.load_from_string(buffer.getvalue())
-    _strip_prefix(model.graph, "inner.")
+    try:
+        _strip_prefix(model.graph, "inner.")
+    except _Fallback as e:
+        raise InvalidArgument(f"Trainer(model={name}): {e}; rename the dataset column or the parameter") from None
     frozen = [n for n, p in module.named_parameters() if not p.requires_grad]
     if frozen:
         entry = model.metadata_props.add()
