@@ -14,7 +14,10 @@ faster counts) and ONNX Runtime. In this order:
            and PyTorch; Kiln's speedup over ORT (target >= 1.0);
   scaling  Kiln's step time for gpt2 at seq 128, 256, 512 and resnet18 32x32 at batch 8, 16, 32,
            against the forward MatMul/Gemm/Conv FLOPs;
-  threads  Kiln's step time for bert and gpt2 at 1 and 2 threads (target speedup >= 1.8).
+  threads  Kiln's step time for bert and gpt2 at 1 and 2 threads (target speedup >= 1.8);
+  recompute  Kiln's step time, planned activation arena and peak RSS for gpt2 at seq 512 and
+           resnet18 32x32 with and without gradient checkpointing (issue 19: >= 40% less memory for
+           <= 1.35x the time).
 
 Each measurement runs in its own process; a round runs each side once, the sides alternating, and
 a table shows the median over the rounds. The default rounds keep the whole run within 15 minutes
@@ -37,9 +40,17 @@ from pathlib import Path
 from cases import ROWS
 from common import REPO
 from measure import Bench
-from tables import forward_table, full_table, matmul_efficiency_table, peak_table, scaling_table, threads_table
+from tables import (
+    forward_table,
+    full_table,
+    matmul_efficiency_table,
+    peak_table,
+    recompute_table,
+    scaling_table,
+    threads_table,
+)
 
-TABLES = ["peak", "full", "forward", "scaling", "threads"]
+TABLES = ["peak", "full", "forward", "scaling", "threads", "recompute"]
 DEFAULT_ROUNDS = 3
 
 
@@ -90,6 +101,8 @@ def main():
             failed |= scaling_table(bench, args.models)
         if "threads" in args.only:
             failed |= threads_table(bench, args.models)
+        if "recompute" in args.only:
+            failed |= recompute_table(bench, args.models)
     print(f"\nbench.py: {time.monotonic() - start:.0f} s{', quick: figures not for reporting' if args.quick else ''}"
           f"{'; some measurements failed (exit status 1)' if failed else ''}")
     return 1 if failed else 0

@@ -26,6 +26,7 @@ class Case:
     steps: int = 5
     runs: int = 5
     warmup: int = 3
+    recompute: bool = False  # gradient checkpointing (`kiln artifacts --recompute`)
 
     @property
     def size(self):
@@ -35,7 +36,7 @@ class Case:
     @property
     def key(self):
         """A file-name stem that tells this size from the model's other sizes."""
-        return f"{self.model}_b{self.batch}_s{self.seq}_i{self.image}"
+        return f"{self.model}_b{self.batch}_s{self.seq}_i{self.image}{'_recompute' if self.recompute else ''}"
 
 
 ROWS = {
@@ -55,6 +56,8 @@ SCALING = {
                     replace(ROWS["resnet18-32"], batch=32)],
 }
 THREADS_ROWS = ["bert", "gpt2"]  # the threads table
+# The gradient-checkpointing table (issue 19): each case with and without recompute.
+RECOMPUTE = {"gpt2": SCALING["gpt2"][-1], "resnet18-32": ROWS["resnet18-32"]}
 MATMUL_ROWS = ["bert", "gpt2"]   # achieved matmul throughput
 
 

@@ -5,6 +5,7 @@ bench/torch_worker.py process per measurement, under each OpenMP wait policy) an
 another's measurement of the same case instead of running it again."""
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import flops
@@ -93,6 +94,8 @@ class Bench:
 
     def forward_model(self, case):
         """The case's forward graph as `kiln artifacts` takes it (concrete shapes), and its batch."""
+        if case.recompute:  # the same forward graph
+            return self.forward_model(replace(case, recompute=False))
         if case not in self._forward_models:
             module, feeds, loss, train = training_case(case)
             inputs = {k: v for k, v in feeds.items() if k != "labels"}
@@ -108,7 +111,7 @@ class Bench:
             out = self.folder / f"{case.key}_artifacts"
             try:
                 run_kiln_tool([self.kiln, "artifacts", path, "--loss", loss, "--optimizer", "AdamW", "--lr", "1e-3",
-                               "--out", out], "kiln artifacts")
+                               "--out", out, *(["--recompute"] if case.recompute else [])], "kiln artifacts")
                 self._artifacts[case] = (out, write_manifest(self.folder / f"{case.key}_data", [feeds]))
             except KilnError as e:
                 self._artifacts[case] = e
@@ -153,6 +156,15 @@ class Bench:
         if isinstance(result, KilnError):
             raise result
         return median([r["mean_ms"] for r in result])
+
+    def kiln_train_memory(self, case, threads=THREADS):
+        """(median planned activation arena in MiB, largest peak RSS in MiB) of Kiln's training step."""
+        self.train_rounds(case, threads)
+        result = self.kiln_train[(case, threads)]
+        if isinstance(result, KilnError):
+            raise result
+        return (median([r["training_peak_bytes"] for r in result]) / 2**20,
+                max(r["peak_rss_kb"] for r in result) / 1024)
 
     def torch_train_ms(self, case):
         """{policy: median step ms}, the best policy's peak RSS in MB; PeerError when PyTorch failed."""

@@ -1,7 +1,9 @@
 """bench/bench.py's tables. Each takes a measure.Bench and the rows it is to print, prints its table
 and returns True when Kiln (or a peer) failed on a row: that row says why, the others still print."""
+from dataclasses import replace
+
 import flops
-from cases import MATMUL_ROWS, SCALING, THREADS_ROWS
+from cases import MATMUL_ROWS, RECOMPUTE, SCALING, THREADS_ROWS, quick
 from common import THREADS, WAIT_POLICIES, KilnError, header, median
 from measure import PeerError, case_args, kiln_run_ms, ort_ms, torch_measure
 
@@ -219,3 +221,35 @@ def threads_table(bench, names):
             failed = True
     return failed
 
+
+
+# ------------------------------------------------------------------------ 6. gradient checkpointing
+
+TARGET_MEMORY_CUT, TARGET_RECOMPUTE_TIME = 0.40, 1.35
+
+
+def recompute_table(bench, names):
+    """Kiln's full training step with and without gradient checkpointing (`kiln artifacts
+    --recompute`): step time, the training plan's activation arena and the process's peak RSS."""
+    rows = [n for n in RECOMPUTE if n in names]
+    if not rows:
+        return False
+    print(header(f"gradient checkpointing: Kiln full training step with and without recompute (targets: "
+                 f"arena and RSS >= {TARGET_MEMORY_CUT:.0%} smaller, time <= {TARGET_RECOMPUTE_TIME}x)",
+                 bench.rounds))
+    print(f"{'model':<13} {'batch':>5} {'size':>7} {'N':>3} {'ms':>8} {'recompute ms':>13} {'time':>6} "
+          f"{'arena MiB':>10} {'recompute':>10} {'cut':>6} {'RSS MiB':>8} {'recompute':>10} {'cut':>6}")
+    failed = False
+    for name in rows:
+        case = quick(RECOMPUTE[name]) if bench.quick else RECOMPUTE[name]
+        recomputed = replace(case, recompute=True)
+        try:
+            ms, rc_ms = bench.kiln_train_ms(case), bench.kiln_train_ms(recomputed)
+            (arena, rss), (rc_arena, rc_rss) = bench.kiln_train_memory(case), bench.kiln_train_memory(recomputed)
+            print(f"{_head(name, case)} {case.steps:>3} {ms:>8.2f} {rc_ms:>13.2f} {f'{rc_ms / ms:.2f}x':>6} "
+                  f"{arena:>10.1f} {rc_arena:>10.1f} {f'{1 - rc_arena / arena:.0%}':>6} {rss:>8.0f} {rc_rss:>10.0f} "
+                  f"{f'{1 - rc_rss / rss:.0%}':>6}", flush=True)
+        except KilnError as e:
+            print(f"{_head(name, case)} {case.steps:>3} {'-':>8}  failed: {e}")
+            failed = True
+    return failed

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/autodiff.h"
 #include "kiln/checkpoint.h"
 #include "kiln/graph.h"
 
@@ -75,6 +76,8 @@ struct ArtifactOptions {
   std::vector<std::string> no_weight_decay;
   bool nominal_checkpoint = false;
   std::string prefix;
+  // Gradient checkpointing in the training model (kiln/autodiff.h: RecomputeOptions).
+  RecomputeOptions recompute;
 };
 
 struct Artifacts {

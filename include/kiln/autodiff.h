@@ -22,11 +22,19 @@
 
 namespace kiln {
 
+// Gradient checkpointing (HF's gradient_checkpointing, ONNX Runtime's recompute): the backward
+// keeps only the activations at segment boundaries and recomputes each segment's forward
+// (autodiff/recompute.h).
+struct RecomputeOptions {
+  bool enabled = false;
+  std::vector<std::string> boundaries;  // forward values to keep between segments; empty: found from the graph
+};
 struct GradientOptions {
   std::string loss;                        // a scalar value of the graph
   std::vector<std::string> requires_grad;  // initializers to differentiate; empty: every float one
   std::vector<std::string> frozen_params;  // excluded from the default set
   std::string grad_suffix = "_grad";       // the gradient of "w" is the graph output "w_grad"
+  RecomputeOptions recompute;
 };
 
 struct GradientGraph {
@@ -34,6 +42,9 @@ struct GradientGraph {
                                              // outputs, then one gradient per parameter
   std::map<std::string, std::string> grads;  // parameter -> gradient output name
   std::vector<std::string> parameters;       // trainable parameters, in graph output order
+  // With options.recompute: the values kept between recomputed segments, and the forward nodes copied.
+  std::vector<std::string> recompute_boundaries;
+  size_t recomputed_nodes = 0;
 };
 
 GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& options);

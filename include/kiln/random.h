@@ -28,6 +28,12 @@ uint64_t derive_seed(uint64_t base, std::string_view stream);
 // replayed from its index alone (exact resume needs no generator state).
 uint64_t derive_seed(uint64_t base, uint64_t index);
 
+// The suffix of a node that recomputes another's forward for gradient checkpointing
+// ("<node>/recompute"), and the name a node's random draws are keyed on: a recompute copy's are its
+// original's, so that a recomputed Dropout draws the original's mask.
+inline constexpr std::string_view kRecomputeSuffix = "/recompute";
+std::string_view random_stream_name(std::string_view node_name);
+
 // A double uniform in [0, 1) from 53 bits of one draw: the same on every platform and standard
 // library (std::uniform_real_distribution is not specified bit for bit).
 inline double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }

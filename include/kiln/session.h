@@ -101,7 +101,8 @@ class Session {
   // The same from dtypes and shapes alone (`value` unused): no input, and no arena, is allocated,
   // so a plan for a batch that would not fit in memory still reports its size (kiln inspect).
   PlanStats plan_shapes(const std::map<std::string, TensorMeta>& feeds);
-  const PlanStats& last_plan_stats() const;
+  const PlanStats& last_plan_stats() const;  // InvalidArgument before the first plan
+  bool has_plan() const { return last_plan_ != nullptr; }
   // Plans for the feeds and returns the dtype and shape of every value known at plan time (values
   // whose shapes depend on run-time data are absent). Contents are not included.
   std::map<std::string, TensorMeta> value_metas(const std::map<std::string, Tensor>& feeds);

@@ -80,6 +80,8 @@ class Module {
   // (with its parameters and optimizer state) draws the masks the interrupted run would have.
   uint64_t training_run_count() const;
   void set_training_run_count(uint64_t runs);
+  // The activation arena of the training model's last plan (bytes; 0 before the first call).
+  size_t training_peak_bytes() const;
 
   // Names of the parameters the training model takes, trainable ones first, in model order.
   const std::vector<std::string>& parameter_names() const { return param_names_; }

@@ -158,6 +158,15 @@ struct TrainingArguments {
   std::optional<std::vector<std::string>> label_names;
   bool use_cpu = false;  // Kiln always runs on the CPU; accepted for compatibility
 
+  // ---- Memory --------------------------------------------------------------------------------
+  // HF's gradient checkpointing: the training model keeps only the activations between segments
+  // (per transformer sublayer / residual block, found from the graph) and recomputes each segment's
+  // forward in the backward pass (kiln/autodiff.h: RecomputeOptions). In the kwargs, HF's keys
+  // (use_reentrant, ...) are accepted and have no effect; Kiln's "boundaries" (a list of forward
+  // value names) names the kept values instead. On the command line: a JSON string.
+  bool gradient_checkpointing = false;
+  nlohmann::json gradient_checkpointing_kwargs = nlohmann::json::object();
+
   // ==== Kiln's own (not in Hugging Face) =====================================================
   // Training stops after this many consecutive optimizer steps with a non-finite loss, naming the
   // step; the last checkpoint written stays the last good one. An update whose loss is not finite

@@ -221,6 +221,8 @@ void register_artifacts(py::module_& m) {
         o.prefix = kw["prefix"].cast<std::string>();
         o.nominal_checkpoint = kw["nominal_checkpoint"].cast<bool>();
         if (kw.contains("learning_rate")) o.learning_rate = kw["learning_rate"].cast<float>();
+        if (kw.contains("recompute")) o.recompute.enabled = kw["recompute"].cast<bool>();
+        o.recompute.boundaries = list("recompute_boundaries");
         const std::string bytes = model;
         const std::string dir = fspath(directory);
         py::gil_scoped_release release;

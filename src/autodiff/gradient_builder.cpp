@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "autodiff/builder_state.h"
+#include "autodiff/recompute.h"
 #include "autodiff/registry.h"
 
 namespace kiln {
@@ -149,8 +150,13 @@ GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& 
           fmt::format("the gradient output '{}{}' would clash with a value of the graph", p, options.grad_suffix));
     st.reserve_name(p + options.grad_suffix);
   }
+  const size_t forward_nodes = st.model.graph.nodes.size();
   run_rules(st, order, options.loss);
-  return expose_gradients(st, params, options);
+  GradientGraph result = expose_gradients(st, params, options);
+  const RecomputeReport recompute = recompute_segments(result.model, forward_nodes, params, options.recompute);
+  result.recompute_boundaries = recompute.boundaries;
+  result.recomputed_nodes = recompute.nodes;
+  return result;
 }
 
 GradientKind gradient_kind(const std::string& domain, const std::string& op_type, int64_t opset) {

@@ -26,6 +26,11 @@ uint64_t derive_seed(uint64_t base, std::string_view stream) {
   return h;
 }
 
+std::string_view random_stream_name(std::string_view node_name) {
+  if (node_name.ends_with(kRecomputeSuffix)) return node_name.substr(0, node_name.size() - kRecomputeSuffix.size());
+  return node_name;
+}
+
 uint64_t derive_seed(uint64_t base, uint64_t index) { return mix(mix(base) ^ mix(index + 0x5851f42d4c957f2dULL)); }
 
 }  // namespace kiln

@@ -124,9 +124,11 @@ void set_outputs(Graph& g, const std::string& loss, const ArtifactOptions& optio
 }
 
 // Training model: gradients of the trainable parameters, and updated running statistics.
-Model training_model(const Model& base, const std::string& loss, const ParameterSelection& params) {
+Model training_model(const Model& base, const std::string& loss, const ParameterSelection& params,
+                     const RecomputeOptions& recompute) {
   GradientOptions go;
   go.loss = loss;
+  go.recompute = recompute;
   go.requires_grad = params.trainable;
   go.frozen_params = params.frozen;
   Model t = build_gradient_graph(base, go).model;
@@ -204,7 +206,7 @@ Artifacts build_artifacts(const Model& forward, const ArtifactOptions& options) 
   const ParameterSelection params = select_parameters(base, loss, options.requires_grad, frozen_list(base, options));
 
   Artifacts a;
-  a.training_model = training_model(base, loss, params);
+  a.training_model = training_model(base, loss, params, options.recompute);
   a.eval_model = eval_model(base, params);
   if (options.optimizer) {
     std::vector<OptimizerParameter> ps;

@@ -235,6 +235,10 @@ std::vector<Tensor> Module::run(const std::vector<Tensor>& inputs, bool training
 }
 
 uint64_t Module::training_run_count() const { return graphs_->train.session->run_count(); }
+size_t Module::training_peak_bytes() const {
+  const Session& s = *graphs_->train.session;
+  return s.has_plan() ? s.last_plan_stats().peak_bytes : 0;
+}
 void Module::set_training_run_count(uint64_t runs) { graphs_->train.session->set_run_count(runs); }
 
 int64_t Module::get_parameters_size(bool trainable_only) const {

@@ -90,7 +90,9 @@ const std::vector<std::pair<std::string, Json>>& hf_defaults() {
       {"dataloader_num_workers", 0},
       {"label_names", nullptr},
       {"use_cpu", false},
-      {"nan_inf_patience", 5},  // Kiln's own
+      {"gradient_checkpointing", false},
+      {"gradient_checkpointing_kwargs", Json::object()},  // v5: None; Kiln keeps {} as for lr_scheduler_kwargs
+      {"nan_inf_patience", 5},                            // Kiln's own
   };
   return table;
 }

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "kiln/artifacts.h"
+#include "kiln/error.h"
 #include "kiln/onnx_io.h"
 #include "options.h"
 
@@ -14,7 +15,7 @@ namespace {
 
 struct ArtifactsOptions {
   std::string model, loss, optimizer, out, prefix;
-  std::vector<std::string> requires_grad, frozen, loss_inputs, additional_outputs;
+  std::vector<std::string> requires_grad, frozen, loss_inputs, additional_outputs, recompute_boundaries;
   bool nominal = false;
   training::ArtifactOptions o;
 };
@@ -27,6 +28,9 @@ void run_artifacts(ArtifactsOptions& a) {
   o.frozen_params = split_list(a.frozen);
   o.loss_input_names = split_list(a.loss_inputs);
   o.additional_output_names = split_list(a.additional_outputs);
+  o.recompute.boundaries = split_list(a.recompute_boundaries);
+  if (!o.recompute.boundaries.empty() && !o.recompute.enabled)
+    throw InvalidArgument("--recompute-boundaries needs --recompute");
   o.nominal_checkpoint = a.nominal;
   o.prefix = a.prefix;
   const std::vector<std::string> written = training::generate_artifacts(load_model(a.model), o, a.out);
@@ -49,6 +53,11 @@ Action setup(CLI::App& app) {
   app.add_option("--additional-output-names", a->additional_outputs,
                  "Model outputs the training and eval models also return");
   app.add_flag("--nominal-checkpoint", a->nominal, "Write parameter names, dtypes and shapes only");
+  app.add_flag("--recompute", a->o.recompute.enabled,
+               "Gradient checkpointing: keep the activations at boundaries found from the graph and recompute "
+               "the rest in the backward pass");
+  app.add_option("--recompute-boundaries", a->recompute_boundaries,
+                 "With --recompute: the forward values to keep instead, comma separated");
   app.add_option("--prefix", a->prefix, "Prefix of the file names");
   app.add_option("--lr", a->o.learning_rate, "Initial learning rate kept in the optimizer model")
       ->capture_default_str();

@@ -2,6 +2,7 @@
 // its ops Kiln cannot run.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -24,6 +25,7 @@ struct InspectOptions {
   std::string model;
   bool json = false;
   bool training = false;
+  bool gradient_checkpointing = false;
   std::string loss;
   std::vector<std::string> dims;
 };
@@ -149,12 +151,23 @@ json plan_report(const InspectOptions& o, const Model& m) {
   const GradientGraph g = build_gradient_graph(m, opts);
   Session training(g.model);
   const PlanStats train = training.plan_shapes(feeds);
-  return {{"inputs", shapes},
-          {"forward_peak_bytes", fwd.peak_bytes},
-          {"training_peak_bytes", train.peak_bytes},
-          {"training_unplanned_bytes", train.unplanned_bytes},
-          {"training_steps", train.num_steps},
-          {"parameters_with_gradients", g.parameters.size()}};
+  json report = {{"inputs", shapes},
+                 {"forward_peak_bytes", fwd.peak_bytes},
+                 {"training_peak_bytes", train.peak_bytes},
+                 {"training_unplanned_bytes", train.unplanned_bytes},
+                 {"training_steps", train.num_steps},
+                 {"parameters_with_gradients", g.parameters.size()}};
+  if (o.gradient_checkpointing) {
+    opts.recompute.enabled = true;
+    const GradientGraph r = build_gradient_graph(m, opts);
+    Session recomputing(r.model);
+    const PlanStats plan = recomputing.plan_shapes(feeds);
+    report["gradient_checkpointing"] = {{"training_peak_bytes", plan.peak_bytes},
+                                        {"training_steps", plan.num_steps},
+                                        {"boundaries", r.recompute_boundaries},
+                                        {"recomputed_nodes", r.recomputed_nodes}};
+  }
+  return report;
 }
 
 void inspect(const InspectOptions& o) {
@@ -180,6 +193,14 @@ void inspect(const InspectOptions& o) {
       "{} parameters with gradients\n",
       mib(plan["training_peak_bytes"]), mib(plan["training_unplanned_bytes"]), plan["training_steps"].get<int64_t>(),
       plan["parameters_with_gradients"].get<int64_t>());
+  if (!plan.contains("gradient_checkpointing")) return;
+  const json& r = plan["gradient_checkpointing"];
+  std::cout << fmt::format(
+      "  with gradient checkpointing:     {:.3f} MiB ({:.1f}% less), {} steps, {} forward nodes recomputed "
+      "between {} kept values\n",
+      mib(r["training_peak_bytes"]),
+      100.0 * (1.0 - r["training_peak_bytes"].get<double>() / std::max(1.0, plan["training_peak_bytes"].get<double>())),
+      r["training_steps"].get<int64_t>(), r["recomputed_nodes"].get<int64_t>(), r["boundaries"].size());
 }
 
 Action setup(CLI::App& app) {
@@ -188,6 +209,8 @@ Action setup(CLI::App& app) {
   app.add_flag("--json", o->json, "Print the summary as JSON");
   app.add_flag("--training", o->training, "Also plan the training graph and report its peak activation memory");
   app.add_option("--loss", o->loss, "With --training: the scalar loss value");
+  app.add_flag("--gradient_checkpointing,--gradient-checkpointing", o->gradient_checkpointing,
+               "With --training: also plan the training graph with gradient checkpointing (recompute)");
   app.add_option("--dim", o->dims, "With --training: sizes of symbolic dims, e.g. batch=32 (default 1)");
   return [o] { inspect(*o); };
 }

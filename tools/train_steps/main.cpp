@@ -149,7 +149,10 @@ void train(const Options& o, Module& module, Optimizer& optimizer) {
     if (i >= o.warmup) timed.push_back(ms);
     std::cout << nlohmann::json{{"step", i}, {"loss", scalar_of(outputs, i)}, {"ms", ms}}.dump() << std::endl;
   }
-  nlohmann::json summary{{"steps", o.steps}, {"timed_steps", timed.size()}, {"peak_rss_kb", peak_rss_kb()}};
+  nlohmann::json summary{{"steps", o.steps},
+                         {"timed_steps", timed.size()},
+                         {"peak_rss_kb", peak_rss_kb()},
+                         {"training_peak_bytes", module.training_peak_bytes()}};
   if (timed.empty()) {  // every step was a warm-up step: no honest timing to report
     summary["mean_ms"] = nullptr;
     summary["min_ms"] = nullptr;

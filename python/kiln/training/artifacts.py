@@ -26,11 +26,11 @@ class OptimType(Enum):
     SGD = 2
 
 
-def _names(value, what) -> list[str]:
+def _names(value, what, kind="parameter") -> list[str]:
     if value is None:
         return []
     if isinstance(value, str) or not isinstance(value, Iterable):
-        raise TypeError(f"{what} must be a list of parameter names, not {type(value).__name__}")
+        raise TypeError(f"{what} must be a list of {kind} names, not {type(value).__name__}")
     names = list(value)
     for n in names:
         if not isinstance(n, str):
@@ -49,7 +49,8 @@ def _model_bytes(model) -> bytes:
 
 def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None, optimizer=None,
                        artifact_directory=None, prefix="", ort_format=False, custom_op_library=None,
-                       additional_output_names=None, nominal_checkpoint=False, loss_input_names=None) -> None:
+                       additional_output_names=None, nominal_checkpoint=False, loss_input_names=None,
+                       recompute=None) -> None:
     """Writes {prefix}training_model.onnx, {prefix}eval_model.onnx, {prefix}optimizer_model.onnx (when
     an optimizer is given) and {prefix}checkpoint into artifact_directory (default: the current
     folder).
@@ -65,6 +66,10 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None,
         additional_output_names: model outputs the training and eval models also return.
         nominal_checkpoint: write parameter names, dtypes and shapes only.
         loss_input_names: the model outputs the loss takes (default: the first).
+        recompute: gradient checkpointing in the training model (Kiln's; ONNX Runtime's memory
+            optimizer does this at run time): True keeps the activations at boundaries found from
+            the graph (per transformer sublayer, per residual block) and recomputes the rest in the
+            backward pass; a list of forward value names keeps those instead; None or False: off.
     """
     if ort_format:
         raise NotImplementedError("ort_format=True: Kiln writes ONNX artifacts only (the ORT format is ONNX "
@@ -79,6 +84,10 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None,
     frozen_params = _names(frozen_params, "frozen_params")
     loss_inputs = _names(loss_input_names, "loss_input_names")
     extra_outputs = _names(additional_output_names, "additional_output_names")
+    if recompute in (None, False, True):
+        recompute_on, boundaries = bool(recompute), []
+    else:
+        recompute_on, boundaries = True, _names(recompute, "recompute", "value")
     if optimizer is not None and not isinstance(optimizer, OptimType):
         raise TypeError(f"optimizer must be an OptimType (AdamW, SGD) or None, not {optimizer!r}")
 
@@ -113,4 +122,6 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None,
         "nominal_checkpoint": nominal_checkpoint,
         "loss_input_names": loss_inputs,
         "additional_output_names": extra_outputs,
+        "recompute": recompute_on,
+        "recompute_boundaries": boundaries,
     })

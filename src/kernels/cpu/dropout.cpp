@@ -2,8 +2,9 @@
 // optional mask is all true. Training (opset 12+, training_mode=true, ratio > 0): each element is
 // kept with probability 1 - ratio, Y = X * mask / (1 - ratio), and the mask output says which were
 // kept. The kernel's seed comes from the node's `seed` attribute if it has one, else from
-// derive_seed(random_seed(), node name) (kiln/random.h); a run's mask is drawn from
-// derive_seed(seed, the Session's run index): the same seed gives the same sequence of masks,
+// derive_seed(random_seed(), node name) (kiln/random.h; a gradient-checkpointing copy
+// "<node>/recompute" is keyed on its original's name, so it draws the same mask); a run's mask is
+// drawn from derive_seed(seed, the Session's run index): the same seed gives the same sequence of masks,
 // successive runs draw different masks, and a resumed run (Session::set_run_count) draws the masks
 // the interrupted one would have. ratio = 0 is the identity in both modes, as the spec says.
 //
@@ -58,7 +59,7 @@ class DropoutKernel : public Kernel {
   explicit DropoutKernel(const Node& n)
       : Kernel(n),
         seed_(n.has_attr("seed") ? derive_seed(static_cast<uint64_t>(n.attr_int("seed")), "Dropout.seed")
-                                 : derive_seed(random_seed(), n.name)) {}
+                                 : derive_seed(random_seed(), random_stream_name(n.name))) {}
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& in = ctx.input(0);

@@ -327,6 +327,8 @@ std::vector<FieldSpec> make_fields() {
   f.push_back(field("dataloader_num_workers", &A::dataloader_num_workers));
   f.push_back(field("label_names", &A::label_names));
   f.push_back(field("use_cpu", &A::use_cpu));
+  f.push_back(field("gradient_checkpointing", &A::gradient_checkpointing));
+  f.push_back(field<nlohmann::json, KwargsCodec>("gradient_checkpointing_kwargs", &A::gradient_checkpointing_kwargs));
   // Kiln's own.
   f.push_back(field("nan_inf_patience", &A::nan_inf_patience));
   return f;

@@ -192,6 +192,14 @@ void check_sizes(const TrainingArguments& a) {
   require(a.label_smoothing_factor >= 0 && a.label_smoothing_factor <= 1, "label_smoothing_factor",
           a.label_smoothing_factor, "in [0, 1]");
   require(a.nan_inf_patience >= 0, "nan_inf_patience", a.nan_inf_patience, "0 (never stop) or more");
+  if (const auto it = a.gradient_checkpointing_kwargs.find("boundaries"); it != a.gradient_checkpointing_kwargs.end()) {
+    bool names = it->is_array();
+    if (names)
+      for (const auto& v : *it) names = names && v.is_string();
+    if (!names)
+      fail(
+          fmt::format("gradient_checkpointing_kwargs: 'boundaries' must be a list of value names, got {}", it->dump()));
+  }
 }
 
 // torch.optim's constructor checks, with its messages, made here rather than at the first step.

@@ -90,6 +90,10 @@ std::string prepare_artifacts(const ModelSource& source, const TrainingArguments
   apply_override(source, o);
   o.loss = source.kind == ModelSource::Kind::Builtin ? training::LossType::CrossEntropyLoss : source.loss;
   o.frozen_params = source.frozen_params;
+  o.recompute.enabled = args.gradient_checkpointing;
+  if (const auto it = args.gradient_checkpointing_kwargs.find("boundaries");
+      it != args.gradient_checkpointing_kwargs.end())
+    o.recompute.boundaries = it->get<std::vector<std::string>>();
   o.label_smoothing = static_cast<float>(args.label_smoothing_factor);
   if (o.label_smoothing != 0 && o.loss != training::LossType::CrossEntropyLoss)
     throw InvalidArgument(fmt::format("label_smoothing_factor {} needs the CrossEntropyLoss; the model's loss is {}",
