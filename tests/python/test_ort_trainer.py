@@ -7,8 +7,9 @@ module gets the Trainer's cross-entropy; a checkpoint's model.safetensors holds 
 state_dict keys and loads back with load_state_dict; ORTTrainingArguments' own fields; the errors for
 a torch model the Trainer cannot take (no train_dataset, an export failure, a non-tensor output, a
 parameter named as a dataset column);
-tokenizer= as processing_class's older name."""
+tokenizer= as processing_class's older name; a dataclass output trains as the dict one."""
 import copy
+import dataclasses
 import json
 import os
 import struct
@@ -174,3 +175,28 @@ class Scaled(torch.nn.Module):  # a parameter named as the dataset column its fo
 
     def forward(self, x):
         return self.fc(x * self.x)
+
+
+@dataclasses.dataclass
+class Output:  # a ModelOutput-like dataclass that is not a dict
+    loss: torch.Tensor = None
+    logits: torch.Tensor = None
+
+
+class DataclassStyle(HFStyle):
+    def forward(self, x, labels=None):
+        return Output(**super().forward(x, labels))
+
+
+def test_a_dataclass_output_trains_as_the_dict_one(tmp_path):
+    torch.manual_seed(5)
+    as_dict = HFStyle()
+    as_dataclass = DataclassStyle()
+    as_dataclass.load_state_dict(as_dict.state_dict())
+    _, _, items = data(5)
+    losses = []
+    for name, model in (("dict", as_dict), ("dataclass", as_dataclass)):
+        trainer = kiln.Trainer(model=model, args=args(tmp_path / name), train_dataset=items)
+        trainer.train()
+        losses.append([e["loss"] for e in trainer.state.log_history if "loss" in e])
+    assert len(losses[0]) == STEPS and losses[0] == losses[1]

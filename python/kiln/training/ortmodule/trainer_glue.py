@@ -6,7 +6,8 @@ statistics, Dropout active) over the first training example, with a dynamic batc
 (every input axis dynamic when a custom data_collator makes the batches). Its
 inputs are the dataset columns its forward takes by name (a Hugging Face model's input_ids,
 attention_mask and labels), else the one feature column of a one-input forward. Outputs are named
-as a Hugging Face model's: a dict or ModelOutput by its keys ("loss" first when labels go in), a
+as a Hugging Face model's: a dict, a ModelOutput, a dataclass or a namedtuple by its keys ("loss"
+first when labels go in; a dataclass or namedtuple in its fields' order), a
 tuple as (loss, logits, ...) when labels go in, else (logits, ...); a single tensor "logits". A
 model that returns its loss trains on it; otherwise the Trainer adds its loss (CrossEntropyLoss by
 default) on the first output. Parameters keep their state_dict names, so checkpoints
@@ -15,6 +16,7 @@ frozen. The training loop is Kiln's (C++), not ORTModule's: the whole step runs 
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import io
 
@@ -56,6 +58,10 @@ def _outputs(out, with_labels):
     """(names, tensors) of a forward's output, named as a Hugging Face model's."""
     if isinstance(out, torch.Tensor):
         return ["logits"], [out]
+    if dataclasses.is_dataclass(out) and not isinstance(out, type):  # a ModelOutput-like dataclass
+        out = {f.name: getattr(out, f.name) for f in dataclasses.fields(out)}
+    elif isinstance(out, tuple) and hasattr(out, "_asdict"):  # a namedtuple: by its field names
+        out = out._asdict()
     if isinstance(out, dict):
         items = [(k, v) for k, v in out.items() if v is not None]
     elif isinstance(out, (tuple, list)):
