@@ -131,3 +131,5 @@ def test_inspect_reports_the_memory_with_and_without(tmp_path):
                     "--gradient_checkpointing")
     assert done.returncode == 0, done.stderr
     assert "with gradient checkpointing:" in done.stdout and "% less" in done.stdout, done.stdout
+    alone = run_kiln("inspect", tmp_path / "with_loss.onnx", "--gradient_checkpointing")
+    assert alone.returncode != 0 and "--gradient_checkpointing needs --training" in alone.stderr

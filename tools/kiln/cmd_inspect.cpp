@@ -172,6 +172,8 @@ json plan_report(const InspectOptions& o, const Model& m) {
 
 void inspect(const InspectOptions& o) {
   if (o.training && o.loss.empty()) throw InvalidArgument("--training needs --loss NAME (the scalar loss value)");
+  if (o.gradient_checkpointing && !o.training)
+    throw InvalidArgument("--gradient_checkpointing needs --training (it plans the training graph with recompute)");
   const Model m = load_model(o.model);
   const Summary s = summarize(m);
   json plan;
