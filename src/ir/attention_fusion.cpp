@@ -7,14 +7,7 @@
 namespace kiln {
 namespace {
 
-using fusion::apply;
-using fusion::claim;
-using fusion::find_rewrites;
-using fusion::hinted_dtype;
-using fusion::kNone;
-using fusion::renamed;
-using fusion::Rewrite;
-using fusion::Uses;
+using namespace fusion;  // the shared rewrite pieces (fusion_rewrite.h)
 
 // The hinted info of `v` (value_info, the graph's inputs and outputs, an initializer's shape).
 std::optional<ValueInfo> hint(const Graph& g, const std::string& v) {

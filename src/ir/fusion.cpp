@@ -12,14 +12,7 @@
 namespace kiln {
 namespace {
 
-using fusion::apply;
-using fusion::claim;
-using fusion::find_rewrites;
-using fusion::hinted_dtype;
-using fusion::kNone;
-using fusion::renamed;
-using fusion::Rewrite;
-using fusion::Uses;
+using namespace fusion;  // the shared rewrite pieces (fusion_rewrite.h)
 
 bool near(std::optional<double> v, double want) { return v && std::abs(*v - want) <= 1e-6 * std::abs(want); }
 

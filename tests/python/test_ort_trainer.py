@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from kiln_package import import_kiln
-from training_parity import hf_trainer_loop
+from training_parity import assert_trainer_matches, hf_trainer_loop
 
 import_kiln()
 import kiln  # noqa: E402
@@ -62,15 +62,10 @@ def test_a_hugging_face_style_model_trains_as_a_pytorch_loop(tmp_path):
     x, y, items = data()
     trainer = kiln.ORTTrainer(model=model, args=args(tmp_path, optim="adamw_ort_fused"), train_dataset=items)
     trainer.train()
-    logged = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     batch = {"x": torch.from_numpy(x), "labels": torch.from_numpy(y)}
     want = hf_trainer_loop(reference, [batch] * STEPS, LR, STEPS)
-    assert len(logged) == STEPS
-    for step, (got, exp) in enumerate(zip(logged, want)):
-        assert abs(got - exp) <= 1e-4 * abs(exp), f"step {step}: Kiln {got}, PyTorch {exp}"
-    trained = dict(model.named_parameters())
-    for name, p in reference.named_parameters():
-        assert (trained[name] - p).abs().max().item() <= 1e-4, name
+    assert len(want) == STEPS
+    assert_trainer_matches(trainer, model, reference, want)
 
 
 def read_safetensors(path):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from kiln_package import import_kiln
-from training_parity import hf_trainer_loop
+from training_parity import assert_trainer_matches, hf_trainer_loop
 
 import_kiln()
 import kiln  # noqa: E402
@@ -97,14 +97,9 @@ def test_a_padding_collator_trains_a_causal_lm_as_a_pytorch_loop(tmp_path):
     assert len(collator.batches) == STEPS
     lengths = {b["input_ids"].shape[1] for b in collator.batches}
     assert len(lengths) > 1, "the batches should differ in length"
-    logged = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     want = hf_trainer_loop(reference, collator.batches, LR, STEPS)
-    assert len(logged) == STEPS
-    for step, (got, exp) in enumerate(zip(logged, want)):
-        assert abs(got - exp) <= 1e-4 * abs(exp), f"step {step}: Kiln {got}, PyTorch {exp}"
-    trained = dict(model.named_parameters())
-    for name, p in reference.named_parameters():
-        assert (trained[name] - p).abs().max().item() <= 1e-4, name
+    assert len(want) == STEPS
+    assert_trainer_matches(trainer, model, reference, want)
 
 
 def test_evaluation_gathers_batches_of_different_lengths_padded_with_minus_100(tmp_path):
@@ -173,6 +168,12 @@ def test_collator_errors_are_clear(tmp_path):
     with pytest.raises(ValueError, match="first dimension must be the batch's 1 items"):
         kiln.Trainer(model=model, args=arguments(tmp_path), train_dataset=data,
                      data_collator=lambda f: {"x": np.zeros((2, 4), np.float32), "labels": np.zeros(2, np.int64)})
+    with pytest.raises(ValueError, match="data_collator returned no columns"):
+        kiln.Trainer(model=model, args=arguments(tmp_path), train_dataset=data, data_collator=lambda f: {})
+    with pytest.raises(ValueError, match="train_dataset is empty"):
+        kiln.Trainer(model=model, args=arguments(tmp_path), train_dataset=[], data_collator=PaddingCollator())
+    with pytest.raises(TypeError, match="train_dataset must be a sequence of items or a dict of columns, not int"):
+        kiln.Trainer(model=model, args=arguments(tmp_path), train_dataset=3, data_collator=PaddingCollator())
     with pytest.raises(ZeroDivisionError):  # the collator's own exception, as itself
         trainer = kiln.Trainer(model=model, args=arguments(tmp_path), train_dataset=data,
                                data_collator=Flaky(kiln.default_data_collator))

@@ -186,6 +186,18 @@ def hf_trainer_loop(model, batches, lr, total_steps):
     return losses
 
 
+def assert_trainer_matches(trainer, model, reference, want, tolerance=1e-4):
+    """A kiln.Trainer run against hf_trainer_loop's: the logged per-step losses within `tolerance`
+    relative of `want`, and the trained module's parameters within `tolerance` of the reference's."""
+    logged = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    assert len(logged) == len(want)
+    for step, (got, exp) in enumerate(zip(logged, want)):
+        assert abs(got - exp) <= tolerance * abs(exp), f"step {step}: Kiln {got}, PyTorch {exp}"
+    trained = dict(model.named_parameters())
+    for name, p in reference.named_parameters():
+        assert (trained[name] - p).abs().max().item() <= tolerance, name
+
+
 # ------------------------------------------------------------------------------------- Kiln side
 
 def train_steps_path():
