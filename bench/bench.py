@@ -17,7 +17,9 @@ faster counts) and ONNX Runtime. In this order:
   threads  Kiln's step time for bert and gpt2 at 1 and 2 threads (target speedup >= 1.8);
   recompute  Kiln's step time, planned activation arena and peak RSS for gpt2 at seq 512 and
            resnet18 32x32 with and without gradient checkpointing (issue 19: >= 40% less memory for
-           <= 1.35x the time).
+           <= 1.35x the time);
+  bf16     Kiln's step time for bert and gpt2 in float32 and with bf16 mixed precision, and how
+           this machine runs bfloat16 products (issue 19: >= 1.5x faster on AVX512-BF16 CPUs).
 
 Each measurement runs in its own process; a round runs each side once, the sides alternating, and
 a table shows the median over the rounds. The default rounds keep the whole run within 15 minutes
@@ -32,6 +34,7 @@ tables still print, and the exit status is 1. See bench/README.md.
 """
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +44,7 @@ from cases import ROWS
 from common import REPO
 from measure import Bench
 from tables import (
+    bf16_table,
     forward_table,
     full_table,
     matmul_efficiency_table,
@@ -50,8 +54,15 @@ from tables import (
     threads_table,
 )
 
-TABLES = ["peak", "full", "forward", "scaling", "threads", "recompute"]
+TABLES = ["peak", "full", "forward", "scaling", "threads", "recompute", "bf16"]
 DEFAULT_ROUNDS = 3
+
+
+def bf16_compute_path(kiln):
+    """How this machine runs bfloat16 products: the last line of `kiln ops`."""
+    out = subprocess.run([str(kiln), "ops"], capture_output=True, text=True, check=False).stdout
+    lines = [line for line in out.splitlines() if line.startswith("bfloat16 products")]
+    return lines[-1].split(": ", 1)[1] if lines else "unknown (`kiln ops` did not say)"
 
 
 def parse_args():
@@ -103,6 +114,8 @@ def main():
             failed |= threads_table(bench, args.models)
         if "recompute" in args.only:
             failed |= recompute_table(bench, args.models)
+        if "bf16" in args.only:
+            failed |= bf16_table(bench, args.models, bf16_compute_path(bench.kiln))
     print(f"\nbench.py: {time.monotonic() - start:.0f} s{', quick: figures not for reporting' if args.quick else ''}"
           f"{'; some measurements failed (exit status 1)' if failed else ''}")
     return 1 if failed else 0

@@ -27,6 +27,7 @@ class Case:
     runs: int = 5
     warmup: int = 3
     recompute: bool = False  # gradient checkpointing (`kiln artifacts --recompute`)
+    bf16: bool = False       # mixed precision (`kiln artifacts --mixed-precision bf16`)
 
     @property
     def size(self):
@@ -36,7 +37,8 @@ class Case:
     @property
     def key(self):
         """A file-name stem that tells this size from the model's other sizes."""
-        return f"{self.model}_b{self.batch}_s{self.seq}_i{self.image}{'_recompute' if self.recompute else ''}"
+        return (f"{self.model}_b{self.batch}_s{self.seq}_i{self.image}{'_recompute' if self.recompute else ''}"
+                f"{'_bf16' if self.bf16 else ''}")
 
 
 ROWS = {
@@ -58,6 +60,8 @@ SCALING = {
 THREADS_ROWS = ["bert", "gpt2"]  # the threads table
 # The gradient-checkpointing table (issue 19): each case with and without recompute.
 RECOMPUTE = {"gpt2": SCALING["gpt2"][-1], "resnet18-32": ROWS["resnet18-32"]}
+# The mixed-precision table (issue 19): the transformers in float32 and in bf16.
+BF16_ROWS = ["bert", "gpt2"]
 MATMUL_ROWS = ["bert", "gpt2"]   # achieved matmul throughput
 
 

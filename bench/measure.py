@@ -94,8 +94,8 @@ class Bench:
 
     def forward_model(self, case):
         """The case's forward graph as `kiln artifacts` takes it (concrete shapes), and its batch."""
-        if case.recompute:  # the same forward graph
-            return self.forward_model(replace(case, recompute=False))
+        if case.recompute or case.bf16:  # the same forward graph
+            return self.forward_model(replace(case, recompute=False, bf16=False))
         if case not in self._forward_models:
             module, feeds, loss, train = training_case(case)
             inputs = {k: v for k, v in feeds.items() if k != "labels"}
@@ -111,7 +111,8 @@ class Bench:
             out = self.folder / f"{case.key}_artifacts"
             try:
                 run_kiln_tool([self.kiln, "artifacts", path, "--loss", loss, "--optimizer", "AdamW", "--lr", "1e-3",
-                               "--out", out, *(["--recompute"] if case.recompute else [])], "kiln artifacts")
+                               "--out", out, *(["--recompute"] if case.recompute else []),
+                               *(["--mixed-precision", "bf16"] if case.bf16 else [])], "kiln artifacts")
                 self._artifacts[case] = (out, write_manifest(self.folder / f"{case.key}_data", [feeds]))
             except KilnError as e:
                 self._artifacts[case] = e

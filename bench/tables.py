@@ -3,7 +3,7 @@ and returns True when Kiln (or a peer) failed on a row: that row says why, the o
 from dataclasses import replace
 
 import flops
-from cases import MATMUL_ROWS, RECOMPUTE, SCALING, THREADS_ROWS, quick
+from cases import BF16_ROWS, MATMUL_ROWS, RECOMPUTE, SCALING, THREADS_ROWS, quick
 from common import THREADS, WAIT_POLICIES, KilnError, header, median
 from measure import PeerError, case_args, kiln_run_ms, ort_ms, torch_measure
 
@@ -249,6 +249,35 @@ def recompute_table(bench, names):
             print(f"{_head(name, case)} {case.steps:>3} {ms:>8.2f} {rc_ms:>13.2f} {f'{rc_ms / ms:.2f}x':>6} "
                   f"{arena:>10.1f} {rc_arena:>10.1f} {f'{1 - rc_arena / arena:.0%}':>6} {rss:>8.0f} {rc_rss:>10.0f} "
                   f"{f'{1 - rc_rss / rss:.0%}':>6}", flush=True)
+        except KilnError as e:
+            print(f"{_head(name, case)} {case.steps:>3} {'-':>8}  failed: {e}")
+            failed = True
+    return failed
+
+
+# ------------------------------------------------------------------------ 7. mixed precision
+
+TARGET_BF16_SPEEDUP = 1.5  # on CPUs with AVX512-BF16 only
+
+
+def bf16_table(bench, names, compute_path):
+    """Kiln's full training step in float32 and with bf16 mixed precision (`kiln artifacts
+    --mixed-precision bf16`), and how this machine runs bfloat16 products (`kiln ops`)."""
+    rows = [n for n in BF16_ROWS if n in names]
+    if not rows:
+        return False
+    native = not compute_path.startswith("float32")
+    target = f"target bf16 >= {TARGET_BF16_SPEEDUP}x faster" if native else "no target: products emulated"
+    print(header(f"bf16 mixed precision: Kiln full training step, float32 and bf16 ({target}; bfloat16 products: "
+                 f"{compute_path})", bench.rounds))
+    print(f"{'model':<13} {'batch':>5} {'size':>7} {'N':>3} {'fp32 ms':>8} {'bf16 ms':>8} {'speedup':>8}")
+    failed = False
+    for name in rows:
+        case = bench.case(name)
+        try:
+            ms, low_ms = bench.kiln_train_ms(case), bench.kiln_train_ms(replace(case, bf16=True))
+            speedup = f"{ms / low_ms:.2f}x"
+            print(f"{_head(name, case)} {case.steps:>3} {ms:>8.2f} {low_ms:>8.2f} {speedup:>8}", flush=True)
         except KilnError as e:
             print(f"{_head(name, case)} {case.steps:>3} {'-':>8}  failed: {e}")
             failed = True

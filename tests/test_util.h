@@ -9,6 +9,7 @@
 #include <cxxabi.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -19,6 +20,8 @@
 #include <system_error>
 #include <typeinfo>
 #include <utility>
+
+#include "kiln/tensor.h"
 
 namespace kiln::test {
 
@@ -108,6 +111,18 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// ||got - want|| / ||want|| over two float32 tensors of one shape (the error of a lower-precision
+// computation as a whole).
+inline double relative_l2(const kiln::Tensor& got, const kiln::Tensor& want) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double d = double(got.data<float>()[i]) - want.data<float>()[i];
+    num += d * d;
+    den += double(want.data<float>()[i]) * want.data<float>()[i];
+  }
+  return std::sqrt(num / (den > 1e-30 ? den : 1e-30));
+}
 
 // A unique folder for this test process, removed with everything in it when the process ends:
 // the root of the named folders that fixtures reuse within one test (fresh(), fresh_dir()).

@@ -78,6 +78,9 @@ struct ArtifactOptions {
   std::string prefix;
   // Gradient checkpointing in the training model (kiln/autodiff.h: RecomputeOptions).
   RecomputeOptions recompute;
+  // Mixed precision in the training and eval models (kiln/autodiff.h: GradientOptions); the
+  // checkpoint and the optimizer stay float32.
+  DType mixed_precision = DType::Float32;
 };
 
 struct Artifacts {
@@ -97,6 +100,11 @@ std::vector<std::string> generate_artifacts(const Model& forward, const Artifact
 // The Hugging Face Trainer's rule for which parameters get no weight decay: names containing
 // "bias", and the scale and bias of LayerNormalization nodes.
 std::vector<std::string> no_weight_decay_parameters(const Model& forward);
+
+// Accelerate's and optimum's names for ArtifactOptions::mixed_precision: "no" (or "fp32") is float32,
+// "bf16" bfloat16. "fp16" is an Unsupported error (float16 needs dynamic loss scaling, which Kiln
+// does not have yet); anything else an InvalidArgument listing the names.
+DType mixed_precision_from_string(const std::string& name);
 
 // File names inside an artifact directory.
 std::string training_model_file(const std::string& prefix = "");

@@ -35,6 +35,10 @@ struct GradientOptions {
   std::vector<std::string> frozen_params;  // excluded from the default set
   std::string grad_suffix = "_grad";       // the gradient of "w" is the graph output "w_grad"
   RecomputeOptions recompute;
+  // Mixed precision: BFloat16 runs the products (MatMul, Gemm, Conv, attention) and their gradients
+  // in bfloat16 with float32 accumulation, everything else and the parameters in float32 (torch.autocast's
+  // split; the pass is in src/ir/autocast.h). Float32: none.
+  DType mixed_precision = DType::Float32;
 };
 
 struct GradientGraph {

@@ -73,6 +73,9 @@ class Module {
   // in inference mode. Written atomically.
   void export_model_for_inferencing(const std::string& path, const std::vector<std::string>& graph_output_names) const;
 
+  // "bf16" when the training model was generated with mixed precision (ArtifactOptions), else "".
+  std::string mixed_precision() const;
+
   std::vector<std::string> input_names(bool training = true) const;
   std::vector<std::string> output_names(bool training = true) const;
 

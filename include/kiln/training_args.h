@@ -167,6 +167,13 @@ struct TrainingArguments {
   bool gradient_checkpointing = false;
   nlohmann::json gradient_checkpointing_kwargs = nlohmann::json::object();
 
+  // ---- Mixed precision -----------------------------------------------------------------------
+  // HF's bf16 (torch.autocast in bfloat16): the artifacts the Trainer generates run their matrix
+  // products and gradients in bfloat16 with float32 accumulation, the rest, the parameters and the
+  // optimizer in float32 (kiln/artifacts.h: ArtifactOptions::mixed_precision). Evaluation runs the
+  // same way, as HF's does under autocast. Given artifacts must have been generated with it.
+  bool bf16 = false;
+
   // ==== Kiln's own (not in Hugging Face) =====================================================
   // Training stops after this many consecutive optimizer steps with a non-finite loss, naming the
   // step; the last checkpoint written stays the last good one. An update whose loss is not finite

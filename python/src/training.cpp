@@ -223,6 +223,8 @@ void register_artifacts(py::module_& m) {
         if (kw.contains("learning_rate")) o.learning_rate = kw["learning_rate"].cast<float>();
         if (kw.contains("recompute")) o.recompute.enabled = kw["recompute"].cast<bool>();
         o.recompute.boundaries = list("recompute_boundaries");
+        if (kw.contains("mixed_precision"))
+          o.mixed_precision = mixed_precision_from_string(kw["mixed_precision"].cast<std::string>());
         const std::string bytes = model;
         const std::string dir = fspath(directory);
         py::gil_scoped_release release;

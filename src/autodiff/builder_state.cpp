@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "ir/autocast.h"
 #include "ir/fusion.h"
 #include "kernels/node_inference.h"
 #include "kiln/onnx_io.h"
@@ -13,16 +14,19 @@ namespace {
 // The forward graph with its GELU chains and masked softmaxes fused (ir/fusion.h), so that their
 // backward is one ai.kiln.GeluGrad or MaskedSoftmaxGrad pass instead of several; done before the
 // editor collects the graph's names. Shape inference first gives the masked softmax its dtype hints.
-Model fused(const Model& forward) {
+// With mixed precision, autocast then casts the fused products' operands (ir/autocast.h).
+Model fused(const Model& forward, DType mixed_precision) {
   Model m = forward;
   infer_shapes(m);
   fuse(m, /*for_training=*/true);
+  if (mixed_precision != DType::Float32) autocast(m, mixed_precision);
   return m;
 }
 
 }  // namespace
 
-GradientBuilderState::GradientBuilderState(const Model& forward) : model(fused(forward)), editor_(model) {
+GradientBuilderState::GradientBuilderState(const Model& forward, DType mixed_precision)
+    : model(fused(forward, mixed_precision)), editor_(model) {
   // Rules need ranks and dtypes of intermediates: take them from ONNX shape inference.
   infer_shapes(model);
   const Graph& g = model.graph;

@@ -14,7 +14,7 @@ namespace kiln {
 
 class GradientBuilderState {
  public:
-  explicit GradientBuilderState(const Model& forward);
+  explicit GradientBuilderState(const Model& forward, DType mixed_precision = DType::Float32);
 
   Model model;
   std::unordered_map<std::string, std::string> origin;  // value -> a trainable parameter it depends on

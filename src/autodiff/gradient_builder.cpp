@@ -132,7 +132,7 @@ GradientGraph expose_gradients(GradientBuilderState& st, const std::vector<std::
 }  // namespace
 
 GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& options) {
-  GradientBuilderState st(forward);
+  GradientBuilderState st(forward, options.mixed_precision);
   if (options.loss.empty()) throw InvalidArgument("no loss value named: GradientOptions::loss is empty");
   if (!st.is_value(options.loss))
     throw InvalidArgument(fmt::format("loss '{}' is not a value of the graph", options.loss));

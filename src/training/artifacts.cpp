@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "ir/autocast.h"
 #include "ir/graph_editor.h"
 #include "kiln/autodiff.h"
 #include "kiln/error.h"
@@ -125,10 +126,11 @@ void set_outputs(Graph& g, const std::string& loss, const ArtifactOptions& optio
 
 // Training model: gradients of the trainable parameters, and updated running statistics.
 Model training_model(const Model& base, const std::string& loss, const ParameterSelection& params,
-                     const RecomputeOptions& recompute) {
+                     const ArtifactOptions& options) {
   GradientOptions go;
   go.loss = loss;
-  go.recompute = recompute;
+  go.recompute = options.recompute;
+  go.mixed_precision = options.mixed_precision;
   go.requires_grad = params.trainable;
   go.frozen_params = params.frozen;
   Model t = build_gradient_graph(base, go).model;
@@ -157,10 +159,17 @@ Model training_model(const Model& base, const std::string& loss, const Parameter
 }
 
 // Eval model: forward + loss, inference-mode BatchNormalization and Dropout.
-Model eval_model(const Model& base, const ParameterSelection& params) {
+// With mixed precision the eval model's products run in bfloat16 as the training model's do (HF
+// evaluates under autocast too). It is not fused first, so that strip_autocast gives back the
+// plain ONNX graph for a float32 inference export.
+Model eval_model(const Model& base, const ParameterSelection& params, DType mixed_precision) {
   Model e = base;
   const std::vector<std::string> all_params = all_parameters(params);
   to_inference_mode(e.graph);
+  if (mixed_precision != DType::Float32) {
+    infer_shapes(e);
+    autocast(e, mixed_precision);
+  }
   initializers_to_inputs(e.graph, all_params);
   std::set<std::string> keep;
   for (const auto& v : e.graph.inputs) keep.insert(v.name);
@@ -206,8 +215,8 @@ Artifacts build_artifacts(const Model& forward, const ArtifactOptions& options) 
   const ParameterSelection params = select_parameters(base, loss, options.requires_grad, frozen_list(base, options));
 
   Artifacts a;
-  a.training_model = training_model(base, loss, params, options.recompute);
-  a.eval_model = eval_model(base, params);
+  a.training_model = training_model(base, loss, params, options);
+  a.eval_model = eval_model(base, params, options.mixed_precision);
   if (options.optimizer) {
     std::vector<OptimizerParameter> ps;
     for (const auto& name : params.trainable) {
@@ -251,6 +260,16 @@ std::vector<std::string> no_weight_decay_parameters(const Model& forward) {
       for (size_t i = 1; i < n.inputs.size() && i < 3; ++i)
         if (forward.graph.initializers.count(n.inputs[i])) names.insert(n.inputs[i]);
   return {names.begin(), names.end()};
+}
+
+DType mixed_precision_from_string(const std::string& name) {
+  if (name == "no" || name == "fp32") return DType::Float32;
+  if (name == "bf16") return DType::BFloat16;
+  if (name == "fp16")
+    throw Unsupported(
+        "mixed precision 'fp16': float16 training needs dynamic loss scaling, which Kiln does not have yet; "
+        "'bf16' has float32's range and needs none");
+  throw InvalidArgument(fmt::format("mixed precision '{}': expected 'no' (float32) or 'bf16'", name));
 }
 
 std::string training_model_file(const std::string& prefix) { return prefix + "training_model.onnx"; }

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/json_text.h"
+#include "ir/autocast.h"
 #include "ir/graph_editor.h"
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
@@ -298,6 +299,12 @@ std::vector<std::string> Module::input_names(bool training) const {
   return graphs_->eval->user_inputs;
 }
 
+std::string Module::mixed_precision() const {
+  const auto& meta = graphs_->train.session->model().metadata;
+  const auto it = meta.find(kMixedPrecisionKey);
+  return it == meta.end() ? std::string() : it->second;
+}
+
 std::vector<std::string> Module::output_names(bool training) const {
   if (training) return graphs_->train.user_outputs;
   if (!graphs_->eval) throw InvalidArgument("output_names(training=false): the Module has no eval model");
@@ -312,6 +319,7 @@ void Module::export_model_for_inferencing(const std::string& path,
   if (graph_output_names.empty()) throw InvalidArgument("export_model_for_inferencing: no output names given");
   const BoundModel& e = *graphs_->eval;
   Model m = e.source;
+  strip_autocast(m);  // a mixed-precision eval model exports in float32
   Graph& g = m.graph;
   std::set<std::string> values;
   for (const auto& v : g.inputs) values.insert(v.name);

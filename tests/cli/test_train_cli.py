@@ -1,4 +1,5 @@
-"""`kiln train`: the main job with its defaults (LeNet on Fashion-MNIST, accuracy >= 0.85), a user's
+"""`kiln train`: the main job with its defaults (LeNet on Fashion-MNIST, accuracy >= 0.85, and with
+--bf16 true within 1 accuracy point of that), a user's
 ONNX model whose log_history matches a PyTorch loop with the same model, data and hyperparameters,
 `kiln evaluate` / `kiln predict`, and clear errors."""
 import json
@@ -41,6 +42,15 @@ def test_kiln_train_defaults_train_lenet_on_fashion_mnist(tmp_path):
                   out / "checkpoint-7500", "--predictions-dir", tmp_path, timeout=300)
     assert pr.returncode == 0, pr.stderr
     assert np.load(tmp_path / "predictions.npy").shape == (10000, 10)
+
+    # bf16 mixed precision (issue 19): the same epoch lands within 1 accuracy point of float32.
+    bf16 = run_kiln("train", "--output_dir", tmp_path / "bf16", "--bf16", "true", "--save_strategy", "no",
+                    "--disable_tqdm", "true", timeout=900)
+    assert bf16.returncode == 0, bf16.stderr
+    bf16_accuracy = float(re.search(r"^accuracy ([0-9.]+) on 10000 examples", bf16.stdout, re.M).group(1))
+    assert abs(bf16_accuracy - accuracy) <= 0.01, (accuracy, bf16_accuracy)
+    training = (tmp_path / "bf16" / "artifacts" / "training_model.onnx").read_bytes()
+    assert b"kiln.mixed_precision" in training and b"/autocast_bf16" in training
 
 
 class MLP(torch.nn.Module):

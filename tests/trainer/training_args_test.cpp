@@ -92,7 +92,8 @@ const std::vector<std::pair<std::string, Json>>& hf_defaults() {
       {"use_cpu", false},
       {"gradient_checkpointing", false},
       {"gradient_checkpointing_kwargs", Json::object()},  // v5: None; Kiln keeps {} as for lr_scheduler_kwargs
-      {"nan_inf_patience", 5},                            // Kiln's own
+      {"bf16", false},
+      {"nan_inf_patience", 5},  // Kiln's own
   };
   return table;
 }

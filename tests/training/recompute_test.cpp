@@ -21,6 +21,7 @@ namespace {
 
 using kiln::test::expect_error;
 using kiln::testing::random_tensor;
+using kiln::testing::token_ids;
 
 struct Step {
   std::map<std::string, Tensor> outputs;
@@ -55,12 +56,6 @@ void expect_bitwise_equal(const Step& plain, const Step& recomputed) {
     const Tensor a = want.contiguous(), b = got.contiguous();
     EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0) << name << " differs";
   }
-}
-
-Tensor token_ids(int64_t batch, int64_t seq, int64_t vocab) {
-  std::vector<int64_t> ids(static_cast<size_t>(batch * seq));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7 + 3) % static_cast<size_t>(vocab));
-  return Tensor::from_vector<int64_t>({batch, seq}, ids);
 }
 
 TEST(Recompute, Gpt2WithDropoutIsBitwiseTheSameWithLessMemory) {

@@ -66,4 +66,10 @@ Tensor class_labels(int64_t n, int64_t classes, uint64_t seed) {
   return t;
 }
 
+Tensor token_ids(int64_t batch, int64_t seq, int64_t vocab) {
+  std::vector<int64_t> ids(static_cast<size_t>(batch * seq));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7 + 3) % static_cast<size_t>(vocab));
+  return Tensor::from_vector<int64_t>({batch, seq}, ids);
+}
+
 }  // namespace kiln::testing

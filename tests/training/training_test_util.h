@@ -24,5 +24,7 @@ std::filesystem::path write_bn_mlp_artifacts(const std::string& name, training::
 
 Tensor random_tensor(Shape shape, uint64_t seed);
 Tensor class_labels(int64_t n, int64_t classes, uint64_t seed);
+// Token ids [batch, seq] in [0, vocab): (7 i + 3) mod vocab over the flat index i.
+Tensor token_ids(int64_t batch, int64_t seq, int64_t vocab);
 
 }  // namespace kiln::testing

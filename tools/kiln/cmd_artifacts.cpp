@@ -14,7 +14,7 @@ namespace kiln::cli {
 namespace {
 
 struct ArtifactsOptions {
-  std::string model, loss, optimizer, out, prefix;
+  std::string model, loss, optimizer, out, prefix, mixed_precision = "no";
   std::vector<std::string> requires_grad, frozen, loss_inputs, additional_outputs, recompute_boundaries;
   bool nominal = false;
   training::ArtifactOptions o;
@@ -31,6 +31,7 @@ void run_artifacts(ArtifactsOptions& a) {
   o.recompute.boundaries = split_list(a.recompute_boundaries);
   if (!o.recompute.boundaries.empty() && !o.recompute.enabled)
     throw InvalidArgument("--recompute-boundaries needs --recompute");
+  o.mixed_precision = training::mixed_precision_from_string(a.mixed_precision);
   o.nominal_checkpoint = a.nominal;
   o.prefix = a.prefix;
   const std::vector<std::string> written = training::generate_artifacts(load_model(a.model), o, a.out);
@@ -58,6 +59,10 @@ Action setup(CLI::App& app) {
                "the rest in the backward pass");
   app.add_option("--recompute-boundaries", a->recompute_boundaries,
                  "With --recompute: the forward values to keep instead, comma separated");
+  app.add_option("--mixed-precision", a->mixed_precision,
+                 "bf16: matrix products (MatMul, Gemm, Conv, attention) and their gradients in bfloat16 with float32 "
+                 "accumulation, the rest and the parameters in float32 (torch.autocast's split); no: float32")
+      ->capture_default_str();
   app.add_option("--prefix", a->prefix, "Prefix of the file names");
   app.add_option("--lr", a->o.learning_rate, "Initial learning rate kept in the optimizer model")
       ->capture_default_str();

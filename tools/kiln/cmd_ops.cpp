@@ -64,6 +64,7 @@ void list_ops(bool as_json) {
     fmt::print("{:<28} {:<26} {}\n", e.op, e.domain, fmt::join(parts, "; "));
   }
   fmt::print("{} ops\n", ops.size());
+  fmt::print("bfloat16 products (mixed precision): {}\n", bf16_compute_path());
 }
 
 Action setup_ops(CLI::App& app) {

@@ -50,7 +50,7 @@ def _model_bytes(model) -> bytes:
 def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None, optimizer=None,
                        artifact_directory=None, prefix="", ort_format=False, custom_op_library=None,
                        additional_output_names=None, nominal_checkpoint=False, loss_input_names=None,
-                       recompute=None) -> None:
+                       recompute=None, mixed_precision=None) -> None:
     """Writes {prefix}training_model.onnx, {prefix}eval_model.onnx, {prefix}optimizer_model.onnx (when
     an optimizer is given) and {prefix}checkpoint into artifact_directory (default: the current
     folder).
@@ -70,6 +70,9 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None,
             optimizer does this at run time): True keeps the activations at boundaries found from
             the graph (per transformer sublayer, per residual block) and recomputes the rest in the
             backward pass; a list of forward value names keeps those instead; None or False: off.
+        mixed_precision: "bf16" runs the matrix products (MatMul, Gemm, Conv, attention) and their
+            gradients in bfloat16 with float32 accumulation, everything else, the parameters, their
+            gradients and the optimizer in float32 (torch.autocast's split); None or "no": float32.
     """
     if ort_format:
         raise NotImplementedError("ort_format=True: Kiln writes ONNX artifacts only (the ORT format is ONNX "
@@ -88,6 +91,10 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None,
         recompute_on, boundaries = bool(recompute), []
     else:
         recompute_on, boundaries = True, _names(recompute, "recompute", "value")
+    if mixed_precision is None:
+        mixed_precision = "no"
+    if not isinstance(mixed_precision, str):
+        raise TypeError(f"mixed_precision must be a str ('bf16', 'no') or None, not {type(mixed_precision).__name__}")
     if optimizer is not None and not isinstance(optimizer, OptimType):
         raise TypeError(f"optimizer must be an OptimType (AdamW, SGD) or None, not {optimizer!r}")
 
@@ -124,4 +131,5 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None,
         "additional_output_names": extra_outputs,
         "recompute": recompute_on,
         "recompute_boundaries": boundaries,
+        "mixed_precision": mixed_precision,
     })

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/parallel.h"
+#include "kernels/cpu/bf16_via_float.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/matmul_common.h"
@@ -265,6 +266,7 @@ std::unique_ptr<Kernel> make(const Node& n) {
 
 const KernelRegistrar matmul_f32({"", "MatMul", 1, kMaxOpset, {DType::Float32}}, make<MatMulF32>);
 const KernelRegistrar matmul_f64({"", "MatMul", 1, kMaxOpset, {DType::Float64}}, make<MatMulF64>);
+const KernelRegistrar matmul_bf16({"", "MatMul", 1, kMaxOpset, {DType::BFloat16}}, bf16_via_float32(make<MatMulF32>));
 const KernelRegistrar matmul_i32({"", "MatMul", 9, kMaxOpset, {DType::Int32}}, make<MatMulInt<int32_t>>);
 const KernelRegistrar matmul_i64({"", "MatMul", 9, kMaxOpset, {DType::Int64}}, make<MatMulInt<int64_t>>);
 const KernelRegistrar matmul_u32({"", "MatMul", 9, kMaxOpset, {DType::Uint32}}, make<MatMulInt<uint32_t>>);
@@ -421,6 +423,7 @@ class GemmF64 final : public GemmBase {
 
 const KernelRegistrar gemm_f32({"", "Gemm", 7, kMaxOpset, {DType::Float32}}, make<GemmF32>);
 const KernelRegistrar gemm_f64({"", "Gemm", 7, kMaxOpset, {DType::Float64}}, make<GemmF64>);
+const KernelRegistrar gemm_bf16({"", "Gemm", 7, kMaxOpset, {DType::BFloat16}}, bf16_via_float32(make<GemmF32>));
 
 }  // namespace
 

@@ -329,6 +329,7 @@ std::vector<FieldSpec> make_fields() {
   f.push_back(field("use_cpu", &A::use_cpu));
   f.push_back(field("gradient_checkpointing", &A::gradient_checkpointing));
   f.push_back(field<nlohmann::json, KwargsCodec>("gradient_checkpointing_kwargs", &A::gradient_checkpointing_kwargs));
+  f.push_back(field("bf16", &A::bf16));
   // Kiln's own.
   f.push_back(field("nan_inf_patience", &A::nan_inf_patience));
   return f;

@@ -120,6 +120,12 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
       training::CheckpointState::load_checkpoint((dir / training::checkpoint_file()).string()));
   m.module = std::make_unique<training::Module>((dir / training::training_model_file()).string(), *m.state,
                                                 (dir / training::eval_model_file()).string());
+  if (args_.bf16 && m.module->mixed_precision() != "bf16")
+    throw InvalidArgument(fmt::format(
+        "bf16=True, but the artifacts in '{}' were generated in float32: generate them with `kiln artifacts "
+        "--mixed-precision bf16` (generate_artifacts(..., mixed_precision=\"bf16\") in Python), or give the "
+        "Trainer the ONNX model",
+        m.artifacts_dir));
   m.optimizer = std::make_unique<training::Optimizer>((dir / training::optimizer_model_file()).string(), *m.module);
   m.optimizer->set_learning_rate(static_cast<float>(args_.learning_rate));
   if (m.logits_output.empty()) {

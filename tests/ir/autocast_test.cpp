@@ -1,0 +1,62 @@
+// autocast / strip_autocast (ir/autocast.h) on a plain graph: each float32 operand of a product is
+// cast to bfloat16 once however many products read it, a float64 product is left alone, the nodes
+// stay in topological order, the result is float32 within bfloat16's error of the original's, and
+// strip_autocast gives back the original nodes. Through the gradient builder and artifacts:
+// tests/training/mixed_precision_test.cpp.
+#include "ir/autocast.h"
+
+#include <gtest/gtest.h>
+
+#include "graph_builder.h"
+#include "kiln/onnx_io.h"
+#include "kiln/session.h"
+#include "test_util.h"
+#include "training/training_test_util.h"
+
+namespace kiln {
+namespace {
+
+using kiln::test::expect_error;
+using kiln::testing::random_tensor;
+
+// The pass on a plain graph: a shared operand is cast once, a float64 product is left alone, the
+// graph stays in topological order, and strip_autocast gives back the original nodes.
+TEST(Autocast, CastsEachOperandOnceAndStripsBack) {
+  GraphBuilder b("products", 1);
+  const std::string x = b.input("x", DType::Float32, {4, 8});
+  const std::string w1 = b.initializer("w1", random_tensor({8, 8}, 1));
+  const std::string w2 = b.initializer("w2", random_tensor({8, 8}, 2));
+  const std::string h = b.op("Relu", {b.op("MatMul", {x, w1})});
+  const std::string y = b.op("Add", {b.op("MatMul", {x, w2}), b.op("MatMul", {h, w2})});
+  b.output(y, "y", DType::Float32, {4, 8});
+  Tensor d = Tensor::zeros(DType::Float64, {8, 8});
+  const std::string z = b.op("MatMul", {b.input("x64", DType::Float64, {4, 8}), b.initializer("w64", d)});
+  b.output(z, "z", DType::Float64, {4, 8});
+  Model m = b.build();
+  infer_shapes(m);
+  const Model original = m;
+  EXPECT_EQ(autocast(m, DType::BFloat16), 3u);
+  size_t casts = 0;
+  for (const Node& n : m.graph.nodes) casts += n.op_type == "Cast";
+  EXPECT_EQ(casts, 4u + 3u);  // x, w1, w2, h once each; three results back to float32
+  EXPECT_NO_THROW(m.graph.topological_order());
+  EXPECT_EQ(m.metadata.at(kMixedPrecisionKey), "bf16");
+  const Tensor xs = random_tensor({4, 8}, 3);
+  const auto low = Session(m).run({{"x", xs}, {"x64", Tensor::zeros(DType::Float64, {4, 8})}});
+  const auto full = Session(original).run({{"x", xs}, {"x64", Tensor::zeros(DType::Float64, {4, 8})}});
+  EXPECT_EQ(low.at("y").dtype(), DType::Float32);
+  EXPECT_LT(test::relative_l2(low.at("y"), full.at("y")), 2e-2);
+  EXPECT_GT(test::relative_l2(low.at("y"), full.at("y")), 0.0);
+
+  EXPECT_EQ(strip_autocast(m), 7u);
+  ASSERT_EQ(m.graph.nodes.size(), original.graph.nodes.size());
+  for (size_t i = 0; i < m.graph.nodes.size(); ++i) {
+    EXPECT_EQ(m.graph.nodes[i].inputs, original.graph.nodes[i].inputs) << i;
+    EXPECT_EQ(m.graph.nodes[i].outputs, original.graph.nodes[i].outputs) << i;
+  }
+  EXPECT_FALSE(m.metadata.count(kMixedPrecisionKey));
+  expect_error<Unsupported>([&] { autocast(m, DType::Float16); }, "supports bfloat16 only");
+}
+
+}  // namespace
+}  // namespace kiln
