@@ -6,10 +6,11 @@ the optimizer update is left out) and runs it with `kiln run --profile`, which p
 share of the kernel time. bench/README.md records these tables.
 
     /usr/bin/python3 bench/profile_step.py MODEL [--build-dir build] [--threads 2] [--repeat 10]
-        [--batch N] [--seq N] [--nodes N] [--keep DIR]
+        [--batch N] [--seq N] [--nodes N] [--mixed-precision bf16] [--keep DIR]
 
 --batch and --seq change the row's size (the scaling table's gpt2 at 512 tokens: --seq 512);
---nodes also prints the N slowest nodes with their shapes (kiln run --profile-nodes).
+--nodes also prints the N slowest nodes with their shapes (kiln run --profile-nodes);
+--mixed-precision bf16 profiles the bf16 mixed-precision training graph.
 """
 import argparse
 import os
@@ -48,6 +49,8 @@ def main():
     parser.add_argument("--batch", type=int, help="the batch size (default: the bench row's)")
     parser.add_argument("--seq", type=int, help="tokens per sequence, for bert and gpt2 (default: the row's)")
     parser.add_argument("--nodes", type=int, default=0, help="also print the N slowest nodes")
+    parser.add_argument("--mixed-precision", default="no", choices=["no", "bf16", "fp16"],
+                        help="the training graph's products in 16 bits (kiln grad --mixed-precision)")
     args = parser.parse_args()
     kiln = args.build_dir.resolve() / "bin" / "kiln"
     case = ROWS[args.model]
@@ -64,7 +67,8 @@ def main():
             tmp = args.keep
         forward = export_forward(module, feeds, Path(tmp) / "forward.onnx", output_names=["loss"], train=train)
         training = Path(tmp) / "training.onnx"
-        subprocess.run([str(kiln), "grad", str(forward), "--loss", "loss", "--out", str(training)], check=True,
+        subprocess.run([str(kiln), "grad", str(forward), "--loss", "loss", "--out", str(training),
+                        "--mixed-precision", args.mixed_precision], check=True,
                        stdout=subprocess.DEVNULL)
         inputs = [a for name, path in save_feeds(feeds, Path(tmp), args.model).items()
                   for a in ("--input", f"{name}={path}")]

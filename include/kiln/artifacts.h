@@ -78,8 +78,8 @@ struct ArtifactOptions {
   std::string prefix;
   // Gradient checkpointing in the training model (kiln/autodiff.h: RecomputeOptions).
   RecomputeOptions recompute;
-  // Mixed precision in the training and eval models (kiln/autodiff.h: GradientOptions); the
-  // checkpoint and the optimizer stay float32.
+  // Mixed precision in the training and eval models (kiln/autodiff.h: GradientOptions): BFloat16 or
+  // Float16 (which adds the loss-scale input); the checkpoint and the optimizer stay float32.
   DType mixed_precision = DType::Float32;
 };
 
@@ -102,9 +102,13 @@ std::vector<std::string> generate_artifacts(const Model& forward, const Artifact
 std::vector<std::string> no_weight_decay_parameters(const Model& forward);
 
 // Accelerate's and optimum's names for ArtifactOptions::mixed_precision: "no" (or "fp32") is float32,
-// "bf16" bfloat16. "fp16" is an Unsupported error (float16 needs dynamic loss scaling, which Kiln
-// does not have yet); anything else an InvalidArgument listing the names.
+// "bf16" bfloat16, "fp16" float16; anything else is an InvalidArgument listing the names.
 DType mixed_precision_from_string(const std::string& name);
+
+// With float16 mixed precision the training model has one more input, the loss scale (a float32
+// scalar seeding the backward pass: kiln/grad_scaler.h), named here and in its metadata.
+inline constexpr const char* kLossScaleInput = "kiln.loss_scale";
+inline constexpr const char* kLossScaleKey = "kiln.loss_scale_input";
 
 // File names inside an artifact directory.
 std::string training_model_file(const std::string& prefix = "");

@@ -39,6 +39,10 @@ struct GradientOptions {
   // in bfloat16 with float32 accumulation, everything else and the parameters in float32 (torch.autocast's
   // split; the pass is in src/ir/autocast.h). Float32: none.
   DType mixed_precision = DType::Float32;
+  // Loss scaling (fp16 training): the name of a float32 scalar graph input, added by the builder,
+  // that seeds the backward pass instead of 1, so every gradient comes out multiplied by it. Empty:
+  // none.
+  std::string loss_scale_input;
 };
 
 struct GradientGraph {

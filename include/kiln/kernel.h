@@ -156,8 +156,9 @@ struct OpDocRegistrar {
 // read shapes from inputs work. Used for constant folding and kernel tests.
 std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs, int64_t opset = 17);
 
-// How this process runs bfloat16 matrix products (mixed precision): today on every CPU in float32
-// on the widened operands (kernels/cpu/bf16_via_float.h). `kiln ops` and the bench print it.
+// How this process runs bfloat16 matrix products (mixed precision): natively in oneDNN where the CPU
+// has bfloat16 instructions (AVX512-BF16, AMX-BF16), else in float32 on the widened operands
+// (kernels/cpu/low_precision.h; KILN_BF16=emulate forces that). `kiln ops` and the bench print it.
 const char* bf16_compute_path();
 
 struct KernelRegistrar {

@@ -70,11 +70,31 @@ class Module {
 
   // Writes an inference model: the eval model's forward part computing `graph_output_names`,
   // standard ONNX ops only, the current parameters as initializers, BatchNormalization and Dropout
-  // in inference mode. Written atomically.
-  void export_model_for_inferencing(const std::string& path, const std::vector<std::string>& graph_output_names) const;
+  // in inference mode. Written atomically. `precision`:
+  //   Float32 (default): float32 throughout (a mixed-precision model's casts removed);
+  //   Float16: the whole graph in float16, float32 inputs and outputs (ir/to_low_precision.h), as
+  //            torch's model.half() exports; ONNX Runtime's CPU provider runs it;
+  //   BFloat16: the parameters stored in bfloat16 (half the file), each cast to float32 where it
+  //            is read, the computation in float32: ONNX Runtime's CPU provider has no bfloat16
+  //            kernels for MatMul, Conv, Add and the like, and this runs there.
+  void export_model_for_inferencing(const std::string& path, const std::vector<std::string>& graph_output_names,
+                                    DType precision = DType::Float32) const;
 
-  // "bf16" when the training model was generated with mixed precision (ArtifactOptions), else "".
+  // Hugging Face's bf16_full_eval / fp16_full_eval: eval mode runs the whole eval model in `low`
+  // (BFloat16 or Float16; ir/to_low_precision.h; a mixed-precision eval model loses its autocast
+  // first), the parameters rounded as they are fed; Float32 goes back to the eval model as
+  // generated. InvalidArgument without an eval model.
+  void set_eval_precision(DType low);
+  DType eval_precision() const { return eval_precision_; }
+
+  // "bf16" or "fp16" when the training model was generated with mixed precision (ArtifactOptions),
+  // else "".
   std::string mixed_precision() const;
+  // fp16 training models seed their backward pass with a loss scale (kiln/grad_scaler.h), so the
+  // gradients they add are scaled by it; 1 until set. scales_loss(): the model takes one.
+  void set_loss_scale(float scale);
+  float loss_scale() const { return loss_scale_; }
+  bool scales_loss() const;
 
   std::vector<std::string> input_names(bool training = true) const;
   std::vector<std::string> output_names(bool training = true) const;
@@ -103,6 +123,8 @@ class Module {
   std::vector<std::string> param_names_;  // trainable first, then the rest, each in model order
   bool training_ = true;
   bool reset_grad_ = true;
+  float loss_scale_ = 1.0f;
+  DType eval_precision_ = DType::Float32;
   std::mutex mutex_;  // serialises calls and parameter copies
 };
 

@@ -14,7 +14,7 @@
 // Versions. Defaults are transformers' current ones (v5 development line); where they changed, the
 // field's comment says from what. Fields HF has since removed or deprecated (overwrite_output_dir,
 // include_tokens_per_second, evaluation_strategy, warmup_ratio, logging_dir, adamw_hf) keep their
-// last HF meaning, so v4 configs load. Fields HF has that Kiln does not (fp16, deepspeed, push_to_hub,
+// last HF meaning, so v4 configs load. Fields HF has that Kiln does not (deepspeed, push_to_hub, tf32,
 // ...) are not here: a JSON file naming them is rejected unless allow_extra_keys is set.
 //
 // Every error is an InvalidArgument (a file that cannot be read: IOError) whose message is HF's text
@@ -173,6 +173,17 @@ struct TrainingArguments {
   // optimizer in float32 (kiln/artifacts.h: ArtifactOptions::mixed_precision). Evaluation runs the
   // same way, as HF's does under autocast. Given artifacts must have been generated with it.
   bool bf16 = false;
+  // HF's fp16: the same split in float16, with dynamic loss scaling (kiln/grad_scaler.h: torch's
+  // GradScaler semantics, 2^16 to start, x2 after 2000 finite steps, x0.5 and the update skipped
+  // on non-finite gradients; its state in each checkpoint's scaler.json).
+  bool fp16 = false;
+  // HF's choices: "auto" and "cpu_amp" are Kiln's own scaler; "apex" is refused.
+  std::string half_precision_backend = "auto";
+  // HF's full 16-bit evaluation (the model cast to bfloat16 / float16 for evaluate and predict):
+  // the eval model runs whole in 16 bits (training::Module::set_eval_precision), faster where the
+  // CPU computes bfloat16 natively, with half the activation memory, and metrics that may move.
+  bool bf16_full_eval = false;
+  bool fp16_full_eval = false;
 
   // ==== Kiln's own (not in Hugging Face) =====================================================
   // Training stops after this many consecutive optimizer steps with a non-finite loss, naming the

@@ -10,8 +10,10 @@
 #include "bindings.h"
 #include "kiln/artifacts.h"
 #include "kiln/error.h"
+#include "kiln/grad_scaler.h"
 #include "kiln/onnx_io.h"
 #include "numpy_tensor.h"
+#include "trainer_bindings.h"
 
 namespace kiln::python {
 
@@ -154,14 +156,45 @@ void register_module(py::module_& m) {
              pm.module->copy_buffer_to_parameters(b, t);
            })
       .def("export_model_for_inferencing",
-           [](const PyModule& pm, const py::object& path, const std::vector<std::string>& outputs) {
+           [](const PyModule& pm, const py::object& path, const std::vector<std::string>& outputs,
+              const std::string& precision) {
              const std::string p = fspath(path);
+             const DType type = mixed_precision_from_string(precision);
              py::gil_scoped_release release;
-             pm.module->export_model_for_inferencing(p, outputs);
+             pm.module->export_model_for_inferencing(p, outputs, type);
            })
+      .def("set_eval_precision",
+           [](PyModule& pm, const std::string& precision) {
+             const DType type = mixed_precision_from_string(precision);
+             py::gil_scoped_release release;
+             pm.module->set_eval_precision(type);
+           })
+      .def("mixed_precision", [](const PyModule& pm) { return pm.module->mixed_precision(); })
+      .def("scales_loss", [](const PyModule& pm) { return pm.module->scales_loss(); })
+      .def("set_loss_scale", [](PyModule& pm, float s) { pm.module->set_loss_scale(s); })
+      .def("loss_scale", [](const PyModule& pm) { return pm.module->loss_scale(); })
       .def("input_names", [](const PyModule& pm, bool t) { return pm.module->input_names(t); })
       .def("output_names", [](const PyModule& pm, bool t) { return pm.module->output_names(t); })
       .def("parameter_names", [](const PyModule& pm) { return pm.module->parameter_names(); });
+}
+
+void register_grad_scaler(py::module_& m) {
+  py::class_<GradScaler>(m, "GradScaler")
+      .def(py::init([](double init_scale, double growth_factor, double backoff_factor, int64_t growth_interval) {
+             return GradScaler({init_scale, growth_factor, backoff_factor, growth_interval});
+           }),
+           py::arg("init_scale"), py::arg("growth_factor"), py::arg("backoff_factor"), py::arg("growth_interval"))
+      .def("scale", &GradScaler::scale)
+      .def("growth_tracker", &GradScaler::growth_tracker)
+      .def("unscale",
+           [](const GradScaler& g, PyModule& pm, double factor) {
+             py::gil_scoped_release release;
+             return g.unscale(*pm.module, factor);
+           })
+      .def("update", &GradScaler::update)
+      .def("state_dict", [](const GradScaler& g) { return py_from_json(g.state_dict()); })
+      .def("load_state_dict",
+           [](GradScaler& g, const py::object& state) { g.load_state_dict(json_from_py(state, "state_dict")); });
 }
 
 struct PyOptimizer {
@@ -238,6 +271,7 @@ void register_artifacts(py::module_& m) {
 void register_training(py::module_& m) {
   register_state(m);
   register_module(m);
+  register_grad_scaler(m);
   register_optimizer(m);
   register_artifacts(m);
 }

@@ -52,12 +52,30 @@ void mark_origins(GradientBuilderState& st, const std::vector<size_t>& order, co
   }
 }
 
-// Backward: seed d(loss)/d(loss) = 1, then every node in reverse order through its rule.
-void run_rules(GradientBuilderState& st, const std::vector<size_t>& order, const std::string& loss) {
+// The loss scale: a float32 scalar graph input, whose name must be free.
+void add_loss_scale_input(GradientBuilderState& st, const std::string& name) {
+  if (st.is_value(name))
+    throw InvalidArgument(fmt::format("the loss scale input '{}' would clash with a value of the graph", name));
+  st.reserve_name(name);
+  ValueInfo v;
+  v.name = name;
+  v.dtype = DType::Float32;
+  v.has_type = v.has_shape = true;
+  st.model.graph.inputs.push_back(v);
+  st.record(name, DType::Float32, {});
+}
+
+// Backward: seed d(loss)/d(loss) = 1 (or the loss scale), then every node in reverse order
+// through its rule.
+void run_rules(GradientBuilderState& st, const std::vector<size_t>& order, const std::string& loss,
+               const std::string& loss_scale) {
   {
     const Node seed_node;  // a GradContext needs a node; the seed belongs to none
     GradContext seed(seed_node, st);
-    const std::string one = seed.scalar_like(1.0, loss);
+    const DType loss_type = seed.dtype(loss).value_or(DType::Float32);
+    const std::string one =
+        loss_scale.empty() ? seed.scalar_like(1.0, loss)
+                           : seed.emit("Cast", {loss_scale}, {{"to", Attribute::of_int(dtype_to_onnx(loss_type))}});
     st.add_contribution(loss, seed.emit("Expand", {one, seed.emit("Shape", {loss})}));
   }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
@@ -151,7 +169,8 @@ GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& 
     st.reserve_name(p + options.grad_suffix);
   }
   const size_t forward_nodes = st.model.graph.nodes.size();
-  run_rules(st, order, options.loss);
+  if (!options.loss_scale_input.empty()) add_loss_scale_input(st, options.loss_scale_input);
+  run_rules(st, order, options.loss, options.loss_scale_input);
   GradientGraph result = expose_gradients(st, params, options);
   const RecomputeReport recompute = recompute_segments(result.model, forward_nodes, params, options.recompute);
   result.recompute_boundaries = recompute.boundaries;

@@ -16,8 +16,11 @@
 namespace kiln {
 namespace {
 
-constexpr const char* kOperandSuffix = "/autocast_bf16";
+constexpr const char* kOperandSuffixes[] = {"/autocast_bf16", "/autocast_fp16"};
 constexpr const char* kResultSuffix = "/autocast_float";
+
+// "bf16" or "fp16": the metadata value, and the suffix of the names autocast gives.
+const char* short_name(DType low) { return low == DType::BFloat16 ? "bf16" : "fp16"; }
 
 // The products and which of their inputs are cast: operands, and the bias of Gemm and the
 // convolutions (summed into the product's accumulator). Attention's mask and bias stay float32.
@@ -34,26 +37,8 @@ const std::vector<size_t>* cast_inputs(const Node& n) {
   return it == kProducts.end() ? nullptr : &it->second;
 }
 
-std::optional<DType> declared_dtype(const Graph& g, const std::string& v) {
-  if (const auto it = g.initializers.find(v); it != g.initializers.end()) return it->second.dtype();
-  for (const auto* list : {&g.inputs, &g.value_info, &g.outputs})
-    for (const ValueInfo& info : *list)
-      if (info.name == v && info.has_type) return info.dtype;
-  return std::nullopt;
-}
-
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-Node cast_node(std::string name, std::string input, std::string output, DType to) {
-  Node c;
-  c.op_type = "Cast";
-  c.name = std::move(name);
-  c.inputs = {std::move(input)};
-  c.outputs = {std::move(output)};
-  c.attrs["to"] = Attribute::of_int(dtype_to_onnx(to));
-  return c;
 }
 
 // Only the products' first outputs are cast back; Attention's second output (the probabilities it
@@ -70,8 +55,10 @@ bool eligible(const Graph& g, const Node& n) {
 }  // namespace
 
 size_t autocast(Model& model, DType low) {
-  if (low != DType::BFloat16)
-    throw Unsupported(fmt::format("mixed precision in {}: Kiln's autocast supports bfloat16 only", dtype_name(low)));
+  if (low != DType::BFloat16 && low != DType::Float16)
+    throw Unsupported(
+        fmt::format("mixed precision in {}: Kiln's autocast supports bfloat16 and float16", dtype_name(low)));
+  const std::string tag = short_name(low);
   Graph& g = model.graph;
   GraphEditor edit(model);
   std::map<std::string, std::string> low_copy;  // float32 value -> its bfloat16 Cast
@@ -88,21 +75,21 @@ size_t autocast(Model& model, DType low) {
       const std::string& v = n.inputs[i];
       auto it = low_copy.find(v);
       if (it == low_copy.end()) {
-        const std::string out = edit.fresh(v + "/bf16");
-        nodes.push_back(cast_node(edit.fresh(v + kOperandSuffix), v, out, low));
+        const std::string out = edit.fresh(v + "/" + tag);
+        nodes.push_back(cast_node(edit.fresh(v + "/autocast_" + tag), v, out, low));
         it = low_copy.emplace(v, out).first;
       }
       n.inputs[i] = it->second;
     }
     const std::string result = n.outputs[0];
-    n.outputs[0] = edit.fresh(result + "/bf16");
+    n.outputs[0] = edit.fresh(result + "/" + tag);
     const std::string low_result = n.outputs[0];
     nodes.push_back(std::move(n));
     nodes.push_back(cast_node(edit.fresh(result + kResultSuffix), low_result, result, DType::Float32));
     ++rewritten;
   }
   g.nodes = std::move(nodes);
-  if (rewritten > 0) model.metadata[kMixedPrecisionKey] = "bf16";
+  if (rewritten > 0) model.metadata[kMixedPrecisionKey] = tag;
   return rewritten;
 }
 
@@ -113,7 +100,7 @@ size_t strip_autocast(Model& model) {
   std::vector<Node> kept;
   for (Node& n : g.nodes) {
     const bool is_cast = n.domain.empty() && n.op_type == "Cast" && n.inputs.size() == 1 && n.outputs.size() == 1;
-    if (is_cast && ends_with(n.name, kOperandSuffix)) {
+    if (is_cast && (ends_with(n.name, kOperandSuffixes[0]) || ends_with(n.name, kOperandSuffixes[1]))) {
       operand[n.outputs[0]] = n.inputs[0];
     } else if (is_cast && ends_with(n.name, kResultSuffix)) {
       result[n.inputs[0]] = n.outputs[0];

@@ -66,6 +66,24 @@ const ValueInfo* find_declared(const Graph& g, const std::string& name) {
   return nullptr;
 }
 
+std::optional<DType> declared_dtype(const Graph& g, const std::string& name) {
+  if (const auto it = g.initializers.find(name); it != g.initializers.end()) return it->second.dtype();
+  for (const auto* list : {&g.inputs, &g.value_info, &g.outputs})
+    for (const ValueInfo& info : *list)
+      if (info.name == name && info.has_type) return info.dtype;
+  return std::nullopt;
+}
+
+Node cast_node(std::string name, std::string input, std::string output, DType to) {
+  Node c;
+  c.op_type = "Cast";
+  c.name = std::move(name);
+  c.inputs = {std::move(input)};
+  c.outputs = {std::move(output)};
+  c.attrs["to"] = Attribute::of_int(dtype_to_onnx(to));
+  return c;
+}
+
 void initializers_to_inputs(Graph& g, const std::vector<std::string>& names) {
   for (const auto& name : names) {
     auto it = g.initializers.find(name);

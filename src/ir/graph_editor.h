@@ -9,6 +9,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -47,6 +48,13 @@ class GraphEditor {
 
 // The ValueInfo of a value (graph input/output, value_info or initializer), if the model declares one.
 const ValueInfo* find_declared(const Graph& g, const std::string& name);
+
+// The dtype a value is declared with: an initializer's, else the first typed ValueInfo among the
+// graph inputs, value_info (shape inference's hints) and outputs. nullopt: not declared.
+std::optional<DType> declared_dtype(const Graph& g, const std::string& name);
+
+// A Cast node (domain ai.onnx) named `name` from `input` to `output` of type `to`.
+Node cast_node(std::string name, std::string input, std::string output, DType to);
 
 // Moves these initializers to graph inputs (typed and shaped as the tensor), in the given order,
 // after the existing inputs.

@@ -1,7 +1,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
+#include "kernels/cpu/low_precision.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
@@ -71,6 +74,37 @@ const KernelDef& KernelRegistry::resolve(const std::string& domain, const std::s
                                 dom, opset, dtype_name(dtype), fmt::join(have, "; ")));
 }
 
+namespace {
+
+// An op with no 16-bit kernel runs on its float32 kernel over widened inputs, its outputs rounded
+// (kernels/cpu/low_precision.h): the float32 definition found for the node with its 16-bit inputs
+// seen as float32, wrapped once and kept for the process.
+const KernelDef* widened(const std::vector<KernelDef>& defs, const Node& node, int64_t opset,
+                         const std::vector<std::optional<DType>>& input_dtypes) {
+  for (const KernelDef& d : defs) {
+    if (d.domain != node.domain || d.op_type != node.op_type) continue;
+    if (opset < d.since_version || opset > d.end_version || d.dtypes.empty()) continue;
+    if (d.type_input >= input_dtypes.size() || !input_dtypes[d.type_input]) continue;
+    const DType t = *input_dtypes[d.type_input];
+    if (t != DType::BFloat16 && t != DType::Float16) continue;
+    if (std::find(d.dtypes.begin(), d.dtypes.end(), DType::Float32) == d.dtypes.end()) continue;
+    static std::mutex mutex;
+    static std::map<const KernelDef*, KernelDef> cache;  // map nodes stay where they are
+    const std::lock_guard lock(mutex);
+    auto it = cache.find(&d);
+    if (it == cache.end()) {
+      KernelDef w = d;
+      w.dtypes = {DType::BFloat16, DType::Float16};
+      w.create = via_float32(d.create);
+      it = cache.emplace(&d, std::move(w)).first;
+    }
+    return &it->second;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 const KernelDef& KernelRegistry::resolve_node(const Node& node, int64_t opset,
                                               const std::vector<std::optional<DType>>& input_dtypes) const {
   std::optional<DType> first_key;
@@ -87,6 +121,8 @@ const KernelDef& KernelRegistry::resolve_node(const Node& node, int64_t opset,
   DType key = DType::Float32;
   if (first_key) key = *first_key;
   else if (!input_dtypes.empty() && input_dtypes[0]) key = *input_dtypes[0];
+  if (key == DType::BFloat16 || key == DType::Float16)
+    if (const KernelDef* wide = widened(defs_, node, opset, input_dtypes)) return *wide;
   return resolve(node.domain, node.op_type, opset, key);
 }
 

@@ -131,6 +131,8 @@ Model training_model(const Model& base, const std::string& loss, const Parameter
   go.loss = loss;
   go.recompute = options.recompute;
   go.mixed_precision = options.mixed_precision;
+  // float16's range needs loss scaling: the Module feeds the scale (kiln/grad_scaler.h).
+  if (options.mixed_precision == DType::Float16) go.loss_scale_input = kLossScaleInput;
   go.requires_grad = params.trainable;
   go.frozen_params = params.frozen;
   Model t = build_gradient_graph(base, go).model;
@@ -153,6 +155,7 @@ Model training_model(const Model& base, const std::string& loss, const Parameter
   const std::vector<std::string> all_params = all_parameters(params);
   initializers_to_inputs(t.graph, all_params);
   t.metadata["kiln.artifact"] = "training";
+  if (!go.loss_scale_input.empty()) t.metadata[kLossScaleKey] = go.loss_scale_input;
   t.metadata["kiln.parameters"] = json_list(all_params);
   t.graph.name = base.graph.name.empty() ? "training" : base.graph.name + "_training";
   return t;
@@ -265,11 +268,8 @@ std::vector<std::string> no_weight_decay_parameters(const Model& forward) {
 DType mixed_precision_from_string(const std::string& name) {
   if (name == "no" || name == "fp32") return DType::Float32;
   if (name == "bf16") return DType::BFloat16;
-  if (name == "fp16")
-    throw Unsupported(
-        "mixed precision 'fp16': float16 training needs dynamic loss scaling, which Kiln does not have yet; "
-        "'bf16' has float32's range and needs none");
-  throw InvalidArgument(fmt::format("mixed precision '{}': expected 'no' (float32) or 'bf16'", name));
+  if (name == "fp16") return DType::Float16;
+  throw InvalidArgument(fmt::format("mixed precision '{}': expected 'no' (float32), 'bf16' or 'fp16'", name));
 }
 
 std::string training_model_file(const std::string& prefix) { return prefix + "training_model.onnx"; }

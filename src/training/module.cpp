@@ -6,12 +6,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/json_text.h"
 #include "ir/autocast.h"
 #include "ir/graph_editor.h"
+#include "ir/to_low_precision.h"
+#include "kiln/artifacts.h"
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
 #include "kiln/training.h"
@@ -31,6 +34,7 @@ struct BoundModel {
   // and an exported inference model must stay standard ONNX.
   Model source;
   std::vector<std::string> user_inputs, user_outputs, params;
+  std::string loss_scale_input;                              // fp16 training models: fed Module::loss_scale()
   std::vector<std::pair<std::string, std::string>> grads;    // parameter -> gradient output
   std::vector<std::pair<std::string, std::string>> updates;  // parameter -> updated-value output
   // Positions among the session's graph outputs (run_with_binding's order).
@@ -96,9 +100,10 @@ BoundModel bind_model(const std::string& path, const std::string& role, Checkpoi
   const std::string where = b.where();
   b.params = declared_parameters(m, state, where);
   const std::set<std::string> params(b.params.begin(), b.params.end());
+  if (const auto it = m.metadata.find(kLossScaleKey); it != m.metadata.end()) b.loss_scale_input = it->second;
   for (const auto& v : m.graph.inputs) {
     if (params.count(v.name)) check_parameter(v, state.parameter(v.name), where);
-    else b.user_inputs.push_back(v.name);
+    else if (v.name != b.loss_scale_input) b.user_inputs.push_back(v.name);
   }
   std::set<std::string> outputs;
   for (const auto& v : m.graph.outputs) outputs.insert(v.name);
@@ -209,6 +214,7 @@ std::vector<Tensor> Module::run(const std::vector<Tensor>& inputs, bool training
                       p, b.role));
     feeds[p] = param.data();
   }
+  if (!b.loss_scale_input.empty()) feeds[b.loss_scale_input] = Tensor::scalar<float>(loss_scale_);
   std::vector<Tensor> in;
   for (const ValueInfo& v : b.session->inputs()) in.push_back(feeds.at(v.name));
   std::vector<Tensor> out(b.session->outputs().size());
@@ -299,6 +305,15 @@ std::vector<std::string> Module::input_names(bool training) const {
   return graphs_->eval->user_inputs;
 }
 
+void Module::set_loss_scale(float scale) {
+  if (!(scale > 0) || !std::isfinite(scale))
+    throw InvalidArgument(fmt::format("set_loss_scale: the loss scale must be finite and > 0, got {}", scale));
+  const std::lock_guard lock(mutex_);
+  loss_scale_ = scale;
+}
+
+bool Module::scales_loss() const { return !graphs_->train.loss_scale_input.empty(); }
+
 std::string Module::mixed_precision() const {
   const auto& meta = graphs_->train.session->model().metadata;
   const auto it = meta.find(kMixedPrecisionKey);
@@ -311,8 +326,29 @@ std::vector<std::string> Module::output_names(bool training) const {
   return graphs_->eval->user_outputs;
 }
 
-void Module::export_model_for_inferencing(const std::string& path,
-                                          const std::vector<std::string>& graph_output_names) const {
+void Module::set_eval_precision(DType low) {
+  if (!graphs_->eval)
+    throw InvalidArgument("set_eval_precision needs the eval model: construct the Module with eval_model_path");
+  if (low != DType::Float32 && low != DType::BFloat16 && low != DType::Float16)
+    throw InvalidArgument(fmt::format("set_eval_precision: {} is not float32, bfloat16 or float16", dtype_name(low)));
+  BoundModel& e = *graphs_->eval;
+  const std::lock_guard lock(mutex_);
+  if (low == eval_precision_) return;
+  Model m = e.source;
+  if (low != DType::Float32) {
+    strip_autocast(m);  // a mixed-precision eval model goes whole into 16 bits too
+    infer_shapes(m);
+    to_low_precision(m, low);
+  }
+  e.session = std::make_unique<Session>(std::move(m), options_);
+  eval_precision_ = low;
+}
+
+void Module::export_model_for_inferencing(const std::string& path, const std::vector<std::string>& graph_output_names,
+                                          DType precision) const {
+  if (precision != DType::Float32 && precision != DType::BFloat16 && precision != DType::Float16)
+    throw InvalidArgument(fmt::format("export_model_for_inferencing: precision {} is not float32, bfloat16 or float16",
+                                      dtype_name(precision)));
   if (!graphs_->eval)
     throw InvalidArgument(
         "export_model_for_inferencing needs the eval model: construct the Module with eval_model_path");
@@ -368,6 +404,12 @@ void Module::export_model_for_inferencing(const std::string& path,
     if (!v.has_type)
       throw Unsupported(
           fmt::format("export_model_for_inferencing: the type of output '{}' cannot be inferred", v.name));
+  }
+  if (precision == DType::Float16) {
+    to_low_precision(m, precision);
+    m.metadata.erase(kFullPrecisionKey);
+  } else if (precision == DType::BFloat16) {
+    store_initializers_in(m, precision);
   }
   save_model(m, path);
 }

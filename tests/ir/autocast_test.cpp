@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "graph_builder.h"
 #include "kiln/onnx_io.h"
 #include "kiln/session.h"
@@ -32,30 +34,36 @@ TEST(Autocast, CastsEachOperandOnceAndStripsBack) {
   Tensor d = Tensor::zeros(DType::Float64, {8, 8});
   const std::string z = b.op("MatMul", {b.input("x64", DType::Float64, {4, 8}), b.initializer("w64", d)});
   b.output(z, "z", DType::Float64, {4, 8});
-  Model m = b.build();
-  infer_shapes(m);
-  const Model original = m;
-  EXPECT_EQ(autocast(m, DType::BFloat16), 3u);
-  size_t casts = 0;
-  for (const Node& n : m.graph.nodes) casts += n.op_type == "Cast";
-  EXPECT_EQ(casts, 4u + 3u);  // x, w1, w2, h once each; three results back to float32
-  EXPECT_NO_THROW(m.graph.topological_order());
-  EXPECT_EQ(m.metadata.at(kMixedPrecisionKey), "bf16");
-  const Tensor xs = random_tensor({4, 8}, 3);
-  const auto low = Session(m).run({{"x", xs}, {"x64", Tensor::zeros(DType::Float64, {4, 8})}});
-  const auto full = Session(original).run({{"x", xs}, {"x64", Tensor::zeros(DType::Float64, {4, 8})}});
-  EXPECT_EQ(low.at("y").dtype(), DType::Float32);
-  EXPECT_LT(test::relative_l2(low.at("y"), full.at("y")), 2e-2);
-  EXPECT_GT(test::relative_l2(low.at("y"), full.at("y")), 0.0);
+  Model built = b.build();
+  infer_shapes(built);
+  const Model original = built;
+  // bfloat16 keeps 8 significant bits (2^-8 = 0.4%), float16 11 (0.05%).
+  for (const auto& [low, tag, tolerance] :
+       {std::tuple{DType::BFloat16, "bf16", 2e-2}, {DType::Float16, "fp16", 3e-3}}) {
+    Model m = original;
+    EXPECT_EQ(autocast(m, low), 3u);
+    size_t casts = 0;
+    for (const Node& n : m.graph.nodes) casts += n.op_type == "Cast";
+    EXPECT_EQ(casts, 4u + 3u);  // x, w1, w2, h once each; three results back to float32
+    EXPECT_NO_THROW(m.graph.topological_order());
+    EXPECT_EQ(m.metadata.at(kMixedPrecisionKey), tag);
+    const Tensor xs = random_tensor({4, 8}, 3);
+    const auto low_out = Session(m).run({{"x", xs}, {"x64", Tensor::zeros(DType::Float64, {4, 8})}});
+    const auto full = Session(original).run({{"x", xs}, {"x64", Tensor::zeros(DType::Float64, {4, 8})}});
+    EXPECT_EQ(low_out.at("y").dtype(), DType::Float32);
+    EXPECT_LT(test::relative_l2(low_out.at("y"), full.at("y")), tolerance) << tag;
+    EXPECT_GT(test::relative_l2(low_out.at("y"), full.at("y")), 0.0) << tag;
 
-  EXPECT_EQ(strip_autocast(m), 7u);
-  ASSERT_EQ(m.graph.nodes.size(), original.graph.nodes.size());
-  for (size_t i = 0; i < m.graph.nodes.size(); ++i) {
-    EXPECT_EQ(m.graph.nodes[i].inputs, original.graph.nodes[i].inputs) << i;
-    EXPECT_EQ(m.graph.nodes[i].outputs, original.graph.nodes[i].outputs) << i;
+    EXPECT_EQ(strip_autocast(m), 7u);
+    ASSERT_EQ(m.graph.nodes.size(), original.graph.nodes.size());
+    for (size_t i = 0; i < m.graph.nodes.size(); ++i) {
+      EXPECT_EQ(m.graph.nodes[i].inputs, original.graph.nodes[i].inputs) << i;
+      EXPECT_EQ(m.graph.nodes[i].outputs, original.graph.nodes[i].outputs) << i;
+    }
+    EXPECT_FALSE(m.metadata.count(kMixedPrecisionKey));
   }
-  EXPECT_FALSE(m.metadata.count(kMixedPrecisionKey));
-  expect_error<Unsupported>([&] { autocast(m, DType::Float16); }, "supports bfloat16 only");
+  Model m = original;
+  expect_error<Unsupported>([&] { autocast(m, DType::Float64); }, "supports bfloat16 and float16");
 }
 
 }  // namespace

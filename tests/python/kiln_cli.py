@@ -17,12 +17,15 @@ def kiln_path():
     return build_dir() / "bin" / "kiln"
 
 
-def run_kiln(*args, timeout=300):
-    """Runs `kiln ARGS...` and returns the CompletedProcess (text mode; never raises on failure)."""
+def run_kiln(*args, timeout=300, env=None):
+    """Runs `kiln ARGS...` and returns the CompletedProcess (text mode; never raises on failure).
+    `env`: variables to set on top of this process's environment."""
     exe = kiln_path()
     if not exe.exists():
         raise FileNotFoundError(f"{exe} does not exist: build the kiln_cli target or set KILN_BUILD_DIR")
-    return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    full_env = None if env is None else {**os.environ, **env}
+    return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env=full_env)
 
 
 def run_nn_export(*args, timeout=300):

@@ -3,10 +3,13 @@ trained 20 AdamW steps in float32 and in bfloat16 by PyTorch (torch.autocast("cp
 and by Kiln (generate_artifacts(mixed_precision="bf16")). torch's own bf16-vs-fp32 loss spread sets
 the tolerance: Kiln's bf16 losses must stay within twice that spread of float32 (Kiln's float32
 itself matches torch's to 1e-3), and must differ from Kiln's float32 (the products really run in
-bfloat16). The exported inference model of a bf16-trained Module is float32 standard ONNX; the
-Trainer's bf16=True trains through it; fp16 and bf16 with float32 artifacts are clear errors.
+bfloat16). The exported inference model of a bf16-trained Module is float32 standard ONNX that
+ONNX Runtime runs; the Trainer's bf16=True and fp16=True (with its loss scaler) train a torch model
+to within 1% of float32's losses; artifacts of another precision, both flags at once and an unknown
+precision are clear errors. The loss scaler's skips and exact resume: tests/trainer/trainer_test.cpp.
 Gradients and the pass itself: tests/training/mixed_precision_test.cpp."""
 import copy
+import re
 import shutil
 import subprocess
 
@@ -178,28 +181,26 @@ def trainer_losses(tmp_path, name, model, **more):
     return np.array([e["loss"] for e in trainer.state.log_history if "loss" in e]), metrics["eval_loss"]
 
 
-def test_the_trainer_with_bf16_trains_a_torch_model_in_mixed_precision(tmp_path):
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_the_trainer_trains_a_torch_model_in_mixed_precision(tmp_path, precision):
     torch.manual_seed(0)
     model = WithLoss()
     same_start = copy.deepcopy(model)
     full, full_eval = trainer_losses(tmp_path, "fp32", model)
-    mixed, mixed_eval = trainer_losses(tmp_path, "bf16", same_start, bf16=True)
+    mixed, mixed_eval = trainer_losses(tmp_path, precision, same_start, **{precision: True})
     assert len(mixed) == len(full) == 16
     assert 0 < np.max(np.abs(mixed - full) / full) < 1e-2
     assert 0 < abs(mixed_eval - full_eval) / full_eval < 1e-2
     for role in ("training", "eval"):
-        m = onnx.load(str(tmp_path / "bf16" / "artifacts" / f"{role}_model.onnx"))
-        assert {p.key: p.value for p in m.metadata_props}["kiln.mixed_precision"] == "bf16", role
+        m = onnx.load(str(tmp_path / precision / "artifacts" / f"{role}_model.onnx"))
+        assert {p.key: p.value for p in m.metadata_props}["kiln.mixed_precision"] == precision, role
 
 
 def test_mixed_precision_errors(tmp_path):
     torch.manual_seed(0)
     path = export_forward(ResidualMLP(), {"input": np.zeros((2, 20), np.float32)}, tmp_path / "m.onnx",
                           output_names=["logits"])
-    with pytest.raises(NotImplementedError, match="fp16.*dynamic loss scaling"):
-        artifacts.generate_artifacts(str(path), loss=artifacts.LossType.CrossEntropyLoss,
-                                     artifact_directory=str(tmp_path / "a"), mixed_precision="fp16")
-    with pytest.raises(ValueError, match="mixed precision 'int8': expected 'no' \\(float32\\) or 'bf16'"):
+    with pytest.raises(ValueError, match="mixed precision 'int8': expected 'no' \\(float32\\), 'bf16' or 'fp16'"):
         artifacts.generate_artifacts(str(path), loss=artifacts.LossType.CrossEntropyLoss,
                                      artifact_directory=str(tmp_path / "a"), mixed_precision="int8")
     with pytest.raises(TypeError, match="mixed_precision must be a str"):
@@ -207,16 +208,25 @@ def test_mixed_precision_errors(tmp_path):
                                      artifact_directory=str(tmp_path / "a"), mixed_precision=True)
     assert not (tmp_path / "a").exists()
 
-    # The command line: --mixed-precision bf16 writes bf16 artifacts; fp16 is a clear error.
+    # The command line: --mixed-precision bf16 / fp16 write mixed-precision artifacts; fp16's
+    # training model also takes the loss scale.
+    for name in ("bf16", "fp16"):
+        proc = run_kiln("artifacts", path, "--loss", "CrossEntropyLoss", "--optimizer", "AdamW", "--out",
+                        tmp_path / name, "--mixed-precision", name)
+        assert proc.returncode == 0, proc.stderr
+        training = onnx.load(str(tmp_path / name / "training_model.onnx"))
+        assert sum(n.name.endswith(f"/autocast_{name}") for n in training.graph.node) >= 8
+        assert ("kiln.loss_scale" in [i.name for i in training.graph.input]) == (name == "fp16")
     proc = run_kiln("artifacts", path, "--loss", "CrossEntropyLoss", "--optimizer", "AdamW", "--out",
-                    tmp_path / "cli", "--mixed-precision", "bf16")
-    assert proc.returncode == 0, proc.stderr
-    training = onnx.load(str(tmp_path / "cli" / "training_model.onnx"))
-    assert sum(n.name.endswith("/autocast_bf16") for n in training.graph.node) >= 8
-    proc = run_kiln("artifacts", path, "--loss", "CrossEntropyLoss", "--optimizer", "AdamW", "--out",
-                    tmp_path / "cli16", "--mixed-precision", "fp16")
-    assert_cli_error(proc, "mixed precision 'fp16'", "dynamic loss scaling")
-    assert "bfloat16 products (mixed precision): float32 (emulated" in run_kiln("ops").stdout
+                    tmp_path / "int8", "--mixed-precision", "int8")
+    assert_cli_error(proc, "mixed precision 'int8'")
+    # How products run: natively where oneDNN has bfloat16 instructions to use, else emulated; always
+    # emulated when asked.
+    assert re.search(r"bfloat16 products \(mixed precision\): (native \(oneDNN \S*(bf16|amx)|float32 \(emulated)",
+                     run_kiln("ops").stdout)
+    emulated = run_kiln("ops", env={"KILN_BF16": "emulate"})
+    assert "bfloat16 products (mixed precision): float32 (emulated" in emulated.stdout, emulated.stderr
+    assert_cli_error(run_kiln("ops", env={"KILN_BF16": "fast"}), "KILN_BF16='fast': expected auto, native or emulate")
 
     # bf16=True with artifacts generated in float32.
     float_artifacts = tmp_path / "f32"
@@ -227,3 +237,10 @@ def test_mixed_precision_errors(tmp_path):
                     "--max_steps", 1)
     assert_cli_error(proc, "bf16=True, but the artifacts in", "were generated in float32",
                      "--mixed-precision bf16")
+    proc = run_kiln("train", "--model", tmp_path / "bf16", "--output_dir", tmp_path / "out", "--fp16", "true",
+                    "--max_steps", 1)
+    assert_cli_error(proc, "fp16=True, but the artifacts in", "were generated with bf16")
+    with pytest.raises(ValueError, match="At most one of fp16 and bf16 can be True"):
+        kiln.TrainingArguments(output_dir=str(tmp_path), fp16=True, bf16=True)
+    with pytest.raises(ValueError, match="half_precision_backend 'apex'"):
+        kiln.TrainingArguments(output_dir=str(tmp_path), half_precision_backend="apex")

@@ -84,7 +84,8 @@ void write_csv(const fs::path& path, const data::TensorDataset& d) {
 
 constexpr const char* kKilnBinary = KILN_BINARY_DIR "/bin/kiln";
 
-pid_t start_kiln_train(const fs::path& model, const fs::path& csv, const fs::path& out, bool resume) {
+pid_t start_kiln_train(const fs::path& model, const fs::path& csv, const fs::path& out, bool resume,
+                       const std::vector<std::string>& extra = {}) {
   std::vector<std::string> argv = {kKilnBinary,
                                    "train",
                                    "--model",
@@ -118,6 +119,7 @@ pid_t start_kiln_train(const fs::path& model, const fs::path& csv, const fs::pat
                                    "--dataloader_drop_last",
                                    "false"};
   if (resume) argv.insert(argv.end(), {"--resume_from_checkpoint", "true"});
+  argv.insert(argv.end(), extra.begin(), extra.end());
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int devnull = ::open("/dev/null", O_WRONLY);
@@ -141,22 +143,24 @@ std::pair<std::vector<double>, std::vector<float>> finished_run(const fs::path& 
   return {logged_losses(s), all};
 }
 
-TEST(Trainer, ResumeAfterSigkillIsExact) {
+// `extra` arguments: fp16 (whose data has one overflowing update), or none.
+void expect_exact_resume_after_sigkills(const std::string& name, const data::TensorDataset& data,
+                                        const std::vector<std::string>& extra, size_t updates) {
   ASSERT_TRUE(fs::exists(kKilnBinary)) << kKilnBinary << " is missing: build the kiln_cli target";
-  const fs::path dir = fresh("resume");
+  const fs::path dir = fresh(name);
   const fs::path model = write_model(dir, true);
-  write_csv(dir / "data.csv", *dataset(40, 2));  // batch 4, accumulation 2: 5 updates per epoch, 3 epochs
+  write_csv(dir / "data.csv", data);  // batch 4, accumulation 2: 5 updates per epoch
   auto wait = [](pid_t pid) {
     int status = 0;
     ::waitpid(pid, &status, 0);
     return status;
   };
   const auto t0 = std::chrono::steady_clock::now();
-  const int straight = wait(start_kiln_train(model, dir / "data.csv", dir / "straight", false));
+  const int straight = wait(start_kiln_train(model, dir / "data.csv", dir / "straight", false, extra));
   ASSERT_TRUE(WIFEXITED(straight) && WEXITSTATUS(straight) == 0);
   double run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const auto [want_losses, want_weights] = finished_run(dir / "straight");
-  ASSERT_EQ(want_losses.size(), 15u);
+  ASSERT_EQ(want_losses.size(), updates);
 
   // Kills land anywhere in a run's time: while it sets up, mid-accumulation, mid-epoch, at epoch
   // boundaries and while it saves.
@@ -171,7 +175,7 @@ TEST(Trainer, ResumeAfterSigkillIsExact) {
     }
     const auto before = last_checkpoint(out.string());
     const auto started = std::chrono::steady_clock::now();
-    const pid_t pid = start_kiln_train(model, dir / "data.csv", out, before.has_value());
+    const pid_t pid = start_kiln_train(model, dir / "data.csv", out, before.has_value(), extra);
     ::usleep(static_cast<useconds_t>(1000.0 * run_ms * static_cast<double>(rng() % 1000) / 1000.0));
     ::kill(pid, SIGKILL);
     const int status = wait(pid);
@@ -188,12 +192,16 @@ TEST(Trainer, ResumeAfterSigkillIsExact) {
   EXPECT_GE(progressed, 5) << "the kills came too early for the run to move between them";
   if (!done) {
     const auto before = last_checkpoint(out.string());
-    const int status = wait(start_kiln_train(model, dir / "data.csv", out, before.has_value()));
+    const int status = wait(start_kiln_train(model, dir / "data.csv", out, before.has_value(), extra));
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
   const auto [losses, weights_after] = finished_run(out);
   EXPECT_EQ(losses, want_losses);
   EXPECT_EQ(weights_after, want_weights);
+}
+
+TEST(Trainer, ResumeAfterSigkillIsExact) {
+  expect_exact_resume_after_sigkills("resume", *dataset(40, 2), {}, 15);  // 3 epochs
 }
 
 // Resuming from each checkpoint of a run — mid-epoch, at the epoch boundaries (steps 5 and 10),
@@ -472,6 +480,97 @@ TEST(Trainer, NonFiniteLossStopsAfterPatienceAndKeepsTheLastGoodCheckpoint) {
   const SafetensorsFile w = read_safetensors((fs::path(*last) / "model.safetensors").string());
   for (const auto& [name, tensor] : w.tensors)
     for (int64_t i = 0; i < tensor.numel(); ++i) ASSERT_TRUE(std::isfinite(tensor.data<float>()[i])) << name;
+}
+
+// fp16's loss scaling: the inputs scaled to 1/100 keep every scaled gradient (x 65536) inside
+// float16's range, except those of the batch holding example `big`, multiplied by 1e5 (its first
+// layer's weight gradient passes 65504).
+std::shared_ptr<data::TensorDataset> fp16_dataset(int64_t n, int64_t big) {
+  const auto base = dataset(n, 2);
+  Tensor x = base->column("input").clone();
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] *= (i / 6 == big) ? 1000.f : 0.01f;
+  return std::make_shared<data::TensorDataset>(
+      std::map<std::string, Tensor>{{"input", x}, {"labels", base->column("labels")}});
+}
+
+struct OptimizerSteps : TrainerCallback {
+  std::vector<int64_t> steps;  // the global step each optimizer update made
+  void on_optimizer_step(const TrainingArguments&, const TrainerState& s, TrainerControl&,
+                         const CallbackContext&) override {
+    steps.push_back(s.global_step + 1);
+  }
+};
+
+// The one update whose scaled gradients overflow float16 is skipped (no optimizer step, the
+// weights unchanged), the scale halves once, every other update runs, and scaler.json records it.
+TEST(TrainerFp16, AnOverflowingStepIsSkippedAndHalvesTheScale) {
+  const fs::path dir = fresh("fp16_overflow");
+  const ModelSource source = ModelSource::onnx(write_model(dir, false).string(), training::LossType::CrossEntropyLoss);
+  TrainingArguments a = base_args(dir / "out");
+  a.fp16 = true;
+  a.per_device_train_batch_size = 4;
+  a.num_train_epochs = 1;
+  a.save_strategy = SaveStrategy::epoch;
+  auto steps = std::make_shared<OptimizerSteps>();
+  Trainer t(source, a, fp16_dataset(32, 13), nullptr, nullptr, nullptr, {steps});
+  EXPECT_EQ(t.module().mixed_precision(), "fp16");
+  EXPECT_FLOAT_EQ(t.module().loss_scale(), 65536.f);
+  t.train();
+  ASSERT_EQ(steps->steps.size(), 7u) << "8 updates, one skipped";
+  int64_t skipped = 0;
+  for (int64_t s = 1; s <= 8; ++s)
+    if (std::find(steps->steps.begin(), steps->steps.end(), s) == steps->steps.end()) skipped = s;
+  EXPECT_EQ(t.checkpoint_state().optimizer_state().step, 7);
+  EXPECT_FLOAT_EQ(t.module().loss_scale(), 32768.f);
+  std::ifstream f(dir / "out" / "checkpoint-8" / "scaler.json");
+  const nlohmann::json scaler = nlohmann::json::parse(f);
+  EXPECT_EQ(scaler["scale"], 32768.0);
+  EXPECT_EQ(scaler["_growth_tracker"], 8 - skipped);  // the finite updates since the skip
+  for (const auto& e : t.state().log_history)
+    if (e.contains("loss")) {
+      EXPECT_TRUE(std::isfinite(e["loss"].get<double>()));
+    }
+  // A checkpoint without the scaler's state cannot resume an fp16 run.
+  fs::remove(dir / "out" / "checkpoint-8" / "scaler.json");
+  Trainer again(source, a, fp16_dataset(32, 13));
+  expect_error<CorruptFile>([&] { again.train((dir / "out" / "checkpoint-8").string()); }, "has no scaler.json");
+}
+
+// SIGKILLs at random moments of an fp16 run with a skipped update: the scaler's state is in every
+// checkpoint, and the resumed run ends with the uninterrupted run's losses and weights.
+TEST(TrainerFp16, ResumeAfterSigkillIsExactWithTheScalerState) {
+  expect_exact_resume_after_sigkills("fp16_kills", *fp16_dataset(40, 13), {"--fp16", "true", "--num_train_epochs", "2"},
+                                     10);
+}
+
+// Resuming an fp16 run (with its skipped update) from each checkpoint gives the uninterrupted run's
+// losses and weights bit for bit: the scaler's scale and growth tracker come back from scaler.json.
+TEST(TrainerFp16, ResumeFromEveryCheckpointIsExactWithTheScalerState) {
+  ASSERT_TRUE(fs::exists(kKilnBinary)) << kKilnBinary << " is missing: build the kiln_cli target";
+  const fs::path dir = fresh("fp16_resume");
+  const fs::path model = write_model(dir, true);
+  write_csv(dir / "data.csv", *fp16_dataset(40, 13));
+  const std::vector<std::string> fp16 = {"--fp16", "true", "--num_train_epochs", "1"};
+  auto wait = [](pid_t pid) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  };
+  ASSERT_TRUE(wait(start_kiln_train(model, dir / "data.csv", dir / "straight", false, fp16)));
+  const auto want = finished_run(dir / "straight");
+  const auto checkpoints = sorted_checkpoints((dir / "straight").string());
+  ASSERT_EQ(checkpoints.size(), 5u);
+  std::ifstream f(fs::path(checkpoints.back()) / "scaler.json");
+  EXPECT_EQ(nlohmann::json::parse(f)["scale"], 32768.0) << "the run has one overflowing update";
+  for (const auto& ckpt : checkpoints) {
+    const fs::path out = dir / ("from_" + fs::path(ckpt).filename().string());
+    fs::create_directories(out);
+    fs::copy(ckpt, out / fs::path(ckpt).filename(), fs::copy_options::recursive);
+    ASSERT_TRUE(wait(start_kiln_train(model, dir / "data.csv", out, true, fp16))) << ckpt;
+    const auto got = finished_run(out);
+    EXPECT_EQ(got.first, want.first) << "losses after resuming from " << ckpt;
+    EXPECT_EQ(got.second, want.second) << "weights after resuming from " << ckpt;
+  }
 }
 
 }  // namespace

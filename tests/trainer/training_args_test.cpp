@@ -93,6 +93,10 @@ const std::vector<std::pair<std::string, Json>>& hf_defaults() {
       {"gradient_checkpointing", false},
       {"gradient_checkpointing_kwargs", Json::object()},  // v5: None; Kiln keeps {} as for lr_scheduler_kwargs
       {"bf16", false},
+      {"fp16", false},
+      {"half_precision_backend", "auto"},
+      {"bf16_full_eval", false},
+      {"fp16_full_eval", false},
       {"nan_inf_patience", 5},  // Kiln's own
   };
   return table;
@@ -368,15 +372,15 @@ TEST_F(TrainingArgumentsJson, IntegersStayIntegers) {
 }
 
 TEST_F(TrainingArgumentsJson, UnknownKeysAsHfArgumentParser) {
-  Json j = {{"learning_rate", 1e-3}, {"fp16", true}, {"deepspeed", nullptr}};
+  Json j = {{"learning_rate", 1e-3}, {"push_to_hub", true}, {"deepspeed", nullptr}};
   EXPECT_EQ(error_message<InvalidArgument>([&] { TrainingArguments::from_json(j); }),
-            "Some keys are not used by the HfArgumentParser: ['deepspeed', 'fp16']");
+            "Some keys are not used by the HfArgumentParser: ['deepspeed', 'push_to_hub']");
   EXPECT_EQ(TrainingArguments::from_json(j, /*allow_extra_keys=*/true).learning_rate, 1e-3);
   write("extra.json", j.dump());
   EXPECT_EQ(error_message<InvalidArgument>([&] { TrainingArguments::from_json_file(path("extra.json")); }),
             path("extra.json") +
                 ": Some keys are not used by the HfArgumentParser: "
-                "['deepspeed', 'fp16']");
+                "['deepspeed', 'push_to_hub']");
 }
 
 TEST_F(TrainingArgumentsJson, BadFilesAndValuesNameTheirSource) {

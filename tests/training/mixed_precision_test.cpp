@@ -1,6 +1,6 @@
 // bf16 mixed precision (GradientOptions / ArtifactOptions::mixed_precision, ir/autocast.h) in the
 // gradient builder and the artifacts: the products and their gradients run in bfloat16 (kernels
-// computing in float32 on widened operands, kernels/cpu/bf16_via_float.h), everything else, the
+// computing in float32 on widened operands, kernels/cpu/low_precision.h), everything else, the
 // parameters and their gradients in float32. GPT-2's gradients within 2e-2 (relative L2; bfloat16
 // keeps 8 significant bits, 2^-8 = 0.4%, and the measured errors are 0.2-0.7%) of float32's; fused
 // attention in bfloat16 with a float32 mask; 200 steps of GPT-2, BERT and LeNet (Fashion-MNIST)

@@ -1,10 +1,12 @@
-// `kiln grad MODEL.onnx --loss NAME [--requires-grad a,b] [--frozen-params c,d] --out TRAIN.onnx`:
-// writes the training graph (forward + backward, one gradient output per parameter).
+// `kiln grad MODEL.onnx --loss NAME [--requires-grad a,b] [--frozen-params c,d]
+// [--mixed-precision bf16|fp16] --out TRAIN.onnx`: writes the training graph (forward + backward,
+// one gradient output per parameter).
 #include <fmt/format.h>
 
 #include <memory>
 
 #include "commands.h"
+#include "kiln/artifacts.h"
 #include "kiln/autodiff.h"
 #include "kiln/onnx_io.h"
 #include "options.h"
@@ -13,7 +15,7 @@ namespace kiln::cli {
 namespace {
 
 struct GradOptions {
-  std::string model, loss, out;
+  std::string model, loss, out, mixed_precision = "no";
   std::vector<std::string> requires_grad, frozen;
 };
 
@@ -22,6 +24,7 @@ void run_grad(const GradOptions& o) {
   opts.loss = o.loss;
   opts.requires_grad = split_list(o.requires_grad);
   opts.frozen_params = split_list(o.frozen);
+  opts.mixed_precision = training::mixed_precision_from_string(o.mixed_precision);
   const GradientGraph g = build_gradient_graph(load_model(o.model), opts);
   save_model(g.model, o.out);
   fmt::print("wrote {}: {} nodes, loss '{}', gradients of {} parameters\n", o.out, g.model.graph.nodes.size(), o.loss,
@@ -37,6 +40,9 @@ Action setup(CLI::App& app) {
                  "Parameters to differentiate (comma separated; default: every "
                  "float initializer except BatchNorm statistics)");
   app.add_option("--frozen-params", o->frozen, "Parameters to leave out (comma separated)");
+  app.add_option("--mixed-precision", o->mixed_precision,
+                 "bf16 or fp16: the matrix products and their gradients in 16 bits (no loss scaling); no: float32")
+      ->capture_default_str();
   app.add_option("--out", o->out, "Where to write the training graph")->required();
   return [o] { run_grad(*o); };
 }

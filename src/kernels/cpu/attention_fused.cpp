@@ -5,7 +5,7 @@
 // graph) the probabilities are written there when attention_common.h's keep_probabilities says so,
 // for the backward to reuse; otherwise the [.., Sq, Sk] probabilities never reach memory.
 #include "kernels/cpu/attention_common.h"
-#include "kernels/cpu/bf16_via_float.h"
+#include "kernels/cpu/low_precision.h"
 
 namespace kiln {
 namespace {
@@ -74,8 +74,8 @@ class Attention final : public Kernel {
 
 const KernelRegistrar reg({kKilnDomain, "Attention", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                           [](const Node& n) { return std::make_unique<Attention>(n); });
-const KernelRegistrar reg_bf16({kKilnDomain, "Attention", 1, kMaxOpset, {DType::BFloat16}},
-                               bf16_via_float32([](const Node& n) { return std::make_unique<Attention>(n); }));
+const KernelRegistrar reg_low({kKilnDomain, "Attention", 1, kMaxOpset, {DType::BFloat16, DType::Float16}},
+                              via_float32([](const Node& n) { return std::make_unique<Attention>(n); }));
 const OpDocRegistrar doc(
     {kKilnDomain,
      "Attention",

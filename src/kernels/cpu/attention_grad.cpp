@@ -9,7 +9,7 @@
 // thread; a single item runs on one thread). The outputs have the full broadcast batch; the gradient rule sums them
 // back to each input's shape. With a fourth output (the bias needs a gradient) dZ is written out too, [.., Sq, Sk].
 #include "kernels/cpu/attention_common.h"
-#include "kernels/cpu/bf16_via_float.h"
+#include "kernels/cpu/low_precision.h"
 
 namespace kiln {
 namespace {
@@ -130,8 +130,8 @@ class AttentionGrad final : public Kernel {
 
 const KernelRegistrar reg({kKilnDomain, "AttentionGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                           [](const Node& n) { return std::make_unique<AttentionGrad>(n); });
-const KernelRegistrar reg_bf16({kKilnDomain, "AttentionGrad", 1, kMaxOpset, {DType::BFloat16}},
-                               bf16_via_float32([](const Node& n) { return std::make_unique<AttentionGrad>(n); }));
+const KernelRegistrar reg_low({kKilnDomain, "AttentionGrad", 1, kMaxOpset, {DType::BFloat16, DType::Float16}},
+                              via_float32([](const Node& n) { return std::make_unique<AttentionGrad>(n); }));
 const OpDocRegistrar doc({kKilnDomain,
                           "AttentionGrad",
                           "The gradient of ai.kiln.Attention in one kernel, a block of query rows at a time: the "

@@ -6,8 +6,8 @@
 #include <algorithm>
 
 #include "core/scratch.h"
-#include "kernels/cpu/bf16_via_float.h"
 #include "kernels/cpu/conv_common.h"
+#include "kernels/cpu/low_precision.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
@@ -318,8 +318,8 @@ const KernelRegistrar conv_f64({"", "Conv", 1, kMaxOpset, {DType::Float64}},
                                [](const Node& n) { return std::make_unique<ConvF64>(n); });
 const KernelRegistrar conv_f32({"", "Conv", 1, kMaxOpset, {DType::Float32}},
                                [](const Node& n) { return std::make_unique<ConvF32>(n); });
-const KernelRegistrar conv_bf16({"", "Conv", 1, kMaxOpset, {DType::BFloat16}},
-                                bf16_via_float32([](const Node& n) { return std::make_unique<ConvF32>(n); }));
+const KernelRegistrar conv_low({"", "Conv", 1, kMaxOpset, {DType::BFloat16, DType::Float16}},
+                               via_float32([](const Node& n) { return std::make_unique<ConvF32>(n); }));
 
 }  // namespace
 }  // namespace kiln

@@ -6,8 +6,8 @@
 
 #include <cstring>
 
-#include "kernels/cpu/bf16_via_float.h"
 #include "kernels/cpu/conv_common.h"
+#include "kernels/cpu/low_precision.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
 
@@ -211,8 +211,8 @@ class ConvGradKernel final : public Kernel {
 
 const KernelRegistrar reg({kKilnDomain, "ConvGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                           [](const Node& n) { return std::make_unique<ConvGradKernel>(n); });
-const KernelRegistrar reg_bf16({kKilnDomain, "ConvGrad", 1, kMaxOpset, {DType::BFloat16}},
-                               bf16_via_float32([](const Node& n) { return std::make_unique<ConvGradKernel>(n); }));
+const KernelRegistrar reg_low({kKilnDomain, "ConvGrad", 1, kMaxOpset, {DType::BFloat16, DType::Float16}},
+                              via_float32([](const Node& n) { return std::make_unique<ConvGradKernel>(n); }));
 const OpDocRegistrar doc(
     {kKilnDomain,
      "ConvGrad",

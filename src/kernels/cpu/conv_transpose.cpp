@@ -12,8 +12,8 @@
 #include <cstring>
 
 #include "core/parallel.h"
-#include "kernels/cpu/bf16_via_float.h"
 #include "kernels/cpu/conv_transpose_common.h"
+#include "kernels/cpu/low_precision.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
 
@@ -264,10 +264,10 @@ class ConvTransposeKernel final : public Kernel {
 
 const KernelRegistrar conv_transpose({"", "ConvTranspose", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                                      [](const Node& n) { return std::make_unique<ConvTransposeKernel>(n); });
-const KernelRegistrar conv_transpose_bf16({"", "ConvTranspose", 1, kMaxOpset, {DType::BFloat16}},
-                                          bf16_via_float32([](const Node& n) {
-                                            return std::make_unique<ConvTransposeKernel>(n);
-                                          }));
+const KernelRegistrar conv_transpose_low({"", "ConvTranspose", 1, kMaxOpset, {DType::BFloat16, DType::Float16}},
+                                         via_float32([](const Node& n) {
+                                           return std::make_unique<ConvTransposeKernel>(n);
+                                         }));
 
 }  // namespace
 }  // namespace kiln

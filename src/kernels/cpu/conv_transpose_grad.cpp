@@ -5,8 +5,8 @@
 
 #include <cstring>
 
-#include "kernels/cpu/bf16_via_float.h"
 #include "kernels/cpu/conv_transpose_common.h"
+#include "kernels/cpu/low_precision.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
 
@@ -89,10 +89,9 @@ class ConvTransposeGradKernel final : public Kernel {
 const KernelRegistrar conv_transpose_grad(
     {kKilnDomain, "ConvTransposeGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
     [](const Node& n) { return std::make_unique<ConvTransposeGradKernel>(n); });
-const KernelRegistrar conv_transpose_grad_bf16({kKilnDomain, "ConvTransposeGrad", 1, kMaxOpset, {DType::BFloat16}},
-                                               bf16_via_float32([](const Node& n) {
-                                                 return std::make_unique<ConvTransposeGradKernel>(n);
-                                               }));
+const KernelRegistrar conv_transpose_grad_low(
+    {kKilnDomain, "ConvTransposeGrad", 1, kMaxOpset, {DType::BFloat16, DType::Float16}},
+    via_float32([](const Node& n) { return std::make_unique<ConvTransposeGradKernel>(n); }));
 const OpDocRegistrar conv_transpose_grad_doc(
     {kKilnDomain,
      "ConvTransposeGrad",

@@ -13,9 +13,9 @@
 #include <type_traits>
 
 #include "core/parallel.h"
-#include "kernels/cpu/bf16_via_float.h"
 #include "kernels/cpu/expand_common.h"
 #include "kernels/cpu/int_values.h"
+#include "kernels/cpu/low_precision.h"
 #include "kernels/cpu/simd_dispatch.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
@@ -246,11 +246,10 @@ class SumToShapeOf : public Kernel {
 
 const KernelRegistrar reg_sum_to_shape({kKilnDomain, "SumToShapeOf", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                                        [](const Node& n) { return std::make_unique<SumToShapeOf>(n); });
-// Mixed precision's bias gradients (a bfloat16 Gemm's C): float32 sums rounded once.
-const KernelRegistrar reg_sum_to_shape_bf16({kKilnDomain, "SumToShapeOf", 1, kMaxOpset, {DType::BFloat16}},
-                                            bf16_via_float32([](const Node& n) {
-                                              return std::make_unique<SumToShapeOf>(n);
-                                            }));
+// Mixed precision's bias gradients (a 16-bit Gemm's C): float32 sums rounded once.
+const KernelRegistrar reg_sum_to_shape_low(
+    {kKilnDomain, "SumToShapeOf", 1, kMaxOpset, {DType::BFloat16, DType::Float16}},
+    via_float32([](const Node& n) { return std::make_unique<SumToShapeOf>(n); }));
 const OpDocRegistrar doc_sum_to_shape(
     {kKilnDomain,
      "SumToShapeOf",

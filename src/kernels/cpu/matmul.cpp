@@ -1,15 +1,17 @@
 // MatMul (numpy semantics: broadcast batch dims, 1-D operands promoted and their dim dropped) and
 // Gemm (Y = alpha * A' B' + beta * C, C broadcast to [M, N]). float32 runs on oneDNN's matmul
-// primitive, built once per planned shape; float64 on OpenBLAS dgemm; integer MatMul on loops.
+// primitive, built once per planned shape, and so does bfloat16 where the CPU has bfloat16
+// instructions (low_precision.h; float32 accumulation); float64 on OpenBLAS dgemm; integer MatMul
+// on loops.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/parallel.h"
-#include "kernels/cpu/bf16_via_float.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/low_precision.h"
 #include "kernels/cpu/matmul_common.h"
 #include "kiln/kernel.h"
 
@@ -131,22 +133,24 @@ class MatMulBase : public Kernel {
 };
 
 // A batch of rows x cols matrices; `trans`: stored as cols x rows (read through swapped strides).
-dnnl::memory::desc matrix_desc(const Shape& batch, int64_t rows, int64_t cols, bool trans) {
+dnnl::memory::desc matrix_desc(const Shape& batch, int64_t rows, int64_t cols, bool trans, dnnl::memory::data_type dt) {
   Shape stored = batch;
   stored.push_back(trans ? cols : rows);
   stored.push_back(trans ? rows : cols);
-  if (!trans) return plain_desc(stored);
+  if (!trans) return plain_desc(stored, dt);
   Strides strides = contiguous_strides(stored);
   std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
   std::swap(stored[stored.size() - 1], stored[stored.size() - 2]);
-  return strided_desc(stored, strides);
+  return strided_desc(stored, strides, dt);
 }
 
-// float32 on oneDNN. With a shared B, A's batch folds into M (one large GEMM, the Linear-layer
-// case); otherwise oneDNN's batched matmul broadcasts the batch dims itself.
-class MatMulF32 final : public MatMulBase {
+using dnnl_dt = dnnl::memory::data_type;
+
+// float32 (or native bfloat16) on oneDNN. With a shared B, A's batch folds into M (one large GEMM,
+// the Linear-layer case); otherwise oneDNN's batched matmul broadcasts the batch dims itself.
+class MatMulDnnl final : public MatMulBase {
  public:
-  using MatMulBase::MatMulBase;
+  MatMulDnnl(const Node& node, dnnl_dt dt) : MatMulBase(node), dt_(dt) {}
   void prepare(const InferContext& ctx, const std::vector<TensorMeta>&) override { build(ctx.shape(0), ctx.shape(1)); }
   void compute(ComputeContext& ctx) override {
     const Tensor& a = ctx.input(0);
@@ -174,23 +178,26 @@ class MatMulF32 final : public MatMulBase {
     if (numel(s_.out) == 0 || s_.k == 0) return;  // nothing for oneDNN to do
     if (s_.b_single() && !trans_a_) {
       const int64_t rows = numel(s_.a_batch) * s_.m;
-      src_ = plain_desc({rows, s_.k});
-      wei_ = matrix_desc({}, s_.k, s_.n, trans_b_);
-      dst_ = plain_desc({rows, s_.n});
+      src_ = plain_desc({rows, s_.k}, dt_);
+      wei_ = matrix_desc({}, s_.k, s_.n, trans_b_, dt_);
+      dst_ = plain_desc({rows, s_.n}, dt_);
     } else {
       if (s_.batch.size() + 2 > DNNL_MAX_NDIMS)
         throw Unsupported(fmt::format("{}: {} batch dims exceed oneDNN's limit of {} dims", node_.op_type,
                                       s_.batch.size(), DNNL_MAX_NDIMS));
-      src_ = matrix_desc(s_.a_batch, s_.m, s_.k, trans_a_);
-      wei_ = matrix_desc(s_.b_batch, s_.k, s_.n, trans_b_);
-      dst_ = matrix_desc(s_.batch, s_.m, s_.n, false);
+      src_ = matrix_desc(s_.a_batch, s_.m, s_.k, trans_a_, dt_);
+      wei_ = matrix_desc(s_.b_batch, s_.k, s_.n, trans_b_, dt_);
+      dst_ = matrix_desc(s_.batch, s_.m, s_.n, false, dt_);
     }
-    const std::string what = fmt::format("build a {} for float{} x float{}", node_.op_type, to_string(a), to_string(b));
+    const char* type = dt_ == dnnl_dt::bf16 ? "bfloat16" : "float";
+    const std::string what =
+        fmt::format("build a {} for {}{} x {}{}", node_.op_type, type, to_string(a), type, to_string(b));
     prim_ = dnnl_util::checked(what, [&] {
       return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_, wei_, dst_), dnnl_util::engine()));
     });
   }
 
+  dnnl_dt dt_;
   Shape a_shape_, b_shape_;
   MatMulShape s_;
   bool built_ = false;
@@ -264,9 +271,13 @@ std::unique_ptr<Kernel> make(const Node& n) {
   return std::make_unique<K>(n);
 }
 
-const KernelRegistrar matmul_f32({"", "MatMul", 1, kMaxOpset, {DType::Float32}}, make<MatMulF32>);
+std::unique_ptr<Kernel> make_f32(const Node& n) { return std::make_unique<MatMulDnnl>(n, dnnl_dt::f32); }
+std::unique_ptr<Kernel> make_bf16(const Node& n) { return std::make_unique<MatMulDnnl>(n, dnnl_dt::bf16); }
+
+const KernelRegistrar matmul_f32({"", "MatMul", 1, kMaxOpset, {DType::Float32}}, make_f32);
 const KernelRegistrar matmul_f64({"", "MatMul", 1, kMaxOpset, {DType::Float64}}, make<MatMulF64>);
-const KernelRegistrar matmul_bf16({"", "MatMul", 1, kMaxOpset, {DType::BFloat16}}, bf16_via_float32(make<MatMulF32>));
+const KernelRegistrar matmul_bf16({"", "MatMul", 1, kMaxOpset, {DType::BFloat16}}, bf16_kernels(make_bf16, make_f32));
+const KernelRegistrar matmul_f16({"", "MatMul", 1, kMaxOpset, {DType::Float16}}, via_float32(make_f32));
 const KernelRegistrar matmul_i32({"", "MatMul", 9, kMaxOpset, {DType::Int32}}, make<MatMulInt<int32_t>>);
 const KernelRegistrar matmul_i64({"", "MatMul", 9, kMaxOpset, {DType::Int64}}, make<MatMulInt<int64_t>>);
 const KernelRegistrar matmul_u32({"", "MatMul", 9, kMaxOpset, {DType::Uint32}}, make<MatMulInt<uint32_t>>);
@@ -352,24 +363,31 @@ class GemmBase : public Kernel {
   GemmShape g_;
 };
 
-// float32 on oneDNN: transposes are strides, alpha an output scale, beta*C a sum post-op over the
-// output, which is first filled with C broadcast.
-class GemmF32 final : public GemmBase {
+// float32 (or native bfloat16) on oneDNN: transposes are strides, alpha an output scale, beta*C a
+// sum post-op over the output, which is first filled with C broadcast.
+class GemmDnnl final : public GemmBase {
  public:
-  using GemmBase::GemmBase;
+  GemmDnnl(const Node& node, dnnl_dt dt) : GemmBase(node), dt_(dt) {}
   void prepare(const InferContext& ctx, const std::vector<TensorMeta>&) override { build(); }
   void compute(ComputeContext& ctx) override {
     Tensor& y = ctx.output(0);
     if (!built_ || y.shape() != Shape{g_.m, g_.n}) build();
     if (y.numel() == 0) return;
-    float* py = y.data<float>();
-    if (uses_c()) {
-      broadcast_c(g_, ctx.input(2).data<float>(), py);
-    }
-    if (g_.k == 0) {  // alpha * (empty product) = 0
-      const float b = uses_c() ? beta() : 0.f;
-      for (int64_t i = 0; i < y.numel(); ++i) py[i] = uses_c() ? b * py[i] : 0.f;
-      return;
+    if (dt_ == dnnl_dt::bf16) {
+      if (uses_c()) broadcast_c(g_, ctx.input(2).data<BFloat16>(), y.data<BFloat16>());
+      if (g_.k == 0) {  // alpha * (empty product) = 0
+        BFloat16* py = y.data<BFloat16>();
+        for (int64_t i = 0; i < y.numel(); ++i)
+          py[i] = float_to_bfloat16(uses_c() ? beta() * bfloat16_to_float(py[i]) : 0.f);
+        return;
+      }
+    } else {
+      float* py = y.data<float>();
+      if (uses_c()) broadcast_c(g_, ctx.input(2).data<float>(), py);
+      if (g_.k == 0) {  // alpha * (empty product) = 0
+        for (int64_t i = 0; i < y.numel(); ++i) py[i] = uses_c() ? beta() * py[i] : 0.f;
+        return;
+      }
     }
     dnnl_util::execute(prim_,
                        {{DNNL_ARG_SRC, dnnl_util::memory_of(a_, ctx.input(0))},
@@ -382,9 +400,9 @@ class GemmF32 final : public GemmBase {
   void build() {
     built_ = true;
     if (g_.m == 0 || g_.n == 0 || g_.k == 0) return;
-    a_ = strided_desc({g_.m, g_.k}, g_.trans_a ? Strides{1, g_.m} : Strides{g_.k, 1});
-    b_ = strided_desc({g_.k, g_.n}, g_.trans_b ? Strides{1, g_.k} : Strides{g_.n, 1});
-    y_ = plain_desc({g_.m, g_.n});
+    a_ = strided_desc({g_.m, g_.k}, g_.trans_a ? Strides{1, g_.m} : Strides{g_.k, 1}, dt_);
+    b_ = strided_desc({g_.k, g_.n}, g_.trans_b ? Strides{1, g_.k} : Strides{g_.n, 1}, dt_);
+    y_ = plain_desc({g_.m, g_.n}, dt_);
     dnnl::primitive_attr attr;
     if (alpha() != 1.f) attr.set_output_scales(0, {alpha()});
     if (uses_c()) {
@@ -397,6 +415,7 @@ class GemmF32 final : public GemmBase {
     });
   }
 
+  dnnl_dt dt_;
   bool built_ = false;
   dnnl::memory::desc a_, b_, y_;
   dnnl::matmul prim_;
@@ -421,15 +440,21 @@ class GemmF64 final : public GemmBase {
   }
 };
 
-const KernelRegistrar gemm_f32({"", "Gemm", 7, kMaxOpset, {DType::Float32}}, make<GemmF32>);
+std::unique_ptr<Kernel> make_gemm_f32(const Node& n) { return std::make_unique<GemmDnnl>(n, dnnl_dt::f32); }
+std::unique_ptr<Kernel> make_gemm_bf16(const Node& n) { return std::make_unique<GemmDnnl>(n, dnnl_dt::bf16); }
+
+const KernelRegistrar gemm_f32({"", "Gemm", 7, kMaxOpset, {DType::Float32}}, make_gemm_f32);
 const KernelRegistrar gemm_f64({"", "Gemm", 7, kMaxOpset, {DType::Float64}}, make<GemmF64>);
-const KernelRegistrar gemm_bf16({"", "Gemm", 7, kMaxOpset, {DType::BFloat16}}, bf16_via_float32(make<GemmF32>));
+const KernelRegistrar gemm_bf16({"", "Gemm", 7, kMaxOpset, {DType::BFloat16}},
+                                bf16_kernels(make_gemm_bf16, make_gemm_f32));
+const KernelRegistrar gemm_f16({"", "Gemm", 7, kMaxOpset, {DType::Float16}}, via_float32(make_gemm_f32));
 
 }  // namespace
 
 std::unique_ptr<Kernel> make_float_matmul(const Node& node, DType dtype) {
   if (dtype == DType::Float64) return std::make_unique<MatMulF64>(node);
-  return std::make_unique<MatMulF32>(node);
+  if (dtype == DType::BFloat16) return std::make_unique<MatMulDnnl>(node, dnnl_dt::bf16);
+  return std::make_unique<MatMulDnnl>(node, dnnl_dt::f32);
 }
 
 }  // namespace kiln

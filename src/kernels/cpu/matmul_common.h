@@ -8,7 +8,8 @@
 
 namespace kiln {
 
-// The float32 (oneDNN) or float64 (OpenBLAS) MatMul kernel for `node`, honouring transA/transB.
+// The float32 or native bfloat16 (oneDNN) or float64 (OpenBLAS) MatMul kernel for `node`, honouring
+// transA/transB.
 std::unique_ptr<Kernel> make_float_matmul(const Node& node, DType dtype);
 
 }  // namespace kiln

@@ -2,7 +2,7 @@
 // MatMul and FusedMatMul (autodiff/matmul.cpp, autodiff/matmul_grad.cpp) emit it for dA = dY @ B^T
 // and dB = A^T @ dY, which would otherwise copy B^T and A^T through Transpose nodes. The kernels
 // are MatMul's own (matmul.cpp).
-#include "kernels/cpu/bf16_via_float.h"
+#include "kernels/cpu/low_precision.h"
 #include "kernels/cpu/matmul_common.h"
 #include "kiln/graph.h"
 
@@ -13,10 +13,12 @@ const KernelRegistrar fused_matmul_f32({kKilnDomain, "FusedMatMul", 1, kMaxOpset
                                        [](const Node& n) { return make_float_matmul(n, DType::Float32); });
 const KernelRegistrar fused_matmul_f64({kKilnDomain, "FusedMatMul", 1, kMaxOpset, {DType::Float64}},
                                        [](const Node& n) { return make_float_matmul(n, DType::Float64); });
-const KernelRegistrar fused_matmul_bf16({kKilnDomain, "FusedMatMul", 1, kMaxOpset, {DType::BFloat16}},
-                                        bf16_via_float32([](const Node& n) {
-                                          return make_float_matmul(n, DType::Float32);
-                                        }));
+std::unique_ptr<Kernel> make_f32(const Node& n) { return make_float_matmul(n, DType::Float32); }
+const KernelRegistrar fused_matmul_bf16(
+    {kKilnDomain, "FusedMatMul", 1, kMaxOpset, {DType::BFloat16}},
+    bf16_kernels([](const Node& n) { return make_float_matmul(n, DType::BFloat16); }, make_f32));
+const KernelRegistrar fused_matmul_f16({kKilnDomain, "FusedMatMul", 1, kMaxOpset, {DType::Float16}},
+                                       via_float32(make_f32));
 const OpDocRegistrar fused_matmul_doc(
     {kKilnDomain,
      "FusedMatMul",

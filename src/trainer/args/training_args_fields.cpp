@@ -330,6 +330,10 @@ std::vector<FieldSpec> make_fields() {
   f.push_back(field("gradient_checkpointing", &A::gradient_checkpointing));
   f.push_back(field<nlohmann::json, KwargsCodec>("gradient_checkpointing_kwargs", &A::gradient_checkpointing_kwargs));
   f.push_back(field("bf16", &A::bf16));
+  f.push_back(field("fp16", &A::fp16));
+  f.push_back(field("half_precision_backend", &A::half_precision_backend));
+  f.push_back(field("bf16_full_eval", &A::bf16_full_eval));
+  f.push_back(field("fp16_full_eval", &A::fp16_full_eval));
   // Kiln's own.
   f.push_back(field("nan_inf_patience", &A::nan_inf_patience));
   return f;

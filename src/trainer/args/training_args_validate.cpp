@@ -192,6 +192,12 @@ void check_sizes(const TrainingArguments& a) {
   require(a.label_smoothing_factor >= 0 && a.label_smoothing_factor <= 1, "label_smoothing_factor",
           a.label_smoothing_factor, "in [0, 1]");
   require(a.nan_inf_patience >= 0, "nan_inf_patience", a.nan_inf_patience, "0 (never stop) or more");
+  if (a.fp16 && a.bf16) fail("At most one of fp16 and bf16 can be True, but not both");
+  if (a.fp16_full_eval && a.bf16_full_eval)
+    fail("At most one of fp16 and bf16 can be True for full eval, but not both");
+  if (a.half_precision_backend != "auto" && a.half_precision_backend != "cpu_amp")
+    fail(fmt::format("half_precision_backend '{}': Kiln scales the loss itself; use 'auto' or 'cpu_amp'",
+                     a.half_precision_backend));
   if (const auto it = a.gradient_checkpointing_kwargs.find("boundaries"); it != a.gradient_checkpointing_kwargs.end()) {
     bool names = it->is_array();
     if (names)

@@ -94,7 +94,7 @@ std::string prepare_artifacts(const ModelSource& source, const TrainingArguments
   if (const auto it = args.gradient_checkpointing_kwargs.find("boundaries");
       it != args.gradient_checkpointing_kwargs.end())
     o.recompute.boundaries = it->get<std::vector<std::string>>();
-  o.mixed_precision = args.bf16 ? DType::BFloat16 : DType::Float32;
+  o.mixed_precision = args.bf16 ? DType::BFloat16 : args.fp16 ? DType::Float16 : DType::Float32;
   o.label_smoothing = static_cast<float>(args.label_smoothing_factor);
   if (o.label_smoothing != 0 && o.loss != training::LossType::CrossEntropyLoss)
     throw InvalidArgument(fmt::format("label_smoothing_factor {} needs the CrossEntropyLoss; the model's loss is {}",

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <utility>
 
 #include "core/atomic_file.h"
 #include "kiln/error.h"
@@ -120,12 +121,21 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
       training::CheckpointState::load_checkpoint((dir / training::checkpoint_file()).string()));
   m.module = std::make_unique<training::Module>((dir / training::training_model_file()).string(), *m.state,
                                                 (dir / training::eval_model_file()).string());
-  if (args_.bf16 && m.module->mixed_precision() != "bf16")
-    throw InvalidArgument(fmt::format(
-        "bf16=True, but the artifacts in '{}' were generated in float32: generate them with `kiln artifacts "
-        "--mixed-precision bf16` (generate_artifacts(..., mixed_precision=\"bf16\") in Python), or give the "
-        "Trainer the ONNX model",
-        m.artifacts_dir));
+  for (const auto& [asked, name] : {std::pair{args_.bf16, "bf16"}, {args_.fp16, "fp16"}}) {
+    if (asked && m.module->mixed_precision() != name)
+      throw InvalidArgument(fmt::format(
+          "{}=True, but the artifacts in '{}' were generated {}: generate them with `kiln artifacts "
+          "--mixed-precision {}` (generate_artifacts(..., mixed_precision=\"{}\") in Python), or give the "
+          "Trainer the ONNX model",
+          name, m.artifacts_dir,
+          m.module->mixed_precision().empty() ? "in float32" : "with " + m.module->mixed_precision(), name, name));
+  }
+  if (args_.bf16_full_eval || args_.fp16_full_eval)
+    m.module->set_eval_precision(args_.bf16_full_eval ? DType::BFloat16 : DType::Float16);
+  if (m.module->scales_loss()) {
+    m.scaler = std::make_unique<training::GradScaler>();
+    m.module->set_loss_scale(static_cast<float>(m.scaler->scale()));
+  }
   m.optimizer = std::make_unique<training::Optimizer>((dir / training::optimizer_model_file()).string(), *m.module);
   m.optimizer->set_learning_rate(static_cast<float>(args_.learning_rate));
   if (m.logits_output.empty()) {
@@ -362,14 +372,26 @@ double TrainRun::train_batch(const data::Example& batch) {
   return loss;
 }
 
-// One optimizer update from the accumulated gradients: scale to the mean, clip, step (skipped for a
-// group with a non-finite loss, up to nan_inf_patience in a row), then the scheduler and on_step_end.
+// One optimizer update from the accumulated gradients: scale to the mean (fp16: unscale and check),
+// clip, step (skipped for a group with a non-finite loss, up to nan_inf_patience in a row, and for
+// fp16 gradients that are not finite), then the scheduler and on_step_end.
 void TrainRun::optimizer_update(int64_t epoch, int64_t step) {
   const int64_t accum = schedule_.accum;
   const std::vector<Tensor*> grads = trainable_grads(*m_.module, *m_.state);
-  if (accum > 1)  // the mean over the accumulated micro-batches, as HF's loss / accumulation steps
+  // The mean over the accumulated micro-batches, as HF's loss / accumulation steps; with fp16 also
+  // the loss scale divided out, and an update whose gradients are not all finite is skipped.
+  bool overflow = false;
+  if (m_.scaler) {
+    overflow = m_.scaler->unscale(grads, 1.0 / static_cast<double>(accum));
+  } else if (accum > 1) {
     for (Tensor* g : grads) training::scale_in_place(*g, 1.0 / static_cast<double>(accum));
-  if (group_.finite) {
+  }
+  if (!group_.finite || overflow) ++m_.skipped_updates;
+  if (overflow) ++m_.scaler_skips;
+  if (group_.finite && overflow) {
+    std::cerr << fmt::format("kiln: step {}: gradients not finite at loss scale {}; the update is skipped\n",
+                             state_.global_step + 1, m_.scaler->scale());
+  } else if (group_.finite) {
     m_.nan_inf_run = 0;
     if (args_.max_grad_norm > 0) last_grad_norm_ = clip_grad_norm(grads, args_.max_grad_norm);
     cb_.call(&TrainerCallback::on_pre_optimizer_step, args_, state_);
@@ -383,7 +405,13 @@ void TrainRun::optimizer_update(int64_t epoch, int64_t step) {
                     "state",
                     state_.global_step + 1, m_.nan_inf_run));
   }
-  if (!plateau_) m_.scheduler->step();
+  if (m_.scaler) {  // torch's GradScaler backs off on any non-finite gradient, a non-finite loss's too
+    m_.scaler->update(overflow);
+    m_.module->set_loss_scale(static_cast<float>(m_.scaler->scale()));
+  }
+  // HF steps the scheduler only when the optimizer stepped or the loss was not finite (Kiln's own
+  // skip), not when the loss scaler skipped the update.
+  if (!plateau_ && !overflow) m_.scheduler->step();
   m_.module->lazy_reset_grad();
   ++state_.global_step;
   state_.epoch =

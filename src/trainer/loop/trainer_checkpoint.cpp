@@ -1,7 +1,7 @@
 // What a checkpoint folder holds besides trainer_state.json: model.safetensors (every parameter),
 // optimizer.safetensors (the optimizer's slots; type, step and learning rate in the metadata),
-// scheduler.json, rng_state.json (the Dropout run count and the loss sums the logs are made of)
-// and training_args.json. Everything the next step depends on is there, so a resumed run is
+// scheduler.json, scaler.json (fp16 runs: the loss scaler), rng_state.json (the Dropout run count and the loss sums the
+// logs are made of) and training_args.json. Everything the next step depends on is there, so a resumed run is
 // bit-identical to an uninterrupted one.
 #include <fmt/format.h>
 
@@ -60,12 +60,15 @@ void save_checkpoint_files(const Trainer::Impl& m, const TrainingArguments& args
   write_safetensors((dir / "optimizer.safetensors").string(), slots, {{"kiln.optimizer", info.dump()}});
 
   write_json(dir / "scheduler.json", m.scheduler->state());
+  if (m.scaler) write_json(dir / "scaler.json", m.scaler->state_dict());
   write_json(dir / "rng_state.json", {{"seed", args.seed},
                                       {"training_runs", m.module->training_run_count()},
                                       {"tr_loss", m.tr_loss},
                                       {"total_loss", m.total_loss},
                                       {"globalstep_last_logged", m.globalstep_last_logged},
-                                      {"nan_inf_run", m.nan_inf_run}});
+                                      {"nan_inf_run", m.nan_inf_run},
+                                      {"skipped_updates", m.skipped_updates},
+                                      {"scaler_skips", m.scaler_skips}});
   args.save((dir / "training_args.json").string());
   write_json(dir / kTrainerStateFile, state.to_json());
 }
@@ -121,16 +124,30 @@ void check_steps_agree(const Trainer::Impl& m, const TrainerState& loaded, const
   if (loaded.global_step < 0)
     throw CorruptFile(
         fmt::format("checkpoint '{}': trainer_state.json has a negative global_step {}", folder, loaded.global_step));
-  if (o.step != loaded.global_step)
+  if (o.step + m.skipped_updates != loaded.global_step)
     throw CorruptFile(
         fmt::format("checkpoint '{}' disagrees with itself: trainer_state.json says global_step {} "
-                    "but optimizer.safetensors holds optimizer step {}",
-                    folder, loaded.global_step, o.step));
-  if (!m.scheduler->steps_on_metric() && m.scheduler->last_step() != loaded.global_step)
+                    "but optimizer.safetensors holds optimizer step {} and rng_state.json {} skipped updates",
+                    folder, loaded.global_step, o.step, m.skipped_updates));
+  if (!m.scheduler->steps_on_metric() && m.scheduler->last_step() + m.scaler_skips != loaded.global_step)
     throw CorruptFile(
         fmt::format("checkpoint '{}' disagrees with itself: trainer_state.json says global_step {} "
-                    "but scheduler.json's last_step is {}",
-                    folder, loaded.global_step, m.scheduler->last_step()));
+                    "but scheduler.json's last_step is {} and rng_state.json {} loss-scaler skips",
+                    folder, loaded.global_step, m.scheduler->last_step(), m.scaler_skips));
+}
+
+// fp16: the loss scaler's state, and the Module's scale with it.
+void load_scaler(Trainer::Impl& m, const std::string& folder) {
+  const fs::path path = fs::path(folder) / "scaler.json";
+  if (!fs::exists(path))
+    throw CorruptFile(fmt::format(
+        "'{}' has no scaler.json: it was not saved by an fp16 run, and this run scales its loss (fp16)", folder));
+  try {
+    m.scaler->load_state_dict(read_json(path));
+  } catch (const CorruptFile& e) {
+    throw CorruptFile(fmt::format("'{}/scaler.json': {}", folder, e.what()));
+  }
+  m.module->set_loss_scale(static_cast<float>(m.scaler->scale()));
 }
 
 }  // namespace
@@ -180,6 +197,7 @@ void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::str
   }
 
   m.scheduler->load_state(read_json(dir / "scheduler.json"));
+  if (m.scaler) load_scaler(m, folder);
   const nlohmann::json rng = read_json(dir / "rng_state.json");
   try {
     m.module->set_training_run_count(json_uint64(rng.at("training_runs"), "training_runs"));
@@ -187,6 +205,9 @@ void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::str
     m.total_loss = rng.at("total_loss").get<double>();
     m.globalstep_last_logged = json_int64(rng.at("globalstep_last_logged"), "globalstep_last_logged");
     m.nan_inf_run = json_int64(rng.at("nan_inf_run"), "nan_inf_run");
+    // Absent from checkpoints written before updates could be skipped and resumed.
+    m.skipped_updates = rng.contains("skipped_updates") ? json_int64(rng["skipped_updates"], "skipped_updates") : 0;
+    m.scaler_skips = rng.contains("scaler_skips") ? json_int64(rng["scaler_skips"], "scaler_skips") : 0;
   } catch (const std::exception& e) {  // nlohmann's errors and json_int64's CorruptFile
     throw CorruptFile(fmt::format("'{}/rng_state.json': {}", folder, e.what()));
   }

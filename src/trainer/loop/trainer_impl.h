@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/grad_scaler.h"
 #include "kiln/lr_schedulers.h"
 #include "kiln/trainer.h"
 #include "trainer/callbacks/callback_handler.h"
@@ -18,6 +19,8 @@ struct Trainer::Impl {
   std::unique_ptr<training::CheckpointState> state;
   std::unique_ptr<training::Module> module;
   std::unique_ptr<training::Optimizer> optimizer;
+  // fp16 artifacts (their training model takes a loss scale): dynamic loss scaling.
+  std::unique_ptr<training::GradScaler> scaler;
   std::unique_ptr<LRScheduler> scheduler;
   SchedulerFactory scheduler_factory;
   CallbackHandler callbacks;
@@ -31,6 +34,9 @@ struct Trainer::Impl {
   double total_loss = 0;  // over the whole run, for train_loss
   int64_t globalstep_last_logged = 0;
   int64_t nan_inf_run = 0;  // consecutive non-finite losses
+  // Updates skipped so far (a non-finite loss, or fp16 gradients the scaler found not finite): the
+  // optimizer's step count is global_step less these; the scheduler skips only the scaler's.
+  int64_t skipped_updates = 0, scaler_skips = 0;
 };
 
 // Writes / reads everything a checkpoint folder holds except trainer_state.json.

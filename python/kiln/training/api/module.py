@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from kiln._core import core
-from kiln.training.api._args import bool_arg, path_arg
+from kiln.training.api._args import bool_arg, float_arg, path_arg
 from kiln.training.api.checkpoint_state import CheckpointState
 
 
@@ -74,15 +74,45 @@ class Module:
         self._model.copy_buffer_to_parameters(buffer, bool_arg(trainable_only, "trainable_only"))
 
     def export_model_for_inferencing(self, inference_model_uri: str | os.PathLike = "inference_model.onnx",
-                                     graph_output_names: Sequence[str] | None = None) -> None:
+                                     graph_output_names: Sequence[str] | None = None,
+                                     precision: str = "fp32") -> None:
         """Writes an inference model (standard ONNX ops, current parameters) computing
-        `graph_output_names` (default: the eval model's outputs)."""
+        `graph_output_names` (default: the eval model's outputs).
+
+        `precision` (Kiln's keyword): "fp32" (the default) float32 throughout; "fp16" the whole
+        graph in float16 with float32 inputs and outputs, as torch's model.half() exports it;
+        "bf16" the parameters stored in bfloat16 and cast to float32 where read (ONNX Runtime's
+        CPU provider has no bfloat16 kernels to compute with)."""
         if graph_output_names is None:
             graph_output_names = self._model.output_names(False)
         if isinstance(graph_output_names, str) or not all(isinstance(n, str) for n in graph_output_names):
             raise TypeError("graph_output_names must be a list of str")
+        if not isinstance(precision, str):
+            raise TypeError(f"precision must be a str, not {type(precision).__name__}")
         self._model.export_model_for_inferencing(path_arg(inference_model_uri, "inference_model_uri"),
-                                                 list(graph_output_names))
+                                                 list(graph_output_names), precision)
+
+    def set_eval_precision(self, precision: str) -> None:
+        """Kiln's: eval mode runs the whole eval model in "bf16" or "fp16" (Hugging Face's
+        bf16_full_eval / fp16_full_eval), or in "fp32" again. The artifacts must be float32."""
+        if not isinstance(precision, str):
+            raise TypeError(f"precision must be a str, not {type(precision).__name__}")
+        self._model.set_eval_precision(precision)
+
+    @property
+    def mixed_precision(self) -> str:
+        """Kiln's: "bf16" or "fp16" for mixed-precision artifacts, else ""."""
+        return self._model.mixed_precision()
+
+    @property
+    def loss_scale(self) -> float:
+        """Kiln's: the scale an fp16 training model seeds its backward pass with (GradScaler sets
+        it); 1.0 until set."""
+        return self._model.loss_scale()
+
+    @loss_scale.setter
+    def loss_scale(self, value: float) -> None:
+        self._model.set_loss_scale(float_arg(value, "loss_scale"))
 
     def input_names(self) -> list[str]:
         return self._model.input_names(self.training)

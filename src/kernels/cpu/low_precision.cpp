@@ -1,0 +1,211 @@
+// bfloat16 and float16 kernels over float32 ones (low_precision.h).
+#include "kernels/cpu/low_precision.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/parallel.h"
+#include "core/scratch.h"
+#include "kernels/cpu/dnnl_common.h"
+
+namespace kiln {
+namespace {
+
+constexpr int64_t kGrain = 1 << 15;
+
+bool is_low(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
+
+// A tensor's 16-bit values into float32 (exact).
+void widen(const Tensor& t, float* dst) {
+  const Tensor packed = t.is_contiguous() ? t : t.clone();
+  const auto* src = static_cast<const uint16_t*>(packed.raw_data());
+  const bool bf16 = t.dtype() == DType::BFloat16;
+  parallel_for(packed.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    if (bf16) {
+      for (int64_t i = begin; i < end; ++i) {
+        const uint32_t u = uint32_t(src[i]) << 16;
+        std::memcpy(dst + i, &u, 4);
+      }
+    } else {
+      for (int64_t i = begin; i < end; ++i) dst[i] = half_to_float(Half{src[i]});
+    }
+  });
+}
+
+// float32 values rounded to the output's 16-bit type (nearest even; NaN stays NaN, and float16
+// overflows to infinity, as a float16 unit would).
+void narrow(const float* src, Tensor& out) {
+  auto* dst = static_cast<uint16_t*>(out.raw_data());
+  const bool bf16 = out.dtype() == DType::BFloat16;
+  parallel_for(out.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    if (bf16) {  // float_to_bfloat16, inline so that the loop vectorizes
+      for (int64_t i = begin; i < end; ++i) {
+        uint32_t u;
+        std::memcpy(&u, src + i, 4);
+        const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        dst[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+      }
+    } else {
+      for (int64_t i = begin; i < end; ++i) dst[i] = float_to_half(src[i]).bits;
+    }
+  });
+}
+
+TensorMeta widened(const TensorMeta& m) {
+  if (!is_low(m.dtype)) return m;
+  Tensor value;
+  if (m.value.defined()) {
+    value = Tensor::empty(DType::Float32, m.value.shape());
+    widen(m.value, value.data<float>());
+  }
+  return TensorMeta{DType::Float32, m.shape, m.dynamic, value};
+}
+
+class ViaFloat32 : public Kernel {
+ public:
+  ViaFloat32(const Node& node, std::unique_ptr<Kernel> inner) : Kernel(node), inner_(std::move(inner)) {}
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    DType low = DType::BFloat16;
+    for (const auto& m : ctx.inputs) {
+      if (m && is_low(m->dtype)) {
+        low = m->dtype;
+        break;
+      }
+    }
+    std::vector<TensorMeta> outs = inner_->infer(widened_context(ctx));
+    for (TensorMeta& m : outs) narrow_meta(m, low);
+    return outs;
+  }
+  void prepare(const InferContext& ctx, const std::vector<TensorMeta>& outputs) override {
+    std::vector<TensorMeta> wide = outputs;
+    for (TensorMeta& m : wide)
+      if (is_low(m.dtype)) m.dtype = DType::Float32;
+    inner_->prepare(widened_context(ctx), wide);
+  }
+  void compute(ComputeContext& ctx) override {
+    if (inner_->output_aliases_input()) {  // a reshape-like case (SumToShapeOf to its own shape)
+      Tensor& y = ctx.output(0);
+      if (y.raw_data() != ctx.input(0).raw_data()) y.copy_from(ctx.input(0).reshape(y.shape()));
+      return;
+    }
+    std::vector<Tensor> in(ctx.inputs.size()), out(ctx.outputs.size());
+    ComputeContext wide{ctx.node, {}, {}, ctx.run_index};
+    for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+      const Tensor* t = ctx.inputs[i];
+      if (t != nullptr && is_low(t->dtype()) && inner_->reads_only_shape(i)) {
+        in[i] = Tensor::wrap(const_cast<void*>(t->raw_data()), DType::Float32, t->shape());  // never read
+        t = &in[i];
+      } else if (t != nullptr && is_low(t->dtype())) {
+        in[i] = scratch_float(t->shape());
+        widen(*t, in[i].data<float>());
+        t = &in[i];
+      }
+      wide.inputs.push_back(t);
+    }
+    for (size_t i = 0; i < ctx.outputs.size(); ++i) {
+      Tensor* t = ctx.outputs[i];
+      if (t != nullptr && t->defined() && is_low(t->dtype())) {
+        out[i] = scratch_float(t->shape());
+        t = &out[i];
+      }
+      wide.outputs.push_back(t);
+    }
+    inner_->compute(wide);
+    for (size_t i = 0; i < ctx.outputs.size(); ++i)
+      if (out[i].defined()) narrow(out[i].data<float>(), *ctx.outputs[i]);
+  }
+  bool reads_only_shape(size_t input) const override { return inner_->reads_only_shape(input); }
+  // The 16-bit output is then the 16-bit input's bytes, as the float32 one would be the input's.
+  bool output_aliases_input() const override { return inner_->output_aliases_input(); }
+  bool foldable() const override { return inner_->foldable(); }
+
+ private:
+  static void narrow_meta(TensorMeta& m, DType low) {
+    if (m.dtype != DType::Float32) return;
+    m.dtype = low;
+    if (m.value.defined()) {
+      Tensor b = Tensor::empty(low, m.value.shape());
+      const Tensor packed = m.value.is_contiguous() ? m.value : m.value.clone();
+      narrow(packed.data<float>(), b);
+      m.value = b;
+    }
+  }
+  static InferContext widened_context(const InferContext& ctx) {
+    InferContext wide{ctx.node, ctx.opset, {}};
+    for (const auto& m : ctx.inputs) wide.inputs.push_back(m ? std::optional<TensorMeta>(widened(*m)) : std::nullopt);
+    return wide;
+  }
+  // Per-call memory (core/scratch.h): given back when the executor's scope around this call closes.
+  static Tensor scratch_float(const Shape& shape) {
+    const size_t bytes = static_cast<size_t>(numel(shape)) * sizeof(float);
+    return Tensor::wrap(scratch_take(bytes == 0 ? sizeof(float) : bytes), DType::Float32, shape);
+  }
+
+  std::unique_ptr<Kernel> inner_;
+};
+
+}  // namespace
+
+KernelFactory via_float32(KernelFactory float32) {
+  return [float32 = std::move(float32)](const Node& n) -> std::unique_ptr<Kernel> {
+    return std::make_unique<ViaFloat32>(n, float32(n));
+  };
+}
+
+namespace {
+
+// The implementation oneDNN picks for a bfloat16 matrix product on this CPU, when it uses bfloat16
+// instructions ("brg:avx512_core_amx_bf16", "brg:avx512_core_bf16"); empty when it would only
+// emulate them or run its reference loops.
+const std::string& native_bf16_impl() {
+  static const std::string impl = [] {
+    try {
+      using dt = dnnl::memory::data_type;
+      const dnnl::memory::desc a = dnnl_util::plain_desc({64, 64}, dt::bf16);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, a), dnnl_util::engine());
+      const std::string name = pd.impl_info_str();
+      return name.find("bf16") != std::string::npos || name.find("amx") != std::string::npos ? name : std::string();
+    } catch (const dnnl::error&) {
+      return std::string();
+    }
+  }();
+  return impl;
+}
+
+}  // namespace
+
+bool bf16_native() {
+  const char* mode = std::getenv("KILN_BF16");
+  const std::string m = mode == nullptr ? "" : mode;
+  if (m.empty() || m == "auto") return !native_bf16_impl().empty();
+  if (m == "emulate") return false;
+  if (m == "native") {
+    if (native_bf16_impl().empty())
+      throw Unsupported(
+          "KILN_BF16=native, but this CPU has no bfloat16 instructions oneDNN uses (AVX512-BF16, "
+          "AMX-BF16); unset it to compute bfloat16 products in float32");
+    return true;
+  }
+  throw InvalidArgument(fmt::format("KILN_BF16='{}': expected auto, native or emulate", m));
+}
+
+KernelFactory bf16_kernels(KernelFactory native, KernelFactory float32) {
+  return [native = std::move(native), emulated = via_float32(std::move(float32))](const Node& n) {
+    return bf16_native() ? native(n) : emulated(n);
+  };
+}
+
+const char* bf16_compute_path() {
+  static const std::string native =
+      "native (oneDNN " + native_bf16_impl() + ": bfloat16 operands, float32 accumulation)";
+  static const std::string emulated = "float32 (emulated: bfloat16 operands widened, float32 accumulation)";
+  return bf16_native() ? native.c_str() : emulated.c_str();
+}
+
+}  // namespace kiln

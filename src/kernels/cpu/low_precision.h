@@ -1,0 +1,38 @@
+// Mixed precision's 16-bit products (MatMul, Gemm, Conv, attention and their gradients).
+//
+// bfloat16 runs natively in oneDNN where the CPU has bfloat16 instructions (AVX512-BF16, AMX-BF16):
+// bf16_native() says so, probing oneDNN once, and bf16_kernels() picks the native kernel or the
+// float32 one below when a kernel is made. KILN_BF16=emulate forces the float32 path (the tests
+// compare the two); KILN_BF16=native on a CPU without the instructions is an Unsupported error.
+//
+// Elsewhere, and for float16 always, the kernels compute in float32. Each 16-bit
+// input is widened to float32 (exact), the op's float32 kernel runs (products of 16-bit values are
+// exact in float32, and sums accumulate in float32), and each float32 output is rounded to the
+// inputs' 16-bit type (nearest even). The result is what a 16-bit dot-product unit with float32
+// accumulation gives, up to the order of the additions.
+//
+//   const KernelRegistrar matmul_low({"", "MatMul", 1, kMaxOpset, {DType::BFloat16, DType::Float16}},
+//                                    via_float32(make<MatMulF32>));
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "kiln/kernel.h"
+
+namespace kiln {
+
+using KernelFactory = std::function<std::unique_ptr<Kernel>(const Node&)>;
+
+// A factory of 16-bit kernels around the float32 kernels that `float32` makes. The 16-bit type is
+// that of the node's first bfloat16 or float16 input; inputs of other dtypes (indices, masks,
+// float32 inputs) pass through unchanged.
+KernelFactory via_float32(KernelFactory float32);
+
+// Whether bfloat16 products run in oneDNN's bfloat16 kernels in this process (see above).
+bool bf16_native();
+// A factory of bfloat16 kernels: `native` where bf16_native() holds when the kernel is made, else
+// via_float32(float32).
+KernelFactory bf16_kernels(KernelFactory native, KernelFactory float32);
+
+}  // namespace kiln

@@ -1,0 +1,153 @@
+// 16-bit kernels (kernels/cpu/low_precision.h). Emulated (KILN_BF16=emulate, and float16
+// always): MatMul, Gemm, Conv and FusedMatMul on bfloat16 and float16 operands give exactly the
+// float32 kernel's result on the same values, rounded once to the 16-bit type (both accumulate in
+// float32 in the same order). Native (oneDNN's bfloat16 kernels, where the CPU has the
+// instructions): within one bfloat16 rounding of the float64 product of the same values.
+#include "kernels/cpu/low_precision.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "kiln/kernel.h"
+#include "test_util.h"
+#include "training/training_test_util.h"
+
+namespace kiln {
+namespace {
+
+using kiln::testing::random_tensor;
+
+// Sets KILN_BF16 for a scope, then puts back what was there.
+class Bf16Mode {
+ public:
+  explicit Bf16Mode(const char* mode) {
+    if (const char* v = ::getenv("KILN_BF16")) saved_ = v;
+    ::setenv("KILN_BF16", mode, 1);
+  }
+  ~Bf16Mode() { saved_ ? (void)::setenv("KILN_BF16", saved_->c_str(), 1) : (void)::unsetenv("KILN_BF16"); }
+  Bf16Mode(const Bf16Mode&) = delete;
+  Bf16Mode& operator=(const Bf16Mode&) = delete;
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+Tensor cast(const Tensor& t, DType to) {
+  Node c;
+  c.op_type = "Cast";
+  c.inputs = {"x"};
+  c.outputs = {"y"};
+  c.attrs["to"] = Attribute::of_int(dtype_to_onnx(to));
+  return run_node(c, {t}).at(0);
+}
+
+Node node_of(const std::string& op, std::vector<std::string> inputs, const std::string& domain = "") {
+  Node n;
+  n.op_type = op;
+  n.domain = domain;
+  n.name = op;
+  n.inputs = std::move(inputs);
+  n.outputs = {"y"};
+  return n;
+}
+
+// The 16-bit kernel gives the float32 kernel's result on the same (16-bit) values, rounded to the
+// 16-bit type: exactly, as both accumulate in float32 in the same order.
+void expect_float32_on_rounded(const Node& n, const std::vector<Tensor>& f32_inputs, DType type) {
+  std::vector<Tensor> low, rounded;
+  for (const Tensor& t : f32_inputs) {
+    low.push_back(cast(t, type));
+    rounded.push_back(cast(low.back(), DType::Float32));
+  }
+  const Tensor want = cast(run_node(n, rounded).at(0), type);
+  const Tensor got = run_node(n, low).at(0);
+  ASSERT_EQ(got.dtype(), type);
+  ASSERT_EQ(got.shape(), want.shape());
+  EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0) << n.op_type << " " << dtype_name(type);
+}
+
+void expect_float32_on_rounded(const Node& n, const std::vector<Tensor>& f32_inputs) {
+  for (DType type : {DType::BFloat16, DType::Float16}) expect_float32_on_rounded(n, f32_inputs, type);
+}
+
+TEST(LowPrecisionKernels, ProductsComputeInFloat32On16BitValues) {
+  const Bf16Mode emulate("emulate");
+  EXPECT_FALSE(bf16_native());
+  EXPECT_NE(std::string(bf16_compute_path()).find("emulated"), std::string::npos);
+  expect_float32_on_rounded(node_of("MatMul", {"a", "b"}), {random_tensor({2, 5, 7}, 1), random_tensor({7, 3}, 2)});
+  Node gemm = node_of("Gemm", {"a", "b", "c"});
+  gemm.attrs["transB"] = Attribute::of_int(1);
+  expect_float32_on_rounded(gemm, {random_tensor({4, 6}, 3), random_tensor({5, 6}, 4), random_tensor({5}, 5)});
+  Node conv = node_of("Conv", {"x", "w", "b"});
+  conv.attrs["pads"] = Attribute::of_ints({1, 1, 1, 1});
+  expect_float32_on_rounded(conv,
+                            {random_tensor({2, 3, 8, 8}, 6), random_tensor({4, 3, 3, 3}, 7), random_tensor({4}, 8)});
+  Node fused = node_of("FusedMatMul", {"a", "b"}, kKilnDomain);
+  fused.attrs["transB"] = Attribute::of_int(1);
+  expect_float32_on_rounded(fused, {random_tensor({3, 4}, 9), random_tensor({5, 4}, 10)});
+}
+
+// The native kernel against float64 on the same bfloat16 values: each output within one bfloat16
+// rounding (2^-8 relative) of the exact result, plus float32 accumulation's worst-case error:
+// k additions of 2^-24 each, under 2^-14 of the sum of |products| for these k <= 257.
+void expect_native_close(const Node& n, const std::vector<Tensor>& f32_inputs) {
+  std::vector<Tensor> low, wide;
+  for (const Tensor& t : f32_inputs) {
+    low.push_back(cast(t, DType::BFloat16));
+    wide.push_back(cast(cast(low.back(), DType::Float32), DType::Float64));
+  }
+  std::vector<Tensor> magnitude;  // |inputs| give sum |a||b| through the same op
+  for (const Tensor& t : wide) {
+    Tensor a = t.clone();
+    for (int64_t i = 0; i < a.numel(); ++i) a.data<double>()[i] = std::fabs(a.data<double>()[i]);
+    magnitude.push_back(a);
+  }
+  const Tensor want = run_node(n, wide).at(0);
+  const Tensor bound = run_node(n, magnitude).at(0);
+  const Tensor got = cast(run_node(n, low).at(0), DType::Float64);
+  ASSERT_EQ(got.shape(), want.shape());
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double w = want.data<double>()[i], g = got.data<double>()[i];
+    EXPECT_LE(std::fabs(g - w), std::ldexp(std::fabs(w), -8) + std::ldexp(bound.data<double>()[i], -14))
+        << n.op_type << " element " << i << ": " << g << " vs " << w;
+  }
+}
+
+TEST(LowPrecisionKernels, NativeBfloat16ProductsAreWithinOneRoundingOfExact) {
+  if (!bf16_native()) GTEST_SKIP() << "this CPU computes bfloat16 products in float32: " << bf16_compute_path();
+  EXPECT_NE(std::string(bf16_compute_path()).find("native"), std::string::npos);
+  // Shapes large enough for oneDNN's blocked (AMX / AVX512-BF16) kernels, odd inner sizes included.
+  expect_native_close(node_of("MatMul", {"a", "b"}), {random_tensor({2, 70, 257}, 1), random_tensor({257, 96}, 2)});
+  expect_native_close(node_of("MatMul", {"a", "b"}), {random_tensor({3, 1, 33, 64}, 3), random_tensor({4, 64, 17}, 4)});
+  Node gemm = node_of("Gemm", {"a", "b", "c"});
+  gemm.attrs["transB"] = Attribute::of_int(1);
+  gemm.attrs["alpha"] = Attribute::of_float(0.5f);
+  expect_native_close(gemm, {random_tensor({128, 200}, 5), random_tensor({64, 200}, 6), random_tensor({64}, 7)});
+  for (int ta : {0, 1})
+    for (int tb : {0, 1}) {
+      Node fused = node_of("FusedMatMul", {"a", "b"}, kKilnDomain);
+      fused.attrs["transA"] = Attribute::of_int(ta);
+      fused.attrs["transB"] = Attribute::of_int(tb);
+      expect_native_close(fused, {random_tensor(ta ? Shape{2, 96, 80} : Shape{2, 80, 96}, 8),
+                                  random_tensor(tb ? Shape{48, 96} : Shape{96, 48}, 9)});
+    }
+}
+
+TEST(LowPrecisionKernels, KilnBf16ModeIsCheckedAndEmulateAlwaysWorks) {
+  {
+    const Bf16Mode bad("fast");
+    test::expect_error<InvalidArgument>([] { bf16_native(); }, "KILN_BF16='fast': expected auto, native or emulate");
+  }
+  const bool native = bf16_native();
+  const Bf16Mode forced("native");
+  if (native) EXPECT_TRUE(bf16_native());
+  else test::expect_error<Unsupported>([] { bf16_native(); }, "no bfloat16 instructions");
+}
+
+}  // namespace
+}  // namespace kiln
