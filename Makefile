@@ -11,7 +11,7 @@ CMAKE_FLAGS := $(if $(CI),-DKILN_WERROR=ON,)
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= true
 
-.PHONY: all setup setup-test configure build demo test lint format conformance bench asan tsan fuzz gauntlet clean
+.PHONY: all setup setup-test configure build demo test test-large lint format conformance bench asan tsan fuzz gauntlet clean
 
 all: build
 
@@ -33,6 +33,10 @@ demo: configure
 
 test: setup-test build
 	ctest --preset $(PRESET) -j $(JOBS)
+
+# Tests too large for `make test` (tests/large: a model over protobuf's 2 GiB limit, ~12 GB of memory).
+test-large: setup-test build
+	KILN_BUILD_DIR=$(CURDIR)/$(BUILD) /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/large
 
 # clang-format, clang-tidy (over src/, with the build's compile commands), ruff, and the source
 # rules (line budget, include spellings). `make format` applies clang-format and ruff's fixes.

@@ -28,6 +28,9 @@ struct GradScalerOptions {
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
+  // false: the scale never changes (IPUConfig's fixed loss_scaling; its auto_loss_scaling is the
+  // dynamic default). Updates whose gradients are not finite are still skipped.
+  bool dynamic = true;
 };
 
 class GradScaler {
@@ -46,12 +49,12 @@ class GradScaler {
   // The same over the accumulated gradients of a Module's trainable parameters.
   bool unscale(Module& module, double factor = 1.0) const;
   // torch's update(): backoff on found_inf (the tracker restarts), else count the finite step and
-  // grow the scale when the count reaches growth_interval.
+  // grow the scale when the count reaches growth_interval. Nothing when not dynamic.
   void update(bool found_inf);
 
   // torch's state_dict keys: scale, growth_factor, backoff_factor, growth_interval, _growth_tracker.
   nlohmann::json state_dict() const;
-  // CorruptFile naming the key for a missing or bad value.
+  // CorruptFile naming the key for a missing or bad value. `dynamic` is not part of the state.
   void load_state_dict(const nlohmann::json& state);
 
  private:

@@ -22,9 +22,22 @@ Model load_model(const std::string& path, const LoadOptions& options = {});
 // Parses a serialized ModelProto held in memory. `base_dir` resolves external data ("" forbids it).
 Model load_model_from_bytes(const std::string& bytes, const std::string& base_dir = "", const LoadOptions& options = {},
                             const std::string& label = "<memory>");
-// Writes the model as one ONNX file, all tensors inline. Atomic: a crash leaves the old file or the
-// new one. Throws IOError naming the path on any write failure.
-void save_model(const Model& model, const std::string& path);
+struct SaveOptions {
+  // Where the initializers go. Auto: inside the file, unless they would take it past protobuf's
+  // 2 GiB limit; then every initializer of size_threshold bytes or more goes to a data file beside
+  // it (ONNX's external data: one file, tensors 64-byte aligned), as Always does. Never: inside,
+  // and a model past the limit is an Unsupported error.
+  enum class ExternalData { Auto, Always, Never };
+  ExternalData external_data = ExternalData::Auto;
+  size_t size_threshold = 1024;  // smaller initializers stay inside the model (onnx's default)
+};
+
+// Writes the model. Atomic: a crash leaves the old model (with its data file) or the new one. With
+// external data the data file is "<file name>.data", or "<file name>.1.data" when the model being
+// replaced reads the first: the new data never overwrites what the old model reads, and the old
+// data file is removed once the new model is in place. Throws IOError naming the path on any write
+// failure.
+void save_model(const Model& model, const std::string& path, const SaveOptions& options = {});
 std::string serialize_model(const Model& model);
 
 // Fills model.graph.value_info with ONNX shape inference (dtypes and, where derivable, shapes with

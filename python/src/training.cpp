@@ -180,10 +180,12 @@ void register_module(py::module_& m) {
 
 void register_grad_scaler(py::module_& m) {
   py::class_<GradScaler>(m, "GradScaler")
-      .def(py::init([](double init_scale, double growth_factor, double backoff_factor, int64_t growth_interval) {
-             return GradScaler({init_scale, growth_factor, backoff_factor, growth_interval});
+      .def(py::init([](double init_scale, double growth_factor, double backoff_factor, int64_t growth_interval,
+                       bool dynamic) {
+             return GradScaler({init_scale, growth_factor, backoff_factor, growth_interval, dynamic});
            }),
-           py::arg("init_scale"), py::arg("growth_factor"), py::arg("backoff_factor"), py::arg("growth_interval"))
+           py::arg("init_scale"), py::arg("growth_factor"), py::arg("backoff_factor"), py::arg("growth_interval"),
+           py::arg("dynamic"))
       .def("scale", &GradScaler::scale)
       .def("growth_tracker", &GradScaler::growth_tracker)
       .def("unscale",
@@ -239,7 +241,7 @@ void register_optimizer(py::module_& m) {
 void register_artifacts(py::module_& m) {
   m.def(
       "generate_artifacts",
-      [](const py::bytes& model, const py::object& directory, const py::dict& kw) {
+      [](const py::object& model, const py::object& directory, const py::dict& kw) {
         ArtifactOptions o;
         auto list = [&](const char* key) {
           return kw.contains(key) && !kw[key].is_none() ? kw[key].cast<std::vector<std::string>>()
@@ -258,10 +260,14 @@ void register_artifacts(py::module_& m) {
         o.recompute.boundaries = list("recompute_boundaries");
         if (kw.contains("mixed_precision"))
           o.mixed_precision = mixed_precision_from_string(kw["mixed_precision"].cast<std::string>());
-        const std::string bytes = model;
+        // The forward model: a path (its external data read from its folder), or serialized bytes
+        // whose external data, if any, lives in kw["base_dir"].
+        const bool is_path = !py::isinstance<py::bytes>(model);
+        const std::string source = is_path ? fspath(model) : std::string(model.cast<py::bytes>());
+        const std::string base_dir = kw.contains("base_dir") ? kw["base_dir"].cast<std::string>() : std::string();
         const std::string dir = fspath(directory);
         py::gil_scoped_release release;
-        return generate_artifacts(load_model_from_bytes(bytes), o, dir);
+        return generate_artifacts(is_path ? load_model(source) : load_model_from_bytes(source, base_dir), o, dir);
       },
       py::arg("model"), py::arg("directory"), py::arg("options"));
 }

@@ -1,12 +1,18 @@
-// save_model, serialize_model and save_tensor_proto: Kiln's IR -> onnx.ModelProto, every tensor
-// inline as little-endian raw_data, written atomically.
+// save_model, serialize_model and save_tensor_proto: Kiln's IR -> onnx.ModelProto, tensors as
+// little-endian raw_data inline or, for large models, in an external data file; written atomically.
 #include <fmt/format.h>
 #include <onnx/onnx_pb.h>
 
 #include <climits>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 
 #include "core/atomic_file.h"
 #include "kiln/onnx_io.h"
+#include "onnx/model_proto.h"
+#include "onnx/proto_file.h"
 #include "onnx/tensor_proto.h"
 
 namespace kiln {
@@ -14,6 +20,8 @@ namespace kiln {
 using namespace onnxio;
 
 namespace {
+
+namespace fs = std::filesystem;
 
 void value_info_to_proto(const ValueInfo& v, onnx::ValueInfoProto* out) {
   out->set_name(v.name);
@@ -30,7 +38,7 @@ void value_info_to_proto(const ValueInfo& v, onnx::ValueInfoProto* out) {
   }
 }
 
-void graph_to_proto(const Graph& g, onnx::GraphProto* out);
+void graph_to_proto(const Graph& g, onnx::GraphProto* out, const ExternalLayout* external = nullptr);
 
 void attribute_to_proto(const std::string& name, const Attribute& a, onnx::AttributeProto* out) {
   using A = onnx::AttributeProto;
@@ -93,7 +101,7 @@ void node_to_proto(const Node& n, onnx::NodeProto* out) {
   }
 }
 
-void graph_to_proto(const Graph& g, onnx::GraphProto* out) {
+void graph_to_proto(const Graph& g, onnx::GraphProto* out, const ExternalLayout* external) {
   // The ONNX checker requires every graph, subgraphs included, to have a name.
   out->set_name(g.name.empty() ? "graph" : g.name);
   if (!g.doc_string.empty()) out->set_doc_string(g.doc_string);
@@ -103,10 +111,67 @@ void graph_to_proto(const Graph& g, onnx::GraphProto* out) {
   for (const ValueInfo& v : g.overridable_initializers) value_info_to_proto(v, out->add_input());
   for (const ValueInfo& v : g.outputs) value_info_to_proto(v, out->add_output());
   for (const ValueInfo& v : g.value_info) value_info_to_proto(v, out->add_value_info());
-  for (const auto& [name, tensor] : g.initializers) tensor_to_proto(tensor, name, out->add_initializer());
+  for (const auto& [name, tensor] : g.initializers) {
+    const auto it = external ? external->offsets.find(name) : std::map<std::string, uint64_t>::const_iterator();
+    if (external && it != external->offsets.end())
+      external_tensor_to_proto(tensor, name, external->location, it->second, out->add_initializer());
+    else tensor_to_proto(tensor, name, out->add_initializer());
+  }
 }
 
-onnx::ModelProto model_to_proto(const Model& model) {
+// Initializers past this many bytes in all go to external data under ExternalData::Auto: protobuf's
+// limit less room for the graph.
+constexpr uint64_t kInlineLimit = static_cast<uint64_t>(INT_MAX) - (uint64_t{64} << 20);
+constexpr uint64_t kAlignment = 64;
+
+bool wants_external(const Model& model, const SaveOptions& o) {
+  if (o.external_data != SaveOptions::ExternalData::Auto) return o.external_data == SaveOptions::ExternalData::Always;
+  uint64_t bytes = 0;
+  for (const auto& [name, t] : model.graph.initializers) bytes += t.nbytes();
+  return bytes > kInlineLimit;
+}
+
+// The external data file the model now at `path` reads (its first external initializer's location),
+// or "" when there is no such model, it has none, or it cannot be read as a model.
+std::string live_data_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  onnx::ModelProto m;
+  if (!in.good() && !in.eof()) return "";
+  if (bytes.empty() || !parse_message(bytes, &m)) return "";
+  for (const auto& t : m.graph().initializer())
+    if (is_external(t))
+      for (const auto& e : t.external_data())
+        if (e.key() == "location") return e.value();
+  return "";
+}
+
+// Writes the initializers of `size_threshold` bytes or more to `dir/location`, atomically.
+ExternalLayout write_external_data(const Model& model, const fs::path& dir, const std::string& location,
+                                   size_t size_threshold) {
+  ExternalLayout layout{location, {}};
+  AtomicFile data((dir / location).string());
+  uint64_t offset = 0;
+  static const char zeros[kAlignment] = {};
+  for (const auto& [name, t] : model.graph.initializers) {
+    if (t.nbytes() < size_threshold || t.nbytes() == 0) continue;
+    const uint64_t pad = (kAlignment - offset % kAlignment) % kAlignment;
+    data.write(zeros, pad);
+    offset += pad;
+    const Tensor packed = t.contiguous();
+    data.write(packed.raw_data(), packed.nbytes());
+    layout.offsets[name] = offset;
+    offset += packed.nbytes();
+  }
+  data.commit();
+  return layout;
+}
+
+}  // namespace
+
+namespace onnxio {
+
+onnx::ModelProto model_to_proto(const Model& model, const ExternalLayout* external) {
   onnx::ModelProto m;
   m.set_ir_version(model.ir_version);
   if (!model.producer_name.empty()) m.set_producer_name(model.producer_name);
@@ -124,34 +189,54 @@ onnx::ModelProto model_to_proto(const Model& model) {
     entry->set_key(key);
     entry->set_value(value);
   }
-  graph_to_proto(model.graph, m.mutable_graph());
+  graph_to_proto(model.graph, m.mutable_graph(), external);
   return m;
 }
 
-std::string serialize(const google::protobuf::MessageLite& message, const std::string& what) {
+std::string serialize_message(const google::protobuf::MessageLite& message, const std::string& what) {
   const size_t size = message.ByteSizeLong();
   if (size > static_cast<size_t>(INT_MAX))
     throw Unsupported(
-        fmt::format("{} would be {} bytes, over protobuf's 2 GiB limit; Kiln does not write external "
-                    "data yet",
+        fmt::format("{} would be {} bytes, over protobuf's 2 GiB limit; store its initializers as external data "
+                    "(SaveOptions::external_data)",
                     what, size));
   std::string bytes;
   if (!message.SerializeToString(&bytes)) throw Error(fmt::format("serializing {} failed", what));
   return bytes;
 }
 
-}  // namespace
+}  // namespace onnxio
 
-std::string serialize_model(const Model& model) { return serialize(model_to_proto(model), "the model"); }
+std::string serialize_model(const Model& model) { return serialize_message(model_to_proto(model), "the model"); }
 
-void save_model(const Model& model, const std::string& path) {
-  write_file_atomically(path, serialize(model_to_proto(model), fmt::format("model '{}'", path)));
+void save_model(const Model& model, const std::string& path, const SaveOptions& options) {
+  const std::string what = fmt::format("model '{}'", path);
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string file = target.filename().string();
+  const std::string candidates[2] = {file + ".data", file + ".1.data"};
+  std::error_code ec;
+  const bool had_data = fs::exists(dir / candidates[0], ec) || fs::exists(dir / candidates[1], ec);
+  const std::string live = had_data ? live_data_file(path) : "";
+  std::string location;
+  if (wants_external(model, options)) {
+    location = live == candidates[0] ? candidates[1] : candidates[0];
+    const ExternalLayout layout = write_external_data(model, dir, location, options.size_threshold);
+    write_file_atomically(path, serialize_message(model_to_proto(model, &layout), what));
+  } else {
+    write_file_atomically(path, serialize_message(model_to_proto(model), what));
+  }
+  // The replaced model's data file (and any a killed save left), named after this model, is read by
+  // nothing now.
+  if (had_data)
+    for (const std::string& c : candidates)
+      if (c != location) fs::remove(dir / c, ec);
 }
 
 void save_tensor_proto(const Tensor& tensor, const std::string& name, const std::string& path) {
   onnx::TensorProto proto;
   tensor_to_proto(tensor, name, &proto);
-  write_file_atomically(path, serialize(proto, fmt::format("tensor file '{}'", path)));
+  write_file_atomically(path, serialize_message(proto, fmt::format("tensor file '{}'", path)));
 }
 
 }  // namespace kiln

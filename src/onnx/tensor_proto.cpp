@@ -184,4 +184,20 @@ void tensor_to_proto(const Tensor& tensor, const std::string& name, P* proto) {
   proto->set_raw_data(static_cast<const char*>(packed.raw_data()), packed.nbytes());
 }
 
+void external_tensor_to_proto(const Tensor& tensor, const std::string& name, const std::string& location,
+                              uint64_t offset, P* proto) {
+  proto->Clear();
+  proto->set_name(name);
+  proto->set_data_type(dtype_to_onnx(tensor.dtype()));
+  for (int64_t d : tensor.shape()) proto->add_dims(d);
+  proto->set_data_location(P::EXTERNAL);
+  for (const auto& [key, value] : {std::pair<const char*, std::string>{"location", location},
+                                   {"offset", std::to_string(offset)},
+                                   {"length", std::to_string(tensor.nbytes())}}) {
+    auto* entry = proto->add_external_data();
+    entry->set_key(key);
+    entry->set_value(value);
+  }
+}
+
 }  // namespace kiln::onnxio

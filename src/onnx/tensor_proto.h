@@ -32,6 +32,11 @@ Tensor tensor_from_proto(const onnx::TensorProto& proto, const TensorSource& sou
 // Writes `tensor` (any strides) as raw little-endian bytes, the form ONNX recommends.
 void tensor_to_proto(const Tensor& tensor, const std::string& name, onnx::TensorProto* proto);
 
+// The proto of a tensor whose bytes were written to `location` (relative to the model's folder) at
+// `offset`: type, dims and ONNX's external_data entries, no data.
+void external_tensor_to_proto(const Tensor& tensor, const std::string& name, const std::string& location,
+                              uint64_t offset, onnx::TensorProto* proto);
+
 // True for a tensor whose data lives in another file (data_location EXTERNAL).
 bool is_external(const onnx::TensorProto& proto);
 // The tensor's shape from its dims; InvalidModel naming it for negative dims or an overflowing count.

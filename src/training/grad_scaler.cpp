@@ -55,6 +55,7 @@ bool GradScaler::unscale(Module& module, double factor) const {
 }
 
 void GradScaler::update(bool found_inf) {
+  if (!options_.dynamic) return;
   if (found_inf) {
     scale_ *= options_.backoff_factor;
     growth_tracker_ = 0;
@@ -79,6 +80,7 @@ void GradScaler::load_state_dict(const nlohmann::json& state) {
     return state[key].get<double>();
   };
   GradScalerOptions o;
+  o.dynamic = options_.dynamic;
   o.growth_factor = number("growth_factor");
   o.backoff_factor = number("backoff_factor");
   o.growth_interval = static_cast<int64_t>(number("growth_interval"));

@@ -2,7 +2,7 @@
 
 - kiln.training.api.GradScaler (torch's GradScaler names) over fp16 artifacts: 20 AdamW steps of a
   residual MLP within 1% of float32's losses, an overflowing update skipped with the parameters
-  untouched and the scale halved, state_dict round trips, and its errors;
+  untouched and the scale halved (a fixed scale stays), state_dict round trips, and its errors;
 - export_model_for_inferencing(precision=...): "fp16" is the whole graph in float16 with float32
   inputs and outputs, "bf16" the parameters stored in bfloat16; ONNX Runtime 1.30 runs both and
   gives Kiln's outputs on them, each within its 16-bit type's error of the float32 export;
@@ -86,6 +86,15 @@ def test_grad_scaler_trains_fp16_artifacts_and_skips_an_overflowing_update(tmp_p
     assert module.loss_scale == 8.0
     other.load_state_dict(saved)
     assert other.get_scale() == module.loss_scale == 2.0**39
+
+    # A fixed scale (IPUConfig's loss_scaling) skips the overflowing update and stays where it is.
+    fixed = GradScaler(module, init_scale=2.0**40, dynamic=False)
+    module(data[0]["input"], data[0]["labels"])
+    assert not fixed.step(optimizer)
+    fixed.update()
+    assert fixed.get_scale() == module.loss_scale == 2.0**40
+    module.lazy_reset_grad()
+    other.load_state_dict(saved)
 
     # Errors, as torch raises them, and a float32 module without a loss scale.
     with pytest.raises(RuntimeError, match="call step\\(\\) or unscale_\\(\\) first"):

@@ -85,5 +85,19 @@ TEST(GradScaler, StateRoundTripsWithTorchKeysAndBadStateIsCorrupt) {
   expect_error<InvalidArgument>([] { GradScaler({.growth_interval = 0}); }, "growth_interval must be >= 1");
 }
 
+// IPU-style fixed loss scaling: the scale stays whatever the updates find, and survives a
+// state_dict round trip.
+TEST(GradScaler, AFixedScaleNeverMoves) {
+  GradScaler g({.init_scale = 128, .growth_interval = 1, .dynamic = false});
+  g.update(false);
+  g.update(true);
+  g.update(false);
+  EXPECT_EQ(g.scale(), 128.0);
+  EXPECT_EQ(g.growth_tracker(), 0);
+  g.load_state_dict(g.state_dict());
+  g.update(true);
+  EXPECT_EQ(g.scale(), 128.0);
+}
+
 }  // namespace
 }  // namespace kiln::training

@@ -38,12 +38,21 @@ def _names(value, what, kind="parameter") -> list[str]:
     return names
 
 
-def _model_bytes(model) -> bytes:
+def _serialize(proto: onnx.ModelProto) -> bytes:
+    try:
+        return proto.SerializeToString()
+    except ValueError as e:  # protobuf refuses messages over 2 GiB
+        raise ValueError(f"the model is over protobuf's 2 GiB limit ({e}); save it with external data "
+                         "(onnx.save_model(..., save_as_external_data=True)) and pass its path") from None
+
+
+def _model_source(model):
+    """The model as core.generate_artifacts takes it: a path (read by Kiln, external data and all)
+    or serialized bytes."""
     if isinstance(model, onnx.ModelProto):
-        return model.SerializeToString()
+        return _serialize(model)
     if isinstance(model, (str, os.PathLike)):
-        with open(os.fspath(model), "rb") as f:
-            return f.read()
+        return os.fspath(model)
     raise TypeError(f"model must be an onnx.ModelProto or a path, not {type(model).__name__}")
 
 
@@ -56,7 +65,8 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None,
     folder).
 
     Args:
-        model: the forward model, an onnx.ModelProto or a path to one.
+        model: the forward model, an onnx.ModelProto or a path to one (a model over 2 GiB: a path,
+            its weights in external data beside it, which Kiln reads from there).
         requires_grad: the parameters to train (default: every floating-point initializer through
             which a gradient reaches the loss).
         frozen_params: parameters kept fixed (kept in the checkpoint, never updated).
@@ -100,19 +110,24 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None,
 
     from kiln.training import onnxblock
 
-    model_bytes = _model_bytes(model)
+    model_source = _model_source(model)
+    base_dir = ""
     if isinstance(loss, LossType):
         loss_name = loss.name
     elif loss is None:
         loss_name = "none"
     elif isinstance(loss, onnxblock.Block):
         # A custom loss: applied to the model's outputs in Python, then the model outputs the loss.
-        proto = onnx.load_from_string(model_bytes)
+        if isinstance(model_source, bytes):
+            proto = onnx.load_from_string(model_source)
+        else:  # large weights stay where they are: Kiln reads them from the model's folder
+            proto = onnx.load(model_source, load_external_data=False)
+            base_dir = os.path.dirname(os.path.abspath(model_source))
         built, loss_value = onnxblock.build_loss_model(proto, loss)
         block_requires, block_frozen = onnxblock.gradient_settings(loss)
         requires_grad = requires_grad + [n for n in block_requires if n not in requires_grad]
         frozen_params = frozen_params + [n for n in block_frozen if n not in frozen_params]
-        model_bytes = built.SerializeToString()
+        model_source = _serialize(built)
         loss_name, loss_inputs = "none", [loss_value]
     else:
         raise TypeError(f"loss must be a LossType, an onnxblock Block or None, not {type(loss).__name__}")
@@ -120,7 +135,8 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None,
     directory = os.getcwd() if artifact_directory is None else artifact_directory
     if not isinstance(directory, (str, os.PathLike)):
         raise TypeError(f"artifact_directory must be a str or os.PathLike, not {type(directory).__name__}")
-    core.generate_artifacts(model_bytes, os.fspath(directory), {
+    core.generate_artifacts(model_source, os.fspath(directory), {
+        "base_dir": base_dir,
         "requires_grad": requires_grad,
         "frozen_params": frozen_params,
         "loss": loss_name,

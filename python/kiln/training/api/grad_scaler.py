@@ -22,17 +22,20 @@ class GradScaler:
     gradients are divided back and checked, and an update whose gradients are not all finite is
     skipped, the scale multiplied by `backoff_factor`; after `growth_interval` finite updates in a
     row the scale is multiplied by `growth_factor`. `enabled=False` makes every method a pass-through
-    (torch's convention for code that runs with and without fp16)."""
+    (torch's convention for code that runs with and without fp16). `dynamic=False` (Kiln's keyword)
+    keeps the scale fixed at `init_scale`, as IPUConfig's loss_scaling does, while still skipping
+    updates whose gradients are not finite."""
 
     def __init__(self, module: Module, init_scale: float = 2.0**16, growth_factor: float = 2.0,
-                 backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True):
+                 backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True,
+                 dynamic: bool = True):
         if not isinstance(module, Module):
             raise TypeError(f"module must be a Module, not {type(module).__name__}")
         self._enabled = bool_arg(enabled, "enabled")
         self._module = module
         self._scaler = core.GradScaler(float_arg(init_scale, "init_scale"), float_arg(growth_factor, "growth_factor"),
                                        float_arg(backoff_factor, "backoff_factor"),
-                                       int_arg(growth_interval, "growth_interval"))
+                                       int_arg(growth_interval, "growth_interval"), bool_arg(dynamic, "dynamic"))
         self._found_inf = None  # this update's check, once unscale_ ran
         if self._enabled:
             if not module._model.scales_loss():
