@@ -60,8 +60,10 @@ SCALING = {
 THREADS_ROWS = ["bert", "gpt2"]  # the threads table
 # The gradient-checkpointing table (issue 19): each case with and without recompute.
 RECOMPUTE = {"gpt2": SCALING["gpt2"][-1], "resnet18-32": ROWS["resnet18-32"]}
-# The mixed-precision table (issue 19): the transformers in float32 and in bf16.
-BF16_ROWS = ["bert", "gpt2"]
+# The mixed-precision table (issue 19): the transformers (the target) and two convolutional
+# networks, in float32 and in bf16.
+BF16_ROWS = ["bert", "gpt2", "lenet", "resnet18-32"]
+BF16_TARGET_ROWS = ["bert", "gpt2"]
 MATMUL_ROWS = ["bert", "gpt2"]   # achieved matmul throughput
 
 

@@ -3,7 +3,7 @@ and returns True when Kiln (or a peer) failed on a row: that row says why, the o
 from dataclasses import replace
 
 import flops
-from cases import BF16_ROWS, MATMUL_ROWS, RECOMPUTE, SCALING, THREADS_ROWS, quick
+from cases import BF16_ROWS, BF16_TARGET_ROWS, MATMUL_ROWS, RECOMPUTE, SCALING, THREADS_ROWS, quick
 from common import THREADS, WAIT_POLICIES, KilnError, header, median
 from measure import PeerError, case_args, kiln_run_ms, ort_ms, torch_measure
 
@@ -267,7 +267,8 @@ def bf16_table(bench, names, compute_path):
     if not rows:
         return False
     native = not compute_path.startswith("float32")
-    target = f"target bf16 >= {TARGET_BF16_SPEEDUP}x faster" if native else "no target: products emulated"
+    target = (f"target bf16 >= {TARGET_BF16_SPEEDUP}x faster on {', '.join(BF16_TARGET_ROWS)}" if native
+              else "no target: products emulated")
     print(header(f"bf16 mixed precision: Kiln full training step, float32 and bf16 ({target}; bfloat16 products: "
                  f"{compute_path})", bench.rounds))
     print(f"{'model':<13} {'batch':>5} {'size':>7} {'N':>3} {'fp32 ms':>8} {'bf16 ms':>8} {'speedup':>8}")

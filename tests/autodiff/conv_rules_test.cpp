@@ -68,6 +68,15 @@ TEST(ConvGradient, BlockedLayoutChannels) {
             300);
 }
 
+// Maps so small that outer taps read only padding (ResNet's last stages at 32x32): the backward
+// primitives read the cropped weights and write the cropped taps of dW, the rest of dW is zero.
+TEST(ConvGradient, TapsThatReadOnlyPaddingAreCropped) {
+  run_cases({{{2, 8, 1, 1}, {4, 8, 3, 3}, {{"pads", ints({1, 1, 1, 1})}}},
+             {{2, 8, 2, 1}, {4, 8, 3, 3}, {{"pads", ints({1, 1, 1, 1})}}},
+             {{1, 8, 2, 2}, {4, 8, 5, 5}, {{"pads", ints({2, 2, 2, 2})}, {"strides", ints({2, 2})}}}},
+            350);
+}
+
 // Only the weight needs a gradient (a first layer): the input gradient is not computed.
 TEST(ConvGradient, WeightOnly) {
   both({conv(true, {{"pads", ints({1, 1, 1, 1})}}),

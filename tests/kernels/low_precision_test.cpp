@@ -2,7 +2,8 @@
 // always): MatMul, Gemm, Conv and FusedMatMul on bfloat16 and float16 operands give exactly the
 // float32 kernel's result on the same values, rounded once to the 16-bit type (both accumulate in
 // float32 in the same order). Native (oneDNN's bfloat16 kernels, where the CPU has the
-// instructions): within one bfloat16 rounding of the float64 product of the same values.
+// instructions; MatMul, Gemm, FusedMatMul, Conv, ConvGrad): within one bfloat16 rounding of the
+// float64 product of the same values.
 #include "kernels/cpu/low_precision.h"
 
 #include <gtest/gtest.h>
@@ -107,14 +108,19 @@ void expect_native_close(const Node& n, const std::vector<Tensor>& f32_inputs) {
     for (int64_t i = 0; i < a.numel(); ++i) a.data<double>()[i] = std::fabs(a.data<double>()[i]);
     magnitude.push_back(a);
   }
-  const Tensor want = run_node(n, wide).at(0);
-  const Tensor bound = run_node(n, magnitude).at(0);
-  const Tensor got = cast(run_node(n, low).at(0), DType::Float64);
-  ASSERT_EQ(got.shape(), want.shape());
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    const double w = want.data<double>()[i], g = got.data<double>()[i];
-    EXPECT_LE(std::fabs(g - w), std::ldexp(std::fabs(w), -8) + std::ldexp(bound.data<double>()[i], -14))
-        << n.op_type << " element " << i << ": " << g << " vs " << w;
+  const std::vector<Tensor> want = run_node(n, wide), bound = run_node(n, magnitude), got16 = run_node(n, low);
+  ASSERT_EQ(got16.size(), want.size());
+  for (size_t o = 0; o < want.size(); ++o) {
+    ASSERT_EQ(got16[o].dtype(), DType::BFloat16) << n.op_type << " output " << o;
+    const Tensor got = cast(got16[o], DType::Float64);
+    ASSERT_EQ(got.shape(), want[o].shape());
+    int64_t bad = 0;
+    for (int64_t i = 0; i < want[o].numel(); ++i) {
+      const double w = want[o].data<double>()[i], g = got.data<double>()[i];
+      bad += std::fabs(g - w) > std::ldexp(std::fabs(w), -8) + std::ldexp(bound[o].data<double>()[i], -14);
+    }
+    EXPECT_EQ(bad, 0) << n.op_type << " output " << o << ": " << bad << " of " << want[o].numel()
+                      << " elements off by more than a bfloat16 rounding";
   }
 }
 
@@ -136,6 +142,24 @@ TEST(LowPrecisionKernels, NativeBfloat16ProductsAreWithinOneRoundingOfExact) {
       expect_native_close(fused, {random_tensor(ta ? Shape{2, 96, 80} : Shape{2, 80, 96}, 8),
                                   random_tensor(tb ? Shape{48, 96} : Shape{96, 48}, 9)});
     }
+}
+
+// Convolutions on oneDNN's bfloat16 kernels: forward with bias, and the three gradients (k up to
+// 16 x 9 = 144 terms for the forward and dX, 2 x 10 x 10 = 200 for dW and dB).
+TEST(LowPrecisionKernels, NativeBfloat16ConvolutionsAreWithinOneRoundingOfExact) {
+  if (!bf16_native()) GTEST_SKIP() << "this CPU computes bfloat16 products in float32: " << bf16_compute_path();
+  Node conv = node_of("Conv", {"x", "w", "b"});
+  conv.attrs["pads"] = Attribute::of_ints({1, 1, 1, 1});
+  expect_native_close(conv,
+                      {random_tensor({2, 16, 10, 10}, 11), random_tensor({32, 16, 3, 3}, 12), random_tensor({32}, 13)});
+  Node strided = node_of("Conv", {"x", "w"});
+  strided.attrs["strides"] = Attribute::of_ints({2, 2});
+  expect_native_close(strided, {random_tensor({2, 3, 11, 11}, 14), random_tensor({8, 3, 5, 5}, 15)});
+  Node grad = node_of("ConvGrad", {"dy", "x", "w"}, kKilnDomain);
+  grad.outputs = {"dx", "dw", "db"};
+  grad.attrs["pads"] = Attribute::of_ints({1, 1, 1, 1});
+  expect_native_close(grad, {random_tensor({2, 32, 10, 10}, 16), random_tensor({2, 16, 10, 10}, 17),
+                             random_tensor({32, 16, 3, 3}, 18)});
 }
 
 TEST(LowPrecisionKernels, KilnBf16ModeIsCheckedAndEmulateAlwaysWorks) {

@@ -67,41 +67,10 @@ ConvShape conv_shape(const Node& node, const InferContext& ctx) {
   return s;
 }
 
-// The kernel taps that read the input somewhere, per spatial dim: on small maps (ResNet's last
-// stages at 32x32 have 2x2 and 1x1 maps) the outer taps of a padded 3x3 kernel read only padding,
-// whose zeros add nothing. Cropping them is exact and removes their multiply-adds: a 3x3 kernel
-// over a 1x1 map with padding 1 is a 1x1 convolution. `first`/`last` are inclusive tap indices;
-// a dim is left whole when cropping would need a negative padding.
-struct TapCrop {
-  std::vector<int64_t> first, last, pad_begin, pad_end;
-  bool any = false;
-};
+using conv::TapCrop;
 
 TapCrop crop_taps(const Shape& x, const dnnl_util::Window& win) {
-  const size_t n = win.kernel.size();
-  TapCrop c{std::vector<int64_t>(n, 0), {}, win.pad_begin, win.pad_end};
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t k = win.kernel[i], d = win.dilations[i], s = win.strides[i], p = win.pad_begin[i];
-    const int64_t in = x[i + 2], out = win.out[i];
-    c.last.push_back(k - 1);
-    const auto used = [&](int64_t tap) {  // some output's window puts this tap inside the input
-      const int64_t lo = tap * d - p;     // the input index it reads for output 0
-      const int64_t o = lo >= 0 ? 0 : (-lo + s - 1) / s;
-      return o < out && o * s + lo < in;
-    };
-    int64_t first = 0, last = k - 1;
-    while (first < k && !used(first)) ++first;
-    while (last > first && !used(last)) --last;
-    if (first == k || (first == 0 && last == k - 1)) continue;
-    const int64_t pb = p - first * d, pe = (out - 1) * s + (last - first) * d + 1 - in - pb;
-    if (pb < 0 || pe < 0) continue;
-    c.first[i] = first;
-    c.last[i] = last;
-    c.pad_begin[i] = pb;
-    c.pad_end[i] = pe;
-    c.any = true;
-  }
-  return c;
+  return conv::crop_taps(x, win.kernel, win.strides, win.dilations, win.pad_begin, win.pad_end, win.out);
 }
 
 // Whether the convolution is one matrix product y[n, m] = x'[n, :] . w'[m, :] + b[m], w' the
@@ -123,31 +92,12 @@ Product one_product(const ConvShape& s, const TapCrop& c) {
   return whole ? Product::WholeInput : first ? Product::FirstElement : Product::None;
 }
 
-// w[M, C, k...] cropped to the taps [first, last] of each spatial dim, contiguous, into `out`.
-void copy_taps(const float* w, const Shape& wshape, const TapCrop& c, float* out) {
-  const size_t nsp = wshape.size() - 2;
-  const Strides st = contiguous_strides(wshape);
-  Shape taps(nsp);
-  int64_t per_row = 1;
-  for (size_t i = 0; i < nsp; ++i) per_row *= taps[i] = c.last[i] - c.first[i] + 1;
-  int64_t base = 0;
-  for (size_t i = 0; i < nsp; ++i) base += c.first[i] * st[i + 2];
-  std::vector<int64_t> offsets(static_cast<size_t>(per_row));
-  for (int64_t t = 0; t < per_row; ++t) {
-    int64_t off = base;
-    for (int64_t rem = t, i = static_cast<int64_t>(nsp) - 1; i >= 0; --i) {
-      off += (rem % taps[size_t(i)]) * st[size_t(i) + 2];
-      rem /= taps[size_t(i)];
-    }
-    offsets[size_t(t)] = off;
-  }
-  for (int64_t row = 0; row < wshape[0] * wshape[1]; ++row)
-    for (int64_t t = 0; t < per_row; ++t) out[row * per_row + t] = w[row * st[1] + offsets[size_t(t)]];
-}
+using conv::copy_taps;
 
-class ConvF32 final : public Kernel {
+// float32, or native bfloat16 (low_precision.h), on oneDNN.
+class ConvDnnl final : public NativeBf16Kernel {
  public:
-  using Kernel::Kernel;
+  ConvDnnl(const Node& node, memory::data_type dt) : NativeBf16Kernel(node), dt_(dt) {}
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     s_ = conv_shape(node_, ctx);
     built_ = false;
@@ -155,7 +105,7 @@ class ConvF32 final : public Kernel {
     return {TensorMeta{ctx.dtype(0), s_.y, ctx.input(0).dynamic, Tensor()}};
   }
   void prepare(const InferContext& ctx, const std::vector<TensorMeta>&) override {
-    build();
+    if (!built_) build();
     // Weights known at plan time (an initializer: inference graphs) are put into the primitive's
     // layout once here instead of on every call; ResNet-18's 3x3 weights took a third of its
     // forward pass in those reorders. A Session's initializers do not change while it lives.
@@ -188,6 +138,16 @@ class ConvF32 final : public Kernel {
     dnnl_util::finish_output(dst_, y, "the convolution output");
   }
 
+  // bfloat16: whether oneDNN has a bfloat16 convolution for these shapes, not its reference loops.
+  bool supported() override {
+    try {
+      build();
+    } catch (const Unsupported&) {
+      return false;
+    }
+    return numel(s_.y) == 0 || impl_.rfind("ref", 0) != 0;
+  }
+
  private:
   // y[N, M] = x[N, C * spatial] . w'[M, C * taps]^T (+ b): oneDNN's convolution took 0.25 ms for
   // ResNet-18's 3x3 convolutions over 1x1 maps at batch 32, the product 0.07.
@@ -218,7 +178,8 @@ class ConvF32 final : public Kernel {
     built_ = true;
     if (numel(s_.y) == 0) return;
     crop_ = crop_taps(s_.x, s_.win);
-    const Product product = one_product(s_, crop_);
+    // The matrix-product shortcut copies float32 taps; bfloat16 takes the convolution.
+    const Product product = dt_ == memory::data_type::f32 ? one_product(s_, crop_) : Product::None;
     product_ = product != Product::None;
     if (product_) {
       const int64_t n = s_.x[0], m = s_.w[0], spatial = numel(s_.x) / (s_.x[0] * s_.x[1]);
@@ -245,7 +206,7 @@ class ConvF32 final : public Kernel {
     }
     // With taps cropped, the weights are read in place as a sub-tensor of the ONNX weights.
     const TapCrop& crop = crop_;
-    memory::desc wp = dnnl_util::plain_desc(wdims);
+    memory::desc wp = dnnl_util::plain_desc(wdims, dt_);
     const size_t lead = wdims.size() - s_.win.kernel.size();
     if (crop.any) {
       Shape cropped = wdims, offsets(wdims.size(), 0);
@@ -256,13 +217,14 @@ class ConvF32 final : public Kernel {
       wp = wp.submemory_desc(to_dims(cropped), to_dims(offsets));
       wdims = cropped;
     }
-    const memory::desc xp = dnnl_util::plain_desc(s_.x), yp = dnnl_util::plain_desc(s_.y);
-    const memory::desc bp = s_.has_bias ? dnnl_util::plain_desc({s_.w[0]}) : memory::desc();
+    const memory::desc xp = dnnl_util::plain_desc(s_.x, dt_), yp = dnnl_util::plain_desc(s_.y, dt_);
+    const memory::desc bp = s_.has_bias ? dnnl_util::plain_desc({s_.w[0]}, dt_) : memory::desc();
     std::vector<int64_t> dil = s_.win.dilations;
     for (int64_t& d : dil) d -= 1;  // oneDNN counts the holes between taps
+    const char* type = dt_ == memory::data_type::f32 ? "float" : "bfloat16";
     const std::string what =
-        fmt::format("build a convolution for input float{} and weight float{}", to_string(s_.x), to_string(s_.w));
-    auto any = [](const Shape& s) { return memory::desc(to_dims(s), memory::data_type::f32, memory::format_tag::any); };
+        fmt::format("build a convolution for input {}{} and weight {}{}", type, to_string(s_.x), type, to_string(s_.w));
+    auto any = [&](const Shape& s) { return memory::desc(to_dims(s), dt_, memory::format_tag::any); };
     dnnl::convolution_forward::primitive_desc pd = dnnl_util::checked(what, [&] {
       dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                         conv::blocked_input(s_.x[1]) ? any(s_.x) : xp, any(wdims), bp, any(s_.y),
@@ -276,9 +238,12 @@ class ConvF32 final : public Kernel {
       dst_ = dnnl_util::operand(yp, pd.dst_desc(), true);
       bias_ = bp;
       prim_ = dnnl::convolution_forward(pd);
+      impl_ = pd.impl_info_str();
     });
   }
 
+  memory::data_type dt_;
+  std::string impl_;  // oneDNN's implementation ("brgconv:avx512_core", "ref:any", ...)
   ConvShape s_;
   bool built_ = false;
   dnnl_util::Operand src_, wei_, dst_;
@@ -316,10 +281,13 @@ class ConvF64 final : public Kernel {
 
 const KernelRegistrar conv_f64({"", "Conv", 1, kMaxOpset, {DType::Float64}},
                                [](const Node& n) { return std::make_unique<ConvF64>(n); });
-const KernelRegistrar conv_f32({"", "Conv", 1, kMaxOpset, {DType::Float32}},
-                               [](const Node& n) { return std::make_unique<ConvF32>(n); });
-const KernelRegistrar conv_low({"", "Conv", 1, kMaxOpset, {DType::BFloat16, DType::Float16}},
-                               via_float32([](const Node& n) { return std::make_unique<ConvF32>(n); }));
+std::unique_ptr<Kernel> make_f32(const Node& n) { return std::make_unique<ConvDnnl>(n, memory::data_type::f32); }
+const KernelRegistrar conv_f32({"", "Conv", 1, kMaxOpset, {DType::Float32}}, make_f32);
+const KernelRegistrar conv_bf16(
+    {"", "Conv", 1, kMaxOpset, {DType::BFloat16}},
+    bf16_kernels_where_supported([](const Node& n) { return std::make_unique<ConvDnnl>(n, memory::data_type::bf16); },
+                                 make_f32));
+const KernelRegistrar conv_f16({"", "Conv", 1, kMaxOpset, {DType::Float16}}, via_float32(make_f32));
 
 }  // namespace
 }  // namespace kiln

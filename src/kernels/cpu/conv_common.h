@@ -8,6 +8,7 @@
 // refuses (ConvTranspose outputs past the full line: a negative pad_end).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -31,6 +32,92 @@ struct Problem {
 // the output's reorder; a blocked input pads its channels to 8 or 16, which below 4 channels makes
 // backward-data 2-3x slower than plain, so such inputs stay plain.
 inline bool blocked_input(int64_t channels) { return channels >= 4; }
+
+// The kernel taps that read the input somewhere, per spatial dim: on small maps (ResNet's last
+// stages at 32x32 have 2x2 and 1x1 maps) the outer taps of a padded 3x3 kernel read only padding,
+// whose zeros add nothing. Cropping them is exact and removes their multiply-adds: a 3x3 kernel
+// over a 1x1 map with padding 1 is a 1x1 convolution. `first`/`last` are inclusive tap indices;
+// a dim is left whole when cropping would need a negative padding.
+struct TapCrop {
+  std::vector<int64_t> first, last, pad_begin, pad_end;
+  bool any = false;
+};
+
+// `x`: [N, C, in...]; the other vectors per spatial dim.
+inline TapCrop crop_taps(const Shape& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
+                         const std::vector<int64_t>& dilations, const std::vector<int64_t>& pad_begin,
+                         const std::vector<int64_t>& pad_end, const std::vector<int64_t>& out_sizes) {
+  const size_t n = kernel.size();
+  TapCrop c{std::vector<int64_t>(n, 0), {}, pad_begin, pad_end};
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t k = kernel[i], d = dilations[i], s = strides[i], p = pad_begin[i];
+    const int64_t in = x[i + 2], out = out_sizes[i];
+    c.last.push_back(k - 1);
+    const auto used = [&](int64_t tap) {  // some output's window puts this tap inside the input
+      const int64_t lo = tap * d - p;     // the input index it reads for output 0
+      const int64_t o = lo >= 0 ? 0 : (-lo + s - 1) / s;
+      return o < out && o * s + lo < in;
+    };
+    int64_t first = 0, last = k - 1;
+    while (first < k && !used(first)) ++first;
+    while (last > first && !used(last)) --last;
+    if (first == k || (first == 0 && last == k - 1)) continue;
+    const int64_t pb = p - first * d, pe = (out - 1) * s + (last - first) * d + 1 - in - pb;
+    if (pb < 0 || pe < 0) continue;
+    c.first[i] = first;
+    c.last[i] = last;
+    c.pad_begin[i] = pb;
+    c.pad_end[i] = pe;
+    c.any = true;
+  }
+  return c;
+}
+
+// Where each kept tap of a weight row [k...] sits in it, for copy_taps and expand_taps.
+inline std::vector<int64_t> tap_offsets(const Shape& wshape, const TapCrop& c) {
+  const size_t nsp = wshape.size() - 2;
+  const Strides st = contiguous_strides(wshape);
+  Shape taps(nsp);
+  int64_t per_row = 1;
+  for (size_t i = 0; i < nsp; ++i) per_row *= taps[i] = c.last[i] - c.first[i] + 1;
+  int64_t base = 0;
+  for (size_t i = 0; i < nsp; ++i) base += c.first[i] * st[i + 2];
+  std::vector<int64_t> offsets(static_cast<size_t>(per_row));
+  for (int64_t t = 0; t < per_row; ++t) {
+    int64_t off = base;
+    for (int64_t rem = t, i = static_cast<int64_t>(nsp) - 1; i >= 0; --i) {
+      off += (rem % taps[size_t(i)]) * st[size_t(i) + 2];
+      rem /= taps[size_t(i)];
+    }
+    offsets[size_t(t)] = off;
+  }
+  return offsets;
+}
+
+// w[M, C, k...] cropped to the taps [first, last] of each spatial dim, contiguous, into `out`.
+template <class T>
+void copy_taps(const T* w, const Shape& wshape, const TapCrop& c, T* out) {
+  const std::vector<int64_t> offsets = tap_offsets(wshape, c);
+  const int64_t per_row = static_cast<int64_t>(offsets.size()), k = numel(wshape) / (wshape[0] * wshape[1]);
+  parallel_for(wshape[0] * wshape[1], 4096 / std::max<int64_t>(1, per_row), [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row)
+      for (int64_t t = 0; t < per_row; ++t) out[row * per_row + t] = w[row * k + offsets[size_t(t)]];
+  });
+}
+
+// The inverse for a gradient: w[M, C, k...] gets the cropped taps back in place and zeros elsewhere.
+template <class T>
+void expand_taps(const T* cropped, const Shape& wshape, const TapCrop& c, T* w) {
+  const std::vector<int64_t> offsets = tap_offsets(wshape, c);
+  const int64_t per_row = static_cast<int64_t>(offsets.size()), k = numel(wshape) / (wshape[0] * wshape[1]);
+  parallel_for(wshape[0] * wshape[1], 4096 / std::max<int64_t>(1, k), [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      T* r = w + row * k;
+      std::fill(r, r + k, T{});
+      for (int64_t t = 0; t < per_row; ++t) r[offsets[size_t(t)]] = cropped[row * per_row + t];
+    }
+  });
+}
 
 // Spatial geometry padded to three dims (size 1, kernel 1) so one loop nest serves 1-D to 3-D.
 struct Geometry {
@@ -160,15 +247,24 @@ void channel_sum(const Shape& shape, const T* t, T* db) {
 // runs the direct loops.
 class DnnlConv {
  public:
-  bool build(const Problem& pr, bool forward, bool data, bool weights, bool bias);
+  // false when oneDNN has no implementation for the geometry, or (`native_only`) only its
+  // reference loops. `dt`: f32, or bf16 (native bfloat16 with float32 accumulation).
+  bool build(const Problem& pr, bool forward, bool data, bool weights, bool bias,
+             dnnl::memory::data_type dt = dnnl::memory::data_type::f32, bool native_only = false);
   void forward(const Tensor& x, const Tensor& w, Tensor& y);
   void data(const Tensor& dy, const Tensor& w, Tensor& dx);
   // `dy_from_data`: data() ran in this same kernel call with the same dy, so when both passes
   // want dy in the same layout its reordered copy is taken from there instead of made again.
-  void weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db, bool dy_from_data = false);
+  void weights(const Tensor& x, const Tensor& dy, Tensor& dw_out, Tensor* db, bool dy_from_data = false);
 
  private:
+  // The weights' taps the primitives read (a contiguous copy), and dW's they write.
+  Tensor kept_taps(const Tensor& w) const;
+
   bool has_bias_ = false;
+  TapCrop crop_;
+  Shape w_shape_, cropped_w_shape_;  // ONNX layout [M, C/group, k...], and with the kept taps
+  DType dtype_ = DType::Float32;
   dnnl_util::Operand fw_x_, fw_w_, fw_y_;
   dnnl_util::Operand bd_dy_, bd_w_, bd_dx_;
   dnnl_util::Operand bw_x_, bw_dy_, bw_dw_;

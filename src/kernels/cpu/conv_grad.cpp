@@ -4,8 +4,10 @@
 // ConvTransposeGrad shares.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "core/scratch.h"
 #include "kernels/cpu/conv_common.h"
 #include "kernels/cpu/low_precision.h"
 #include "kiln/graph.h"
@@ -27,22 +29,40 @@ std::array<bool, 3> output_mask(const Node& node) {
   return out;
 }
 
-bool DnnlConv::build(const Problem& pr, bool forward, bool data, bool weights, bool bias) {
+namespace {
+bool is_reference(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }
+}  // namespace
+
+bool DnnlConv::build(const Problem& pr, bool forward, bool data, bool weights, bool bias, memory::data_type dt,
+                     bool native_only) {
   has_bias_ = weights && bias;
   Shape wdims = pr.w;
   if (pr.group > 1) {  // oneDNN's grouped weights [G, M/G, C/G, k...] are ONNX's [M, C/G, k...] split.
     wdims[0] = pr.w[0] / pr.group;
     wdims.insert(wdims.begin(), pr.group);
   }
-  const memory::desc xp = dnnl_util::plain_desc(pr.x), wp = dnnl_util::plain_desc(wdims),
-                     yp = dnnl_util::plain_desc(pr.y);
-  const memory::desc bp = dnnl_util::plain_desc({pr.w[0]});
+  // Taps that read only padding are left out (conv_common.h): the primitives read a contiguous
+  // copy of the weights' remaining taps and write those of dW, which expand_taps puts in place.
+  const std::vector<int64_t> kernel(pr.w.begin() + 2, pr.w.end()), out(pr.y.begin() + 2, pr.y.end());
+  crop_ = crop_taps(pr.x, kernel, pr.strides, pr.dilations, pr.pad_begin, pr.pad_end, out);
+  w_shape_ = cropped_w_shape_ = pr.w;
+  if (crop_.any) {
+    const size_t lead = wdims.size() - kernel.size();
+    for (size_t i = 0; i < kernel.size(); ++i) {
+      wdims[lead + i] = crop_.last[i] - crop_.first[i] + 1;
+      cropped_w_shape_[2 + i] = wdims[lead + i];
+    }
+  }
+  dtype_ = dt == memory::data_type::bf16 ? DType::BFloat16 : DType::Float32;
+  const memory::desc wp = dnnl_util::plain_desc(wdims, dt);
+  const memory::desc xp = dnnl_util::plain_desc(pr.x, dt), yp = dnnl_util::plain_desc(pr.y, dt);
+  const memory::desc bp = dnnl_util::plain_desc({pr.w[0]}, dt);
   std::vector<int64_t> dil = pr.dilations;
   for (int64_t& d : dil) d -= 1;  // oneDNN counts the holes between taps
-  auto any = [](const Shape& s) { return memory::desc(to_dims(s), memory::data_type::f32, memory::format_tag::any); };
+  auto any = [&](const Shape& s) { return memory::desc(to_dims(s), dt, memory::format_tag::any); };
   const memory::desc xa = blocked_input(pr.x[1]) ? any(pr.x) : xp, wa = any(wdims), ya = any(pr.y);
-  const auto strides = to_dims(pr.strides), dilations = to_dims(dil), pl = to_dims(pr.pad_begin),
-             pr_ = to_dims(pr.pad_end);
+  const auto strides = to_dims(pr.strides), dilations = to_dims(dil), pl = to_dims(crop_.pad_begin),
+             pr_ = to_dims(crop_.pad_end);
   try {
     const dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, xa,
                                              wa, has_bias_ ? bp : memory::desc(), ya, strides, dilations, pl, pr_);
@@ -51,6 +71,7 @@ bool DnnlConv::build(const Problem& pr, bool forward, bool data, bool weights, b
       const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                               xa, wa, ya, strides, dilations, pl, pr_);
       const dnnl::convolution_forward::primitive_desc pd(d, dnnl_util::engine());
+      if (native_only && is_reference(pd.impl_info_str())) return false;
       fw_x_ = dnnl_util::operand(xp, pd.src_desc(), false);
       fw_w_ = dnnl_util::operand(wp, pd.weights_desc(), false);
       fw_y_ = dnnl_util::operand(yp, pd.dst_desc(), true);
@@ -60,6 +81,7 @@ bool DnnlConv::build(const Problem& pr, bool forward, bool data, bool weights, b
       const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, xa, wa, ya, strides, dilations,
                                                     pl, pr_);
       const dnnl::convolution_backward_data::primitive_desc pd(d, dnnl_util::engine(), hint);
+      if (native_only && is_reference(pd.impl_info_str())) return false;
       bd_dy_ = dnnl_util::operand(yp, pd.diff_dst_desc(), false);
       bd_w_ = dnnl_util::operand(wp, pd.weights_desc(), false);
       bd_dx_ = dnnl_util::operand(xp, pd.diff_src_desc(), true);
@@ -72,6 +94,7 @@ bool DnnlConv::build(const Problem& pr, bool forward, bool data, bool weights, b
                     : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, xa, wa, ya, strides,
                                                                dilations, pl, pr_);
       const dnnl::convolution_backward_weights::primitive_desc pd(d, dnnl_util::engine(), hint);
+      if (native_only && is_reference(pd.impl_info_str())) return false;
       bw_x_ = dnnl_util::operand(xp, pd.src_desc(), false);
       bw_dy_ = dnnl_util::operand(yp, pd.diff_dst_desc(), false);
       bw_dw_ = dnnl_util::operand(wp, pd.diff_weights_desc(), true);
@@ -84,10 +107,24 @@ bool DnnlConv::build(const Problem& pr, bool forward, bool data, bool weights, b
   return true;
 }
 
+// A tensor of `shape` in per-call scratch memory (core/scratch.h).
+Tensor scratch_tensor(DType dtype, const Shape& shape) {
+  return Tensor::wrap(scratch_take(std::max<size_t>(1, static_cast<size_t>(numel(shape)) * dtype_size(dtype))), dtype,
+                      shape);
+}
+
+Tensor DnnlConv::kept_taps(const Tensor& w) const {
+  if (!crop_.any) return w;
+  Tensor out = scratch_tensor(dtype_, cropped_w_shape_);
+  if (dtype_ == DType::Float32) copy_taps(w.data<float>(), w_shape_, crop_, out.data<float>());
+  else copy_taps(static_cast<const uint16_t*>(w.raw_data()), w_shape_, crop_, static_cast<uint16_t*>(out.raw_data()));
+  return out;
+}
+
 void DnnlConv::forward(const Tensor& x, const Tensor& w, Tensor& y) {
   std::unordered_map<int, memory> args;
   dnnl_util::bind(DNNL_ARG_SRC, fw_x_, x, args);
-  dnnl_util::bind(DNNL_ARG_WEIGHTS, fw_w_, w, args);
+  dnnl_util::bind(DNNL_ARG_WEIGHTS, fw_w_, kept_taps(w), args);
   dnnl_util::bind_output(DNNL_ARG_DST, fw_y_, y, args);
   dnnl_util::execute(forward_prim_, args, "convolution");
   dnnl_util::finish_output(fw_y_, y, "the convolution output");
@@ -96,13 +133,14 @@ void DnnlConv::forward(const Tensor& x, const Tensor& w, Tensor& y) {
 void DnnlConv::data(const Tensor& dy, const Tensor& w, Tensor& dx) {
   std::unordered_map<int, memory> args;
   dnnl_util::bind(DNNL_ARG_DIFF_DST, bd_dy_, dy, args);
-  dnnl_util::bind(DNNL_ARG_WEIGHTS, bd_w_, w, args);
+  dnnl_util::bind(DNNL_ARG_WEIGHTS, bd_w_, kept_taps(w), args);
   dnnl_util::bind_output(DNNL_ARG_DIFF_SRC, bd_dx_, dx, args);
   dnnl_util::execute(data_prim_, args, "convolution backward data");
   dnnl_util::finish_output(bd_dx_, dx, "the input gradient");
 }
 
-void DnnlConv::weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db, bool dy_from_data) {
+void DnnlConv::weights(const Tensor& x, const Tensor& dy, Tensor& dw_out, Tensor* db, bool dy_from_data) {
+  Tensor dw = crop_.any ? scratch_tensor(dtype_, cropped_w_shape_) : dw_out;
   std::unordered_map<int, memory> args;
   dnnl_util::bind(DNNL_ARG_SRC, bw_x_, x, args);
   if (dy_from_data && bd_dy_.reordered() && bw_dy_.reordered() && bd_dy_.inner == bw_dy_.inner)
@@ -112,6 +150,11 @@ void DnnlConv::weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db
   if (has_bias_ && db) args[DNNL_ARG_DIFF_BIAS] = dnnl_util::memory_of(bias_, *db);
   dnnl_util::execute(weights_prim_, args, "convolution backward weights");
   dnnl_util::finish_output(bw_dw_, dw, "the weight gradient");
+  if (!crop_.any) return;
+  if (dtype_ == DType::Float32) expand_taps(dw.data<float>(), w_shape_, crop_, dw_out.data<float>());
+  else
+    expand_taps(static_cast<const uint16_t*>(dw.raw_data()), w_shape_, crop_,
+                static_cast<uint16_t*>(dw_out.raw_data()));
 }
 
 }  // namespace conv
@@ -121,10 +164,18 @@ namespace {
 std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
 
 // (dY, X, W) -> (dX, dW, dB) of Y = Conv(X, W, B) with Conv's attributes; auto_pad is resolved
-// here, against X's shape, exactly as the forward kernel does.
-class ConvGradKernel final : public Kernel {
+// here, against X's shape, exactly as the forward kernel does. bfloat16 (low_precision.h) runs
+// oneDNN's bfloat16 backward passes where it has them.
+class ConvGradKernel final : public NativeBf16Kernel {
  public:
-  using Kernel::Kernel;
+  using NativeBf16Kernel::NativeBf16Kernel;
+
+  // bfloat16: oneDNN has bfloat16 backward passes (not its reference loops) for these shapes, and
+  // dW is asked for whenever dB is (dB alone is summed by a float loop).
+  bool supported() override {
+    build();
+    return use_dnnl_ && (mask_[1] || !mask_[2]);
+  }
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& dy = ctx.input(0);
@@ -164,7 +215,9 @@ class ConvGradKernel final : public Kernel {
     return {meta(0, x.shape), meta(1, w.shape), meta(2, {w.shape[0]})};
   }
 
-  void prepare(const InferContext&, const std::vector<TensorMeta>&) override { build(); }
+  void prepare(const InferContext&, const std::vector<TensorMeta>&) override {
+    if (!built_) build();
+  }
 
   void compute(ComputeContext& ctx) override {
     if (!built_) build();
@@ -198,8 +251,10 @@ class ConvGradKernel final : public Kernel {
  private:
   void build() {
     built_ = true;
-    use_dnnl_ = dtype_ == DType::Float32 && numel(p_.y) > 0 && numel(p_.x) > 0 &&
-                dnnl_.build(p_, false, mask_[0], mask_[1], mask_[1] && mask_[2]);
+    const bool low = dtype_ == DType::BFloat16;
+    use_dnnl_ = (dtype_ == DType::Float32 || low) && numel(p_.y) > 0 && numel(p_.x) > 0 &&
+                dnnl_.build(p_, false, mask_[0], mask_[1], mask_[1] && mask_[2],
+                            low ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32, low);
   }
 
   conv::Problem p_;
@@ -209,10 +264,12 @@ class ConvGradKernel final : public Kernel {
   conv::DnnlConv dnnl_;
 };
 
-const KernelRegistrar reg({kKilnDomain, "ConvGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
-                          [](const Node& n) { return std::make_unique<ConvGradKernel>(n); });
-const KernelRegistrar reg_low({kKilnDomain, "ConvGrad", 1, kMaxOpset, {DType::BFloat16, DType::Float16}},
-                              via_float32([](const Node& n) { return std::make_unique<ConvGradKernel>(n); }));
+std::unique_ptr<Kernel> make(const Node& n) { return std::make_unique<ConvGradKernel>(n); }
+const KernelRegistrar reg({kKilnDomain, "ConvGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}}, make);
+const KernelRegistrar reg_bf16(
+    {kKilnDomain, "ConvGrad", 1, kMaxOpset, {DType::BFloat16}},
+    bf16_kernels_where_supported([](const Node& n) { return std::make_unique<ConvGradKernel>(n); }, make));
+const KernelRegistrar reg_f16({kKilnDomain, "ConvGrad", 1, kMaxOpset, {DType::Float16}}, via_float32(make));
 const OpDocRegistrar doc(
     {kKilnDomain,
      "ConvGrad",

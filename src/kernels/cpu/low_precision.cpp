@@ -201,6 +201,48 @@ KernelFactory bf16_kernels(KernelFactory native, KernelFactory float32) {
   };
 }
 
+namespace {
+
+// Native where the geometry has a bfloat16 implementation, widened float32 elsewhere: decided when
+// the plan is prepared, for its shapes.
+class NativeWhereSupported : public Kernel {
+ public:
+  NativeWhereSupported(const Node& node, std::unique_ptr<NativeBf16Kernel> native, std::unique_ptr<Kernel> wide)
+      : Kernel(node), native_(std::move(native)), wide_(std::move(wide)) {}
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    decided_ = false;
+    return native_->infer(ctx);
+  }
+  void prepare(const InferContext& ctx, const std::vector<TensorMeta>& outputs) override {
+    use_native_ = native_->supported();
+    if (use_native_) {
+      native_->prepare(ctx, outputs);
+    } else {
+      (void)wide_->infer(ctx);
+      wide_->prepare(ctx, outputs);
+    }
+    decided_ = true;
+  }
+  void compute(ComputeContext& ctx) override {
+    if (!decided_) throw Error(fmt::format("{}: the kernel ran before its plan was prepared", node_.label()));
+    (use_native_ ? static_cast<Kernel&>(*native_) : *wide_).compute(ctx);
+  }
+
+ private:
+  std::unique_ptr<NativeBf16Kernel> native_;
+  std::unique_ptr<Kernel> wide_;
+  bool decided_ = false, use_native_ = false;
+};
+
+}  // namespace
+
+KernelFactory bf16_kernels_where_supported(NativeBf16Factory native, KernelFactory float32) {
+  return [native = std::move(native), emulated = via_float32(std::move(float32))](const Node& n) {
+    if (!bf16_native()) return emulated(n);
+    return std::unique_ptr<Kernel>(std::make_unique<NativeWhereSupported>(n, native(n), emulated(n)));
+  };
+}
+
 const char* bf16_compute_path() {
   static const std::string native =
       "native (oneDNN " + native_bf16_impl() + ": bfloat16 operands, float32 accumulation)";

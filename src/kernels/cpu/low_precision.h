@@ -35,4 +35,18 @@ bool bf16_native();
 // via_float32(float32).
 KernelFactory bf16_kernels(KernelFactory native, KernelFactory float32);
 
+// A native bfloat16 kernel that has oneDNN bfloat16 implementations for some geometries only
+// (convolutions: oneDNN falls back to its reference loops for others). After infer(), supported()
+// says whether this node's shapes have one.
+class NativeBf16Kernel : public Kernel {
+ public:
+  using Kernel::Kernel;
+  virtual bool supported() = 0;
+};
+using NativeBf16Factory = std::function<std::unique_ptr<NativeBf16Kernel>(const Node&)>;
+
+// As bf16_kernels, but the native kernel runs only where supported() holds for the planned shapes;
+// elsewhere the float32 kernel over widened inputs does.
+KernelFactory bf16_kernels_where_supported(NativeBf16Factory native, KernelFactory float32);
+
 }  // namespace kiln
