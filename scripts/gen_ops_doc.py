@@ -62,6 +62,10 @@ def main():
         "",
         "## Ops Kiln runs",
         "",
+        "The dtypes are those of each op's own kernels. An op with a float32 kernel and none for bfloat16",
+        "or float16 runs those too: on its float32 kernel over the widened inputs, each output rounded to",
+        "the 16-bit type (src/kernels/registry.cpp).",
+        "",
         "| op | domain | opsets | dtypes (of the type-deciding input) | conformance cases passed |",
         "| --- | --- | --- | --- | --- |",
     ]

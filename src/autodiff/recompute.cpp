@@ -30,6 +30,9 @@ struct Forward {
   std::vector<size_t> order;                         // forward nodes, topologically
   std::unordered_map<std::string, size_t> position;  // forward value -> position of its producer
   std::unordered_set<std::string> dependent;         // forward values computed from a parameter
+  // Values computed from a graph input (parameters included). The others are constants that a
+  // Session folds once and keeps: a copy would only fold them again and keep them twice.
+  std::unordered_set<std::string> runtime;
 };
 
 Forward forward_of(const Graph& g, size_t forward_nodes, const std::vector<std::string>& parameters) {
@@ -37,14 +40,20 @@ Forward forward_of(const Graph& g, size_t forward_nodes, const std::vector<std::
   for (size_t i : g.topological_order())
     if (i < forward_nodes) f.order.push_back(i);
   f.dependent.insert(parameters.begin(), parameters.end());
+  f.runtime.insert(parameters.begin(), parameters.end());
+  for (const ValueInfo& v : g.inputs) f.runtime.insert(v.name);
   for (size_t p = 0; p < f.order.size(); ++p) {
     const Node& n = g.nodes[f.order[p]];
-    bool from_parameter = false;
-    for (const auto& in : n.inputs) from_parameter = from_parameter || (!in.empty() && f.dependent.count(in));
+    bool from_parameter = false, from_input = draws_anew(n);
+    for (const auto& in : n.inputs) {
+      from_parameter = from_parameter || (!in.empty() && f.dependent.count(in));
+      from_input = from_input || (!in.empty() && f.runtime.count(in));
+    }
     for (const auto& out : n.outputs) {
       if (out.empty()) continue;
       f.position[out] = p;
       if (from_parameter) f.dependent.insert(out);
+      if (from_input) f.runtime.insert(out);
     }
   }
   return f;
@@ -129,7 +138,8 @@ std::vector<std::pair<size_t, std::string>> named_ends(const Forward& f, const s
 }
 
 // Positions of the segment [first, last] whose nodes recompute the values of the segment the
-// backward reads, found backwards from them (kept values and random draws are read, not copied).
+// backward reads, found backwards from them (kept values, constants and random draws are read, not
+// copied).
 std::set<size_t> segment_nodes(const Graph& g, const Forward& f, size_t first, size_t last,
                                const std::set<std::string>& kept, const Readers& readers) {
   std::vector<std::string> stack;
@@ -141,7 +151,8 @@ std::set<size_t> segment_nodes(const Graph& g, const Forward& f, size_t first, s
     const std::string v = stack.back();
     stack.pop_back();
     const auto it = f.position.find(v);
-    if (it == f.position.end() || it->second < first || it->second > last || kept.count(v)) continue;
+    if (it == f.position.end() || it->second < first || it->second > last || kept.count(v) || !f.runtime.count(v))
+      continue;
     const Node& n = g.nodes[f.order[it->second]];
     if (draws_anew(n) || !needed.insert(it->second).second) continue;
     for (const auto& in : n.inputs)

@@ -291,7 +291,87 @@ std::optional<Rewrite> match_transposed_operand(const Graph& g, const Uses& u, s
   return r;
 }
 
+// The 16-bit type `v` has by the hints, or as the output of a Cast to bfloat16 or float16 (the
+// gradient graph's backward values have no hints, but its products read such Casts).
+std::optional<DType> low_dtype(const Graph& g, const Uses& u, const std::string& v) {
+  std::optional<DType> t = hinted_dtype(g, v);
+  if (!t) {
+    const size_t c = u.producer(v, "Cast");
+    const auto to = c == kNone ? g.nodes[0].attrs.end() : g.nodes[c].attrs.find("to");
+    if (c != kNone && to != g.nodes[c].attrs.end() && to->second.kind == Attribute::Kind::Int)
+      t = dtype_from_onnx(to->second.i);
+  }
+  return t == DType::BFloat16 || t == DType::Float16 ? t : std::nullopt;
+}
+
+bool casts_to_float(const Node& c) {
+  const auto to = c.attrs.find("to");
+  return c.domain.empty() && c.op_type == "Cast" && c.outputs.size() == 1 && to != c.attrs.end() &&
+         to->second.kind == Attribute::Kind::Int && to->second.i == dtype_to_onnx(DType::Float32);
+}
+
+// MatMul or FusedMatMul `mm` computing bfloat16 or float16 (mixed precision's products) whose
+// result only a Cast to float32 reads, directly or through a SumToShapeOf (the gradient rules
+// reduce a product's gradient to its operand's shape): the product becomes a FusedMatMul writing
+// float32 (out_dtype), the SumToShapeOf sums in float32, and the Cast goes. Appends the rewrites.
+void match_result_cast(const Graph& g, const Uses& u, size_t mm, std::set<size_t>& taken,
+                       std::vector<Rewrite>& rewrites) {
+  const Node& n = g.nodes[mm];
+  if (n.inputs.size() != 2 || n.outputs.size() != 1 || n.attrs.count("out_dtype")) return;
+  if (!low_dtype(g, u, n.outputs[0]) && !low_dtype(g, u, n.inputs[0]) && !low_dtype(g, u, n.inputs[1])) return;
+  size_t reader = u.sole_reader(n.outputs[0]);
+  if (reader == kNone) return;
+  size_t sum = kNone;
+  if (g.nodes[reader].domain == kKilnDomain && g.nodes[reader].op_type == "SumToShapeOf" &&
+      g.nodes[reader].inputs[0] == n.outputs[0] && g.nodes[reader].outputs.size() == 1) {
+    sum = reader;
+    reader = u.sole_reader(g.nodes[sum].outputs[0]);
+    if (reader == kNone) return;
+  }
+  if (!casts_to_float(g.nodes[reader])) return;
+  if (!claim(taken, sum == kNone ? std::vector<size_t>{mm, reader} : std::vector<size_t>{mm, sum, reader})) return;
+  Rewrite product{{mm}, n};
+  product.fused.domain = kKilnDomain;
+  product.fused.op_type = "FusedMatMul";
+  for (const char* flag : {"transA", "transB"})
+    if (!product.fused.attrs.count(flag)) product.fused.attrs[flag] = Attribute::of_int(0);
+  product.fused.attrs["out_dtype"] = Attribute::of_int(dtype_to_onnx(DType::Float32));
+  if (sum == kNone) {
+    product.fused.outputs = g.nodes[reader].outputs;
+    product.nodes.push_back(reader);
+    rewrites.push_back(std::move(product));
+    return;
+  }
+  Rewrite summed{{sum, reader}, g.nodes[sum]};
+  summed.fused.outputs = g.nodes[reader].outputs;
+  rewrites.push_back(std::move(product));
+  rewrites.push_back(std::move(summed));
+}
+
 }  // namespace
+
+size_t fold_result_casts_into_products(Model& model) {
+  const Graph& g = model.graph;
+  const Uses uses(g);
+  std::set<size_t> taken;
+  std::vector<Rewrite> rewrites;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if ((n.domain.empty() && n.op_type == "MatMul") || (n.domain == kKilnDomain && n.op_type == "FusedMatMul"))
+      match_result_cast(g, uses, i, taken, rewrites);
+  }
+  size_t products = 0;
+  std::set<std::string> retyped;  // products that now write float32 under their old name
+  for (const Rewrite& r : rewrites) {
+    if (r.fused.op_type != "FusedMatMul") continue;
+    ++products;
+    if (r.nodes.size() == 1) retyped.insert(r.fused.outputs[0]);
+  }
+  if (rewrites.empty()) return 0;
+  apply(model, rewrites);
+  std::erase_if(model.graph.value_info, [&](const ValueInfo& v) { return retyped.count(v.name) != 0; });
+  return products;
+}
 
 size_t fold_transposes_into_matmul(Model& model) {
   std::vector<Rewrite> rewrites = find_rewrites(
@@ -303,7 +383,10 @@ size_t fold_transposes_into_matmul(Model& model) {
 
 size_t fuse(Model& model, bool for_training) {
   const size_t n = drop_inactive_dropout(model) + fuse_gelu(model) + fuse_masked_softmax(model);
-  return n + fuse_attention(model, for_training) + fold_transposes_into_matmul(model);
+  const size_t m = fuse_attention(model, for_training) + fold_transposes_into_matmul(model);
+  // Not in the gradient builder's forward graph, whose products have no Casts yet and whose
+  // gradient rules do not take out_dtype.
+  return n + m + (for_training ? 0 : fold_result_casts_into_products(model));
 }
 
 }  // namespace kiln

@@ -50,6 +50,12 @@ size_t drop_inactive_dropout(Model& model);
 // its gradient comes out in W's own layout (no Transpose of the gradient either). Runs after
 // fuse_attention, whose MatMuls it would otherwise take. Returns how many MatMuls it rewrote.
 size_t fold_transposes_into_matmul(Model& model);
+// Mixed precision's MatMul / FusedMatMul in bfloat16 or float16 (by the hints) whose result only a
+// Cast to float32 reads (autocast's result Casts, ir/autocast.h): one ai.kiln.FusedMatMul with
+// out_dtype = float, whose kernel writes the float32 accumulator directly: no 16-bit rounding of
+// the result and no pass over it. Runs last, in Sessions only (not for_training). Returns how
+// many products it rewrote.
+size_t fold_result_casts_into_products(Model& model);
 // Every pass above; returns how many nodes were rewritten.
 size_t fuse(Model& model, bool for_training = false);
 

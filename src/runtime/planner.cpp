@@ -32,10 +32,20 @@ struct Planner {
     return id;
   }
 
+  // Inputs whose elements a node never reads (their shape only): Shape's and Size's, SumToShapeOf's
+  // target. Such a read does not keep the elements alive (trim_lifetimes does the same with the
+  // kernels' reads_only_shape once they exist), so a dying input can still be written over in place.
+  static bool reads_only_shape(const Node& n, size_t input) {
+    if (n.domain.empty()) return n.op_type == "Shape" || n.op_type == "Size";
+    return n.domain == kKilnDomain && n.op_type == "SumToShapeOf" && input == 1;
+  }
+
   void compute_last_uses() {
-    for (size_t pos = 0; pos < order.size(); ++pos)
-      for (const auto& in : model.graph.nodes[order[pos]].inputs)
-        if (!in.empty()) last_use[in] = pos;
+    for (size_t pos = 0; pos < order.size(); ++pos) {
+      const Node& n = model.graph.nodes[order[pos]];
+      for (size_t k = 0; k < n.inputs.size(); ++k)
+        if (!n.inputs[k].empty() && !reads_only_shape(n, k)) last_use[n.inputs[k]] = pos;
+    }
     for (const auto& out : model.graph.outputs) last_use[out.name] = kForever;
   }
 
@@ -209,9 +219,11 @@ struct Planner {
     }
     const std::optional<size_t> inplace = step.kernel->inplace_input();
     if (!inplace || *inplace >= step.inputs.size() || step.inputs[*inplace] < 0) return false;
+    // Over an arena buffer, or a planned view of one (a Reshape of it: the same bytes in the same
+    // order); the same dtype and element count.
     const PlannedValue& in = plan->values[static_cast<size_t>(step.inputs[*inplace])];
-    if (in.kind != PlannedValue::Kind::Arena || in.meta.dtype != out.meta.dtype || in.meta.shape != out.meta.shape)
-      return false;
+    const bool arena = in.kind == PlannedValue::Kind::Arena || (in.kind == PlannedValue::Kind::Alias && in.buffer >= 0);
+    if (!arena || in.meta.dtype != out.meta.dtype || numel(in.meta.shape) != numel(out.meta.shape)) return false;
     BufferRequest& b = plan->buffers[static_cast<size_t>(in.buffer)];
     if (b.last != pos) return false;  // still read later (or a graph output)
     out.buffer = in.buffer;

@@ -6,6 +6,7 @@
 #include "ir/autocast.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <tuple>
 
@@ -64,6 +65,42 @@ TEST(Autocast, CastsEachOperandOnceAndStripsBack) {
   }
   Model m = original;
   expect_error<Unsupported>([&] { autocast(m, DType::Float64); }, "supports bfloat16 and float16");
+}
+
+// A Session folds each 16-bit product's result Cast into the product (fold_result_casts_into_products):
+// the products write float32, the Casts are gone, and the outputs are the unfolded graph's within
+// the one 16-bit rounding of each product's result that the fold removes.
+TEST(Autocast, SessionsFoldResultCastsIntoTheProducts) {
+  for (const auto& [low, tolerance] : {std::pair{DType::BFloat16, 2e-2}, {DType::Float16, 3e-3}}) {
+    for (const char* mode : {"emulate", "auto"}) {
+      ::setenv("KILN_BF16", mode, 1);
+      GraphBuilder b("products", 1);
+      const std::string x = b.input("x", DType::Float32, {3, 16, 32});
+      const std::string h = b.op("Relu", {b.op("MatMul", {x, b.initializer("w1", random_tensor({32, 64}, 1))})});
+      const std::string y = b.op("MatMul", {h, b.initializer("w2", random_tensor({64, 8}, 2))});
+      b.output(y, "y", DType::Float32, {3, 16, 8});
+      Model m = b.build();
+      infer_shapes(m);
+      autocast(m, low);
+      infer_shapes(m);
+      SessionOptions plain;
+      plain.fuse = false;
+      Session folded(m), unfolded(m, plain);
+      size_t casts = 0, float_products = 0;
+      for (const Node& n : folded.model().graph.nodes) {
+        casts += n.op_type == "Cast";
+        float_products += n.op_type == "FusedMatMul" && n.has_attr("out_dtype");
+      }
+      EXPECT_EQ(float_products, 2u) << mode;
+      EXPECT_EQ(casts, 4u) << mode;  // the operands' (x, w1, h, w2) stay, the two results' go
+      const Tensor xs = random_tensor({3, 16, 32}, 3);
+      const Tensor got = folded.run({{"x", xs}}).at("y"), want = unfolded.run({{"x", xs}}).at("y");
+      EXPECT_EQ(got.dtype(), DType::Float32);
+      EXPECT_LT(test::relative_l2(got, want), tolerance) << mode;
+      EXPECT_GT(test::relative_l2(got, want), 0.0) << mode << ": the fold removed no rounding";
+    }
+  }
+  ::unsetenv("KILN_BF16");
 }
 
 }  // namespace

@@ -14,8 +14,10 @@
 // When nothing counts (W = 0) the forward's mean is NaN; the gradient is 0 there.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "core/parallel.h"
@@ -65,6 +67,9 @@ class LossGradKernel : public Kernel {
     return out;
   }
 
+  // dX may take X's buffer: each row's elements are read before they are written.
+  std::optional<size_t> inplace_input() const override { return 1; }
+
   void compute(ComputeContext& ctx) override {
     visit_dtype(ctx.input(0).dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -112,29 +117,39 @@ class LossGradKernel : public Kernel {
         T* grow = dx + n * cls * dd + d;
         const size_t k = static_cast<size_t>(i);
         const double a = w[k] == 0 ? 0.0 : coefficient(k) * w[k];
+        // grow may be row itself (inplace_input): every read of an element comes before its write.
+        const double target = w[k] != 0 ? static_cast<double>(row[t[k] * dd]) : 0.0;
         if (!softmax_) {
           for (int64_t c = 0; c < cls; ++c) grow[c * dd] = T(0);
           if (w[k] != 0) {
             grow[t[k] * dd] = static_cast<T>(-a);
-            nlogp[k] = -static_cast<double>(row[t[k] * dd]);
+            nlogp[k] = -target;
           }
           continue;
         }
-        // log-probabilities: X itself, or log_softmax(X) computed stably in double.
-        const double shift = from_scores ? loss::log_sum_exp(row, cls, dd, [](T v) { return v; }) : 0.0;
-        bool done = false;
         if constexpr (std::is_same_v<T, float>) {
-          if (dd == 1) {  // contiguous float32 classes: vector exp, then the target's class
-            vmath::scaled_exp(row, grow, cls, shift, a);
-            if (w[k] != 0) grow[t[k]] = static_cast<T>(a * (std::exp(static_cast<double>(row[t[k]]) - shift) - 1.0));
-            done = true;
+          if (dd == 1 && from_scores) {  // contiguous float32 scores: one vector exp pass, in place in grow
+            const float m = vmath::max(row, cls);
+            if (grow != row) std::copy(row, row + cls, grow);
+            const double sum = vmath::exp_sum(grow, cls, m);  // grow = exp(row - m)
+            const double e_target = w[k] != 0 ? static_cast<double>(grow[t[k]]) : 0.0;
+            const float scale = static_cast<float>(a / sum);
+#pragma omp simd
+            for (int64_t c = 0; c < cls; ++c) grow[c] *= scale;
+            if (w[k] != 0) {
+              grow[t[k]] = static_cast<T>(a * (e_target / sum - 1.0));
+              nlogp[k] = -(target - m - std::log(sum));
+            }
+            continue;
           }
         }
-        for (int64_t c = 0; !done && c < cls; ++c) {
+        // log-probabilities: X itself, or log_softmax(X) computed stably in double.
+        const double shift = from_scores ? loss::log_sum_exp(row, cls, dd, [](T v) { return v; }) : 0.0;
+        for (int64_t c = 0; c < cls; ++c) {
           const double p = std::exp(static_cast<double>(row[c * dd]) - shift);
           grow[c * dd] = static_cast<T>(a * (p - (w[k] != 0 && c == t[k] ? 1.0 : 0.0)));
         }
-        if (w[k] != 0) nlogp[k] = -(static_cast<double>(row[t[k] * dd]) - shift);
+        if (w[k] != 0) nlogp[k] = -(target - shift);
       }
     });
     if (ctx.outputs.size() > 1 && ctx.outputs[1] && ctx.outputs[1]->defined())

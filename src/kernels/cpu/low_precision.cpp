@@ -68,7 +68,9 @@ TensorMeta widened(const TensorMeta& m) {
 
 class ViaFloat32 : public Kernel {
  public:
-  ViaFloat32(const Node& node, std::unique_ptr<Kernel> inner) : Kernel(node), inner_(std::move(inner)) {}
+  // A node whose out_dtype says float32 (FusedMatMul) keeps its float32 outputs unrounded.
+  ViaFloat32(const Node& node, std::unique_ptr<Kernel> inner)
+      : Kernel(node), inner_(std::move(inner)), float_out_(node.has_attr("out_dtype")) {}
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     DType low = DType::BFloat16;
@@ -79,7 +81,8 @@ class ViaFloat32 : public Kernel {
       }
     }
     std::vector<TensorMeta> outs = inner_->infer(widened_context(ctx));
-    for (TensorMeta& m : outs) narrow_meta(m, low);
+    if (!float_out_)
+      for (TensorMeta& m : outs) narrow_meta(m, low);
     return outs;
   }
   void prepare(const InferContext& ctx, const std::vector<TensorMeta>& outputs) override {
@@ -148,6 +151,7 @@ class ViaFloat32 : public Kernel {
   }
 
   std::unique_ptr<Kernel> inner_;
+  bool float_out_;
 };
 
 }  // namespace

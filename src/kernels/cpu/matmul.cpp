@@ -101,12 +101,20 @@ class MatMulBase : public Kernel {
   explicit MatMulBase(const Node& node)
       : Kernel(node),
         trans_a_(fused(node) && node.attr_int("transA", 0) != 0),
-        trans_b_(fused(node) && node.attr_int("transB", 0) != 0) {}
+        trans_b_(fused(node) && node.attr_int("transB", 0) != 0),
+        float_out_(fused(node) && node.has_attr("out_dtype")) {
+    if (float_out_ && node.attr_int("out_dtype") != dtype_to_onnx(DType::Float32))
+      throw InvalidModel(fmt::format("FusedMatMul: out_dtype {} is not float32 ({}), the one output type it takes",
+                                     node.attr_int("out_dtype"), dtype_to_onnx(DType::Float32)));
+  }
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& a = ctx.input(0);
     const TensorMeta& b = ctx.input(1);
     check_same_dtype(node_.op_type.c_str(), "B", a, b);
-    return {TensorMeta{a.dtype, shape_of(a, b).out, a.dynamic || b.dynamic, Tensor()}};
+    if (float_out_ && !(a.dtype == DType::BFloat16 || a.dtype == DType::Float16 || a.dtype == DType::Float32))
+      throw TypeError(fmt::format("FusedMatMul: out_dtype float32 takes bfloat16, float16 or float32 operands, got {}",
+                                  describe(a)));
+    return {TensorMeta{float_out_ ? DType::Float32 : a.dtype, shape_of(a, b).out, a.dynamic || b.dynamic, Tensor()}};
   }
 
  protected:
@@ -130,6 +138,7 @@ class MatMulBase : public Kernel {
   }
 
   bool trans_a_, trans_b_;
+  bool float_out_;  // FusedMatMul's out_dtype: 16-bit operands, the float32 result written as it is
 };
 
 // A batch of rows x cols matrices; `trans`: stored as cols x rows (read through swapped strides).
@@ -180,14 +189,14 @@ class MatMulDnnl final : public MatMulBase {
       const int64_t rows = numel(s_.a_batch) * s_.m;
       src_ = plain_desc({rows, s_.k}, dt_);
       wei_ = matrix_desc({}, s_.k, s_.n, trans_b_, dt_);
-      dst_ = plain_desc({rows, s_.n}, dt_);
+      dst_ = plain_desc({rows, s_.n}, dst_dt());
     } else {
       if (s_.batch.size() + 2 > DNNL_MAX_NDIMS)
         throw Unsupported(fmt::format("{}: {} batch dims exceed oneDNN's limit of {} dims", node_.op_type,
                                       s_.batch.size(), DNNL_MAX_NDIMS));
       src_ = matrix_desc(s_.a_batch, s_.m, s_.k, trans_a_, dt_);
       wei_ = matrix_desc(s_.b_batch, s_.k, s_.n, trans_b_, dt_);
-      dst_ = matrix_desc(s_.batch, s_.m, s_.n, false, dt_);
+      dst_ = matrix_desc(s_.batch, s_.m, s_.n, false, dst_dt());
     }
     const char* type = dt_ == dnnl_dt::bf16 ? "bfloat16" : "float";
     const std::string what =
@@ -196,6 +205,8 @@ class MatMulDnnl final : public MatMulBase {
       return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_, wei_, dst_), dnnl_util::engine()));
     });
   }
+
+  dnnl_dt dst_dt() const { return float_out_ ? dnnl_dt::f32 : dt_; }
 
   dnnl_dt dt_;
   Shape a_shape_, b_shape_;

@@ -23,10 +23,12 @@ const OpDocRegistrar fused_matmul_doc(
     {kKilnDomain,
      "FusedMatMul",
      "MatMul with either operand read transposed in place (its last two axes swapped), without the copy a "
-     "Transpose makes; the gradient rules of MatMul and FusedMatMul emit it. Attributes: transA (0), transB (0). "
-     "A transposed operand must have rank >= 2; batch dims broadcast as in MatMul.",
-     {"A: float32 or float64", "B: A's dtype"},
-     {"Y: op(A) @ op(B)"},
+     "Transpose makes; the gradient rules of MatMul and FusedMatMul emit it. Attributes: transA (0), transB (0), "
+     "and out_dtype (absent: A's dtype; 1, float32, for bfloat16 or float16 operands: the float32 accumulator "
+     "written as it is, which Sessions fold mixed precision's result Casts into). A transposed operand must "
+     "have rank >= 2; batch dims broadcast as in MatMul.",
+     {"A: float32, float64, bfloat16 or float16", "B: A's dtype"},
+     {"Y: op(A) @ op(B), in A's dtype or out_dtype"},
      "op(X) = X with its last two axes swapped if its trans flag is set, else X;  Y = MatMul(op(A), op(B))"});
 
 }  // namespace
