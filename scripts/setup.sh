@@ -14,6 +14,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   python3-dev pybind11-dev python3-numpy
+  openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
 )
 if $for_tests; then

@@ -102,6 +102,8 @@ class Sampler {
  public:
   virtual ~Sampler();
   virtual std::vector<size_t> order(size_t n, int64_t epoch) const = 0;
+  // How many indices order(n, epoch) gives: n, but one rank's share for a DistributedSampler.
+  virtual size_t length(size_t n) const { return n; }
 };
 
 // 0, 1, ..., n-1 in every epoch (evaluation, prediction).
@@ -122,6 +124,25 @@ class RandomSampler : public Sampler {
 
  private:
   uint64_t seed_;
+};
+
+// One rank's share of another sampler's order, as torch's DistributedSampler takes it: every rank
+// computes the same order of the whole dataset (`inner`'s), pads it to a multiple of `num_replicas`
+// by repeating its first indices (or, with `drop_last`, drops the tail that does not divide), and
+// rank r takes the indices at r, r + N, r + 2N, ... With `pad` false (evaluation) nothing is padded
+// or dropped and the shares differ in length by at most one.
+class DistributedSampler : public Sampler {
+ public:
+  // InvalidArgument for a null inner sampler, num_replicas < 1 or a rank outside [0, num_replicas).
+  DistributedSampler(std::shared_ptr<const Sampler> inner, int rank, int num_replicas, bool drop_last = false,
+                     bool pad = true);
+  std::vector<size_t> order(size_t n, int64_t epoch) const override;
+  size_t length(size_t n) const override;
+
+ private:
+  std::shared_ptr<const Sampler> inner_;
+  int rank_, replicas_;
+  bool drop_last_, pad_;
 };
 
 // The Hugging Face rule for the training sampler's seed: `data_seed` when set, else `seed`.

@@ -10,6 +10,7 @@
 // buffers), so concurrent runs are correct and take turns.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -93,6 +94,11 @@ class Session {
   // The same with the caller's tensors by pointer (none null), which a loop fills once: a call
   // with the signature of the previous one then copies no tensor handle and allocates nothing.
   void run_with_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs);
+  // The same, calling output_ready(i) as soon as bound output i holds its value: right after the
+  // step that writes it in place, before the rest of the graph runs (data-parallel training starts
+  // reducing a gradient then); after the run for the outputs no step writes in place.
+  void run_with_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs,
+                        const std::function<void(size_t)>& output_ready);
   // Plans for the given feeds without running (used by inspection tools).
   PlanStats plan(const std::map<std::string, Tensor>& feeds);
   // Plans kept at once; planning an input signature beyond them drops the least recently used one.

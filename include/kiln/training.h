@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -59,6 +60,20 @@ class Module {
 
   // The next training call overwrites the gradients instead of adding to them.
   void lazy_reset_grad() { reset_grad_ = true; }
+
+  // Called during each training call with a trainable parameter's name and its gradient as the
+  // parameter will hold it after the call, as soon as it is complete: right after the step of the
+  // backward pass that writes it, while the rest of the backward runs (when the call overwrites
+  // the gradients), or at the end (when it adds to them). Data-parallel training starts reducing
+  // gradients from it. An empty function removes the hook.
+  using GradientReadyHook = std::function<void(const std::string& parameter, Tensor& gradient)>;
+  void set_gradient_ready_hook(GradientReadyHook hook) { gradient_ready_ = std::move(hook); }
+
+  // torch's SyncBatchNorm for data-parallel training: the training model's BatchNormalization
+  // nodes (and their gradients) normalize with the statistics of every rank's batch, which
+  // `reduce` sums over the ranks (a Communicator's allreduce; every rank calls it at the same
+  // nodes). An empty function goes back to each rank's own batch statistics.
+  void set_batch_norm_sync(std::function<void(double* values, size_t n)> reduce);
 
   // Number of parameter elements (trainable ones only, or all).
   int64_t get_parameters_size(bool trainable_only = true) const;
@@ -125,6 +140,7 @@ class Module {
   bool reset_grad_ = true;
   float loss_scale_ = 1.0f;
   DType eval_precision_ = DType::Float32;
+  GradientReadyHook gradient_ready_;
   std::mutex mutex_;  // serialises calls and parameter copies
 };
 

@@ -185,12 +185,36 @@ struct TrainingArguments {
   bool bf16_full_eval = false;
   bool fp16_full_eval = false;
 
+  // ---- Distributed training (`mpirun -np N kiln train ...`; kiln/distributed.h) --------------
+  // HF's local_rank, which launchers set: accepted; Kiln reads its ranks from the MPI environment.
+  int64_t local_rank = -1;
+  // HF's ddp_backend: "mpi" (Kiln's backend), or unset: MPI when an MPI launcher started the run.
+  // torch's other backends (nccl, gloo, ccl, hccl) are refused.
+  std::optional<std::string> ddp_backend;
+  // torch DDP's bucket size for the gradient allreduce (unset: 25 MB), and whether rank 0's
+  // buffers (BatchNorm's running statistics) are broadcast before each forward (unset: true).
+  std::optional<int64_t> ddp_bucket_cap_mb;
+  std::optional<bool> ddp_broadcast_buffers;
+  // Accepted, no effect: a parameter without a gradient on a step contributes zeros.
+  std::optional<bool> ddp_find_unused_parameters;
+  // Seconds a rank waits for the others in a collective before ending the run with an error.
+  int64_t ddp_timeout = 1800;
+  // Which ranks log (each host's first rank, else only rank 0) and write checkpoints and the model
+  // (only rank 0, else each host's first rank: for hosts that share no file system).
+  bool log_on_each_node = true;
+  bool save_on_each_node = false;
+
   // ==== Kiln's own (not in Hugging Face) =====================================================
   // Training stops after this many consecutive optimizer steps with a non-finite loss, naming the
   // step; the last checkpoint written stays the last good one. An update whose loss is not finite
   // is always skipped (HF would apply it and spread NaN into the weights). 5 tolerates a rare
   // overflow and stops a diverged run quickly; 0 never stops.
   int64_t nan_inf_patience = 5;
+  // A distributed run's BatchNormalization layers normalize with the statistics of the global batch
+  // (every rank's), as torch's SyncBatchNorm.convert_sync_batchnorm makes them: a run of N ranks
+  // then computes what one process does with N times the batch. False (torch DDP's default): each
+  // rank's own batch statistics.
+  bool ddp_sync_batchnorm = false;
 
   // ---- Rules and derived values --------------------------------------------------------------
   // HF's __post_init__: fills the derived defaults (do_eval, eval_steps, metric_for_best_model,
@@ -212,6 +236,13 @@ struct TrainingArguments {
   int64_t save_steps_for(int64_t max_steps) const { return resolved_steps(save_steps, max_steps); }
   // The sampler seed: data_seed, else seed.
   int64_t sampler_seed() const { return data_seed.value_or(seed); }
+  // HF's properties of the distributed run (from kiln::dist::world(), which they initialize): the
+  // ranks, this process's rank in all and on its host, and whether it logs and saves.
+  int world_size() const;
+  int process_index() const;
+  int local_process_index() const;
+  bool should_log() const;
+  bool should_save() const;
 
   // ---- Parsing and serialisation -------------------------------------------------------------
   // HfArgumentParser over argv (without the program name): `--name value`, `--name=value`, dashes

@@ -52,7 +52,7 @@ _LAZY = {
 __all__ += list(_LAZY)
 
 
-_SUBMODULES = ("nn", "data", "training", "backend")
+_SUBMODULES = ("nn", "data", "training", "backend", "distributed")
 
 
 def __getattr__(name):

@@ -184,10 +184,10 @@ class Trainer:
         self._core.save_metrics(split, dict(metrics), combined)
 
     def is_world_process_zero(self):
-        return True
+        return self.args.process_index == 0
 
     def is_local_process_zero(self):
-        return True
+        return self.args.local_process_index == 0
 
     def num_parameters(self, only_trainable=False):
         return self._core.num_parameters(only_trainable)

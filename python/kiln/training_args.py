@@ -9,6 +9,8 @@ include/kiln/training_args.h) is a keyword and an attribute. An unknown keyword 
 for HF's dataclass; a bad value or combination a ValueError (kiln.InvalidArgument) with HF's
 message. Setting an attribute validates the arguments again.
 """
+import contextlib
+
 from kiln._core import core
 
 
@@ -90,19 +92,37 @@ class TrainingArguments:
 
     @property
     def world_size(self):
-        return 1
+        """The ranks of this run (`mpirun -np N ...`); 1 for a process alone."""
+        return self._core.world_size()
 
     @property
     def process_index(self):
-        return 0
+        return self._core.process_index()
+
+    @property
+    def local_process_index(self):
+        return self._core.local_process_index()
 
     @property
     def should_log(self):
-        return True
+        return self._core.should_log()
 
     @property
     def should_save(self):
-        return True
+        return self._core.should_save()
+
+    @contextlib.contextmanager
+    def main_process_first(self, local=True, desc="work"):
+        """HF's: the main process (of this host with `local`, else rank 0) runs the block first, the
+        others wait for it and then run it (dataset preparation that writes a cache, say)."""
+        main = (self.local_process_index if local else self.process_index) == 0
+        if not main:
+            core.dist_barrier()
+        try:
+            yield
+        finally:
+            if main:
+                core.dist_barrier()
 
 
 def _plain(value):

@@ -7,6 +7,7 @@
 
 #include <fstream>
 
+#include "kiln/distributed.h"
 #include "kiln/error.h"
 #include "trainer_bindings.h"
 
@@ -25,6 +26,11 @@ void register_args(py::module_& m) {
       .def("to_dict", [](const TrainingArguments& a) { return py_from_json(a.to_json()); })
       .def("to_json_string", &TrainingArguments::to_json_string)
       .def("get_warmup_steps", &TrainingArguments::get_warmup_steps, py::arg("num_training_steps"))
+      .def("world_size", &TrainingArguments::world_size)
+      .def("process_index", &TrainingArguments::process_index)
+      .def("local_process_index", &TrainingArguments::local_process_index)
+      .def("should_log", &TrainingArguments::should_log)
+      .def("should_save", &TrainingArguments::should_save)
       .def_static("option_names", &TrainingArguments::option_names)
       .def("__eq__", [](const TrainingArguments& a, const TrainingArguments& b) { return a == b; });
 }
@@ -120,7 +126,27 @@ void register_state(py::module_& m) {
 
 }  // namespace
 
+// kiln.distributed: the process's place in a distributed run (kiln/distributed.h).
+void register_distributed(py::module_& m) {
+  m.def("dist_info", [] {
+    const auto w = dist::world();
+    py::dict d;
+    d["rank"] = w->rank();
+    d["world_size"] = w->size();
+    d["local_rank"] = w->local_rank();
+    d["local_world_size"] = w->local_size();
+    d["backend"] = w->backend();
+    return d;
+  });
+  m.def("dist_barrier", [] {
+    const auto w = dist::world();
+    py::gil_scoped_release release;
+    w->barrier();
+  });
+}
+
 void register_trainer_args(py::module_& m) {
+  register_distributed(m);
   register_args(m);
   register_control(m);
   register_state(m);

@@ -29,7 +29,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, size_t batch_size
 }
 
 size_t DataLoader::num_batches() const {
-  const size_t n = dataset_->size();
+  const size_t n = sampler_->length(dataset_->size());
   return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
 }
 
@@ -45,9 +45,10 @@ std::vector<size_t> DataLoader::batch_indices(int64_t epoch, size_t index) const
     std::lock_guard<std::mutex> lock(cache_->mutex);
     if (cache_->epoch != epoch || !cache_->order) {
       auto fresh = std::make_shared<const std::vector<size_t>>(sampler_->order(dataset_->size(), epoch));
-      if (fresh->size() != dataset_->size())
-        throw InvalidArgument(fmt::format("DataLoader: the sampler gave {} indices for a dataset of {} items",
-                                          fresh->size(), dataset_->size()));
+      if (fresh->size() != sampler_->length(dataset_->size()))
+        throw InvalidArgument(
+            fmt::format("DataLoader: the sampler gave {} indices for a dataset of {} items ({} expected)",
+                        fresh->size(), dataset_->size(), sampler_->length(dataset_->size())));
       cache_->order = std::move(fresh);
       cache_->epoch = epoch;
     }

@@ -42,4 +42,35 @@ std::vector<size_t> RandomSampler::order(size_t n, int64_t epoch) const {
   return out;
 }
 
+DistributedSampler::DistributedSampler(std::shared_ptr<const Sampler> inner, int rank, int num_replicas, bool drop_last,
+                                       bool pad)
+    : inner_(std::move(inner)), rank_(rank), replicas_(num_replicas), drop_last_(drop_last), pad_(pad) {
+  if (!inner_) throw InvalidArgument("DistributedSampler needs a sampler to shard");
+  if (num_replicas < 1) throw InvalidArgument(fmt::format("DistributedSampler: num_replicas {} < 1", num_replicas));
+  if (rank < 0 || rank >= num_replicas)
+    throw InvalidArgument(fmt::format("DistributedSampler: rank {} is not in [0, {})", rank, num_replicas));
+}
+
+size_t DistributedSampler::length(size_t n) const {
+  const auto replicas = static_cast<size_t>(replicas_), rank = static_cast<size_t>(rank_);
+  if (pad_) return drop_last_ ? n / replicas : (n + replicas - 1) / replicas;
+  return n > rank ? (n - rank + replicas - 1) / replicas : 0;
+}
+
+std::vector<size_t> DistributedSampler::order(size_t n, int64_t epoch) const {
+  std::vector<size_t> all = inner_->order(n, epoch);
+  const auto replicas = static_cast<size_t>(replicas_);
+  size_t total = all.size();
+  if (pad_ && drop_last_) {
+    total = all.size() / replicas * replicas;  // torch: the tail that does not divide is dropped
+  } else if (pad_ && !all.empty()) {
+    total = (all.size() + replicas - 1) / replicas * replicas;
+    for (size_t i = 0; all.size() < total; ++i) all.push_back(all[i]);  // torch repeats from the start
+  }
+  std::vector<size_t> mine;
+  mine.reserve(total / replicas + 1);
+  for (size_t i = static_cast<size_t>(rank_); i < total; i += replicas) mine.push_back(all[i]);
+  return mine;
+}
+
 }  // namespace kiln::data

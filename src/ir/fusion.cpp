@@ -350,6 +350,39 @@ void match_result_cast(const Graph& g, const Uses& u, size_t mm, std::set<size_t
 
 }  // namespace
 
+size_t forward_identities(Model& model) {
+  Graph& g = model.graph;
+  std::set<std::string> sources;  // graph inputs and initializers: no node writes them
+  for (const ValueInfo& v : g.inputs) sources.insert(v.name);
+  for (const auto& [name, t] : g.initializers) sources.insert(name);
+  std::map<std::string, std::string> rename;  // the producer's output -> the Identity's
+  std::set<size_t> dropped;
+  {
+    const Uses uses(g);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (!n.domain.empty() || n.op_type != "Identity" || n.inputs.size() != 1 || n.outputs.size() != 1) continue;
+      const std::string& x = n.inputs[0];
+      if (x.empty() || sources.count(x) || uses.producer_any(x) == kNone || uses.sole_reader(x) != i) continue;
+      if (uses.producer_any(x) > i) continue;  // keep the node order topological
+      rename[x] = n.outputs[0];
+      dropped.insert(i);
+    }
+  }
+  if (rename.empty()) return 0;
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (dropped.count(i)) continue;
+    Node& n = g.nodes[i];
+    for (auto& o : n.outputs)
+      if (const auto it = rename.find(o); it != rename.end()) o = it->second;
+    kept.push_back(std::move(n));
+  }
+  g.nodes = std::move(kept);
+  std::erase_if(g.value_info, [&](const ValueInfo& v) { return rename.count(v.name) != 0; });
+  return rename.size();
+}
+
 size_t fold_result_casts_into_products(Model& model) {
   const Graph& g = model.graph;
   const Uses uses(g);
@@ -386,7 +419,8 @@ size_t fuse(Model& model, bool for_training) {
   const size_t m = fuse_attention(model, for_training) + fold_transposes_into_matmul(model);
   // Not in the gradient builder's forward graph, whose products have no Casts yet and whose
   // gradient rules do not take out_dtype.
-  return n + m + (for_training ? 0 : fold_result_casts_into_products(model));
+  if (for_training) return n + m;
+  return n + m + fold_result_casts_into_products(model) + forward_identities(model);
 }
 
 }  // namespace kiln

@@ -56,6 +56,11 @@ size_t fold_transposes_into_matmul(Model& model);
 // the result and no pass over it. Runs last, in Sessions only (not for_training). Returns how
 // many products it rewrote.
 size_t fold_result_casts_into_products(Model& model);
+// Identity(x) -> y where only the Identity reads x, which a node writes: that node writes y itself
+// and the Identity goes (the gradient builder names each gradient output through one). A graph
+// output y is then written where it is computed: no copy, and a caller waiting for it (Session's
+// output_ready) hears of it then. Sessions only (not for_training). Returns how many it removed.
+size_t forward_identities(Model& model);
 // Every pass above; returns how many nodes were rewritten.
 size_t fuse(Model& model, bool for_training = false);
 

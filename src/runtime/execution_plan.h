@@ -3,6 +3,7 @@
 // lives in the arena. Running a plan is then kernel calls over views of the arena.
 #pragma once
 
+#include <functional>
 #include <limits>
 #include <list>
 #include <map>
@@ -97,6 +98,11 @@ std::unique_ptr<ExecutionPlan> build_plan(const Model& model, const std::vector<
 struct RunBinding {
   std::vector<std::pair<int, const Tensor*>> feeds;
   std::vector<std::pair<int, Tensor*>> outputs;
+  // Optional: called with a bound output's position among `outputs` once it holds its value (by
+  // the step writing it in place, else after the run); `ready_position[value]` is that position,
+  // -1 for values no one waits for.
+  const std::function<void(size_t)>* output_ready = nullptr;
+  std::vector<int> ready_position;
 };
 
 // The memory of a run's bound outputs, sorted, from the last check; rebuilt when it changes.

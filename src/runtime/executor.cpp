@@ -153,7 +153,24 @@ void add_to_profile(RunProfile& profile, const PlanStep& step, const Node& node,
   n.total_ms += ms;
 }
 
-void run_steps(ExecutionPlan& plan, const Model& model, RunValues& values, RunProfile* profile, uint64_t run_index) {
+// Tells the caller which bound outputs this step wrote in place; returns how many.
+size_t announce_written(const PlanStep& step, const ExecutionPlan& plan, const RunBinding& binding,
+                        std::vector<bool>& announced) {
+  size_t n = 0;
+  for (const int out : step.outputs) {
+    if (out < 0 || plan.values[static_cast<size_t>(out)].kind != PlannedValue::Kind::Bound) continue;
+    const int position = binding.ready_position[static_cast<size_t>(out)];
+    if (position < 0 || announced[static_cast<size_t>(position)]) continue;
+    announced[static_cast<size_t>(position)] = true;
+    (*binding.output_ready)(static_cast<size_t>(position));
+    ++n;
+  }
+  return n;
+}
+
+void run_steps(ExecutionPlan& plan, const Model& model, const RunBinding& binding, RunValues& values,
+               RunProfile* profile, uint64_t run_index) {
+  std::vector<bool> announced(binding.output_ready ? binding.outputs.size() : 0, false);
   for (PlanStep& step : plan.steps) {
     const Node& node = model.graph.nodes[step.node];
     const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
@@ -170,7 +187,12 @@ void run_steps(ExecutionPlan& plan, const Model& model, RunValues& values, RunPr
     if (profile)
       add_to_profile(*profile, step, node, values,
                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    if (binding.output_ready) announce_written(step, plan, binding, announced);
   }
+  if (!binding.output_ready) return;
+  copy_to_bound_outputs(plan, binding, values);
+  for (size_t i = 0; i < announced.size(); ++i)
+    if (!announced[i]) (*binding.output_ready)(i);
 }
 
 }  // namespace
@@ -179,8 +201,8 @@ void execute_plan(ExecutionPlan& plan, const Model& model, const RunBinding& bin
                   RunProfile* profile, uint64_t run_index) {
   bind_values(plan, binding, values);
   try {
-    run_steps(plan, model, values, profile, run_index);
-    copy_to_bound_outputs(plan, binding, values);
+    run_steps(plan, model, binding, values, profile, run_index);
+    if (!binding.output_ready) copy_to_bound_outputs(plan, binding, values);
   } catch (...) {
     values.release();  // a failed run holds nothing
     throw;

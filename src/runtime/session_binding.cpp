@@ -59,6 +59,11 @@ void Session::plan_binding(const std::vector<const Tensor*>& inputs, const std::
 }
 
 void Session::run_with_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs) {
+  run_with_binding(inputs, outputs, std::function<void(size_t)>());
+}
+
+void Session::run_with_binding(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs,
+                               const std::function<void(size_t)>& output_ready) {
   const std::lock_guard lock(*mutex_);
   const Graph& g = model_.graph;
   if (inputs.size() != g.inputs.size())
@@ -85,6 +90,19 @@ void Session::run_with_binding(const std::vector<const Tensor*>& inputs, const s
   for (size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i]->defined()) binding.outputs.emplace_back(cache.output_values[i], outputs[i]);
   check_binding_overlaps(plan, model_, binding, cache.ranges);
+  // output_ready hears of the k-th bound output as the caller's position of it.
+  std::vector<size_t> position_of_bound;
+  std::function<void(size_t)> announce;
+  binding.output_ready = nullptr;
+  if (output_ready) {
+    for (size_t i = 0; i < outputs.size(); ++i)
+      if (outputs[i]->defined()) position_of_bound.push_back(i);
+    binding.ready_position.assign(plan.values.size(), -1);
+    for (size_t k = 0; k < binding.outputs.size(); ++k)
+      binding.ready_position[static_cast<size_t>(binding.outputs[k].first)] = static_cast<int>(k);
+    announce = [&](size_t k) { output_ready(position_of_bound[k]); };
+    binding.output_ready = &announce;
+  }
   RunValues& values = plan.run_values;
   execute_plan(plan, model_, binding, values, options_.profile ? &profile_ : nullptr, runs_++);
   for (size_t i = 0; i < outputs.size(); ++i)

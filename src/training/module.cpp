@@ -14,6 +14,7 @@
 #include "ir/autocast.h"
 #include "ir/graph_editor.h"
 #include "ir/to_low_precision.h"
+#include "kernels/cpu/statistics_reduce.h"
 #include "kiln/artifacts.h"
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
@@ -219,8 +220,26 @@ std::vector<Tensor> Module::run(const std::vector<Tensor>& inputs, bool training
   for (const ValueInfo& v : b.session->inputs()) in.push_back(feeds.at(v.name));
   std::vector<Tensor> out(b.session->outputs().size());
   if (training) bind_gradients(b, state_, reset_grad_, out);
+  // A gradient written straight into its parameter's tensor (not into an accumulator) is complete
+  // when its step has run: the hook hears of it then.
+  std::vector<int> grad_of_output;
+  std::function<void(size_t)> ready;
+  if (training && gradient_ready_) {
+    grad_of_output.assign(out.size(), -1);
+    for (size_t k = 0; k < b.grads.size(); ++k)
+      if (!b.accumulators[k].defined() || out[b.grad_pos[k]].raw_data() != b.accumulators[k].raw_data())
+        grad_of_output[b.grad_pos[k]] = static_cast<int>(k);
+    ready = [&](size_t position) {
+      if (const int k = grad_of_output[position]; k >= 0)
+        gradient_ready_(b.grads[static_cast<size_t>(k)].first, out[position]);
+    };
+  }
   try {
-    b.session->run_with_binding(in, out);
+    std::vector<const Tensor*> in_ptrs;
+    std::vector<Tensor*> out_ptrs;
+    for (const Tensor& t : in) in_ptrs.push_back(&t);
+    for (Tensor& t : out) out_ptrs.push_back(&t);
+    b.session->run_with_binding(in_ptrs, out_ptrs, ready);
   } catch (Error& e) {
     e.add_context(fmt::format("{}: ", b.where()));
     throw;
@@ -228,9 +247,12 @@ std::vector<Tensor> Module::run(const std::vector<Tensor>& inputs, bool training
   if (training) {
     for (size_t k = 0; k < b.grads.size(); ++k) {
       Tensor& grad = state_.parameter(b.grads[k].first).grad();
-      if (b.accumulators[k].defined() && out[b.grad_pos[k]].raw_data() == b.accumulators[k].raw_data())
+      if (b.accumulators[k].defined() && out[b.grad_pos[k]].raw_data() == b.accumulators[k].raw_data()) {
         add_into(grad, b.accumulators[k]);
-      else grad = out[b.grad_pos[k]];  // the gradient tensor itself, or a new one
+        if (gradient_ready_) gradient_ready_(b.grads[k].first, grad);
+      } else {
+        grad = out[b.grad_pos[k]];  // the gradient tensor itself, or a new one
+      }
     }
     reset_grad_ = false;
     for (size_t k = 0; k < b.updates.size(); ++k)
@@ -324,6 +346,27 @@ std::vector<std::string> Module::output_names(bool training) const {
   if (training) return graphs_->train.user_outputs;
   if (!graphs_->eval) throw InvalidArgument("output_names(training=false): the Module has no eval model");
   return graphs_->eval->user_outputs;
+}
+
+void Module::set_batch_norm_sync(std::function<void(double* values, size_t n)> reduce) {
+  const std::lock_guard lock(mutex_);
+  BoundModel& b = graphs_->train;
+  Model m = b.session->model();
+  size_t marked = 0;
+  for (Node& n : m.graph.nodes) {
+    const bool bn = n.domain.empty() && n.op_type == "BatchNormalization";
+    const bool grad = n.domain == kKilnDomain && n.op_type == "BatchNormalizationGrad";
+    if (!bn && !grad) continue;
+    n.attrs["sync_statistics"] = Attribute::of_int(reduce ? 1 : 0);
+    ++marked;
+  }
+  set_statistics_reduce(std::move(reduce));
+  if (marked == 0) return;
+  const uint64_t runs = b.session->run_count();
+  SessionOptions o = options_;
+  o.fuse = false;  // the model is the session's, already fused
+  b.session = std::make_unique<Session>(std::move(m), o);
+  b.session->set_run_count(runs);
 }
 
 void Module::set_eval_precision(DType low) {

@@ -87,5 +87,50 @@ TEST(Sampler, NegativeEpochIsAnError) {
   expect_error<InvalidArgument>([] { RandomSampler(1).order(3, -1); }, "epoch -1");
 }
 
+// torch's DistributedSampler: the same order on every rank, padded by repeating its start (or cut
+// with drop_last), rank r taking every N-th index from r; the shares cover the order exactly.
+TEST(DistributedSampler, ShardsTheSameOrderAsTorchDoes) {
+  const auto inner = std::make_shared<RandomSampler>(5);
+  const std::vector<size_t> all = inner->order(10, 2);
+  std::vector<size_t> seen;
+  for (int r = 0; r < 3; ++r) {
+    const DistributedSampler s(inner, r, 3);
+    const std::vector<size_t> mine = s.order(10, 2);
+    ASSERT_EQ(mine.size(), 4u);  // ceil(10 / 3)
+    EXPECT_EQ(s.length(10), 4u);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const size_t i = static_cast<size_t>(r) + k * 3;  // position in the padded order
+      EXPECT_EQ(mine[k], all[i % 10]) << "rank " << r << " item " << k;
+    }
+    seen.insert(seen.end(), mine.begin(), mine.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen.size(), 12u);  // two repeated to fill the last round
+  for (size_t i = 0; i < 10; ++i) EXPECT_TRUE(std::binary_search(seen.begin(), seen.end(), i)) << i;
+  // drop_last: the tail that does not divide is dropped.
+  const DistributedSampler cut(inner, 2, 3, true);
+  EXPECT_EQ(cut.length(10), 3u);
+  EXPECT_EQ(cut.order(10, 2), (std::vector<size_t>{all[2], all[5], all[8]}));
+  // No padding (evaluation): shares of 4, 3 and 3 items, nothing repeated.
+  const auto seq = std::make_shared<SequentialSampler>();
+  EXPECT_EQ(DistributedSampler(seq, 0, 3, false, false).order(10, 0), (std::vector<size_t>{0, 3, 6, 9}));
+  EXPECT_EQ(DistributedSampler(seq, 2, 3, false, false).order(10, 0), (std::vector<size_t>{2, 5, 8}));
+  EXPECT_EQ(DistributedSampler(seq, 2, 3, false, false).length(10), 3u);
+  EXPECT_EQ(DistributedSampler(seq, 3, 5, false, false).length(2), 0u);
+  // A loader over a share: batches of that share.
+  Tensor x = Tensor::zeros(DType::Float32, {10, 1});
+  DataLoader loader(std::make_shared<TensorDataset>(std::map<std::string, Tensor>{{"x", x}}), 2,
+                    std::make_shared<DistributedSampler>(seq, 1, 2), false);
+  EXPECT_EQ(loader.num_batches(), 3u);  // items 1, 3, 5, 7, 9
+  EXPECT_EQ(loader.batch_indices(0, 2), (std::vector<size_t>{9}));
+}
+
+TEST(DistributedSampler, BadArgumentsAreErrors) {
+  const auto inner = std::make_shared<SequentialSampler>();
+  expect_error<InvalidArgument>([&] { DistributedSampler(nullptr, 0, 1); }, "needs a sampler");
+  expect_error<InvalidArgument>([&] { DistributedSampler(inner, 0, 0); }, "num_replicas 0 < 1");
+  expect_error<InvalidArgument>([&] { DistributedSampler(inner, 2, 2); }, "rank 2 is not in [0, 2)");
+}
+
 }  // namespace
 }  // namespace kiln::data

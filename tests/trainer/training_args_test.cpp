@@ -97,7 +97,16 @@ const std::vector<std::pair<std::string, Json>>& hf_defaults() {
       {"half_precision_backend", "auto"},
       {"bf16_full_eval", false},
       {"fp16_full_eval", false},
-      {"nan_inf_patience", 5},  // Kiln's own
+      {"local_rank", -1},
+      {"ddp_backend", nullptr},
+      {"ddp_bucket_cap_mb", nullptr},
+      {"ddp_broadcast_buffers", nullptr},
+      {"ddp_find_unused_parameters", nullptr},
+      {"ddp_timeout", 1800},
+      {"log_on_each_node", true},
+      {"save_on_each_node", false},
+      {"nan_inf_patience", 5},
+      {"ddp_sync_batchnorm", false},  // Kiln's own
   };
   return table;
 }

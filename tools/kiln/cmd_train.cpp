@@ -61,7 +61,7 @@ void run_train(CLI::App& app, const TrainOptions& o) {
   t.save_metrics("eval", metrics);
   t.save_model();
   t.save_state();
-  if (auto it = metrics.find("eval_accuracy"); it != metrics.end())
+  if (auto it = metrics.find("eval_accuracy"); it != metrics.end() && t.state().is_world_process_zero)
     fmt::print("accuracy {:.4f} on {} examples; model and checkpoints in {}\n", it->second, eval->size(),
                args.output_dir);
 }
@@ -86,7 +86,7 @@ void run_evaluate(CLI::App& app, const TrainOptions& o, bool predict, const std:
   }
   const trainer::PredictionOutput p = t.predict(data);
   t.log_metrics("test", p.metrics);
-  if (!out_dir.empty() && p.predictions.defined()) {
+  if (!out_dir.empty() && p.predictions.defined() && t.state().is_world_process_zero) {
     std::error_code ec;
     std::filesystem::create_directories(out_dir, ec);
     if (ec) throw IOError(fmt::format("cannot create the predictions folder '{}': {}", out_dir, ec.message()));

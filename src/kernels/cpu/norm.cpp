@@ -21,6 +21,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/norm_common.h"
+#include "kernels/cpu/statistics_reduce.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
@@ -78,15 +79,17 @@ std::vector<TensorMeta> batch_norm_outputs(const Node& node, const InferContext&
 
 // Training mode on [N, C, rest]: batch statistics per channel in double, Y normalised by them, the
 // running statistics updated as the header says (unbiased variance, PyTorch's convention).
+// Training mode: the batch's mean and (biased) variance per channel, two passes over X, then the
+// affine pass. With synchronized statistics (statistics_reduce.h) the sums, and the element count,
+// are those of every rank's batch.
 void batch_norm_training(const Node& node, ComputeContext& ctx, const Shape& data) {
-  const int64_t n = data[0], c = data[1], rest = data[2], m = n * rest;
-  if (m <= 1)
-    throw ShapeError(
-        fmt::format("BatchNormalization: training mode needs more than one value per channel to "
-                    "compute batch statistics, X is {}",
-                    ctx.input(0).describe()));
+  const int64_t n = data[0], c = data[1], rest = data[2];
+  // [count, sum per channel] and then [sum of squares per channel], over the ranks when synced.
+  std::vector<double> sums(size_t(c) + 1, 0.0), squares(size_t(c), 0.0);
+  sums[0] = double(n * rest);
   const double eps = node.attr_float("epsilon", 1e-5f), momentum = node.attr_float("momentum", 0.9f);
   std::vector<double> mean(size_t(c), 0.0), var(size_t(c), 0.0);
+  double m = 0;
   Tensor& y = ctx.output(0);
   visit_dtype(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -94,14 +97,27 @@ void batch_norm_training(const Node& node, ComputeContext& ctx, const Shape& dat
       const T* px = ctx.input(0).data<T>();
       T* py = y.data<T>();
       parallel_for(c, 1, [&](int64_t s, int64_t e) {
+        for (int64_t ch = s; ch < e; ++ch) sums[size_t(ch) + 1] = norm::sum(px, norm::Channel{n, c, rest, ch});
+      });
+      reduce_statistics(node, sums.data(), sums.size());
+      m = sums[0];
+      if (m <= 1)
+        throw ShapeError(
+            fmt::format("BatchNormalization: training mode needs more than one value per channel to "
+                        "compute batch statistics, X is {}",
+                        ctx.input(0).describe()));
+      for (int64_t ch = 0; ch < c; ++ch) mean[size_t(ch)] = sums[size_t(ch) + 1] / m;
+      parallel_for(c, 1, [&](int64_t s, int64_t e) {
+        for (int64_t ch = s; ch < e; ++ch)
+          squares[size_t(ch)] = norm::centered_squares(px, norm::Channel{n, c, rest, ch}, mean[size_t(ch)]);
+      });
+      reduce_statistics(node, squares.data(), squares.size());
+      parallel_for(c, 1, [&](int64_t s, int64_t e) {
         for (int64_t ch = s; ch < e; ++ch) {
-          const norm::Channel k{n, c, rest, ch};
-          const double mu = norm::sum(px, k) / double(m);
-          const double v = norm::centered_squares(px, k, mu) / double(m);
-          mean[size_t(ch)] = mu;
+          const double mu = mean[size_t(ch)], v = squares[size_t(ch)] / m;
           var[size_t(ch)] = v;
           const double a = ctx.input(1).item_as_double(ch) / std::sqrt(v + eps);
-          norm::affine(px, py, k, a, ctx.input(2).item_as_double(ch) - mu * a);
+          norm::affine(px, py, norm::Channel{n, c, rest, ch}, a, ctx.input(2).item_as_double(ch) - mu * a);
         }
       });
     } else {
@@ -123,7 +139,7 @@ void batch_norm_training(const Node& node, ComputeContext& ctx, const Shape& dat
     });
   };
   update(1, 3, mean, 1.0);
-  update(2, 4, var, double(m) / double(m - 1));
+  update(2, 4, var, m / (m - 1));
 }
 
 // Inference: y = x * a + b per channel with a = scale / sqrt(var + eps), b = B - mean * a (a and b

@@ -12,6 +12,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/norm_common.h"
+#include "kernels/cpu/statistics_reduce.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
 
@@ -79,10 +80,13 @@ class BatchNormGradKernel final : public Kernel {
     return grad_outputs(ctx, "BatchNormalizationGrad", 6);
   }
 
+  // In phases over the channels: the statistics when the node has none (their sums over the
+  // ranks with synchronized statistics, statistics_reduce.h), the gradient's two sums (dScale and
+  // dB are this rank's; dX takes the sums over every rank's batch, as torch's SyncBatchNorm), dX.
   void compute(ComputeContext& ctx) override {
     const Tensor& x = ctx.input(1);
     const Shape d = ncr(x.shape());
-    const int64_t n = d[0], c = d[1], rest = d[2], m = n * rest;
+    const int64_t n = d[0], c = d[1], rest = d[2];
     const double eps = node_.attr_float("epsilon", 1e-5f), momentum = node_.attr_float("momentum", 0.9f);
     const std::vector<double> scale = doubles(&ctx.input(2), c);
     std::vector<double> mean = doubles(ctx.has_input(3) ? &ctx.input(3) : nullptr, c);
@@ -92,36 +96,49 @@ class BatchNormGradKernel final : public Kernel {
     const std::vector<double> drm = doubles(has_drm ? &ctx.input(5) : nullptr, c);
     const std::vector<double> drv = doubles(has_drv ? &ctx.input(6) : nullptr, c);
     std::vector<double> dscale(static_cast<size_t>(c)), dbias(static_cast<size_t>(c));
+    // [count, per-channel sums...] reduced over the ranks when synced.
+    std::vector<double> stats(size_t(2 * c) + 1, 0.0);
     visit_float(x.dtype(), "BatchNormalizationGrad", [&](auto tag) {
       using T = decltype(tag);
       const T* px = x.data<T>();
       const T* pg = ctx.input(0).data<T>();
       T* pdx = ctx.output(0).data<T>();
-      parallel_for(c, 1, [&](int64_t s, int64_t e) {
-        for (int64_t ch = s; ch < e; ++ch) {
-          const size_t k = size_t(ch);
-          const norm::Channel run{n, c, rest, ch};
-          if (recompute) {  // ONNX's training-mode node has no saved statistics: one more pass
-            mean[k] = norm::sum(px, run) / double(m);
-            inv[k] = 1.0 / std::sqrt(norm::centered_squares(px, run, mean[k]) / double(m) + eps);
-          }
-          double db = 0, dgxc = 0;
-          norm::grad_sums(pg, px, run, mean[k], db, dgxc);
-          const double ds = dgxc * inv[k];
-          dbias[k] = db;
-          dscale[k] = ds;
-          const double a = scale[k] * inv[k];
-          if (!training_) {
-            norm::affine(pg, pdx, run, a, 0.0);  // dx = g * a
-            continue;
-          }
-          // dx = a / M * (M g - dB - x^ dScale) + rm + rv (x - mean), x^ = (x - mean) inv, where
-          // rm and rv carry the gradients reaching running_mean / running_var through the batch
-          // statistics.
-          const double rm = has_drm ? drm[k] * (1.0 - momentum) / double(m) : 0.0;
-          const double rv = has_drv ? drv[k] * (1.0 - momentum) * 2.0 / double(m - 1) : 0.0;
-          norm::grad_input(pg, px, pdx, run, mean[k], a, rm - a * db / double(m), a * inv[k] * ds / double(m) - rv);
-        }
+      const auto channels = [&](auto&& f) {
+        parallel_for(c, 1, [&](int64_t s, int64_t e) {
+          for (int64_t ch = s; ch < e; ++ch) f(size_t(ch), norm::Channel{n, c, rest, ch});
+        });
+      };
+      stats[0] = double(n * rest);
+      if (recompute) {  // ONNX's training-mode node has no saved statistics: two more passes
+        channels([&](size_t k, const norm::Channel& run) { stats[k + 1] = norm::sum(px, run); });
+        reduce_statistics(node_, stats.data(), size_t(c) + 1);
+        for (size_t k = 0; k < size_t(c); ++k) mean[k] = stats[k + 1] / stats[0];
+        channels([&](size_t k, const norm::Channel& run) { stats[k + 1] = norm::centered_squares(px, run, mean[k]); });
+        reduce_statistics(node_, stats.data() + 1, size_t(c));
+        for (size_t k = 0; k < size_t(c); ++k) inv[k] = 1.0 / std::sqrt(stats[k + 1] / stats[0] + eps);
+      }
+      channels([&](size_t k, const norm::Channel& run) {
+        double db = 0, dgxc = 0;
+        norm::grad_sums(pg, px, run, mean[k], db, dgxc);
+        dbias[k] = db;
+        dscale[k] = dgxc * inv[k];
+        stats[1 + k] = db;
+        stats[1 + size_t(c) + k] = dgxc;
+      });
+      if (!training_) {
+        channels([&](size_t k, const norm::Channel& run) { norm::affine(pg, pdx, run, scale[k] * inv[k], 0.0); });
+        return;
+      }
+      stats[0] = double(n * rest);  // this rank's count again: the reduction sums them
+      reduce_statistics(node_, stats.data(), stats.size());
+      const double m = stats[0];
+      // dx = a / M * (M g - dB - x^ dScale) + rm + rv (x - mean), x^ = (x - mean) inv, where rm
+      // and rv carry the gradients reaching running_mean / running_var through the batch statistics.
+      channels([&](size_t k, const norm::Channel& run) {
+        const double db = stats[1 + k], ds = stats[1 + size_t(c) + k] * inv[k], a = scale[k] * inv[k];
+        const double rm = has_drm ? drm[k] * (1.0 - momentum) / m : 0.0;
+        const double rv = has_drv ? drv[k] * (1.0 - momentum) * 2.0 / (m - 1) : 0.0;
+        norm::grad_input(pg, px, pdx, run, mean[k], a, rm - a * db / m, a * inv[k] * ds / m - rv);
       });
     });
     write_doubles(ctx.output(1), dscale);

@@ -334,8 +334,17 @@ std::vector<FieldSpec> make_fields() {
   f.push_back(field("half_precision_backend", &A::half_precision_backend));
   f.push_back(field("bf16_full_eval", &A::bf16_full_eval));
   f.push_back(field("fp16_full_eval", &A::fp16_full_eval));
+  f.push_back(field("local_rank", &A::local_rank));
+  f.push_back(field("ddp_backend", &A::ddp_backend));
+  f.push_back(field("ddp_bucket_cap_mb", &A::ddp_bucket_cap_mb));
+  f.push_back(field("ddp_broadcast_buffers", &A::ddp_broadcast_buffers));
+  f.push_back(field("ddp_find_unused_parameters", &A::ddp_find_unused_parameters));
+  f.push_back(field("ddp_timeout", &A::ddp_timeout));
+  f.push_back(field("log_on_each_node", &A::log_on_each_node));
+  f.push_back(field("save_on_each_node", &A::save_on_each_node));
   // Kiln's own.
   f.push_back(field("nan_inf_patience", &A::nan_inf_patience));
+  f.push_back(field("ddp_sync_batchnorm", &A::ddp_sync_batchnorm));
   return f;
 }
 

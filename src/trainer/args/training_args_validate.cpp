@@ -192,6 +192,11 @@ void check_sizes(const TrainingArguments& a) {
   require(a.label_smoothing_factor >= 0 && a.label_smoothing_factor <= 1, "label_smoothing_factor",
           a.label_smoothing_factor, "in [0, 1]");
   require(a.nan_inf_patience >= 0, "nan_inf_patience", a.nan_inf_patience, "0 (never stop) or more");
+  if (a.ddp_backend && *a.ddp_backend != "mpi")
+    fail(fmt::format("ddp_backend '{}': Kiln's distributed backend is MPI ('mpi'): start the ranks with mpirun",
+                     *a.ddp_backend));
+  require(a.ddp_timeout > 0, "ddp_timeout", a.ddp_timeout, "> 0 seconds");
+  if (a.ddp_bucket_cap_mb) require(*a.ddp_bucket_cap_mb > 0, "ddp_bucket_cap_mb", *a.ddp_bucket_cap_mb, "> 0");
   if (a.fp16 && a.bf16) fail("At most one of fp16 and bf16 can be True, but not both");
   if (a.fp16_full_eval && a.bf16_full_eval)
     fail("At most one of fp16 and bf16 can be True for full eval, but not both");

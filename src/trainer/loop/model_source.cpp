@@ -8,6 +8,7 @@
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
 #include "models/builtin.h"
+#include "trainer/loop/distributed_run.h"
 #include "trainer/loop/trainer_impl.h"
 
 namespace kiln::trainer {
@@ -75,7 +76,8 @@ void apply_override(const ModelSource& source, training::ArtifactOptions& o) {
 
 }  // namespace
 
-std::string prepare_artifacts(const ModelSource& source, const TrainingArguments& args, std::string* logits_output) {
+std::string prepare_artifacts(const ModelSource& source, const TrainingArguments& args, std::string* logits_output,
+                              bool write, nlohmann::json* fingerprint) {
   namespace fs = std::filesystem;
   if (source.kind == ModelSource::Kind::Artifacts) {
     *logits_output = source.logits_output;
@@ -85,6 +87,10 @@ std::string prepare_artifacts(const ModelSource& source, const TrainingArguments
                       ? make_builtin_model(source.path_or_name, static_cast<uint64_t>(args.seed), source.model_config)
                       : load_model(source.path_or_name);
   if (forward.graph.outputs.empty()) throw InvalidModel("the model has no outputs");
+  if (fingerprint) {
+    *fingerprint = nlohmann::json::array();
+    for (const auto& [name, t] : forward.graph.initializers) fingerprint->push_back({name, tensor_checksum(t)});
+  }
   const std::string logits = source.logits_output.empty() ? forward.graph.outputs.front().name : source.logits_output;
   training::ArtifactOptions o = optimizer_options(args, forward);
   apply_override(source, o);
@@ -113,7 +119,7 @@ std::string prepare_artifacts(const ModelSource& source, const TrainingArguments
     else if (outs.size() > 1) *logits_output = outs[1].name;
   }
   std::string dir = (fs::path(args.output_dir) / "artifacts").string();
-  training::generate_artifacts(forward, o, dir);
+  if (write) training::generate_artifacts(forward, o, dir);
   return dir;
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <utility>
 
 #include "core/atomic_file.h"
@@ -115,7 +116,14 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
   m.compute_metrics = std::move(compute_metrics);
   m.preprocess_logits = std::move(preprocess_logits_for_metrics);
   set_random_seed(static_cast<uint64_t>(args_.seed));  // Dropout seeds, before the sessions exist
-  m.artifacts_dir = prepare_artifacts(m.source, args_, &m.logits_output);
+  m.dist = open_distributed_run(args_);
+  // A distributed run's artifacts are written by each host's first rank; the others wait for them.
+  const bool writes_artifacts = !m.dist.distributed() || m.dist.comm->local_rank() == 0;
+  nlohmann::json fingerprint;
+  m.artifacts_dir = prepare_artifacts(m.source, args_, &m.logits_output, writes_artifacts,
+                                      m.dist.distributed() ? &fingerprint : nullptr);
+  check_same_model(m.dist, fingerprint);
+  m.dist.barrier();
   const fs::path dir(m.artifacts_dir);
   m.state = std::make_unique<training::CheckpointState>(
       training::CheckpointState::load_checkpoint((dir / training::checkpoint_file()).string()));
@@ -136,6 +144,9 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
     m.scaler = std::make_unique<training::GradScaler>();
     m.module->set_loss_scale(static_cast<float>(m.scaler->scale()));
   }
+  start_data_parallel(m.dist, *m.module, args_);
+  state_.is_world_process_zero = m.dist.rank() == 0;
+  state_.is_local_process_zero = !m.dist.distributed() || m.dist.comm->local_rank() == 0;
   m.optimizer = std::make_unique<training::Optimizer>((dir / training::optimizer_model_file()).string(), *m.module);
   m.optimizer->set_learning_rate(static_cast<float>(args_.learning_rate));
   if (m.logits_output.empty()) {
@@ -146,10 +157,14 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
   m.callbacks.context.model = m.module.get();
   m.callbacks.context.optimizer = m.optimizer.get();
   m.callbacks.add(std::make_shared<DefaultFlowCallback>());
-  for (auto& c : reporting_integration_callbacks(args_.report_to)) m.callbacks.add(std::move(c));
+  // Reports (TensorBoard, MLflow, files) from rank 0, the console from the ranks that log.
+  if (state_.is_world_process_zero)
+    for (auto& c : reporting_integration_callbacks(args_.report_to)) m.callbacks.add(std::move(c));
   for (auto& c : callbacks) m.callbacks.add(std::move(c));
-  if (args_.disable_tqdm.value_or(false)) m.callbacks.add(std::make_shared<PrinterCallback>());
-  else m.callbacks.add(std::make_shared<ProgressCallback>());
+  if (!m.dist.distributed() || args_.should_log()) {
+    if (args_.disable_tqdm.value_or(false)) m.callbacks.add(std::make_shared<PrinterCallback>());
+    else m.callbacks.add(std::make_shared<ProgressCallback>());
+  }
   m.callbacks.call(&TrainerCallback::on_init_end, args_, state_);
 }
 
@@ -251,7 +266,7 @@ class TrainRun {
 
  private:
   void run_epoch(int64_t epoch);
-  double train_batch(const data::Example& batch);
+  double train_batch(const data::Example& batch, bool ends_group);
   void optimizer_update(int64_t epoch, int64_t step);
   void maybe_log_save_evaluate();
   void log_loss();
@@ -286,6 +301,8 @@ class TrainRun {
 void TrainRun::start(const std::string& resume_from_checkpoint) {
   const Schedule& s = schedule_;
   state_ = TrainerState();
+  state_.is_world_process_zero = m_.dist.rank() == 0;
+  state_.is_local_process_zero = !m_.dist.distributed() || m_.dist.comm->local_rank() == 0;
   state_.max_steps = s.max_steps;
   state_.num_train_epochs = s.num_epochs;
   state_.train_batch_size = args_.per_device_train_batch_size;
@@ -305,6 +322,8 @@ void TrainRun::start(const std::string& resume_from_checkpoint) {
 
   const std::string resume = resolve_checkpoint(resume_from_checkpoint, args_.output_dir);
   if (!resume.empty()) load_checkpoint_files(m_, state_, resume);
+  state_.is_world_process_zero = m_.dist.rank() == 0;  // the checkpoint's are rank 0's
+  state_.is_local_process_zero = !m_.dist.distributed() || m_.dist.comm->local_rank() == 0;
   if (!resume.empty() && args_.restore_callback_states_from_checkpoint) cb_.restore_states(state_.stateful_callbacks);
   cb_.context.lr_scheduler = m_.scheduler.get();
   cb_.context.train_dataloader = &loader_;
@@ -334,8 +353,9 @@ void TrainRun::run_epoch(int64_t epoch) {
   for (int64_t step = first; step < len; ++step) {
     if (step % accum == 0) cb_.call(&TrainerCallback::on_step_begin, args_, state_);
     const data::Example batch = loader_.batch(epoch, static_cast<size_t>(step));
-    const double loss = train_batch(batch);
-    if ((step + 1) % accum == 0 || step + 1 == len) {
+    const bool ends_group = (step + 1) % accum == 0 || step + 1 == len;
+    const double loss = train_batch(batch, ends_group);
+    if (ends_group) {
       optimizer_update(epoch, step);
       maybe_log_save_evaluate();
     } else {
@@ -351,9 +371,15 @@ void TrainRun::run_epoch(int64_t epoch) {
 
 // Forward and backward on one micro-batch (the gradients add up in the parameters); returns its loss
 // after adding it to the running sums, the token count and the FLOPs.
-double TrainRun::train_batch(const data::Example& batch) {
+double TrainRun::train_batch(const data::Example& batch, bool ends_group) {
   m_.module->train();
+  training::DataParallel* ddp = m_.dist.ddp.get();
+  if (ddp) {  // DDP: rank 0's buffers, and gradients reduced on the group's last micro-batch only
+    if (m_.dist.broadcast_buffers) ddp->broadcast_buffers();
+    ddp->set_sync(ends_group);
+  }
   const std::vector<Tensor> out = (*m_.module)(inputs_of(*m_.module, batch, true));
+  if (ddp && ends_group) ddp->finish();
   const double loss = out.at(0).item_as_double();
   const bool finite = std::isfinite(loss);
   group_.finite = group_.finite && finite;
@@ -381,6 +407,7 @@ void TrainRun::optimizer_update(int64_t epoch, int64_t step) {
   // The mean over the accumulated micro-batches, as HF's loss / accumulation steps; with fp16 also
   // the loss scale divided out, and an update whose gradients are not all finite is skipped.
   bool overflow = false;
+  group_.finite = m_.dist.all(group_.finite);  // a non-finite loss on any rank skips the update on all
   if (m_.scaler) {
     overflow = m_.scaler->unscale(grads, 1.0 / static_cast<double>(accum));
   } else if (accum > 1) {
@@ -432,7 +459,7 @@ void TrainRun::maybe_log_save_evaluate() {
 // The mean loss per update since the last log, the last gradient norm and the learning rate.
 void TrainRun::log_loss() {
   const int64_t steps = state_.global_step - m_.globalstep_last_logged;
-  Logs logs{{"loss", m_.tr_loss / static_cast<double>(steps)}};
+  Logs logs{{"loss", m_.dist.mean(m_.tr_loss) / static_cast<double>(steps)}};
   if (!std::isnan(last_grad_norm_)) logs.emplace_back("grad_norm", last_grad_norm_);
   logs.emplace_back("learning_rate", m_.scheduler->current_lr());
   m_.tr_loss = 0;
@@ -471,10 +498,13 @@ void TrainRun::evaluate_and_track_best() {
 
 void TrainRun::save_checkpoint() {
   state_.stateful_callbacks = cb_.export_states();
-  write_checkpoint_folder(args_.output_dir, state_.global_step,
-                          [&](const std::string& f) { save_checkpoint_files(m_, args_, state_, f); });
-  if (args_.save_total_limit)
-    rotate_checkpoints(args_.output_dir, *args_.save_total_limit, state_.best_model_checkpoint);
+  if (!m_.dist.distributed() || args_.should_save()) {
+    write_checkpoint_folder(args_.output_dir, state_.global_step,
+                            [&](const std::string& f) { save_checkpoint_files(m_, args_, state_, f); });
+    if (args_.save_total_limit)
+      rotate_checkpoints(args_.output_dir, *args_.save_total_limit, state_.best_model_checkpoint);
+  }
+  m_.dist.barrier();  // the folder is complete before any rank goes on (or could resume from it)
   cb_.call(&TrainerCallback::on_save, args_, state_);
 }
 
@@ -510,7 +540,8 @@ TrainOutput TrainRun::finish(std::chrono::steady_clock::time_point start_time, c
   const double runtime = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
   TrainOutput result;
   result.global_step = state_.global_step;
-  result.training_loss = state_.global_step > 0 ? m_.total_loss / static_cast<double>(state_.global_step) : 0.0;
+  result.training_loss =
+      state_.global_step > 0 ? m_.dist.mean(m_.total_loss) / static_cast<double>(state_.global_step) : 0.0;
   trainer_.log(summary(runtime, result.training_loss, memory_at_start));  // adds "epoch"
   const nlohmann::json& logged = state_.log_history.back();
   for (auto it = logged.begin(); it != logged.end(); ++it)
@@ -524,18 +555,28 @@ TrainOutput TrainRun::finish(std::chrono::steady_clock::time_point start_time, c
 TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   Impl& m = *impl_;
   if (!m.train_dataset) throw InvalidArgument("Trainer.train() needs a train_dataset");
-  // One run per output_dir; what a killed run left half-done there is finished or undone first.
-  const OutputDirLock lock(args_.output_dir);
-  recover_checkpoint_folders(args_.output_dir);
-  // Files of atomic writes that a kill interrupted (model.onnx.tmp-XXXXXX...), in the folders this
-  // run owns: output_dir and the artifacts it generated there (not a user's artifacts folder).
-  remove_stale_temporaries(args_.output_dir);
-  if (m.source.kind != ModelSource::Kind::Artifacts) remove_stale_temporaries(m.artifacts_dir);
+  // One run per output_dir; what a killed run left half-done there is finished or undone first, by
+  // the rank that writes there (the others wait).
+  std::optional<OutputDirLock> lock;
+  if (!m.dist.distributed() || args_.should_save()) {
+    lock.emplace(args_.output_dir);
+    recover_checkpoint_folders(args_.output_dir);
+    // Files of atomic writes that a kill interrupted (model.onnx.tmp-XXXXXX...), in the folders this
+    // run owns: output_dir and the artifacts it generated there (not a user's artifacts folder).
+    remove_stale_temporaries(args_.output_dir);
+    if (m.source.kind != ModelSource::Kind::Artifacts) remove_stale_temporaries(m.artifacts_dir);
+  }
+  m.dist.barrier();
   const auto start_time = std::chrono::steady_clock::now();
   const MemoryUsage memory_at_start = args_.skip_memory_metrics ? MemoryUsage{} : memory_usage(true);
   const uint64_t data_seed = static_cast<uint64_t>(args_.sampler_seed());
-  data::DataLoader loader(m.train_dataset, static_cast<size_t>(args_.per_device_train_batch_size),
-                          std::make_shared<data::RandomSampler>(data_seed), args_.dataloader_drop_last);
+  // Each rank trains on its share of the seeded order (torch's DistributedSampler).
+  std::shared_ptr<const data::Sampler> sampler = std::make_shared<data::RandomSampler>(data_seed);
+  if (m.dist.distributed())
+    sampler =
+        std::make_shared<data::DistributedSampler>(sampler, m.dist.rank(), m.dist.size(), args_.dataloader_drop_last);
+  data::DataLoader loader(m.train_dataset, static_cast<size_t>(args_.per_device_train_batch_size), sampler,
+                          args_.dataloader_drop_last);
   TrainRun run(*this, m, args_, state_, loader);
   run.start(resume_from_checkpoint);
   run.run_epochs();

@@ -35,6 +35,19 @@ struct LoopResult {
   bool has_loss = true;
 };
 
+// Every rank's share of an evaluation, on every rank: the sums, and predictions and labels in
+// dataset order.
+void gather_results(const DistributedRun& dist, LoopResult& r) {
+  if (!dist.distributed()) return;
+  double sums[3] = {r.loss_sum, static_cast<double>(r.examples), static_cast<double>(r.batches)};
+  dist.comm->allreduce_sum(sums, 3);
+  r.loss_sum = sums[0];
+  r.examples = static_cast<int64_t>(sums[1]);
+  r.batches = static_cast<int64_t>(sums[2]);
+  r.output.predictions = gather_in_dataset_order(dist, r.output.predictions);
+  r.output.label_ids = gather_in_dataset_order(dist, r.output.label_ids);
+}
+
 }  // namespace
 
 // A dataset without labels (HF's predict on unlabelled data): no loss, only predictions, from an
@@ -47,7 +60,10 @@ static void predict_unlabelled(Trainer::Impl& m, const TrainingArguments& args, 
         fmt::format("the dataset has no '{}' column and the model has no prediction output "
                     "besides its loss",
                     label_name));
-  const std::string path = (fs::path(m.artifacts_dir) / "predict_model.onnx").string();
+  const std::string path =
+      (fs::path(m.artifacts_dir) / (m.dist.distributed() ? fmt::format("predict_model.rank{}.onnx", m.dist.rank())
+                                                         : std::string("predict_model.onnx")))
+          .string();
   m.module->export_model_for_inferencing(path, {m.logits_output});
   Session session(load_model(path));
   for (size_t b = 0; b < loader.num_batches(); ++b) {
@@ -70,13 +86,18 @@ static void predict_unlabelled(Trainer::Impl& m, const TrainingArguments& args, 
   }
   r.output.predictions = concat_padded(predictions);
   r.has_loss = false;
+  gather_results(m.dist, r);
 }
 
 static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& args, const TrainerState& state,
                                   const std::shared_ptr<const data::Dataset>& dataset) {
   const auto start = std::chrono::steady_clock::now();
-  data::DataLoader loader(dataset, static_cast<size_t>(args.per_device_eval_batch_size),
-                          std::make_shared<data::SequentialSampler>(), false);
+  // A distributed run evaluates a share per rank (items r, r + N, ...; nothing padded), then
+  // gathers the predictions in dataset order (evaluation_results below).
+  std::shared_ptr<const data::Sampler> sampler = std::make_shared<data::SequentialSampler>();
+  if (m.dist.distributed())
+    sampler = std::make_shared<data::DistributedSampler>(sampler, m.dist.rank(), m.dist.size(), false, false);
+  data::DataLoader loader(dataset, static_cast<size_t>(args.per_device_eval_batch_size), sampler, false);
   LoopResult r;
   std::vector<Tensor> predictions, labels;
   const auto outputs = m.module->output_names(false);
@@ -122,6 +143,7 @@ static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& arg
   m.module->train();
   r.output.predictions = concat_padded(predictions);
   r.output.label_ids = concat_padded(labels);
+  gather_results(m.dist, r);
   r.runtime = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
@@ -175,6 +197,7 @@ PredictionOutput Trainer::predict(const std::shared_ptr<const data::Dataset>& te
 }
 
 void Trainer::save_model(const std::string& dir) const {
+  if (impl_->dist.distributed() && !args_.should_save()) return;  // HF: only the saving rank writes
   const fs::path out = dir.empty() ? fs::path(args_.output_dir) : fs::path(dir);
   std::error_code ec;
   fs::create_directories(out, ec);
@@ -190,10 +213,12 @@ void Trainer::save_model(const std::string& dir) const {
 }
 
 void Trainer::save_state() const {
+  if (!state_.is_world_process_zero) return;
   write_file_atomically((fs::path(args_.output_dir) / "trainer_state.json").string(), state_.to_json().dump(2) + "\n");
 }
 
 void Trainer::log_metrics(const std::string& split, const Metrics& metrics) const {
+  if (!state_.is_world_process_zero) return;
   std::cout << "***** " << split << " metrics *****\n";
   size_t width = 0;
   for (const auto& [k, v] : metrics) width = std::max(width, k.size());
@@ -201,6 +226,7 @@ void Trainer::log_metrics(const std::string& split, const Metrics& metrics) cons
 }
 
 void Trainer::save_metrics(const std::string& split, const Metrics& metrics, bool combined) const {
+  if (!state_.is_world_process_zero) return;
   nlohmann::json j;
   for (const auto& [k, v] : metrics) j[k] = v;
   const fs::path dir(args_.output_dir);

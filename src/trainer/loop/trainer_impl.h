@@ -9,6 +9,7 @@
 #include "kiln/lr_schedulers.h"
 #include "kiln/trainer.h"
 #include "trainer/callbacks/callback_handler.h"
+#include "trainer/loop/distributed_run.h"
 
 namespace kiln::trainer {
 
@@ -27,6 +28,8 @@ struct Trainer::Impl {
   std::shared_ptr<const data::Dataset> train_dataset, eval_dataset;
   ComputeMetrics compute_metrics;
   PreprocessLogits preprocess_logits;
+  // The ranks of a distributed run (`mpirun -np N ...`): a world of one otherwise.
+  DistributedRun dist;
 
   // Running sums the logs are made of; saved in checkpoints so that a resumed run logs exactly
   // what an uninterrupted one does.
@@ -45,7 +48,11 @@ void save_checkpoint_files(const Trainer::Impl& impl, const TrainingArguments& a
 void load_checkpoint_files(Trainer::Impl& impl, TrainerState& state, const std::string& folder);
 void load_weights(Trainer::Impl& impl, const std::string& folder);
 
-// Builds (or finds) the artifacts for a model source; returns the artifact folder.
-std::string prepare_artifacts(const ModelSource& source, const TrainingArguments& args, std::string* logits_output);
+// Builds (or finds) the artifacts for a model source; returns the artifact folder. `write` false:
+// only where they are and the logits output (another rank of a distributed run writes them).
+// `fingerprint`, when given, gets each initializer of the forward model with a checksum of its
+// bytes (the ranks of a distributed run compare them).
+std::string prepare_artifacts(const ModelSource& source, const TrainingArguments& args, std::string* logits_output,
+                              bool write = true, nlohmann::json* fingerprint = nullptr);
 
 }  // namespace kiln::trainer

@@ -1,0 +1,137 @@
+// The pieces of data-parallel training that run in one process (the ranks themselves:
+// tests/python/test_distributed.py): Module's gradient-ready hook (every trainable parameter once
+// per training call, with the gradient it ends up holding, the last layer's first as the backward
+// pass makes them; after the call when it accumulates), DataParallel over a world of one (averages
+// of one: the gradients unchanged; no_sync), and synchronized batch statistics through the
+// kernels' reduction (a reduction that doubles every sum, as two ranks holding the same batch
+// would, leaves the normalization as it was; a node asking for it without one is an error).
+#include "kiln/data_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "kernels/cpu/statistics_reduce.h"
+#include "kiln/distributed.h"
+#include "kiln/kernel.h"
+#include "kiln/training.h"
+#include "test_util.h"
+#include "training/training_test_util.h"
+
+namespace kiln::training {
+namespace {
+
+using kiln::test::expect_error;
+using kiln::testing::class_labels;
+using kiln::testing::random_tensor;
+
+struct TrainRun {
+  CheckpointState state;
+  std::unique_ptr<Module> module;
+  explicit TrainRun(const std::filesystem::path& dir)
+      : state(CheckpointState::load_checkpoint((dir / "checkpoint").string())),
+        module(std::make_unique<Module>((dir / "training_model.onnx").string(), state)) {}
+  std::vector<Tensor> batch(uint64_t seed) const { return {random_tensor({8, 4}, seed), class_labels(8, 3, seed + 1)}; }
+};
+
+TEST(GradientReadyHook, EachTrainableGradientOncePerCallAsItEndsUp) {
+  TrainRun r(kiln::testing::write_bn_mlp_artifacts("grad_hook", OptimType::SGD));
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<float>> seen;
+  r.module->set_gradient_ready_hook([&](const std::string& name, Tensor& grad) {
+    order.push_back(name);
+    seen[name] = std::vector<float>(grad.data<float>(), grad.data<float>() + grad.numel());
+  });
+  (*r.module)(r.batch(1));
+  std::set<std::string> trainable;
+  for (const auto& name : r.module->parameter_names())
+    if (r.state.parameter(name).requires_grad()) trainable.insert(name);
+  EXPECT_EQ(std::set<std::string>(order.begin(), order.end()), trainable);
+  EXPECT_EQ(order.size(), trainable.size());
+  // The backward pass makes the last layer's gradients before the first layer's.
+  const auto at = [&](const char* prefix) {
+    for (size_t i = 0; i < order.size(); ++i)
+      if (order[i].rfind(prefix, 0) == 0) return i;
+    return order.size();
+  };
+  EXPECT_LT(at("fc2"), at("fc1"));
+  for (const auto& [name, values] : seen) {
+    const Tensor& g = r.state.parameter(name).grad();
+    EXPECT_EQ(values, std::vector<float>(g.data<float>(), g.data<float>() + g.numel())) << name;
+  }
+  // A call that adds to the gradients tells of the sums, after adding.
+  const auto first = seen;
+  order.clear();
+  (*r.module)(r.batch(3));
+  EXPECT_EQ(order.size(), trainable.size());
+  for (const auto& [name, values] : seen) {
+    const Tensor& g = r.state.parameter(name).grad();
+    EXPECT_EQ(values, std::vector<float>(g.data<float>(), g.data<float>() + g.numel())) << name;
+    if (name != "fc1.bias") EXPECT_NE(values, first.at(name)) << name;  // fc1.bias's is ~0 before BatchNorm
+  }
+  r.module->set_gradient_ready_hook(nullptr);
+  order.clear();
+  (*r.module)(r.batch(5));
+  EXPECT_TRUE(order.empty());
+}
+
+TEST(DataParallel, AWorldOfOneAveragesToTheSameGradients) {
+  TrainRun r(kiln::testing::write_bn_mlp_artifacts("ddp_one", OptimType::SGD));
+  TrainRun plain(kiln::testing::write_bn_mlp_artifacts("ddp_plain", OptimType::SGD));
+  DataParallelOptions tiny;
+  tiny.bucket_cap_mb = 1e-6;  // a bucket per parameter
+  DataParallel ddp(*r.module, dist::single_process(), tiny);
+  EXPECT_EQ(ddp.num_buckets(), 7u);  // fc1, bn and fc2 weights and biases, and `half`
+  for (uint64_t step = 0; step < 2; ++step) {
+    ddp.set_sync(step == 1);  // the first call accumulates only
+    (*r.module)(r.batch(10 + step));
+    (*plain.module)(plain.batch(10 + step));
+    ddp.finish();
+  }
+  for (const auto& name : r.module->parameter_names()) {
+    const Parameter& p = r.state.parameter(name);
+    if (!p.requires_grad()) continue;
+    const Tensor& want = plain.state.parameter(name).grad();
+    ASSERT_EQ(p.grad().shape(), want.shape()) << name;
+    EXPECT_EQ(std::memcmp(p.grad().raw_data(), want.raw_data(), want.nbytes()), 0) << name;
+  }
+  expect_error<InvalidArgument>([&] { DataParallel(*r.module, nullptr); }, "needs a communicator");
+}
+
+Node batch_norm(bool sync) {
+  Node n;
+  n.op_type = "BatchNormalization";
+  n.name = "bn";
+  n.inputs = {"x", "scale", "bias", "mean", "var"};
+  n.outputs = {"y", "running_mean", "running_var"};
+  n.attrs["training_mode"] = Attribute::of_int(1);
+  if (sync) n.attrs["sync_statistics"] = Attribute::of_int(1);
+  return n;
+}
+
+TEST(SyncedBatchStatistics, TwoRanksWithTheSameBatchNormalizeAsOne) {
+  const std::vector<Tensor> in{random_tensor({4, 3, 5}, 1), random_tensor({3}, 2), random_tensor({3}, 3),
+                               Tensor::zeros(DType::Float32, {3}), Tensor::from_vector<float>({3}, {1.f, 1.f, 1.f})};
+  std::vector<size_t> sizes;
+  set_statistics_reduce([&](double* v, size_t n) {
+    sizes.push_back(n);
+    for (size_t i = 0; i < n; ++i) v[i] *= 2;  // a second rank with the same batch
+  });
+  const std::vector<Tensor> synced = run_node(batch_norm(true), in), alone = run_node(batch_norm(false), in);
+  EXPECT_EQ(sizes, (std::vector<size_t>{4, 3}));  // the count and the sums, then the squares
+  for (int64_t i = 0; i < alone[0].numel(); ++i)
+    EXPECT_NEAR(synced[0].data<float>()[i], alone[0].data<float>()[i], 1e-6) << i;
+  // Twice the elements: the running variance's unbiased correction is 40/39, not 20/19.
+  for (int64_t c = 0; c < 3; ++c) {
+    const float v1 = alone[2].data<float>()[c], v2 = synced[2].data<float>()[c];
+    const double batch_var = (v1 - 0.9) / 0.1 * 19.0 / 20.0;
+    EXPECT_NEAR(v2, 0.9 + 0.1 * batch_var * 40.0 / 39.0, 1e-6) << c;
+  }
+  set_statistics_reduce(nullptr);
+  expect_error<Unsupported>([&] { run_node(batch_norm(true), in); }, "runs no distributed training");
+}
+
+}  // namespace
+}  // namespace kiln::training
