@@ -2,7 +2,7 @@
 //
 //   {prefix}training_model.onnx   forward + loss + gradients (parameters are graph inputs)
 //   {prefix}eval_model.onnx       forward + loss, BatchNormalization and Dropout in inference mode
-//   {prefix}optimizer_model.onnx  one ai.kiln.AdamWStep / SGDStep per trainable parameter
+//   {prefix}optimizer_model.onnx  one ai.kiln.AdamWStep / SGDStep / LambStep per trainable parameter
 //   {prefix}checkpoint            the parameters (safetensors; see include/kiln/checkpoint.h)
 //
 //   kiln::training::ArtifactOptions o;
@@ -28,9 +28,9 @@
 namespace kiln::training {
 
 enum class LossType { None, MSELoss, CrossEntropyLoss, BCEWithLogitsLoss, L1Loss };
-enum class OptimType { AdamW, SGD };
+enum class OptimType { AdamW, SGD, Lamb };
 
-// Parses "CrossEntropyLoss", "MSELoss", "BCEWithLogitsLoss", "L1Loss", "none" / "AdamW", "SGD";
+// Parses "CrossEntropyLoss", "MSELoss", "BCEWithLogitsLoss", "L1Loss", "none" / "AdamW", "SGD", "Lamb";
 // InvalidArgument listing the accepted names otherwise.
 LossType loss_type_from_string(const std::string& name);
 OptimType optim_type_from_string(const std::string& name);
@@ -58,6 +58,17 @@ struct SGDOptions {
   bool maximize = false;
 };
 
+// LAMB (You et al. 2019), as poptorch.optim.LAMB has it (Graphcore's IPUTrainer: `lamb`, and
+// `lamb_no_bias_correction` for bias_correction = false). max_weight_norm < 0: no clamp of ||x||.
+struct LambOptions {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  float weight_decay = 0.01f;
+  bool bias_correction = true;
+  float max_weight_norm = -1.0f;
+};
+
 struct ArtifactOptions {
   std::vector<std::string> requires_grad;  // empty: the default set (see above)
   std::vector<std::string> frozen_params;
@@ -67,6 +78,7 @@ struct ArtifactOptions {
   std::optional<OptimType> optimizer;                // none: no optimizer model
   AdamWOptions adamw;
   SGDOptions sgd;
+  LambOptions lamb;
   float learning_rate = 1e-3f;  // the optimizer's initial learning rate (kept in the optimizer model)
   // CrossEntropyLoss with label smoothing (torch's label_smoothing, HF's label_smoothing_factor):
   // (1 - e) * NLL + e * mean over classes of -log p, averaged over the rows not ignored.

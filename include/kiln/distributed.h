@@ -42,6 +42,30 @@ class Communicator {
   // allreduce_sum started on the communication thread, so that computation goes on meanwhile.
   // `data` must stay valid and untouched until the future is ready; get() rethrows its error.
   virtual std::shared_future<void> allreduce_sum_async(float* data, size_t count) = 0;
+  // ZeRO's collectives, on a buffer of size() consecutive segments, segment r of counts[r] elements
+  // (the same counts on every rank; a count may be 0):
+  //  - reduce-scatter: every rank gives its whole buffer; when done, segment rank() holds the
+  //    element-wise sum over the ranks (the other segments are left unspecified);
+  //  - allgather: every rank gives its segment rank(); when done, every segment holds its rank's.
+  // Started on the communication thread like allreduce_sum_async.
+  virtual std::shared_future<void> reduce_scatter_sum_async(float* data, std::vector<size_t> counts) = 0;
+  virtual std::shared_future<void> allgather_async(float* data, std::vector<size_t> counts) = 0;
+  // Point-to-point transfers between two ranks (pipeline stages): `bytes` bytes to rank `dest` /
+  // from rank `source`, matched by tag and posting order; started on the communication thread like
+  // the collectives (a send does not wait for its receive to be posted). The buffer must stay valid
+  // and untouched until the future is ready. InvalidArgument for a rank outside the world or this
+  // rank itself.
+  virtual std::shared_future<void> send_async(const void* data, size_t bytes, int dest, int tag) = 0;
+  virtual std::shared_future<void> recv_async(void* data, size_t bytes, int source, int tag) = 0;
+  // Waits for a transfer or collective future at most timeout() seconds, then ends the job naming
+  // `what` (a rank that died would leave the others waiting forever).
+  virtual void wait(const std::shared_future<void>& done, const std::string& what) = 0;
+  // The ranks that pass the same color, ordered by key, as a communicator of their own (MPI's
+  // Comm_split): every rank of this communicator calls it. Its collectives involve those ranks only.
+  virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
+  // Seconds the collectives have taken so far on this rank (from start to end of each, waiting
+  // for the other ranks included): the communication time a benchmark reports.
+  virtual double busy_seconds() const { return 0; }
   // Ends every rank of the job with this message (a rank that cannot go on: the others would
   // wait for it forever).
   [[noreturn]] virtual void abort(const std::string& message) = 0;

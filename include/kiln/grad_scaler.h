@@ -31,6 +31,12 @@ struct GradScalerOptions {
   // false: the scale never changes (IPUConfig's fixed loss_scaling; its auto_loss_scaling is the
   // dynamic default). Updates whose gradients are not finite are still skipped.
   bool dynamic = true;
+  // DeepSpeed's fp16 loss scaler (its config's fp16 section): the scale backs off only at the
+  // hysteresis-th overflow since it last grew (1: at every overflow, torch's rule), or, with
+  // consecutive_hysteresis, since the last finite step; it never goes below min_scale.
+  int64_t hysteresis = 1;
+  bool consecutive_hysteresis = false;
+  double min_scale = 0;
 };
 
 class GradScaler {
@@ -49,10 +55,12 @@ class GradScaler {
   // The same over the accumulated gradients of a Module's trainable parameters.
   bool unscale(Module& module, double factor = 1.0) const;
   // torch's update(): backoff on found_inf (the tracker restarts), else count the finite step and
-  // grow the scale when the count reaches growth_interval. Nothing when not dynamic.
+  // grow the scale when the count reaches growth_interval. Nothing when not dynamic. With a
+  // hysteresis of h > 1, the first h - 1 overflows only restart the count (DeepSpeed's).
   void update(bool found_inf);
 
-  // torch's state_dict keys: scale, growth_factor, backoff_factor, growth_interval, _growth_tracker.
+  // torch's state_dict keys: scale, growth_factor, backoff_factor, growth_interval, _growth_tracker;
+  // with DeepSpeed's options also hysteresis, _hysteresis_left, min_scale.
   nlohmann::json state_dict() const;
   // CorruptFile naming the key for a missing or bad value. `dynamic` is not part of the state.
   void load_state_dict(const nlohmann::json& state);
@@ -61,6 +69,7 @@ class GradScaler {
   GradScalerOptions options_;
   double scale_;
   int64_t growth_tracker_ = 0;
+  int64_t hysteresis_left_ = 1;
 };
 
 }  // namespace kiln::training

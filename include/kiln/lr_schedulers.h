@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -95,5 +96,10 @@ std::unique_ptr<LRScheduler> make_lr_scheduler(const std::string& type, double b
 // thread count. Null/undefined/non-contiguous tensors and negative or NaN max_norm are
 // InvalidArgument; integer gradients a TypeError, each naming the gradient's index.
 double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm);
+// The same over gradients split between the ranks of a distributed run (ZeRO: each rank holds its
+// parameters' gradients): `sum_over_ranks` turns this rank's sum of squares into the sum over all
+// ranks (an allreduce), so that every rank clips by the global norm.
+double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm,
+                      const std::function<double(double)>& sum_over_ranks);
 
 }  // namespace kiln::trainer

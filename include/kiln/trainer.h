@@ -47,6 +47,7 @@ struct ModelSource {
   std::optional<training::OptimType> optimizer;
   training::AdamWOptions adamw;
   training::SGDOptions sgd;
+  training::LambOptions lamb;
 
   static ModelSource onnx(std::string path, training::LossType loss);
   static ModelSource artifacts(std::string dir);

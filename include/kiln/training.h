@@ -144,23 +144,38 @@ class Module {
   std::mutex mutex_;  // serialises calls and parameter copies
 };
 
+// Elements [begin, end) of a parameter, in its row-major order: a piece of a ZeRO shard.
+struct ParameterRange {
+  std::string name;
+  int64_t begin = 0, end = 0;
+  bool operator==(const ParameterRange&) const = default;
+};
+
 class Optimizer {
  public:
   // Loads the optimizer model (ai.kiln.AdamWStep / SGDStep nodes over the module's parameters).
   // Its state (step, moments) comes from the CheckpointState when that holds optimizer state of
   // the same type, else starts at zero; the learning rate likewise, else the model's default.
   Optimizer(const std::string& optimizer_model_path, Module& module);
+  // Updates only the shard's ranges of parameters (ZeRO: DataParallel::owned_ranges()), at most
+  // one range per trainable parameter. The model's other update nodes are left out; each kept one
+  // runs over its range as a 1-D tensor (the update ops are elementwise), and the state holds the
+  // shard's optimizer slots only, 1-D over each range (others it held are dropped, and a whole
+  // parameter's slot is cut to the range).
+  Optimizer(const std::string& optimizer_model_path, Module& module, const std::vector<ParameterRange>& shard);
   ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update of every trainable parameter from its accumulated gradient, in place.
-  // InvalidArgument when a trainable parameter has no gradient yet.
+  // One update of every trainable parameter (of the shard) from its accumulated gradient, in
+  // place. InvalidArgument when one has no gradient yet.
   void step();
   void set_learning_rate(float lr);
   float get_learning_rate() const;
   int64_t step_count() const;
   const std::string& type() const;
+  // What it updates, in the optimizer model's order: whole parameters, or the shard's ranges.
+  std::vector<ParameterRange> ranges() const;
 
  private:
   struct Impl;

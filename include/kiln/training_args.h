@@ -14,7 +14,7 @@
 // Versions. Defaults are transformers' current ones (v5 development line); where they changed, the
 // field's comment says from what. Fields HF has since removed or deprecated (overwrite_output_dir,
 // include_tokens_per_second, evaluation_strategy, warmup_ratio, logging_dir, adamw_hf) keep their
-// last HF meaning, so v4 configs load. Fields HF has that Kiln does not (deepspeed, push_to_hub, tf32,
+// last HF meaning, so v4 configs load. Fields HF has that Kiln does not (push_to_hub, tf32,
 // ...) are not here: a JSON file naming them is rejected unless allow_extra_keys is set.
 //
 // Every error is an InvalidArgument (a file that cannot be read: IOError) whose message is HF's text
@@ -199,10 +199,39 @@ struct TrainingArguments {
   std::optional<bool> ddp_find_unused_parameters;
   // Seconds a rank waits for the others in a collective before ending the run with an error.
   int64_t ddp_timeout = 1800;
+  // HF's deepspeed: a DeepSpeed config file's path, or its JSON text (a dict in Python). Its ZeRO
+  // stage (0-2), buckets, gradient clipping, batch sizes and bf16 / fp16 sections configure the
+  // run, "auto" values filled from these arguments (kiln/deepspeed_config.h).
+  std::optional<std::string> deepspeed;
   // Which ranks log (each host's first rank, else only rank 0) and write checkpoints and the model
   // (only rank 0, else each host's first rank: for hosts that share no file system).
   bool log_on_each_node = true;
   bool save_on_each_node = false;
+
+  // ---- optimum-graphcore's IPUTrainingArguments (kiln/ipu_config.h; docs/ipu.md) ------------
+  // The run's IPUConfig: a folder holding ipu_config.json, a JSON file, or the JSON text; and
+  // optimum's overrides of it ("device_iterations=4,seed=7").
+  std::optional<std::string> ipu_config_name;
+  std::optional<std::string> ipu_config_overrides;
+  // The ranks the run must have (optimum: IPUs); checked against the MPI world.
+  std::optional<int64_t> n_ipu;
+  // IPUTrainingArguments trains in 16 bits unless fp32: false here means fp16 mixed precision (with
+  // the IPUConfig's loss scaling), true float32; unset (TrainingArguments): as bf16 / fp16 say.
+  std::optional<bool> fp32;
+  // Plan every graph of the run (training, evaluation, the optimizer) for its batch shapes, report
+  // each plan's size, and stop before the first step.
+  bool compile_only = false;
+  // The last, short batch of an epoch (and of evaluation) padded to the full batch size with rows
+  // that count for nothing: the loss, the gradients and the metrics equal an unpadded run's, and
+  // every step has one shape (one plan).
+  bool pad_on_batch_axis = false;
+  // optimum's "sequential", "async", "async_rebatched": accepted; Kiln collates each batch in the
+  // training thread in every mode.
+  std::string dataloader_mode = "sequential";
+  // The LAMB optimizer (kiln/artifacts.h: LambOptions) with adam_beta1, adam_beta2, adam_epsilon and
+  // weight_decay; lamb_no_bias_correction without its bias correction. Either replaces optim.
+  bool lamb = false;
+  bool lamb_no_bias_correction = false;
 
   // ==== Kiln's own (not in Hugging Face) =====================================================
   // Training stops after this many consecutive optimizer steps with a non-finite loss, naming the

@@ -192,6 +192,11 @@ class Trainer:
     def num_parameters(self, only_trainable=False):
         return self._core.num_parameters(only_trainable)
 
+    def optimizer_state_bytes(self):
+        """Kiln's own: the bytes of optimizer state (Adam's moments) this process holds; under ZeRO
+        (a DeepSpeed config with stage 1 or 2) its rank's shard only."""
+        return self._core.optimizer_state_bytes()
+
     # ---- Callbacks -----------------------------------------------------------------------------
     def add_callback(self, callback):
         self.callback_handler.add_callback(callback)

@@ -240,6 +240,15 @@ void def_model_access(TrainerClass& cls) {
       .def("output_names", [](const PyTrainer& t, bool training) { return t.get().module().output_names(training); })
       .def("num_parameters",
            [](const PyTrainer& t, bool trainable) { return t.get().module().get_parameters_size(trainable); })
+      // The bytes of optimizer state (moments) this rank holds: with ZeRO, its shard's.
+      .def("optimizer_state_bytes",
+           [](const PyTrainer& t) {
+             size_t n = 0;
+             for (const auto& [slot, tensors] : t.get().checkpoint_state().optimizer_state().slots)
+               for (const auto& [param, tensor] : tensors)
+                 if (tensor.defined()) n += tensor.nbytes();
+             return n;
+           })
       // The model's current weights by initializer name (copies): what kiln.nn modules load back
       // after training.
       .def("parameter_values", [](const PyTrainer& t) {

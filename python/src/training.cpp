@@ -6,9 +6,13 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <optional>
+#include <tuple>
 
 #include "bindings.h"
 #include "kiln/artifacts.h"
+#include "kiln/data_parallel.h"
+#include "kiln/distributed.h"
 #include "kiln/error.h"
 #include "kiln/grad_scaler.h"
 #include "kiln/onnx_io.h"
@@ -178,6 +182,62 @@ void register_module(py::module_& m) {
       .def("parameter_names", [](const PyModule& pm) { return pm.module->parameter_names(); });
 }
 
+// DataParallel over this process's world (kiln/data_parallel.h), for the on-device API under mpirun.
+struct PyDataParallel {
+  std::shared_ptr<PyModule> module;
+  std::unique_ptr<training::DataParallel> ddp;
+};
+
+void register_data_parallel(py::module_& m) {
+  py::class_<PyDataParallel, std::shared_ptr<PyDataParallel>>(m, "DataParallel")
+      .def(py::init([](const std::shared_ptr<PyModule>& module, double bucket_cap_mb, int zero_stage, bool overlap_comm,
+                       bool reduce_scatter, double allgather_bucket_mb) {
+        auto p = std::make_shared<PyDataParallel>();
+        p->module = module;
+        training::DataParallelOptions o;
+        o.bucket_cap_mb = bucket_cap_mb;
+        o.zero_stage = zero_stage;
+        o.overlap_comm = overlap_comm;
+        o.reduce_scatter = reduce_scatter;
+        o.allgather_bucket_mb = allgather_bucket_mb;
+        py::gil_scoped_release release;
+        p->ddp = std::make_unique<training::DataParallel>(*module->module, dist::world(), o);
+        return p;
+      }))
+      .def("set_sync", [](PyDataParallel& p, bool sync) { p.ddp->set_sync(sync); })
+      .def("sync", [](const PyDataParallel& p) { return p.ddp->sync(); })
+      .def("finish",
+           [](PyDataParallel& p) {
+             py::gil_scoped_release release;
+             p.ddp->finish();
+           })
+      .def("broadcast_buffers",
+           [](PyDataParallel& p) {
+             py::gil_scoped_release release;
+             p.ddp->broadcast_buffers();
+           })
+      .def("broadcast_parameters",
+           [](PyDataParallel& p) {
+             py::gil_scoped_release release;
+             p.ddp->broadcast_parameters();
+           })
+      .def("gather_parameters",
+           [](PyDataParallel& p) {
+             py::gil_scoped_release release;
+             p.ddp->gather_parameters();
+           })
+      .def("zero_stage", [](const PyDataParallel& p) { return p.ddp->zero_stage(); })
+      .def("wait_seconds", [](const PyDataParallel& p) { return p.ddp->wait_seconds(); })
+      .def("busy_seconds", [](const PyDataParallel& p) { return p.ddp->communicator().busy_seconds(); })
+      .def("num_buckets", [](const PyDataParallel& p) { return p.ddp->num_buckets(); })
+      .def("owned_elements", [](const PyDataParallel& p) { return p.ddp->owned_elements(); })
+      .def("ranges_of", [](const PyDataParallel& p, int rank) {
+        std::vector<std::tuple<std::string, int64_t, int64_t>> out;
+        for (const auto& r : p.ddp->ranges_of(rank)) out.emplace_back(r.name, r.begin, r.end);
+        return out;
+      });
+}
+
 void register_grad_scaler(py::module_& m) {
   py::class_<GradScaler>(m, "GradScaler")
       .def(py::init([](double init_scale, double growth_factor, double backoff_factor, int64_t growth_interval,
@@ -211,14 +271,20 @@ struct PyScheduler {
 
 void register_optimizer(py::module_& m) {
   py::class_<PyOptimizer, std::shared_ptr<PyOptimizer>>(m, "Optimizer")
-      .def(py::init([](const py::object& path, const std::shared_ptr<PyModule>& module) {
-        auto po = std::make_shared<PyOptimizer>();
-        po->module = module;
-        const std::string p = fspath(path);
-        py::gil_scoped_release release;
-        po->optimizer = std::make_unique<Optimizer>(p, *module->module);
-        return po;
-      }))
+      .def(py::init([](const py::object& path, const std::shared_ptr<PyModule>& module,
+                       const std::optional<std::vector<std::tuple<std::string, int64_t, int64_t>>>& shard) {
+             auto po = std::make_shared<PyOptimizer>();
+             po->module = module;
+             const std::string p = fspath(path);
+             std::vector<ParameterRange> ranges;
+             if (shard)
+               for (const auto& [name, begin, end] : *shard) ranges.push_back({name, begin, end});
+             py::gil_scoped_release release;
+             po->optimizer = shard ? std::make_unique<Optimizer>(p, *module->module, ranges)
+                                   : std::make_unique<Optimizer>(p, *module->module);
+             return po;
+           }),
+           py::arg("path"), py::arg("module"), py::arg("shard") = py::none())
       .def("step",
            [](PyOptimizer& po) {
              py::gil_scoped_release release;
@@ -278,6 +344,7 @@ void register_training(py::module_& m) {
   register_state(m);
   register_module(m);
   register_grad_scaler(m);
+  register_data_parallel(m);
   register_optimizer(m);
   register_artifacts(m);
 }

@@ -28,16 +28,36 @@ class SingleProcess final : public Communicator {
   void broadcast(void*, size_t, int root) override { check_root(root); }
   std::vector<std::string> allgather(const std::string& bytes) override { return {bytes}; }
   void barrier() override {}
-  std::shared_future<void> allreduce_sum_async(float*, size_t) override {
-    std::promise<void> done;
-    done.set_value();
-    return done.get_future().share();
+  std::shared_future<void> allreduce_sum_async(float*, size_t) override { return done(); }
+  std::shared_future<void> reduce_scatter_sum_async(float*, std::vector<size_t> counts) override {
+    check_counts(counts);
+    return done();
   }
+  std::shared_future<void> allgather_async(float*, std::vector<size_t> counts) override {
+    check_counts(counts);
+    return done();
+  }
+  std::shared_future<void> send_async(const void*, size_t, int dest, int) override { return no_peer(dest); }
+  std::shared_future<void> recv_async(void*, size_t, int source, int) override { return no_peer(source); }
+  void wait(const std::shared_future<void>& done, const std::string&) override { done.get(); }
+  std::shared_ptr<Communicator> split(int, int) override { return std::make_shared<SingleProcess>(); }
   [[noreturn]] void abort(const std::string& message) override {
     throw Error(fmt::format("the run cannot go on: {}", message));
   }
 
  private:
+  static std::shared_future<void> done() {
+    std::promise<void> ready;
+    ready.set_value();
+    return ready.get_future().share();
+  }
+  [[noreturn]] static std::shared_future<void> no_peer(int rank) {
+    throw InvalidArgument(fmt::format("a transfer with rank {} in a world of one (no other rank)", rank));
+  }
+  static void check_counts(const std::vector<size_t>& counts) {
+    if (counts.size() != 1)
+      throw InvalidArgument(fmt::format("a collective over {} segments in a world of one", counts.size()));
+  }
   static void check_root(int root) {
     if (root != 0) throw InvalidArgument(fmt::format("broadcast from rank {} in a world of one", root));
   }
@@ -86,7 +106,8 @@ std::shared_ptr<Communicator> world() {
 }
 
 void set_timeout(double seconds) {
-  if (!(seconds > 0)) throw InvalidArgument(fmt::format("the collectives' timeout must be > 0 seconds, got {}", seconds));
+  if (!(seconds > 0))
+    throw InvalidArgument(fmt::format("the collectives' timeout must be > 0 seconds, got {}", seconds));
   g_timeout = seconds;
 }
 

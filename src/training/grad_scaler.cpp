@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 
@@ -12,7 +13,8 @@
 
 namespace kiln::training {
 
-GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+GradScaler::GradScaler(GradScalerOptions options)
+    : options_(options), scale_(options.init_scale), hysteresis_left_(options.hysteresis) {
   if (!(options.init_scale > 0) || !std::isfinite(options.init_scale))
     throw InvalidArgument(fmt::format("GradScaler: init_scale must be finite and > 0, got {}", options.init_scale));
   if (!(options.growth_factor > 1.0))
@@ -21,6 +23,11 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(op
     throw InvalidArgument(fmt::format("GradScaler: backoff_factor must be in (0, 1), got {}", options.backoff_factor));
   if (options.growth_interval < 1)
     throw InvalidArgument(fmt::format("GradScaler: growth_interval must be >= 1, got {}", options.growth_interval));
+  if (options.hysteresis < 1)
+    throw InvalidArgument(fmt::format("GradScaler: hysteresis must be >= 1, got {}", options.hysteresis));
+  if (!(options.min_scale >= 0) || !(options.min_scale <= options.init_scale))
+    throw InvalidArgument(fmt::format("GradScaler: min_scale must be in [0, init_scale {}], got {}", options.init_scale,
+                                      options.min_scale));
 }
 
 bool GradScaler::unscale(const std::vector<Tensor*>& grads, double factor) const {
@@ -57,20 +64,31 @@ bool GradScaler::unscale(Module& module, double factor) const {
 void GradScaler::update(bool found_inf) {
   if (!options_.dynamic) return;
   if (found_inf) {
-    scale_ *= options_.backoff_factor;
+    if (hysteresis_left_ > 1) --hysteresis_left_;
+    else scale_ = std::max(scale_ * options_.backoff_factor, options_.min_scale);
     growth_tracker_ = 0;
-  } else if (++growth_tracker_ == options_.growth_interval) {
+    return;
+  }
+  if (options_.consecutive_hysteresis) hysteresis_left_ = options_.hysteresis;
+  if (++growth_tracker_ == options_.growth_interval) {
     scale_ *= options_.growth_factor;
     growth_tracker_ = 0;
+    hysteresis_left_ = options_.hysteresis;
   }
 }
 
 nlohmann::json GradScaler::state_dict() const {
-  return {{"scale", scale_},
-          {"growth_factor", options_.growth_factor},
-          {"backoff_factor", options_.backoff_factor},
-          {"growth_interval", options_.growth_interval},
-          {"_growth_tracker", growth_tracker_}};
+  nlohmann::json j{{"scale", scale_},
+                   {"growth_factor", options_.growth_factor},
+                   {"backoff_factor", options_.backoff_factor},
+                   {"growth_interval", options_.growth_interval},
+                   {"_growth_tracker", growth_tracker_}};
+  if (options_.hysteresis > 1 || options_.min_scale > 0) {
+    j["hysteresis"] = options_.hysteresis;
+    j["_hysteresis_left"] = hysteresis_left_;
+    j["min_scale"] = options_.min_scale;
+  }
+  return j;
 }
 
 void GradScaler::load_state_dict(const nlohmann::json& state) {
@@ -79,13 +97,17 @@ void GradScaler::load_state_dict(const nlohmann::json& state) {
       throw CorruptFile(fmt::format("GradScaler state: '{}' is missing or not a number", key));
     return state[key].get<double>();
   };
-  GradScalerOptions o;
-  o.dynamic = options_.dynamic;
+  GradScalerOptions o = options_;
   o.growth_factor = number("growth_factor");
   o.backoff_factor = number("backoff_factor");
   o.growth_interval = static_cast<int64_t>(number("growth_interval"));
   o.init_scale = number("scale");
+  if (state.contains("hysteresis")) {
+    o.hysteresis = static_cast<int64_t>(number("hysteresis"));
+    o.min_scale = number("min_scale");
+  }
   const double tracker = number("_growth_tracker");
+  const double left = state.contains("_hysteresis_left") ? number("_hysteresis_left") : 1.0;
   if (tracker < 0 || tracker >= static_cast<double>(o.growth_interval) || tracker != std::floor(tracker))
     throw CorruptFile(fmt::format("GradScaler state: '_growth_tracker' {} is not in [0, growth_interval)", tracker));
   try {
@@ -93,7 +115,10 @@ void GradScaler::load_state_dict(const nlohmann::json& state) {
   } catch (const InvalidArgument& e) {
     throw CorruptFile(fmt::format("GradScaler state: {}", e.what()));
   }
+  if (left < 1 || left > static_cast<double>(o.hysteresis) || left != std::floor(left))
+    throw CorruptFile(fmt::format("GradScaler state: '_hysteresis_left' {} is not in [1, hysteresis]", left));
   growth_tracker_ = static_cast<int64_t>(tracker);
+  hysteresis_left_ = static_cast<int64_t>(left);
 }
 
 }  // namespace kiln::training

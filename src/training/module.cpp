@@ -237,6 +237,8 @@ std::vector<Tensor> Module::run(const std::vector<Tensor>& inputs, bool training
   try {
     std::vector<const Tensor*> in_ptrs;
     std::vector<Tensor*> out_ptrs;
+    in_ptrs.reserve(in.size());
+    out_ptrs.reserve(out.size());
     for (const Tensor& t : in) in_ptrs.push_back(&t);
     for (Tensor& t : out) out_ptrs.push_back(&t);
     b.session->run_with_binding(in_ptrs, out_ptrs, ready);

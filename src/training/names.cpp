@@ -24,7 +24,8 @@ const NameTable<LossType>& loss_names() {
 }
 
 const NameTable<OptimType>& optim_names() {
-  static const NameTable<OptimType> t = {{"AdamW", OptimType::AdamW}, {"SGD", OptimType::SGD}};
+  static const NameTable<OptimType> t = {
+      {"AdamW", OptimType::AdamW}, {"SGD", OptimType::SGD}, {"Lamb", OptimType::Lamb}};
   return t;
 }
 

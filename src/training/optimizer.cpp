@@ -4,7 +4,9 @@
 // that they may write over those inputs (Kernel::output_may_overwrite), which the Session checks.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "kernels/node_inference.h"
@@ -18,6 +20,8 @@
 namespace kiln::training {
 
 namespace {
+
+using Shard = std::map<std::string, std::pair<int64_t, int64_t>>;  // parameter -> elements [begin, end)
 
 struct BoundUpdate {
   size_t node = 0;
@@ -51,12 +55,70 @@ struct Optimizer::Impl {
     std::vector<Tensor*> slots;
   };
   std::vector<UpdateTensors> current;  // this step's tensors of each update
+  std::vector<Tensor> views;           // a shard's: each update's data and gradient ranges
   std::vector<const Tensor*> inputs;   // reused every step: no allocation once sized
   std::vector<Tensor*> outputs;
   Tensor lr = Tensor::scalar<float>(0.f);
   Tensor step = Tensor::scalar<int64_t>(0);
 
-  Impl(const std::string& p, Module& m) : path(p), session(load_model(p)), module(m), state(m.state()) {}
+  std::optional<Shard> shard;  // the element ranges updated, when not every whole parameter
+
+  Impl(const std::string& p, Module& m, std::optional<Shard> only)
+      : path(p), session(shard_of(load_model(p), only, p)), module(m), state(m.state()), shard(std::move(only)) {}
+
+  // The optimizer model with only the update nodes of the shard's parameters, each over its range
+  // of elements (a 1-D tensor: the update ops are elementwise), and the graph inputs and outputs
+  // those read and write.
+  static Model shard_of(Model model, const std::optional<Shard>& only, const std::string& path) {
+    if (!only) return model;
+    Graph& g = model.graph;
+    std::set<std::string> found, used;
+    std::map<std::string, int64_t> length;  // the values of a range's update, and its length
+    std::vector<Node> kept;
+    for (Node& n : g.nodes) {
+      if (n.inputs.size() <= 2) continue;  // not an update node
+      const auto it = only->find(n.inputs[2]);
+      if (it == only->end()) continue;
+      found.insert(it->first);
+      const int64_t k = it->second.second - it->second.first;
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        used.insert(n.inputs[i]);
+        if (i >= 2) length[n.inputs[i]] = k;
+      }
+      for (const auto& v : n.outputs) {
+        used.insert(v);
+        length[v] = k;
+      }
+      kept.push_back(std::move(n));
+    }
+    for (const auto& [p, range] : *only)
+      if (!found.count(p)) throw KeyError(fmt::format("optimizer model '{}' has no update of parameter '{}'", path, p));
+    g.nodes = std::move(kept);
+    auto keep_used = [&](std::vector<ValueInfo>& values) {
+      std::erase_if(values, [&](const ValueInfo& v) { return !used.count(v.name); });
+      for (ValueInfo& v : values)
+        if (const auto it = length.find(v.name); it != length.end() && v.has_shape) v.dims = {Dim{it->second, ""}};
+    };
+    keep_used(g.inputs);
+    keep_used(g.outputs);
+    return model;
+  }
+
+  // The shape an update's tensors have: the parameter's, or its range's length.
+  Shape update_shape(const std::string& param) const {
+    if (!shard) return state.parameter(param).shape();
+    const auto& [begin, end] = shard->at(param);
+    return {end - begin};
+  }
+
+  // The elements of a parameter (or its gradient) the update covers: the tensor itself, or a 1-D
+  // view of the shard's range.
+  Tensor range_of(const Tensor& t, const std::string& param) const {
+    if (!shard) return t;
+    const auto& [begin, end] = shard->at(param);
+    return Tensor::view_of(t.storage(), t.byte_offset() + static_cast<size_t>(begin) * dtype_size(t.dtype()), t.dtype(),
+                           {end - begin});
+  }
 
   const Model& model() const { return session.model(); }
   std::string where() const { return fmt::format("optimizer model '{}'", path); }
@@ -69,7 +131,7 @@ struct Optimizer::Impl {
     if (u == nullptr)
       throw Unsupported(
           fmt::format("{}: {} of domain '{}' is not an update op Kiln's Optimizer runs "
-                      "(ai.kiln AdamWStep, SGDStep)",
+                      "(ai.kiln AdamWStep, SGDStep, LambStep)",
                       where(), n.label(), n.domain));
     if (op != nullptr && u != op)
       throw InvalidModel(fmt::format("{} mixes {} and {} nodes", where(), op->op_type, u->op_type));
@@ -94,11 +156,24 @@ struct Optimizer::Impl {
 
   void bind() {
     const Graph& g = model().graph;
-    if (g.nodes.empty()) throw InvalidModel(fmt::format("{} has no update nodes", where()));
+    if (g.nodes.empty() && !shard) throw InvalidModel(fmt::format("{} has no update nodes", where()));
     std::set<std::string> seen;
     for (size_t i = 0; i < g.nodes.size(); ++i) updates.push_back(bind_node(i, seen));
+    if (op == nullptr) {  // an empty shard: the type from the model's metadata
+      const auto it = model().metadata.find(kOptimizerTypeKey);
+      op = it == model().metadata.end() ? nullptr : update_op_for_type(it->second);
+      if (op == nullptr)
+        throw InvalidModel(fmt::format("{}: no optimizer type in its metadata ('{}')", where(), kOptimizerTypeKey));
+    }
+    if (shard && op->type == "Lamb")  // LAMB's trust ratio needs the norms of whole parameters
+      for (const auto& [param, range] : *shard)
+        if (range.first != 0 || range.second != numel(state.parameter(param).shape()))
+          throw Unsupported(fmt::format(
+              "{}: LAMB scales each parameter by the ratio of its whole norms, and this optimizer holds "
+              "elements [{}, {}) of '{}' only (ZeRO shards cut parameters; LAMB runs without ZeRO)",
+              where(), range.first, range.second, param));
     for (const auto& p : module.parameter_names())
-      if (state.parameter(p).requires_grad() && !seen.count(p))
+      if (state.parameter(p).requires_grad() && !seen.count(p) && (!shard || shard->count(p)))
         throw InvalidArgument(
             fmt::format("{} does not update trainable parameter '{}' (artifacts of another model?)", where(), p));
     bind_graph_values();
@@ -150,6 +225,13 @@ struct Optimizer::Impl {
 
   void restore_or_init_state() {
     OptimizerState& s = state.optimizer_state();
+    if (shard)  // another rank's slots: that rank keeps them; a whole parameter's: this range of it
+      for (auto& [name, tensors] : s.slots) {
+        std::erase_if(tensors, [&](const auto& kv) { return !shard->count(kv.first); });
+        for (auto& [param, t] : tensors)
+          if (t.defined() && t.shape() == state.parameter(param).shape() && t.is_contiguous())
+            t = range_of(t, param).clone();
+      }
     if (!s.empty() && s.type != op->type)
       throw InvalidArgument(
           fmt::format("the checkpoint holds {} optimizer state but {} is {}", s.type, where(), op->type));
@@ -171,12 +253,14 @@ struct Optimizer::Impl {
       for (const auto& name : b.slots) {
         const Tensor& t = slot(name, b.param);
         const Parameter& p = state.parameter(b.param);
-        if (t.defined() && (t.dtype() != p.dtype() || t.shape() != p.shape()))
-          throw ShapeError(fmt::format("optimizer state '{}' of parameter '{}' is {} but the parameter is {}{}", name,
-                                       b.param, t.describe(), dtype_name(p.dtype()), kiln::to_string(p.shape())));
+        const Shape shape = update_shape(b.param);
+        if (t.defined() && (t.dtype() != p.dtype() || t.shape() != shape))
+          throw ShapeError(fmt::format("optimizer state '{}' of parameter '{}' is {} but the {} is {}{}", name, b.param,
+                                       t.describe(), shard ? "shard's range" : "parameter", dtype_name(p.dtype()),
+                                       kiln::to_string(shape)));
         // Zeros now, so that the state can be saved before the first step (as torch's would be
         // empty); a nominal parameter gets its slots at the first step, when it has data.
-        if (!t.defined() && p.has_data()) slot(name, b.param) = Tensor::zeros(p.dtype(), p.shape());
+        if (!t.defined() && p.has_data()) slot(name, b.param) = Tensor::zeros(p.dtype(), shape);
       }
   }
 
@@ -187,7 +271,7 @@ struct Optimizer::Impl {
     for (const BoundUpdate& b : updates) {
       const Node& n = model().graph.nodes[b.node];
       const Parameter& p = state.parameter(b.param);
-      const TensorMeta param_meta{p.dtype(), p.shape(), false, Tensor()};
+      const TensorMeta param_meta{p.dtype(), update_shape(b.param), false, Tensor()};
       std::vector<std::optional<TensorMeta>> metas{TensorMeta::of(lr), TensorMeta::of(step)};
       for (size_t i = 2; i < n.inputs.size(); ++i)
         metas.push_back(n.inputs[i].empty() ? std::nullopt : std::optional<TensorMeta>(param_meta));
@@ -219,6 +303,7 @@ struct Optimizer::Impl {
   // Every update's tensors, looked up once per step; slots a nominal parameter lacked are created.
   void gather_tensors() {
     current.resize(updates.size());
+    views.resize(2 * updates.size());
     auto& slots = state.optimizer_state().slots;
     for (size_t u = 0; u < updates.size(); ++u) {
       const BoundUpdate& b = updates[u];
@@ -230,18 +315,29 @@ struct Optimizer::Impl {
                         b.param));
       if (!p.has_data()) throw InvalidArgument(fmt::format("parameter '{}' has no data (nominal checkpoint)", b.param));
       UpdateTensors& t = current[u];
-      t.data = &p.data();
-      t.grad = &p.grad();
+      if (shard) {  // views of the range, made anew each step (the gradient tensor may be new)
+        views[2 * u] = range_of(p.data(), b.param);
+        views[2 * u + 1] = range_of(p.grad(), b.param);
+        t.data = &views[2 * u];
+        t.grad = &views[2 * u + 1];
+      } else {
+        t.data = &p.data();
+        t.grad = &p.grad();
+      }
       t.slots.resize(b.slots.size());
       for (size_t k = 0; k < b.slots.size(); ++k) {
         Tensor& slot_tensor = slots[b.slots[k]][b.param];
-        if (!slot_tensor.defined()) slot_tensor = Tensor::zeros(p.dtype(), p.shape());
+        if (!slot_tensor.defined()) slot_tensor = Tensor::zeros(p.dtype(), update_shape(b.param));
         t.slots[k] = &slot_tensor;
       }
     }
   }
 
   void run_step() {
+    if (updates.empty()) {  // a shard without parameters (more ranks than parameters)
+      state.optimizer_state().step += 1;
+      return;
+    }
     gather_tensors();
     OptimizerState& s = state.optimizer_state();
     lr.data<float>()[0] = s.learning_rate;
@@ -261,10 +357,53 @@ struct Optimizer::Impl {
 };
 
 Optimizer::Optimizer(const std::string& optimizer_model_path, Module& module)
-    : impl_(std::make_unique<Impl>(optimizer_model_path, module)) {
+    : impl_(std::make_unique<Impl>(optimizer_model_path, module, std::nullopt)) {
   impl_->bind();
   impl_->restore_or_init_state();
   impl_->check_kernels();
+}
+
+namespace {
+
+Shard checked_shard(Module& module, const std::vector<ParameterRange>& ranges) {
+  Shard shard;
+  const std::vector<std::string>& names = module.parameter_names();
+  for (const auto& r : ranges) {
+    if (std::find(names.begin(), names.end(), r.name) == names.end() ||
+        !module.state().parameter(r.name).requires_grad())
+      throw KeyError(fmt::format("Optimizer: '{}' is not a trainable parameter of the module", r.name));
+    const int64_t n = numel(module.state().parameter(r.name).shape());
+    if (r.begin < 0 || r.end > n || r.begin >= r.end)
+      throw InvalidArgument(
+          fmt::format("Optimizer: [{}, {}) is not a non-empty range of the {} elements of parameter '{}'", r.begin,
+                      r.end, n, r.name));
+    if (!shard.emplace(r.name, std::pair{r.begin, r.end}).second)
+      throw InvalidArgument(fmt::format("Optimizer: parameter '{}' given twice", r.name));
+  }
+  return shard;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(const std::string& optimizer_model_path, Module& module, const std::vector<ParameterRange>& shard)
+    : impl_(std::make_unique<Impl>(optimizer_model_path, module, checked_shard(module, shard))) {
+  impl_->bind();
+  impl_->restore_or_init_state();
+  impl_->check_kernels();
+}
+
+std::vector<ParameterRange> Optimizer::ranges() const {
+  std::vector<ParameterRange> out;
+  for (const BoundUpdate& b : impl_->updates) {
+    const auto& p = impl_->state.parameter(b.param);
+    if (impl_->shard) {
+      const auto& [begin, end] = impl_->shard->at(b.param);
+      out.push_back({b.param, begin, end});
+    } else {
+      out.push_back({b.param, 0, numel(p.shape())});
+    }
+  }
+  return out;
 }
 
 Optimizer::~Optimizer() = default;

@@ -16,6 +16,7 @@ const std::vector<UpdateOp>& update_ops() {
   static const std::vector<UpdateOp> ops = {
       {"AdamW", "AdamWStep", {"exp_avg", "exp_avg_sq"}},
       {"SGD", "SGDStep", {"momentum_buffer"}},
+      {"Lamb", "LambStep", {"exp_avg", "exp_avg_sq"}},
   };
   return ops;
 }
@@ -29,6 +30,16 @@ std::map<std::string, Attribute> attributes(OptimType type, const ArtifactOption
             {"weight_decay", Attribute::of_float(a.weight_decay)},
             {"maximize", Attribute::of_int(a.maximize ? 1 : 0)},
             {"variant", Attribute::of_string(a.hf_variant ? "hf" : "torch")}};
+  }
+  if (type == OptimType::Lamb) {
+    const LambOptions& l = o.lamb;
+    std::map<std::string, Attribute> a = {{"beta1", Attribute::of_float(l.beta1)},
+                                          {"beta2", Attribute::of_float(l.beta2)},
+                                          {"epsilon", Attribute::of_float(l.epsilon)},
+                                          {"weight_decay", Attribute::of_float(l.weight_decay)},
+                                          {"bias_correction", Attribute::of_int(l.bias_correction ? 1 : 0)}};
+    if (l.max_weight_norm >= 0) a["max_weight_norm"] = Attribute::of_float(l.max_weight_norm);
+    return a;
   }
   const SGDOptions& s = o.sgd;
   if (s.nesterov && (s.momentum <= 0 || s.dampening != 0))

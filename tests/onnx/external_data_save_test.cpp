@@ -115,8 +115,11 @@ TEST(OnnxSaveExternalData, OffsetsAreAlignedAndTheThresholdIsKept) {
   const onnx::ModelProto out = read_proto(path);
   for (const auto& init : out.graph().initializer()) {
     ASSERT_EQ(init.data_location(), onnx::TensorProto::EXTERNAL) << init.name();
-    for (const auto& e : init.external_data())
-      if (e.key() == "offset") EXPECT_EQ(std::stoull(e.value()) % 64, 0u) << init.name();
+    for (const auto& e : init.external_data()) {
+      if (e.key() == "offset") {
+        EXPECT_EQ(std::stoull(e.value()) % 64, 0u) << init.name();
+      }
+    }
     ++external;
   }
   EXPECT_EQ(external, 4);

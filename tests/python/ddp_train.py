@@ -111,7 +111,7 @@ def main():
              "backend": dist.backend(), "process_index": args.process_index, "args_world_size": args.world_size,
              "local_process_index": args.local_process_index, "should_log": args.should_log,
              "should_save": args.should_save, "is_world_process_zero": trainer.is_world_process_zero(),
-             "weights": digest, "metrics": metrics}
+             "weights": digest, "metrics": metrics, "optimizer_state_bytes": trainer.optimizer_state_bytes()}
     (o.out / f"rank{dist.rank()}.json").write_text(json.dumps(place))
     if dist.rank() == 0:
         losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]

@@ -14,6 +14,8 @@ and of `kiln train` against one process.
   checkpoint gives the uninterrupted run's weights bit for bit.
 - Ranks started with other arguments, or another model, fail at start-up naming the difference;
   a non-finite loss on one rank skips the update on all.
+- The on-device API (kiln.training.api with kiln.distributed.DataParallel) under mpirun trains as
+  one process with the whole batch, with and without ZeRO and gradient accumulation.
 """
 import json
 import re
@@ -171,3 +173,23 @@ def test_a_non_finite_loss_on_one_rank_skips_the_update_on_all(tmp_path):
     with_nan = run("nan", True)
     assert with_nan[0] == with_nan[1], "the ranks disagreed on skipping the update"
     assert with_nan != run("finite", False)
+
+
+@pytest.mark.parametrize("n,zero_stage,accum,optim", [(2, 0, 1, "sgd"), (2, 2, 2, "adamw"), (4, 1, 1, "sgd")])
+def test_the_on_device_api_under_mpirun_trains_as_one_process(tmp_path, n, zero_stage, accum, optim):
+    script = HERE / "ddp_ondevice.py"
+    common = ["--zero-stage", zero_stage, "--accum", accum, "--optim", optim]
+    proc = mpirun(n, sys.executable, script, "--out", tmp_path / "ranks", *common)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    alone = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "one"),
+                            *[str(c) for c in common]], capture_output=True, text=True, timeout=300)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    ranks = [json.loads((tmp_path / "ranks" / f"rank{r}.json").read_text()) for r in range(n)]
+    one = json.loads((tmp_path / "one" / "rank0.json").read_text())
+    mean_losses = np.mean([r["losses"] for r in ranks], axis=0)  # equal rows per rank
+    assert_close(mean_losses, one["losses"], "per-step losses")
+    for r in ranks:
+        assert r["weights"] == ranks[0]["weights"], "the ranks ended with different weights"
+    assert_close(ranks[0]["weights"], one["weights"], "weights")
+    owned = [r["owned"] for r in ranks]
+    assert sum(owned) == one["total"] if zero_stage else owned == [one["total"]] * n

@@ -125,5 +125,26 @@ TEST(GradClip, EmptyZeroAndErrors) {
   EXPECT_THROW(clip_grad_norm({&m}, 1.0), InvalidArgument);
 }
 
+// ZeRO: gradients split between ranks clip by the norm of all of them, when each rank's sum of
+// squares is summed over the ranks (here two "ranks" in one process, their sums exchanged).
+TEST(GradClip, SplitBetweenRanksClipsByTheGlobalNorm) {
+  Tensor a = Tensor::from_vector<float>({2}, {3.f, 4.f}), b = Tensor::from_vector<float>({1}, {12.f});
+  Tensor a2 = a.clone();
+  const double whole = clip_grad_norm({&a, &b}, 6.5);
+  const double other_rank = 144.0;  // b's sum of squares, held by the other rank
+  EXPECT_EQ(clip_grad_norm({&a2}, 6.5, [&](double mine) { return mine + other_rank; }), whole);
+  EXPECT_EQ(a2.data<float>()[0], a.data<float>()[0]);
+  EXPECT_EQ(a2.data<float>()[1], a.data<float>()[1]);
+  // A rank with no gradients still takes part in the sum.
+  bool asked = false;
+  EXPECT_EQ(clip_grad_norm({}, 6.5,
+                           [&](double mine) {
+                             asked = true;
+                             return mine + 169.0;
+                           }),
+            13.0);
+  EXPECT_TRUE(asked);
+}
+
 }  // namespace
 }  // namespace kiln::trainer

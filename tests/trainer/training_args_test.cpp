@@ -103,8 +103,19 @@ const std::vector<std::pair<std::string, Json>>& hf_defaults() {
       {"ddp_broadcast_buffers", nullptr},
       {"ddp_find_unused_parameters", nullptr},
       {"ddp_timeout", 1800},
+      {"deepspeed", nullptr},
       {"log_on_each_node", true},
       {"save_on_each_node", false},
+      // optimum-graphcore's IPUTrainingArguments (fp32 unset: TrainingArguments' precision rules).
+      {"ipu_config_name", nullptr},
+      {"ipu_config_overrides", nullptr},
+      {"n_ipu", nullptr},
+      {"fp32", nullptr},
+      {"compile_only", false},
+      {"pad_on_batch_axis", false},
+      {"dataloader_mode", "sequential"},
+      {"lamb", false},
+      {"lamb_no_bias_correction", false},
       {"nan_inf_patience", 5},
       {"ddp_sync_batchnorm", false},  // Kiln's own
   };
@@ -381,15 +392,15 @@ TEST_F(TrainingArgumentsJson, IntegersStayIntegers) {
 }
 
 TEST_F(TrainingArgumentsJson, UnknownKeysAsHfArgumentParser) {
-  Json j = {{"learning_rate", 1e-3}, {"push_to_hub", true}, {"deepspeed", nullptr}};
+  Json j = {{"learning_rate", 1e-3}, {"push_to_hub", true}, {"tf32", nullptr}};
   EXPECT_EQ(error_message<InvalidArgument>([&] { TrainingArguments::from_json(j); }),
-            "Some keys are not used by the HfArgumentParser: ['deepspeed', 'push_to_hub']");
+            "Some keys are not used by the HfArgumentParser: ['push_to_hub', 'tf32']");
   EXPECT_EQ(TrainingArguments::from_json(j, /*allow_extra_keys=*/true).learning_rate, 1e-3);
   write("extra.json", j.dump());
   EXPECT_EQ(error_message<InvalidArgument>([&] { TrainingArguments::from_json_file(path("extra.json")); }),
             path("extra.json") +
                 ": Some keys are not used by the HfArgumentParser: "
-                "['deepspeed', 'push_to_hub']");
+                "['push_to_hub', 'tf32']");
 }
 
 TEST_F(TrainingArgumentsJson, BadFilesAndValuesNameTheirSource) {

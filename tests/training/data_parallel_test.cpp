@@ -69,7 +69,9 @@ TEST(GradientReadyHook, EachTrainableGradientOncePerCallAsItEndsUp) {
   for (const auto& [name, values] : seen) {
     const Tensor& g = r.state.parameter(name).grad();
     EXPECT_EQ(values, std::vector<float>(g.data<float>(), g.data<float>() + g.numel())) << name;
-    if (name != "fc1.bias") EXPECT_NE(values, first.at(name)) << name;  // fc1.bias's is ~0 before BatchNorm
+    if (name != "fc1.bias") {  // fc1.bias's is ~0 before BatchNorm
+      EXPECT_NE(values, first.at(name)) << name;
+    }
   }
   r.module->set_gradient_ready_hook(nullptr);
   order.clear();
@@ -98,6 +100,120 @@ TEST(DataParallel, AWorldOfOneAveragesToTheSameGradients) {
     EXPECT_EQ(std::memcmp(p.grad().raw_data(), want.raw_data(), want.nbytes()), 0) << name;
   }
   expect_error<InvalidArgument>([&] { DataParallel(*r.module, nullptr); }, "needs a communicator");
+}
+
+std::vector<std::string> trainable_names(const TrainRun& r) {
+  std::vector<std::string> names;
+  for (const auto& name : r.module->parameter_names())
+    if (r.state.parameter(name).requires_grad()) names.push_back(name);
+  return names;
+}
+
+// ZeRO's optimizer shards: the flattened parameters cut in two at an element inside a parameter;
+// two Optimizers over the halves (their updates exchanged after each step, as the ranks' allgather
+// does) update every element as the whole optimizer does, bit for bit, each holding only its
+// ranges' slots (1-D); a shard may be empty.
+TEST(OptimizerShard, TwoHalvesUpdateAsTheWholeOptimizer) {
+  const auto dir = kiln::testing::write_bn_mlp_artifacts("zero_shard", OptimType::AdamW);
+  const std::string path = (dir / optimizer_model_file()).string();
+  TrainRun whole(dir), left(dir), right(dir);
+  const std::vector<std::string> names = trainable_names(whole);
+  int64_t total = 0;
+  for (const auto& name : names) total += whole.state.parameter(name).data().numel();
+  const int64_t cut = total / 2;
+  std::vector<ParameterRange> first, second;
+  int64_t at = 0;
+  for (const auto& name : names) {
+    const int64_t n = whole.state.parameter(name).data().numel();
+    if (at < cut) first.push_back({name, 0, std::min(n, cut - at)});
+    if (at + n > cut) second.push_back({name, std::max<int64_t>(0, cut - at), n});
+    at += n;
+  }
+  ASSERT_EQ(first.back().name, second.front().name) << "the cut falls inside a parameter";
+  Optimizer all(path, *whole.module), a(path, *left.module, first), b(path, *right.module, second);
+  EXPECT_EQ(a.ranges(), first);
+  EXPECT_EQ(b.ranges(), second);
+  const auto exchange = [](const std::vector<ParameterRange>& ranges, TrainRun& from, TrainRun& to) {
+    for (const auto& r : ranges) {
+      const float* src = from.state.parameter(r.name).data().data<float>();
+      float* dst = to.state.parameter(r.name).data().data<float>();
+      std::copy(src + r.begin, src + r.end, dst + r.begin);
+    }
+  };
+  for (uint64_t step = 0; step < 3; ++step) {
+    for (TrainRun* r : {&whole, &left, &right}) (*r->module)(r->batch(20 + step));
+    all.step();
+    a.step();
+    b.step();
+    exchange(first, left, right);
+    exchange(second, right, left);
+  }
+  for (const auto& name : names) {
+    const Tensor& want = whole.state.parameter(name).data();
+    for (const TrainRun* run : {&left, &right}) {
+      const Tensor& got = run->state.parameter(name).data();
+      EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0) << name;
+    }
+  }
+  for (const auto& [run, ranges] : {std::pair{&left, &first}, {&right, &second}}) {
+    const auto& moments = run->state.optimizer_state().slots.at("exp_avg");
+    EXPECT_EQ(moments.size(), ranges->size());
+    for (const auto& r : *ranges) {
+      EXPECT_EQ(moments.at(r.name).shape(), (Shape{r.end - r.begin})) << r.name;
+      const float* full = whole.state.optimizer_state().slots.at("exp_avg").at(r.name).data<float>();
+      EXPECT_TRUE(std::equal(full + r.begin, full + r.end, moments.at(r.name).data<float>())) << r.name;
+    }
+  }
+  EXPECT_EQ(a.step_count(), 3);
+
+  TrainRun idle(dir);
+  Optimizer none(path, *idle.module, {});
+  EXPECT_EQ(none.type(), "AdamW");
+  (*idle.module)(idle.batch(1));
+  none.step();
+  EXPECT_EQ(none.step_count(), 1);
+  EXPECT_TRUE(idle.state.optimizer_state().slots["exp_avg"].empty());
+  expect_error<KeyError>([&] { Optimizer(path, *idle.module, {{"no_such", 0, 1}}); }, "not a trainable parameter");
+  expect_error<InvalidArgument>(
+      [&] {
+        Optimizer(path, *idle.module, {{names[0], 0, 1}, {names[0], 1, 2}});
+      },
+      "given twice");
+  expect_error<InvalidArgument>([&] { Optimizer(path, *idle.module, {{names[0], 2, 2}}); }, "not a non-empty range");
+}
+
+// ZeRO in a world of one: the rank owns every element; the reduce-scatter of stage 2 leaves the
+// gradients as they are; stage 3 is refused.
+TEST(DataParallel, ZeroInAWorldOfOneOwnsEverything) {
+  TrainRun r(kiln::testing::write_bn_mlp_artifacts("zero_one", OptimType::SGD));
+  TrainRun plain(kiln::testing::write_bn_mlp_artifacts("zero_plain", OptimType::SGD));
+  DataParallelOptions o;
+  o.zero_stage = 2;
+  o.bucket_cap_mb = 1e-6;
+  DataParallel ddp(*r.module, dist::single_process(), o);
+  const std::vector<std::string> names = trainable_names(r);
+  std::vector<ParameterRange> whole;
+  int64_t total = 0;
+  for (const auto& name : names) {
+    whole.push_back({name, 0, r.state.parameter(name).data().numel()});
+    total += whole.back().end;
+  }
+  EXPECT_EQ(ddp.owned_ranges(), whole);
+  EXPECT_EQ(ddp.owned_elements(), std::vector<int64_t>{total});
+  expect_error<InvalidArgument>([&] { (void)ddp.ranges_of(1); }, "rank 1 of a run of 1");
+  (*r.module)(r.batch(7));
+  (*plain.module)(plain.batch(7));
+  ddp.finish();
+  ddp.gather_parameters();
+  for (const auto& name : names) {
+    const Tensor& got = r.state.parameter(name).grad();
+    const Tensor& want = plain.state.parameter(name).grad();
+    EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0) << name;
+  }
+  o.zero_stage = 3;
+  expect_error<Unsupported>([&] { DataParallel(*r.module, dist::single_process(), o); }, "stage 3");
+  o.zero_stage = 5;
+  expect_error<InvalidArgument>([&] { DataParallel(*r.module, dist::single_process(), o); }, "stages are 0 to 3");
 }
 
 Node batch_norm(bool sync) {

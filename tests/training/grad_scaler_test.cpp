@@ -99,5 +99,43 @@ TEST(GradScaler, AFixedScaleNeverMoves) {
   EXPECT_EQ(g.scale(), 128.0);
 }
 
+// DeepSpeed's DynamicLossScaler: with hysteresis h, the scale backs off at the h-th overflow since
+// it last grew (each overflow restarts the growth count), never below min_scale; growing restores
+// the hysteresis; consecutive_hysteresis restores it at every finite step.
+TEST(GradScaler, DeepSpeedHysteresisAndMinimumScale) {
+  GradScaler g({.init_scale = 8, .growth_interval = 2, .hysteresis = 2, .min_scale = 2});
+  g.update(true);  // the first overflow: held
+  EXPECT_EQ(g.scale(), 8.0);
+  g.update(true);  // the second: backs off, and every later one too until the scale grows
+  EXPECT_EQ(g.scale(), 4.0);
+  g.update(true);
+  EXPECT_EQ(g.scale(), 2.0);
+  g.update(true);  // min_scale
+  EXPECT_EQ(g.scale(), 2.0);
+  g.update(false);
+  g.update(false);  // grows, and the hysteresis is back
+  EXPECT_EQ(g.scale(), 4.0);
+  g.update(true);
+  EXPECT_EQ(g.scale(), 4.0);
+  // The state round-trips with the hysteresis left: one more overflow backs off.
+  GradScaler again({.hysteresis = 2});
+  again.load_state_dict(g.state_dict());
+  again.update(true);
+  EXPECT_EQ(again.scale(), 2.0);
+  nlohmann::json bad = g.state_dict();
+  bad["_hysteresis_left"] = 3;
+  expect_error<CorruptFile>([&] { again.load_state_dict(bad); }, "_hysteresis_left");
+
+  GradScaler c({.init_scale = 8, .growth_interval = 100, .hysteresis = 2, .consecutive_hysteresis = true});
+  c.update(true);
+  c.update(false);  // restores the hysteresis
+  c.update(true);
+  EXPECT_EQ(c.scale(), 8.0);
+  c.update(true);
+  EXPECT_EQ(c.scale(), 4.0);
+  expect_error<InvalidArgument>([] { GradScaler({.hysteresis = 0}); }, "hysteresis");
+  expect_error<InvalidArgument>([] { GradScaler({.init_scale = 4, .min_scale = 8}); }, "min_scale");
+}
+
 }  // namespace
 }  // namespace kiln::training

@@ -21,9 +21,11 @@ class LossType(Enum):
 
 
 class OptimType(Enum):
-    """torch.optim.AdamW / torch.optim.SGD, with their exact update (docs/ops.md)."""
+    """torch.optim.AdamW / torch.optim.SGD, with their exact update, and LAMB with poptorch.optim.LAMB's
+    defaults (docs/ops.md: ai.kiln.LambStep)."""
     AdamW = 1
     SGD = 2
+    Lamb = 3
 
 
 def _names(value, what, kind="parameter") -> list[str]:
@@ -106,7 +108,7 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None,
     if not isinstance(mixed_precision, str):
         raise TypeError(f"mixed_precision must be a str ('bf16', 'no') or None, not {type(mixed_precision).__name__}")
     if optimizer is not None and not isinstance(optimizer, OptimType):
-        raise TypeError(f"optimizer must be an OptimType (AdamW, SGD) or None, not {optimizer!r}")
+        raise TypeError(f"optimizer must be an OptimType (AdamW, SGD, Lamb) or None, not {optimizer!r}")
 
     from kiln.training import onnxblock
 

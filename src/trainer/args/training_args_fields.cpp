@@ -230,6 +230,28 @@ struct TokensSeenCodec {
   }
 };
 
+// deepspeed: a config file's path, or the config itself as a JSON object (HF takes a dict), kept
+// as its JSON text; written back as the object it is, or the path.
+struct DeepSpeedCodec {
+  static constexpr bool takes_null = true;
+  static constexpr Arity arity = Arity::one;
+  static Json to_json(const std::optional<std::string>& v) {
+    if (!v) return Json();
+    if (!v->empty() && v->front() == '{') {
+      Json parsed = Json::parse(*v, nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_object()) return parsed;
+    }
+    return *v;
+  }
+  static std::optional<std::string> from_json(const Json& j, const std::string& where) {
+    if (j.is_null()) return std::nullopt;
+    if (j.is_object()) return j.dump();
+    if (!j.is_string()) bad_json(where, "a config file's path or a JSON object", j);
+    return j.get<std::string>();
+  }
+  static std::optional<std::string> from_text(const Texts& v, const std::string&) { return v.at(0); }
+};
+
 // ---- The table ----------------------------------------------------------------------------------
 
 template <class T, class C = Codec<T>>
@@ -340,8 +362,19 @@ std::vector<FieldSpec> make_fields() {
   f.push_back(field("ddp_broadcast_buffers", &A::ddp_broadcast_buffers));
   f.push_back(field("ddp_find_unused_parameters", &A::ddp_find_unused_parameters));
   f.push_back(field("ddp_timeout", &A::ddp_timeout));
+  f.push_back(field<std::optional<std::string>, DeepSpeedCodec>("deepspeed", &A::deepspeed));
   f.push_back(field("log_on_each_node", &A::log_on_each_node));
   f.push_back(field("save_on_each_node", &A::save_on_each_node));
+  // optimum-graphcore's IPUTrainingArguments.
+  f.push_back(field("ipu_config_name", &A::ipu_config_name));
+  f.push_back(field("ipu_config_overrides", &A::ipu_config_overrides));
+  f.push_back(field("n_ipu", &A::n_ipu));
+  f.push_back(field("fp32", &A::fp32));
+  f.push_back(field("compile_only", &A::compile_only));
+  f.push_back(field("pad_on_batch_axis", &A::pad_on_batch_axis));
+  f.push_back(field("dataloader_mode", &A::dataloader_mode));
+  f.push_back(field("lamb", &A::lamb));
+  f.push_back(field("lamb_no_bias_correction", &A::lamb_no_bias_correction));
   // Kiln's own.
   f.push_back(field("nan_inf_patience", &A::nan_inf_patience));
   f.push_back(field("ddp_sync_batchnorm", &A::ddp_sync_batchnorm));

@@ -8,7 +8,11 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <set>
 
+#include "kiln/deepspeed_config.h"
+#include "kiln/ipu_config.h"
+#include "kiln/distributed.h"
 #include "kiln/error.h"
 #include "kiln/training_args.h"
 
@@ -84,6 +88,8 @@ void normalise(TrainingArguments& a) {
         fmt::format("include_num_input_tokens_seen must be one of ['all', 'non_padding', 'no'] or a boolean, got "
                     "'{}'",
                     a.include_num_input_tokens_seen));
+  // IPUTrainingArguments trains in float16 unless fp32 (or bf16) says otherwise.
+  if (a.fp32 && !*a.fp32 && !a.bf16) a.fp16 = true;
 }
 
 // ---- 2. Derived values -------------------------------------------------------------------------
@@ -225,6 +231,25 @@ void check_optimizer(const TrainingArguments& a) {
     fail(fmt::format("Invalid beta parameter at index 1: {}", a.adam_beta2));
 }
 
+// optimum-graphcore's IPUTrainingArguments fields, and the IPUConfig they name (read now, so that a
+// bad one fails before any model is loaded; the Trainer reads it again for its run).
+void check_ipu(const TrainingArguments& a) {
+  if (a.fp32 && *a.fp32 && (a.fp16 || a.bf16))
+    fail(fmt::format("fp32=True asks for float32 training, but {}=True", a.fp16 ? "fp16" : "bf16"));
+  static const std::set<std::string> modes = {"sequential", "async", "async_rebatched"};
+  if (!modes.count(a.dataloader_mode))
+    fail(fmt::format("dataloader_mode '{}' is not one of 'sequential', 'async', 'async_rebatched'", a.dataloader_mode));
+  if (a.n_ipu) require(*a.n_ipu >= 1, "n_ipu", *a.n_ipu, "a positive integer");
+  if (a.lamb && a.lamb_no_bias_correction) fail("give one of lamb and lamb_no_bias_correction");
+  if (a.compile_only && a.resume_from_checkpoint)
+    fail("compile_only plans the run and stops before any step: resume_from_checkpoint has nothing to resume");
+  ipu_config(a);
+}
+
+// The DeepSpeed config, read and checked against the arguments now (for the world size the launcher
+// set), so that a bad one fails before any model is loaded; the Trainer reads it again for its run.
+void check_deepspeed(const TrainingArguments& a) { deepspeed_config(a, dist::launched_world_size()); }
+
 }  // namespace
 
 // The steps run in this order, so that the first failing rule (HF's before Kiln's) is the one reported.
@@ -237,6 +262,8 @@ void TrainingArguments::validate() {
   check_step_values(*this);
   check_sizes(*this);
   check_optimizer(*this);
+  check_ipu(*this);
+  check_deepspeed(*this);
 }
 
 int64_t TrainingArguments::get_warmup_steps(int64_t num_training_steps) const {

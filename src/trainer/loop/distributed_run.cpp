@@ -68,6 +68,11 @@ bool DistributedRun::all(bool value) const {
   return failed == 0.0;
 }
 
+double DistributedRun::sum(double value) const {
+  if (distributed()) comm->allreduce_sum(&value, 1);
+  return value;
+}
+
 void DistributedRun::barrier() const {
   if (distributed()) comm->barrier();
 }
@@ -96,7 +101,8 @@ DistributedRun open_distributed_run(const TrainingArguments& args) {
   return run;
 }
 
-void start_data_parallel(DistributedRun& run, training::Module& module, const TrainingArguments& args) {
+void start_data_parallel(DistributedRun& run, training::Module& module, const TrainingArguments& args,
+                         const DeepSpeedConfig* deepspeed) {
   if (!run.distributed()) return;
   training::CheckpointState& state = module.state();
   nlohmann::json sums = nlohmann::json::array();
@@ -105,6 +111,19 @@ void start_data_parallel(DistributedRun& run, training::Module& module, const Tr
   check_same(run, sums, "parameter");
   training::DataParallelOptions o;
   o.bucket_cap_mb = static_cast<double>(args.ddp_bucket_cap_mb.value_or(25));
+  if (deepspeed) {  // DeepSpeed's sizes are in elements (float32 here)
+    constexpr double kMb = 1024.0 * 1024.0;
+    o.zero_stage = deepspeed->zero_stage;
+    o.bucket_cap_mb = static_cast<double>(deepspeed->reduce_bucket_size) * 4 / kMb;
+    o.allgather_bucket_mb = static_cast<double>(deepspeed->allgather_bucket_size) * 4 / kMb;
+    o.overlap_comm = deepspeed->overlap_comm;
+    o.reduce_scatter = deepspeed->reduce_scatter;
+    run.zero_stage = deepspeed->zero_stage;
+    if (o.zero_stage > 0 && args.save_on_each_node)
+      throw Unsupported(
+          "save_on_each_node with ZeRO: every rank writes its optimizer shard into the checkpoint folder, which "
+          "must be on a file system all ranks share");
+  }
   run.ddp = std::make_unique<training::DataParallel>(module, run.comm, o);
   if (args.ddp_sync_batchnorm) {
     std::shared_ptr<dist::Communicator> comm = run.comm;
@@ -125,7 +144,7 @@ Tensor gather_in_dataset_order(const DistributedRun& run, const Tensor& mine) {
     tensors.push_back(parse_npy(parts[r], fmt::format("rank {}'s predictions", r)));
     rows.push_back(tensors.back().rank() == 0 ? 1 : tensors.back().dim(0));
   }
-  const Tensor stacked = concat_padded(tensors);  // rank after rank
+  Tensor stacked = concat_padded(tensors);  // rank after rank
   if (!stacked.defined()) return stacked;
   // Dataset item i sits on rank i % N, at row i / N of its part.
   const auto n = static_cast<int64_t>(parts.size());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/data_parallel.h"
+#include "kiln/deepspeed_config.h"
 #include "kiln/distributed.h"
 #include "kiln/tensor.h"
 #include "kiln/training_args.h"
@@ -22,6 +23,7 @@ struct DistributedRun {
   std::shared_ptr<dist::Communicator> comm;
   std::unique_ptr<training::DataParallel> ddp;
   bool broadcast_buffers = true;
+  int zero_stage = 0;  // DeepSpeed's ZeRO stage (0 without a config)
 
   bool distributed() const { return comm && comm->size() > 1; }
   int rank() const { return comm ? comm->rank() : 0; }
@@ -30,6 +32,10 @@ struct DistributedRun {
   double mean(double value) const;
   // Whether `value` holds on every rank (a non-finite loss on one rank skips the update on all).
   bool all(bool value) const;
+  // The sum of `value` over the ranks.
+  double sum(double value) const;
+  // ZeRO with several ranks: each rank updates its own parameters only.
+  bool sharded() const { return ddp && ddp->zero_stage() > 0; }
   void barrier() const;
 };
 
@@ -46,8 +52,10 @@ uint64_t tensor_checksum(const Tensor& t);
 void check_same_model(const DistributedRun& run, const nlohmann::json& fingerprint);
 
 // After the Module exists: every rank's parameters must be the same (InvalidArgument naming the
-// first that differs, by checksum); then the DataParallel that averages the gradients.
-void start_data_parallel(DistributedRun& run, training::Module& module, const TrainingArguments& args);
+// first that differs, by checksum); then the DataParallel that averages the gradients, with the
+// DeepSpeed config's ZeRO stage and buckets when there is one.
+void start_data_parallel(DistributedRun& run, training::Module& module, const TrainingArguments& args,
+                         const DeepSpeedConfig* deepspeed);
 
 // Evaluation shards the dataset without padding: rank r takes items r, r + N, ... Each rank's
 // outputs, concatenated along dim 0 in its order, put back in dataset order on every rank.

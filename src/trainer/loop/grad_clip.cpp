@@ -94,8 +94,13 @@ void check_grads(const std::vector<Tensor*>& grads, double max_norm) {
 }  // namespace
 
 double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm) {
+  return clip_grad_norm(grads, max_norm, nullptr);
+}
+
+double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm,
+                      const std::function<double(double)>& sum_over_ranks) {
   check_grads(grads, max_norm);
-  if (grads.empty()) return 0.0;
+  if (grads.empty() && !sum_over_ranks) return 0.0;
 
   std::vector<Block> blocks;
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -121,6 +126,7 @@ double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm) {
     const double norm = std::sqrt(s);
     total_sq += norm * norm;
   }
+  if (sum_over_ranks) total_sq = sum_over_ranks(total_sq);
   const double total = std::sqrt(total_sq);
 
   // clamp(max_norm / (total + 1e-6), max=1) keeps NaN (torch.clamp propagates it) and gives 0 for

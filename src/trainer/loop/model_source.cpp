@@ -49,7 +49,14 @@ training::ArtifactOptions optimizer_options(const TrainingArguments& args, const
   training::ArtifactOptions o;
   o.learning_rate = static_cast<float>(args.learning_rate);
   const std::string optim(to_string(args.optim));
-  if (optim == "adamw_torch" || optim == "adamw_torch_fused" || optim == "adamw_hf") {
+  if (args.lamb || args.lamb_no_bias_correction) {  // IPUTrainingArguments: LAMB replaces optim
+    o.optimizer = training::OptimType::Lamb;
+    o.lamb.beta1 = static_cast<float>(args.adam_beta1);
+    o.lamb.beta2 = static_cast<float>(args.adam_beta2);
+    o.lamb.epsilon = static_cast<float>(args.adam_epsilon);
+    o.lamb.weight_decay = static_cast<float>(args.weight_decay);
+    o.lamb.bias_correction = !args.lamb_no_bias_correction;
+  } else if (optim == "adamw_torch" || optim == "adamw_torch_fused" || optim == "adamw_hf") {
     o.optimizer = training::OptimType::AdamW;
     o.adamw.beta1 = static_cast<float>(args.adam_beta1);
     o.adamw.beta2 = static_cast<float>(args.adam_beta2);
@@ -72,6 +79,7 @@ void apply_override(const ModelSource& source, training::ArtifactOptions& o) {
   o.optimizer = source.optimizer;
   o.adamw = source.adamw;
   o.sgd = source.sgd;
+  o.lamb = source.lamb;
 }
 
 }  // namespace

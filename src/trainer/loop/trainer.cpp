@@ -1,25 +1,20 @@
-// Trainer::train: Hugging Face's training loop (transformers' Trainer._inner_training_loop) over
-// Kiln's Module and Optimizer: epochs of seeded batches, gradient accumulation, clipping by global
-// norm, the learning-rate schedule, and logging / evaluation / checkpoints by strategy.
+// The Trainer: its construction (artifacts, CheckpointState, Module, Optimizer, the distributed run
+// and its DeepSpeed config, callbacks), logging and the small parts of its API. The training loop
+// is train_run.cpp; evaluation trainer_eval.cpp; checkpoint files trainer_checkpoint.cpp.
 #include <fmt/format.h>
 
 #include <cctype>
-#include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <utility>
 
-#include "core/atomic_file.h"
 #include "kiln/error.h"
 #include "kiln/integrations.h"
 #include "kiln/random.h"
 #include "trainer/loop/checkpoint_folder.h"
-#include "trainer/loop/output_dir_lock.h"
 #include "trainer/loop/trainer_impl.h"
-#include "training/tensor_math.h"
 
 namespace kiln::trainer {
 
@@ -27,10 +22,25 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// torch's GradScaler, or DeepSpeed's fp16 loss scaler as its config describes it.
+training::GradScalerOptions scaler_options(const std::optional<DeepSpeedConfig>& ds) {
+  training::GradScalerOptions o;
+  if (!ds || !ds->fp16) return o;
+  o.dynamic = ds->loss_scale == 0;
+  o.init_scale = o.dynamic ? std::pow(2.0, ds->initial_scale_power) : ds->loss_scale;
+  o.growth_interval = ds->loss_scale_window;
+  o.hysteresis = ds->hysteresis;
+  o.consecutive_hysteresis = ds->consecutive_hysteresis;
+  o.min_scale = std::min(ds->min_loss_scale, o.init_scale);
+  return o;
+}
+
 bool means_last_checkpoint(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s == "true";
 }
+
+}  // namespace
 
 std::string resolve_checkpoint(const std::string& spec, const std::string& output_dir) {
   if (!means_last_checkpoint(spec)) return spec;
@@ -41,26 +51,6 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& outpu
   return *last;
 }
 
-// Resident memory in bytes (VmRSS) and its peak (VmHWM) from /proc/self/status, as HF's
-// TrainerMemoryTracker measures the CPU side; `reset_peak` starts a new peak (clear_refs 5).
-struct MemoryUsage {
-  int64_t rss = 0, peak = 0;
-};
-
-MemoryUsage memory_usage(bool reset_peak = false) {
-  if (reset_peak) std::ofstream("/proc/self/clear_refs") << "5";
-  MemoryUsage u;
-  std::ifstream status("/proc/self/status");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (status >> key) {
-    if (key == "VmRSS:" && status >> kb >> unit) u.rss = kb * 1024;
-    else if (key == "VmHWM:" && status >> kb >> unit) u.peak = kb * 1024;
-  }
-  return u;
-}
-
 // HF's token estimate: the elements of "input_ids", else the number of examples.
 double estimated_tokens(const data::Example& batch) {
   auto it = batch.find("input_ids");
@@ -68,40 +58,9 @@ double estimated_tokens(const data::Example& batch) {
   return batch.empty() ? 0.0 : static_cast<double>(batch.begin()->second.dim(0));
 }
 
-std::vector<Tensor> inputs_of(const training::Module& module, const data::Example& batch, bool training) {
-  std::vector<Tensor> inputs;
-  for (const auto& name : module.input_names(training)) {
-    auto it = batch.find(name);
-    if (it == batch.end()) {
-      std::string have;
-      for (const auto& [k, v] : batch) have += (have.empty() ? "" : ", ") + k;
-      throw InvalidArgument(
-          fmt::format("the model takes input '{}', which the batch does not have (columns: {})", name, have));
-    }
-    inputs.push_back(it->second);
-  }
-  return inputs;
-}
-
-// The accumulated gradients of the trainable parameters, in parameter order, as they are: a
-// parameter has one once the training model has produced its gradient (one the training model
-// gives no gradient for has none and is left out). Each holds the sum over the accumulation group's
-// micro-batches (Module overwrites it on the group's first run after lazy_reset_grad, then adds);
-// the caller scales them to the mean and clips them.
-std::vector<Tensor*> trainable_grads(training::Module& module, training::CheckpointState& state) {
-  std::vector<Tensor*> grads;
-  for (const auto& name : module.parameter_names()) {
-    training::Parameter& p = state.parameter(name);
-    if (p.requires_grad() && p.grad().defined()) grads.push_back(&p.grad());
-  }
-  return grads;
-}
-
 bool counts_input_tokens(const TrainingArguments& args) {
   return args.include_num_input_tokens_seen != "no" && args.include_num_input_tokens_seen != "false";
 }
-
-}  // namespace
 
 Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<const data::Dataset> train_dataset,
                  std::shared_ptr<const data::Dataset> eval_dataset, ComputeMetrics compute_metrics,
@@ -110,6 +69,8 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
     : impl_(std::make_unique<Impl>()), args_(std::move(args)) {
   args_.validate();
   Impl& m = *impl_;
+  m.ipu = ipu_config(args_);
+  if (m.ipu) args_ = apply_ipu_config(args_, *m.ipu, dist::launched_world_size());
   m.source = std::move(model);
   m.train_dataset = std::move(train_dataset);
   m.eval_dataset = std::move(eval_dataset);
@@ -117,6 +78,11 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
   m.preprocess_logits = std::move(preprocess_logits_for_metrics);
   set_random_seed(static_cast<uint64_t>(args_.seed));  // Dropout seeds, before the sessions exist
   m.dist = open_distributed_run(args_);
+  m.deepspeed = deepspeed_config(args_, m.dist.size());
+  if (m.ipu && !m.ipu->executable_cache_dir.empty() && args_.should_log())
+    std::cerr << fmt::format(
+        "kiln: IPUConfig executable_cache_dir '{}': Kiln keeps no plan cache yet; each run plans its graphs\n",
+        m.ipu->executable_cache_dir);
   // A distributed run's artifacts are written by each host's first rank; the others wait for them.
   const bool writes_artifacts = !m.dist.distributed() || m.dist.comm->local_rank() == 0;
   nlohmann::json fingerprint;
@@ -141,13 +107,16 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
   if (args_.bf16_full_eval || args_.fp16_full_eval)
     m.module->set_eval_precision(args_.bf16_full_eval ? DType::BFloat16 : DType::Float16);
   if (m.module->scales_loss()) {
-    m.scaler = std::make_unique<training::GradScaler>();
+    m.scaler = std::make_unique<training::GradScaler>(scaler_options(m.deepspeed));
     m.module->set_loss_scale(static_cast<float>(m.scaler->scale()));
   }
-  start_data_parallel(m.dist, *m.module, args_);
+  start_data_parallel(m.dist, *m.module, args_, m.deepspeed ? &*m.deepspeed : nullptr);
   state_.is_world_process_zero = m.dist.rank() == 0;
   state_.is_local_process_zero = !m.dist.distributed() || m.dist.comm->local_rank() == 0;
-  m.optimizer = std::make_unique<training::Optimizer>((dir / training::optimizer_model_file()).string(), *m.module);
+  const std::string optimizer_model = (dir / training::optimizer_model_file()).string();
+  m.optimizer = m.dist.sharded()
+                    ? std::make_unique<training::Optimizer>(optimizer_model, *m.module, m.dist.ddp->owned_ranges())
+                    : std::make_unique<training::Optimizer>(optimizer_model, *m.module);
   m.optimizer->set_learning_rate(static_cast<float>(args_.learning_rate));
   if (m.logits_output.empty()) {
     const auto outs = m.module->output_names(false);
@@ -213,374 +182,6 @@ int64_t Trainer::num_examples(const data::DataLoader& loader) const {
 
 double Trainer::floating_point_ops(const data::Example& batch) const {
   return 6.0 * static_cast<double>(impl_->module->get_parameters_size(false)) * estimated_tokens(batch);
-}
-
-namespace {
-
-// HF's schedule: batches per epoch, optimizer updates per epoch, and the run's length in updates
-// (max_steps) and in epochs.
-struct Schedule {
-  int64_t len_dataloader = 0;
-  int64_t accum = 1;  // gradient_accumulation_steps
-  int64_t updates_per_epoch = 1;
-  int64_t max_steps = 0;
-  int64_t num_epochs = 0;
-};
-
-Schedule make_schedule(const TrainingArguments& args, const data::DataLoader& loader) {
-  Schedule s;
-  s.len_dataloader = static_cast<int64_t>(loader.num_batches());
-  if (s.len_dataloader == 0)
-    throw InvalidArgument(
-        "the train dataset gives no batch (empty, or smaller than a batch with dataloader_drop_last)");
-  s.accum = args.gradient_accumulation_steps;
-  s.updates_per_epoch = std::max<int64_t>(s.len_dataloader / s.accum, 1);
-  if (args.max_steps > 0) {
-    s.max_steps = args.max_steps;
-    s.num_epochs = s.max_steps / s.updates_per_epoch + (s.max_steps % s.updates_per_epoch > 0 ? 1 : 0);
-  } else {
-    s.max_steps = static_cast<int64_t>(std::ceil(args.num_train_epochs * static_cast<double>(s.updates_per_epoch)));
-    s.num_epochs = static_cast<int64_t>(std::ceil(args.num_train_epochs));
-  }
-  return s;
-}
-
-// One call of Trainer::train (HF's _inner_training_loop), cut into its steps: start (the schedule,
-// the scheduler, resuming), epochs of micro-batches, one optimizer update per accumulation group,
-// log / evaluate / save as control asks, and the closing summary.
-class TrainRun {
- public:
-  TrainRun(Trainer& trainer, Trainer::Impl& m, const TrainingArguments& args, TrainerState& state,
-           const data::DataLoader& loader)
-      : trainer_(trainer),
-        m_(m),
-        args_(args),
-        state_(state),
-        loader_(loader),
-        cb_(m.callbacks),
-        schedule_(make_schedule(args, loader)) {}
-
-  void start(const std::string& resume_from_checkpoint);
-  void run_epochs();
-  TrainOutput finish(std::chrono::steady_clock::time_point start_time, const MemoryUsage& memory_at_start);
-
- private:
-  void run_epoch(int64_t epoch);
-  double train_batch(const data::Example& batch, bool ends_group);
-  void optimizer_update(int64_t epoch, int64_t step);
-  void maybe_log_save_evaluate();
-  void log_loss();
-  void evaluate_and_track_best();
-  void save_checkpoint();
-  Logs summary(double runtime, double training_loss, const MemoryUsage& memory_at_start) const;
-
-  // The micro-batches since the last optimizer update.
-  struct Group {
-    bool finite = true;
-    double loss = 0;
-    int64_t batches = 0;
-  };
-
-  Trainer& trainer_;
-  Trainer::Impl& m_;
-  const TrainingArguments& args_;
-  TrainerState& state_;
-  const data::DataLoader& loader_;
-  CallbackHandler& cb_;
-  const Schedule schedule_;
-  int64_t epochs_trained_ = 0;  // where a resumed run starts: the epoch, and the batches it skips in it
-  int64_t skip_ = 0;
-  bool plateau_ = false;  // the scheduler steps on the eval metric, not on every update
-  double flops_per_token_ = 0;
-  double last_grad_norm_ = std::nan("");
-  Group group_;
-};
-
-// A fresh TrainerState and scheduler, then the checkpoint to resume from (its state, weights,
-// optimizer, scheduler and callback states) when there is one.
-void TrainRun::start(const std::string& resume_from_checkpoint) {
-  const Schedule& s = schedule_;
-  state_ = TrainerState();
-  state_.is_world_process_zero = m_.dist.rank() == 0;
-  state_.is_local_process_zero = !m_.dist.distributed() || m_.dist.comm->local_rank() == 0;
-  state_.max_steps = s.max_steps;
-  state_.num_train_epochs = s.num_epochs;
-  state_.train_batch_size = args_.per_device_train_batch_size;
-  state_.logging_steps = args_.logging_steps_for(s.max_steps);
-  state_.eval_steps = args_.eval_steps ? args_.eval_steps_for(s.max_steps) : state_.logging_steps;
-  state_.save_steps = args_.save_steps_for(s.max_steps);
-
-  const int64_t warmup = args_.get_warmup_steps(s.max_steps);
-  m_.scheduler = m_.scheduler_factory
-                     ? m_.scheduler_factory(args_.learning_rate, warmup, s.max_steps)
-                     : make_lr_scheduler(std::string(to_string(args_.lr_scheduler_type)), args_.learning_rate, warmup,
-                                         s.max_steps, args_.lr_scheduler_kwargs);
-  m_.tr_loss = m_.total_loss = 0;
-  m_.globalstep_last_logged = 0;
-  m_.nan_inf_run = 0;
-  m_.module->set_training_run_count(0);
-
-  const std::string resume = resolve_checkpoint(resume_from_checkpoint, args_.output_dir);
-  if (!resume.empty()) load_checkpoint_files(m_, state_, resume);
-  state_.is_world_process_zero = m_.dist.rank() == 0;  // the checkpoint's are rank 0's
-  state_.is_local_process_zero = !m_.dist.distributed() || m_.dist.comm->local_rank() == 0;
-  if (!resume.empty() && args_.restore_callback_states_from_checkpoint) cb_.restore_states(state_.stateful_callbacks);
-  cb_.context.lr_scheduler = m_.scheduler.get();
-  cb_.context.train_dataloader = &loader_;
-
-  epochs_trained_ = state_.global_step / s.updates_per_epoch;
-  skip_ = args_.ignore_data_skip ? 0 : (state_.global_step % s.updates_per_epoch) * s.accum;
-  plateau_ = m_.scheduler->steps_on_metric();
-  flops_per_token_ = 6.0 * static_cast<double>(m_.module->get_parameters_size(false));
-}
-
-void TrainRun::run_epochs() {
-  cb_.call(&TrainerCallback::on_train_begin, args_, state_);
-  for (int64_t epoch = epochs_trained_; epoch < schedule_.num_epochs && state_.global_step < schedule_.max_steps;
-       ++epoch) {
-    run_epoch(epoch);
-    if (cb_.control.should_training_stop) break;
-  }
-}
-
-// The epoch's batches (after those a resumed run already trained on), an optimizer update at the
-// end of each accumulation group, and the epoch's own log / evaluate / save.
-void TrainRun::run_epoch(int64_t epoch) {
-  cb_.call(&TrainerCallback::on_epoch_begin, args_, state_);
-  const int64_t first = epoch == epochs_trained_ ? skip_ : 0;
-  const int64_t accum = schedule_.accum, len = schedule_.len_dataloader;
-  group_ = Group();
-  for (int64_t step = first; step < len; ++step) {
-    if (step % accum == 0) cb_.call(&TrainerCallback::on_step_begin, args_, state_);
-    const data::Example batch = loader_.batch(epoch, static_cast<size_t>(step));
-    const bool ends_group = (step + 1) % accum == 0 || step + 1 == len;
-    const double loss = train_batch(batch, ends_group);
-    if (ends_group) {
-      optimizer_update(epoch, step);
-      maybe_log_save_evaluate();
-    } else {
-      CallbackContext ctx;
-      ctx.loss = loss;
-      cb_.call(&TrainerCallback::on_substep_end, args_, state_, ctx);
-    }
-    if (cb_.control.should_epoch_stop || cb_.control.should_training_stop) break;
-  }
-  cb_.call(&TrainerCallback::on_epoch_end, args_, state_);
-  maybe_log_save_evaluate();
-}
-
-// Forward and backward on one micro-batch (the gradients add up in the parameters); returns its loss
-// after adding it to the running sums, the token count and the FLOPs.
-double TrainRun::train_batch(const data::Example& batch, bool ends_group) {
-  m_.module->train();
-  training::DataParallel* ddp = m_.dist.ddp.get();
-  if (ddp) {  // DDP: rank 0's buffers, and gradients reduced on the group's last micro-batch only
-    if (m_.dist.broadcast_buffers) ddp->broadcast_buffers();
-    ddp->set_sync(ends_group);
-  }
-  const std::vector<Tensor> out = (*m_.module)(inputs_of(*m_.module, batch, true));
-  if (ddp && ends_group) ddp->finish();
-  const double loss = out.at(0).item_as_double();
-  const bool finite = std::isfinite(loss);
-  group_.finite = group_.finite && finite;
-  group_.loss += loss;
-  ++group_.batches;
-  const double accum = static_cast<double>(schedule_.accum);
-  if (args_.logging_nan_inf_filter && !finite)  // HF logs the running mean in place of a nan / inf
-    m_.tr_loss += m_.tr_loss / static_cast<double>(1 + state_.global_step - m_.globalstep_last_logged);
-  else m_.tr_loss += loss / accum;
-  if (finite) m_.total_loss += loss / accum;
-  if (counts_input_tokens(args_)) {
-    auto ids = batch.find("input_ids");
-    state_.num_input_tokens_seen += ids != batch.end() ? ids->second.numel() : batch.begin()->second.dim(0);
-  }
-  state_.total_flos += flops_per_token_ * estimated_tokens(batch);
-  return loss;
-}
-
-// One optimizer update from the accumulated gradients: scale to the mean (fp16: unscale and check),
-// clip, step (skipped for a group with a non-finite loss, up to nan_inf_patience in a row, and for
-// fp16 gradients that are not finite), then the scheduler and on_step_end.
-void TrainRun::optimizer_update(int64_t epoch, int64_t step) {
-  const int64_t accum = schedule_.accum;
-  const std::vector<Tensor*> grads = trainable_grads(*m_.module, *m_.state);
-  // The mean over the accumulated micro-batches, as HF's loss / accumulation steps; with fp16 also
-  // the loss scale divided out, and an update whose gradients are not all finite is skipped.
-  bool overflow = false;
-  group_.finite = m_.dist.all(group_.finite);  // a non-finite loss on any rank skips the update on all
-  if (m_.scaler) {
-    overflow = m_.scaler->unscale(grads, 1.0 / static_cast<double>(accum));
-  } else if (accum > 1) {
-    for (Tensor* g : grads) training::scale_in_place(*g, 1.0 / static_cast<double>(accum));
-  }
-  if (!group_.finite || overflow) ++m_.skipped_updates;
-  if (overflow) ++m_.scaler_skips;
-  if (group_.finite && overflow) {
-    std::cerr << fmt::format("kiln: step {}: gradients not finite at loss scale {}; the update is skipped\n",
-                             state_.global_step + 1, m_.scaler->scale());
-  } else if (group_.finite) {
-    m_.nan_inf_run = 0;
-    if (args_.max_grad_norm > 0) last_grad_norm_ = clip_grad_norm(grads, args_.max_grad_norm);
-    cb_.call(&TrainerCallback::on_pre_optimizer_step, args_, state_);
-    m_.optimizer->set_learning_rate(static_cast<float>(m_.scheduler->current_lr()));
-    m_.optimizer->step();
-    cb_.call(&TrainerCallback::on_optimizer_step, args_, state_);
-  } else if (++m_.nan_inf_run >= args_.nan_inf_patience && args_.nan_inf_patience > 0) {
-    throw InvalidArgument(
-        fmt::format("training stopped at step {}: the loss was not finite for {} consecutive "
-                    "optimizer steps (nan_inf_patience); the last checkpoint is the last good "
-                    "state",
-                    state_.global_step + 1, m_.nan_inf_run));
-  }
-  if (m_.scaler) {  // torch's GradScaler backs off on any non-finite gradient, a non-finite loss's too
-    m_.scaler->update(overflow);
-    m_.module->set_loss_scale(static_cast<float>(m_.scaler->scale()));
-  }
-  // HF steps the scheduler only when the optimizer stepped or the loss was not finite (Kiln's own
-  // skip), not when the loss scaler skipped the update.
-  if (!plateau_ && !overflow) m_.scheduler->step();
-  m_.module->lazy_reset_grad();
-  ++state_.global_step;
-  state_.epoch =
-      static_cast<double>(epoch) + static_cast<double>(step + 1) / static_cast<double>(schedule_.len_dataloader);
-  CallbackContext ctx;
-  ctx.loss = group_.loss / static_cast<double>(group_.batches);
-  group_ = Group();
-  cb_.call(&TrainerCallback::on_step_end, args_, state_, ctx);
-}
-
-// HF's _maybe_log_save_evaluate: what control asks for, in the order log, evaluate, save.
-void TrainRun::maybe_log_save_evaluate() {
-  if (cb_.control.should_log && state_.global_step > m_.globalstep_last_logged) log_loss();
-  if (cb_.control.should_evaluate) evaluate_and_track_best();
-  if (cb_.control.should_save) save_checkpoint();
-}
-
-// The mean loss per update since the last log, the last gradient norm and the learning rate.
-void TrainRun::log_loss() {
-  const int64_t steps = state_.global_step - m_.globalstep_last_logged;
-  Logs logs{{"loss", m_.dist.mean(m_.tr_loss) / static_cast<double>(steps)}};
-  if (!std::isnan(last_grad_norm_)) logs.emplace_back("grad_norm", last_grad_norm_);
-  logs.emplace_back("learning_rate", m_.scheduler->current_lr());
-  m_.tr_loss = 0;
-  m_.globalstep_last_logged = state_.global_step;
-  trainer_.log(std::move(logs));
-}
-
-// evaluate(), then the metric that steps a plateau scheduler and picks the best checkpoint (with
-// save_strategy "best", a new best is what asks for a save).
-void TrainRun::evaluate_and_track_best() {
-  const Metrics metrics = trainer_.evaluate();
-  // HF's metric_to_check: metric_for_best_model ("loss" when unset and the schedule needs one),
-  // prefixed "eval_".
-  std::string key = args_.metric_for_best_model.value_or("loss");
-  if (key.rfind("eval_", 0) != 0) key = "eval_" + key;
-  auto it = metrics.find(key);
-  if (it == metrics.end() && (plateau_ || args_.metric_for_best_model)) {
-    std::string have;
-    for (const auto& [k, v] : metrics) have += (have.empty() ? "" : ", ") + k;
-    throw InvalidArgument(fmt::format("metric_for_best_model '{}' is not among the eval metrics ({})", key, have));
-  }
-  if (plateau_) m_.scheduler->step(it->second);
-  bool new_best = false;
-  if (args_.metric_for_best_model) {
-    const bool greater = args_.greater_is_better.value_or(false);
-    if (!state_.best_metric || (greater ? it->second > *state_.best_metric : it->second < *state_.best_metric)) {
-      state_.best_metric = it->second;
-      state_.best_global_step = state_.global_step;
-      state_.best_model_checkpoint =
-          (fs::path(args_.output_dir) / fmt::format("{}{}", kCheckpointPrefix, state_.global_step)).string();
-      new_best = true;
-    }
-  }
-  if (args_.save_strategy == SaveStrategy::best) cb_.control.should_save = new_best;
-}
-
-void TrainRun::save_checkpoint() {
-  state_.stateful_callbacks = cb_.export_states();
-  if (!m_.dist.distributed() || args_.should_save()) {
-    write_checkpoint_folder(args_.output_dir, state_.global_step,
-                            [&](const std::string& f) { save_checkpoint_files(m_, args_, state_, f); });
-    if (args_.save_total_limit)
-      rotate_checkpoints(args_.output_dir, *args_.save_total_limit, state_.best_model_checkpoint);
-  }
-  m_.dist.barrier();  // the folder is complete before any rank goes on (or could resume from it)
-  cb_.call(&TrainerCallback::on_save, args_, state_);
-}
-
-// HF's summary log: speed_metrics, then total_flos, train_loss and the memory metrics, in HF's order.
-Logs TrainRun::summary(double runtime, double training_loss, const MemoryUsage& memory_at_start) const {
-  const int64_t max_steps = schedule_.max_steps;
-  // HF's num_train_samples: max_steps * the total batch when max_steps is set, else examples * epochs.
-  const double samples = args_.max_steps > 0
-                             ? static_cast<double>(max_steps * args_.per_device_train_batch_size * schedule_.accum)
-                             : static_cast<double>(loader_.num_examples()) * args_.num_train_epochs;
-  Logs logs{{"train_runtime", runtime},
-            {"train_samples_per_second", runtime > 0 ? samples / runtime : 0.0},
-            {"train_steps_per_second", runtime > 0 ? static_cast<double>(max_steps) / runtime : 0.0}};
-  if (args_.include_tokens_per_second)
-    logs.emplace_back("train_tokens_per_second",
-                      runtime > 0 ? static_cast<double>(state_.num_input_tokens_seen) / runtime : 0.0);
-  logs.emplace_back("total_flos", state_.total_flos);
-  logs.emplace_back("train_loss", training_loss);
-  if (!args_.skip_memory_metrics) {
-    const MemoryUsage end = memory_usage();
-    logs.emplace_back("train_mem_cpu_alloc_delta", static_cast<double>(end.rss - memory_at_start.rss));
-    logs.emplace_back("train_mem_cpu_peaked_delta", static_cast<double>(std::max<int64_t>(0, end.peak - end.rss)));
-  }
-  return logs;
-}
-
-// The end of training: the best model when asked for, then the summary log, which the result's
-// metrics repeat (with the "epoch" log() adds), and on_train_end.
-TrainOutput TrainRun::finish(std::chrono::steady_clock::time_point start_time, const MemoryUsage& memory_at_start) {
-  if (args_.load_best_model_at_end && state_.best_model_checkpoint && fs::exists(*state_.best_model_checkpoint))
-    load_weights(m_, *state_.best_model_checkpoint);
-
-  const double runtime = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
-  TrainOutput result;
-  result.global_step = state_.global_step;
-  result.training_loss =
-      state_.global_step > 0 ? m_.dist.mean(m_.total_loss) / static_cast<double>(state_.global_step) : 0.0;
-  trainer_.log(summary(runtime, result.training_loss, memory_at_start));  // adds "epoch"
-  const nlohmann::json& logged = state_.log_history.back();
-  for (auto it = logged.begin(); it != logged.end(); ++it)
-    if (it.key() != "step") result.metrics[it.key()] = it.value().get<double>();
-  cb_.call(&TrainerCallback::on_train_end, args_, state_);
-  return result;
-}
-
-}  // namespace
-
-TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
-  Impl& m = *impl_;
-  if (!m.train_dataset) throw InvalidArgument("Trainer.train() needs a train_dataset");
-  // One run per output_dir; what a killed run left half-done there is finished or undone first, by
-  // the rank that writes there (the others wait).
-  std::optional<OutputDirLock> lock;
-  if (!m.dist.distributed() || args_.should_save()) {
-    lock.emplace(args_.output_dir);
-    recover_checkpoint_folders(args_.output_dir);
-    // Files of atomic writes that a kill interrupted (model.onnx.tmp-XXXXXX...), in the folders this
-    // run owns: output_dir and the artifacts it generated there (not a user's artifacts folder).
-    remove_stale_temporaries(args_.output_dir);
-    if (m.source.kind != ModelSource::Kind::Artifacts) remove_stale_temporaries(m.artifacts_dir);
-  }
-  m.dist.barrier();
-  const auto start_time = std::chrono::steady_clock::now();
-  const MemoryUsage memory_at_start = args_.skip_memory_metrics ? MemoryUsage{} : memory_usage(true);
-  const uint64_t data_seed = static_cast<uint64_t>(args_.sampler_seed());
-  // Each rank trains on its share of the seeded order (torch's DistributedSampler).
-  std::shared_ptr<const data::Sampler> sampler = std::make_shared<data::RandomSampler>(data_seed);
-  if (m.dist.distributed())
-    sampler =
-        std::make_shared<data::DistributedSampler>(sampler, m.dist.rank(), m.dist.size(), args_.dataloader_drop_last);
-  data::DataLoader loader(m.train_dataset, static_cast<size_t>(args_.per_device_train_batch_size), sampler,
-                          args_.dataloader_drop_last);
-  TrainRun run(*this, m, args_, state_, loader);
-  run.start(resume_from_checkpoint);
-  run.run_epochs();
-  return run.finish(start_time, memory_at_start);
 }
 
 }  // namespace kiln::trainer

@@ -1,13 +1,17 @@
 // What a checkpoint folder holds besides trainer_state.json: model.safetensors (every parameter),
-// optimizer.safetensors (the optimizer's slots; type, step and learning rate in the metadata),
+// optimizer.safetensors (the optimizer's slots; type, step and learning rate in the metadata), or
+// with ZeRO one optimizer-rank<r>-of-<N>.safetensors per rank (its parameters' slots) and the
+// optimizer_shards.json manifest that lists them,
 // scheduler.json, scaler.json (fp16 runs: the loss scaler), rng_state.json (the Dropout run count and the loss sums the
 // logs are made of) and training_args.json. Everything the next step depends on is there, so a resumed run is
 // bit-identical to an uninterrupted one.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/atomic_file.h"
@@ -34,7 +38,46 @@ void write_json(const fs::path& path, const nlohmann::json& j) {
   write_file_atomically(path.string(), j.dump(2) + "\n");
 }
 
+const std::string kShardManifest = "optimizer_shards.json";
+
+std::string shard_file(int rank, int size) { return fmt::format("optimizer-rank{}-of-{}.safetensors", rank, size); }
+
+nlohmann::json optimizer_info(const training::OptimizerState& o) {
+  nlohmann::json slot_names = nlohmann::json::array();
+  for (const auto& [slot, tensors] : o.slots) slot_names.push_back(slot);
+  return {{"type", o.type}, {"step", o.step}, {"learning_rate", o.learning_rate}, {"slots", slot_names}};
+}
+
+// The optimizer's slots as "<slot>.<parameter>" tensors, with its type, step and learning rate.
+void write_optimizer_file(const training::OptimizerState& o, const fs::path& path,
+                          std::map<std::string, std::string> metadata = {}) {
+  std::vector<std::pair<std::string, Tensor>> slots;
+  for (const auto& [slot, tensors] : o.slots)
+    for (const auto& [param, t] : tensors)
+      if (t.defined()) slots.emplace_back(slot + "." + param, t);
+  metadata["kiln.optimizer"] = optimizer_info(o).dump();
+  write_safetensors(path.string(), slots, metadata);
+}
+
 }  // namespace
+
+namespace {
+
+// {"parameter": [begin, end], ...}
+nlohmann::json ranges_json(const std::vector<training::ParameterRange>& ranges) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& r : ranges) j[r.name] = {r.begin, r.end};
+  return j;
+}
+
+}  // namespace
+
+void save_optimizer_shard(const Trainer::Impl& m, const std::string& folder) {
+  const int rank = m.dist.rank(), size = m.dist.size();
+  const nlohmann::json zero{{"rank", rank}, {"world_size", size}, {"ranges", ranges_json(m.optimizer->ranges())}};
+  write_optimizer_file(m.state->optimizer_state(), fs::path(folder) / shard_file(rank, size),
+                       {{"kiln.zero", zero.dump()}});
+}
 
 void save_checkpoint_files(const Trainer::Impl& m, const TrainingArguments& args, const TrainerState& state,
                            const std::string& folder) {
@@ -49,15 +92,19 @@ void save_checkpoint_files(const Trainer::Impl& m, const TrainingArguments& args
   }
 
   const training::OptimizerState& o = m.state->optimizer_state();
-  std::vector<std::pair<std::string, Tensor>> slots;
-  nlohmann::json slot_names = nlohmann::json::array();
-  for (const auto& [slot, tensors] : o.slots) {
-    slot_names.push_back(slot);
-    for (const auto& [param, t] : tensors)
-      if (t.defined()) slots.emplace_back(slot + "." + param, t);
+  if (m.dist.sharded()) {  // the shards are there (save_optimizer_shard): the manifest that lists them
+    nlohmann::json shards = nlohmann::json::array();
+    for (int r = 0; r < m.dist.size(); ++r)
+      shards.push_back(
+          {{"file", shard_file(r, m.dist.size())}, {"rank", r}, {"ranges", ranges_json(m.dist.ddp->ranges_of(r))}});
+    nlohmann::json manifest = optimizer_info(o);
+    manifest["world_size"] = m.dist.size();
+    manifest["zero_stage"] = m.dist.zero_stage;
+    manifest["shards"] = shards;
+    write_json(dir / kShardManifest, manifest);
+  } else {
+    write_optimizer_file(o, dir / "optimizer.safetensors");
   }
-  nlohmann::json info{{"type", o.type}, {"step", o.step}, {"learning_rate", o.learning_rate}, {"slots", slot_names}};
-  write_safetensors((dir / "optimizer.safetensors").string(), slots, {{"kiln.optimizer", info.dump()}});
 
   write_json(dir / "scheduler.json", m.scheduler->state());
   if (m.scaler) write_json(dir / "scaler.json", m.scaler->state_dict());
@@ -98,7 +145,7 @@ namespace {
 // A folder without optimizer.safetensors: saved with save_only_model (its training_args.json says
 // so), or damaged.
 void check_optimizer_file(const fs::path& dir) {
-  if (fs::exists(dir / "optimizer.safetensors")) return;
+  if (fs::exists(dir / "optimizer.safetensors") || fs::exists(dir / kShardManifest)) return;
   bool model_only = false;
   try {
     model_only = read_json(dir / "training_args.json").value("save_only_model", false);
@@ -150,6 +197,132 @@ void load_scaler(Trainer::Impl& m, const std::string& folder) {
   m.module->set_loss_scale(static_cast<float>(m.scaler->scale()));
 }
 
+// One piece of saved optimizer state: slot `slot` of elements [begin, end) of a parameter.
+struct SavedPiece {
+  std::string slot, param;
+  int64_t begin = 0, end = 0;
+  Tensor values;  // flat
+};
+
+struct OptimizerFile {
+  std::string type;
+  int64_t step = 0;
+  float learning_rate = 0;
+  std::vector<std::string> slots;
+  std::vector<SavedPiece> pieces;
+};
+
+// The type, step, learning rate and slot names an optimizer file's metadata (or the shard
+// manifest) holds.
+void read_info(const std::string& text, const std::string& where, OptimizerFile& out) {
+  try {
+    check_json_limits(text, "optimizer metadata");
+    const nlohmann::json info = nlohmann::json::parse(text);
+    out.type = info.at("type").get<std::string>();
+    out.step = json_int64(info.at("step"), "optimizer metadata: step");
+    out.learning_rate = json_float(info.at("learning_rate"), "optimizer metadata: learning_rate");
+    out.slots = info.value("slots", std::vector<std::string>{});
+  } catch (const std::exception& e) {  // nlohmann's errors and json_int64's CorruptFile
+    throw CorruptFile(fmt::format("'{}': bad optimizer metadata: {}", where, e.what()));
+  }
+}
+
+using Ranges = std::map<std::string, std::pair<int64_t, int64_t>>;
+
+Ranges parse_ranges(const nlohmann::json& j) {
+  Ranges out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const auto r = it.value().get<std::vector<int64_t>>();
+    if (r.size() != 2 || r[0] < 0 || r[0] >= r[1]) throw CorruptFile(fmt::format("bad range of '{}'", it.key()));
+    out[it.key()] = {r[0], r[1]};
+  }
+  return out;
+}
+
+// One optimizer file: its metadata, and its pieces of the parameters `wanted` (whole tensors, or
+// with `ranges` the ranges a ZeRO shard holds).
+void read_optimizer_file(const fs::path& path, const std::set<std::string>& wanted, const Ranges* ranges,
+                         OptimizerFile& out) {
+  const SafetensorsFile file = read_safetensors(path.string());
+  auto meta = file.metadata.find("kiln.optimizer");
+  if (meta == file.metadata.end()) throw CorruptFile(fmt::format("'{}' has no optimizer metadata", path.string()));
+  read_info(meta->second, path.string(), out);
+  for (const auto& [key, t] : file.tensors) {
+    const auto dot = key.find('.');
+    if (dot == std::string::npos) throw CorruptFile(fmt::format("'{}': bad key '{}'", path.string(), key));
+    SavedPiece piece{key.substr(0, dot), key.substr(dot + 1), 0, t.numel(), t.reshape({t.numel()})};
+    if (!wanted.count(piece.param)) continue;
+    if (ranges) {
+      const auto r = ranges->find(piece.param);
+      if (r == ranges->end() || r->second.second - r->second.first != t.numel())
+        throw CorruptFile(fmt::format("'{}': '{}' is not the range its shard lists", path.string(), key));
+      piece.begin = r->second.first;
+      piece.end = r->second.second;
+    }
+    out.pieces.push_back(std::move(piece));
+  }
+}
+
+// optimizer.safetensors, or the ZeRO shards the manifest lists: those holding elements of the
+// parameters `wanted` are read, whatever the world size that wrote them.
+OptimizerFile read_optimizer_state(const fs::path& dir, const std::set<std::string>& wanted) {
+  OptimizerFile out;
+  if (fs::exists(dir / "optimizer.safetensors")) {
+    read_optimizer_file(dir / "optimizer.safetensors", wanted, nullptr, out);
+    return out;
+  }
+  const fs::path manifest_path = dir / kShardManifest;
+  const nlohmann::json manifest = read_json(manifest_path);
+  read_info(manifest.dump(), manifest_path.string(), out);
+  try {
+    for (const auto& shard : manifest.at("shards")) {
+      const Ranges ranges = parse_ranges(shard.at("ranges"));
+      if (std::none_of(ranges.begin(), ranges.end(), [&](const auto& r) { return wanted.count(r.first) > 0; }))
+        continue;
+      const std::string file = shard.at("file").get<std::string>();
+      if (file.find('/') != std::string::npos || file.find("..") != std::string::npos)
+        throw CorruptFile(fmt::format("shard file '{}' is not a file name", file));
+      OptimizerFile part;
+      read_optimizer_file(dir / file, wanted, &ranges, part);
+      if (part.type != out.type || part.step != out.step)
+        throw CorruptFile(fmt::format("shard '{}' holds {} state at step {}, the manifest {} at step {}", file,
+                                      part.type, part.step, out.type, out.step));
+      for (auto& piece : part.pieces) out.pieces.push_back(std::move(piece));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptFile(fmt::format("'{}': {}", manifest_path.string(), e.what()));
+  } catch (const CorruptFile& e) {
+    throw CorruptFile(fmt::format("'{}': {}", manifest_path.string(), e.what()));
+  }
+  return out;
+}
+
+// Slot `slot` of elements [begin, end) of a parameter, put together from the saved pieces that
+// cover it; CorruptFile when they do not cover all of it.
+Tensor assemble(const OptimizerFile& saved, const std::string& slot, const training::ParameterRange& want, DType dtype,
+                const std::string& folder) {
+  Tensor out = Tensor::zeros(dtype, {want.end - want.begin});
+  const size_t es = dtype_size(dtype);
+  int64_t covered = 0;
+  for (const SavedPiece& p : saved.pieces) {
+    if (p.slot != slot || p.param != want.name) continue;
+    const int64_t lo = std::max(p.begin, want.begin), hi = std::min(p.end, want.end);
+    if (lo >= hi) continue;
+    if (p.values.dtype() != dtype)
+      throw CorruptFile(fmt::format("checkpoint '{}': optimizer state '{}.{}' is {}, the parameter {}", folder, slot,
+                                    want.name, p.values.describe(), dtype_name(dtype)));
+    std::memcpy(static_cast<char*>(out.raw_data()) + static_cast<size_t>(lo - want.begin) * es,
+                static_cast<const char*>(p.values.raw_data()) + static_cast<size_t>(lo - p.begin) * es,
+                static_cast<size_t>(hi - lo) * es);
+    covered += hi - lo;
+  }
+  if (covered != want.end - want.begin)
+    throw CorruptFile(
+        fmt::format("checkpoint '{}' holds {} of the {} elements of optimizer state '{}' of parameter '{}'", folder,
+                    covered, want.end - want.begin, slot, want.name));
+  return out;
+}
+
 }  // namespace
 
 void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::string& folder) {
@@ -162,39 +335,30 @@ void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::str
   check_optimizer_file(dir);
   load_weights(m, folder);
 
-  const SafetensorsFile opt = read_safetensors((dir / "optimizer.safetensors").string());
-  auto meta = opt.metadata.find("kiln.optimizer");
-  if (meta == opt.metadata.end())
-    throw CorruptFile(fmt::format("'{}/optimizer.safetensors' has no optimizer metadata", folder));
-  std::string type;
-  int64_t step = 0;
-  float learning_rate = 0;
-  try {
-    check_json_limits(meta->second, "optimizer metadata");
-    const nlohmann::json info = nlohmann::json::parse(meta->second);
-    type = info.at("type").get<std::string>();
-    step = json_int64(info.at("step"), "optimizer metadata: step");
-    learning_rate = json_float(info.at("learning_rate"), "optimizer metadata: learning_rate");
-  } catch (const std::exception& e) {  // nlohmann's errors and json_int64's CorruptFile
-    throw CorruptFile(fmt::format("'{}/optimizer.safetensors': bad optimizer metadata: {}", folder, e.what()));
-  }
+  // The slots of what this rank's optimizer updates (with ZeRO its ranges), from whichever files
+  // hold them: a checkpoint of any world size, sharded or not.
+  const std::vector<training::ParameterRange> ranges = m.optimizer->ranges();
+  std::set<std::string> wanted;
+  for (const auto& r : ranges) wanted.insert(r.name);
+  const OptimizerFile opt = read_optimizer_state(dir, wanted);
   training::OptimizerState& o = m.state->optimizer_state();
-  if (type != o.type)
+  if (opt.type != o.type)
     throw InvalidArgument(
-        fmt::format("checkpoint '{}' holds {} optimizer state but the run uses {}", folder, type, o.type));
-  o.step = step;
-  o.learning_rate = learning_rate;
-  for (const auto& [key, t] : opt.tensors) {
-    const auto dot = key.find('.');
-    if (dot == std::string::npos)
-      throw CorruptFile(fmt::format("'{}/optimizer.safetensors': bad key '{}'", folder, key));
-    Tensor& slot = o.slots[key.substr(0, dot)][key.substr(dot + 1)];
-    if (slot.defined() && (slot.shape() != t.shape() || slot.dtype() != t.dtype()))
-      throw CorruptFile(fmt::format("'{}/optimizer.safetensors': '{}' is {} but the run's is {}", folder, key,
-                                    t.describe(), slot.describe()));
-    if (slot.defined()) slot.copy_from(t);
-    else slot = t.clone();
-  }
+        fmt::format("checkpoint '{}' holds {} optimizer state but the run uses {}", folder, opt.type, o.type));
+  o.step = opt.step;
+  o.learning_rate = opt.learning_rate;
+  for (const auto& slot_name : opt.slots)
+    for (const auto& r : ranges) {
+      const training::Parameter& p = m.state->parameter(r.name);
+      Tensor values = assemble(opt, slot_name, r, p.dtype(), folder);
+      Tensor& slot = o.slots[slot_name][r.name];
+      if (!m.dist.sharded()) values = values.reshape(p.shape());
+      if (slot.defined() && slot.shape() != values.shape())
+        throw CorruptFile(fmt::format("checkpoint '{}': optimizer state '{}.{}' is {} but the run's is {}", folder,
+                                      slot_name, r.name, values.describe(), slot.describe()));
+      if (slot.defined()) slot.copy_from(values);
+      else slot = values;
+    }
 
   m.scheduler->load_state(read_json(dir / "scheduler.json"));
   if (m.scaler) load_scaler(m, folder);

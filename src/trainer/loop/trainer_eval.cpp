@@ -17,6 +17,7 @@
 #include "kiln/onnx_io.h"
 #include "kiln/safetensors.h"
 #include "kiln/session.h"
+#include "trainer/loop/batch_padding.h"
 #include "trainer/loop/gather.h"
 #include "trainer/loop/trainer_impl.h"
 
@@ -67,7 +68,9 @@ static void predict_unlabelled(Trainer::Impl& m, const TrainingArguments& args, 
   m.module->export_model_for_inferencing(path, {m.logits_output});
   Session session(load_model(path));
   for (size_t b = 0; b < loader.num_batches(); ++b) {
-    const data::Example batch = loader.batch(0, b);
+    data::Example batch = loader.batch(0, b);
+    const int64_t n = args.pad_on_batch_axis ? pad_batch(batch, args.per_device_eval_batch_size, {label_name})
+                                             : batch.begin()->second.dim(0);
     std::map<std::string, Tensor> feeds;
     for (const auto& in : session.inputs()) {
       auto it = batch.find(in.name);
@@ -75,9 +78,9 @@ static void predict_unlabelled(Trainer::Impl& m, const TrainingArguments& args, 
         throw InvalidArgument(fmt::format("the model takes input '{}', which the batch lacks", in.name));
       feeds[in.name] = it->second;
     }
-    Tensor logits = session.run(feeds).at(m.logits_output);
+    Tensor logits = first_rows(session.run(feeds).at(m.logits_output), n);
     if (m.preprocess_logits) logits = m.preprocess_logits(logits, Tensor());
-    r.examples += batch.begin()->second.dim(0);
+    r.examples += n;
     ++r.batches;
     if (!args.prediction_loss_only) predictions.push_back(logits);
     CallbackContext step_ctx;
@@ -116,7 +119,11 @@ static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& arg
   }
   m.module->eval();
   for (size_t b = 0; b < loader.num_batches(); ++b) {
-    const data::Example batch = loader.batch(0, b);
+    data::Example batch = loader.batch(0, b);
+    // pad_on_batch_axis: one shape for every batch; the padded rows' labels are ignored by the loss,
+    // and their predictions dropped.
+    const int64_t n = args.pad_on_batch_axis ? pad_batch(batch, args.per_device_eval_batch_size, label_columns(args))
+                                             : batch.begin()->second.dim(0);
     std::vector<Tensor> inputs;
     for (const auto& name : m.module->input_names(false)) {
       auto it = batch.find(name);
@@ -125,7 +132,6 @@ static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& arg
       inputs.push_back(it->second);
     }
     const std::vector<Tensor> out = (*m.module)(inputs);
-    const int64_t n = batch.begin()->second.dim(0);
     r.loss_sum += out.at(0).item_as_double() * static_cast<double>(n);
     r.examples += n;
     ++r.batches;
@@ -133,10 +139,11 @@ static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& arg
     step_ctx.eval_dataloader = &loader;
     if (!args.prediction_loss_only && logits_index < out.size()) {
       auto lab = batch.find(label_name);
-      Tensor logits = out[logits_index];
-      if (m.preprocess_logits) logits = m.preprocess_logits(logits, lab != batch.end() ? lab->second : Tensor());
+      Tensor logits = first_rows(out[logits_index], n);
+      const Tensor label = lab != batch.end() ? first_rows(lab->second, n) : Tensor();
+      if (m.preprocess_logits) logits = m.preprocess_logits(logits, label);
       predictions.push_back(logits);
-      if (lab != batch.end()) labels.push_back(lab->second.clone());
+      if (label.defined()) labels.push_back(label.clone());
     }
     m.callbacks.call(&TrainerCallback::on_prediction_step, args, state, step_ctx);
   }

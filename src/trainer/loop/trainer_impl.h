@@ -2,10 +2,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/grad_scaler.h"
+#include "kiln/ipu_config.h"
 #include "kiln/lr_schedulers.h"
 #include "kiln/trainer.h"
 #include "trainer/callbacks/callback_handler.h"
@@ -30,6 +32,10 @@ struct Trainer::Impl {
   PreprocessLogits preprocess_logits;
   // The ranks of a distributed run (`mpirun -np N ...`): a world of one otherwise.
   DistributedRun dist;
+  // TrainingArguments::deepspeed, read (its "auto" values filled).
+  std::optional<DeepSpeedConfig> deepspeed;
+  // The IPUConfig the arguments name (ipu_config_name / ipu_config_overrides), applied to them.
+  std::optional<IPUConfig> ipu;
 
   // Running sums the logs are made of; saved in checkpoints so that a resumed run logs exactly
   // what an uninterrupted one does.
@@ -42,11 +48,22 @@ struct Trainer::Impl {
   int64_t skipped_updates = 0, scaler_skips = 0;
 };
 
+// "true" (any case) means the last checkpoint in output_dir (InvalidArgument when there is none);
+// anything else is a folder.
+std::string resolve_checkpoint(const std::string& spec, const std::string& output_dir);
+// HF's token estimate: the elements of "input_ids", else the number of examples.
+double estimated_tokens(const data::Example& batch);
+// Whether include_num_input_tokens_seen asks for the count.
+bool counts_input_tokens(const TrainingArguments& args);
+
 // Writes / reads everything a checkpoint folder holds except trainer_state.json.
 void save_checkpoint_files(const Trainer::Impl& impl, const TrainingArguments& args, const TrainerState& state,
                            const std::string& folder);
 void load_checkpoint_files(Trainer::Impl& impl, TrainerState& state, const std::string& folder);
 void load_weights(Trainer::Impl& impl, const std::string& folder);
+// ZeRO: this rank's optimizer shard (its parameters' slots), written by every rank into the
+// checkpoint folder rank 0 is writing, before rank 0 writes the rest and the manifest.
+void save_optimizer_shard(const Trainer::Impl& impl, const std::string& folder);
 
 // Builds (or finds) the artifacts for a model source; returns the artifact folder. `write` false:
 // only where they are and the logits output (another rank of a distributed run writes them).

@@ -12,10 +12,14 @@ class Optimizer:
     """Updates the module's trainable parameters from their gradients with the optimizer model
     (AdamW or SGD, torch.optim's exact update), in place."""
 
-    def __init__(self, optimizer_uri: str | os.PathLike, module: Module):
+    def __init__(self, optimizer_uri: str | os.PathLike, module: Module, shard=None):
+        """`shard` (Kiln's own, for ZeRO): the (parameter, begin, end) element ranges this process
+        updates, kiln.distributed.DataParallel.owned_ranges(); None updates every parameter."""
         if not isinstance(module, Module):
             raise TypeError(f"module must be a Module, not {type(module).__name__}")
-        self._optimizer = core.Optimizer(path_arg(optimizer_uri, "optimizer_uri"), module._model)
+        if shard is not None:
+            shard = [(str(name), int(begin), int(end)) for name, begin, end in shard]
+        self._optimizer = core.Optimizer(path_arg(optimizer_uri, "optimizer_uri"), module._model, shard)
         self._module = module
 
     def step(self) -> None:

@@ -1,0 +1,576 @@
+// Trainer::train: Hugging Face's training loop (transformers' Trainer._inner_training_loop) over
+// Kiln's Module and Optimizer: epochs of seeded batches, gradient accumulation, clipping by global
+// norm, the learning-rate schedule, and logging / evaluation / checkpoints by strategy.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <utility>
+
+#include "core/atomic_file.h"
+#include "kiln/error.h"
+#include "trainer/loop/batch_padding.h"
+#include "trainer/loop/checkpoint_folder.h"
+#include "trainer/loop/output_dir_lock.h"
+#include "trainer/loop/trainer_impl.h"
+#include "training/tensor_math.h"
+
+namespace kiln::trainer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Resident memory in bytes (VmRSS) and its peak (VmHWM) from /proc/self/status, as HF's
+// TrainerMemoryTracker measures the CPU side; `reset_peak` starts a new peak (clear_refs 5).
+struct MemoryUsage {
+  int64_t rss = 0, peak = 0;
+};
+
+MemoryUsage memory_usage(bool reset_peak = false) {
+  if (reset_peak) std::ofstream("/proc/self/clear_refs") << "5";
+  MemoryUsage u;
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (status >> key) {
+    if (key == "VmRSS:" && status >> kb >> unit) u.rss = kb * 1024;
+    else if (key == "VmHWM:" && status >> kb >> unit) u.peak = kb * 1024;
+  }
+  return u;
+}
+
+std::vector<Tensor> inputs_of(const training::Module& module, const data::Example& batch, bool training) {
+  std::vector<Tensor> inputs;
+  for (const auto& name : module.input_names(training)) {
+    auto it = batch.find(name);
+    if (it == batch.end()) {
+      std::string have;
+      for (const auto& [k, v] : batch) have += (have.empty() ? "" : ", ") + k;
+      throw InvalidArgument(
+          fmt::format("the model takes input '{}', which the batch does not have (columns: {})", name, have));
+    }
+    inputs.push_back(it->second);
+  }
+  return inputs;
+}
+
+// The accumulated gradients of the trainable parameters, in parameter order, as they are: a
+// parameter has one once the training model has produced its gradient (one the training model
+// gives no gradient for has none and is left out). Each holds the sum over the accumulation group's
+// micro-batches (Module overwrites it on the group's first run after lazy_reset_grad, then adds);
+// the caller scales them to the mean and clips them.
+std::vector<Tensor*> trainable_grads(training::Module& module, training::CheckpointState& state) {
+  std::vector<Tensor*> grads;
+  for (const auto& name : module.parameter_names()) {
+    training::Parameter& p = state.parameter(name);
+    if (p.requires_grad() && p.grad().defined()) grads.push_back(&p.grad());
+  }
+  return grads;
+}
+
+// The gradients this rank's optimizer steps from: every trainable parameter's, or with ZeRO views
+// of its ranges of them (kept in `views`).
+std::vector<Tensor*> update_grads(Trainer::Impl& m, std::vector<Tensor>& views) {
+  if (!m.dist.sharded()) return trainable_grads(*m.module, *m.state);
+  views.clear();
+  for (const auto& r : m.optimizer->ranges()) {
+    const Tensor& g = m.state->parameter(r.name).grad();
+    if (g.defined())
+      views.push_back(Tensor::view_of(g.storage(), g.byte_offset() + static_cast<size_t>(r.begin) * sizeof(float),
+                                      g.dtype(), {r.end - r.begin}));
+  }
+  std::vector<Tensor*> grads;
+  grads.reserve(views.size());
+  for (Tensor& v : views) grads.push_back(&v);
+  return grads;
+}
+
+// HF's schedule: batches per epoch, optimizer updates per epoch, and the run's length in updates
+// (max_steps) and in epochs.
+struct Schedule {
+  int64_t len_dataloader = 0;
+  int64_t accum = 1;  // gradient_accumulation_steps
+  int64_t updates_per_epoch = 1;
+  int64_t max_steps = 0;
+  int64_t num_epochs = 0;
+};
+
+Schedule make_schedule(const TrainingArguments& args, const data::DataLoader& loader) {
+  Schedule s;
+  s.len_dataloader = static_cast<int64_t>(loader.num_batches());
+  if (s.len_dataloader == 0)
+    throw InvalidArgument(
+        "the train dataset gives no batch (empty, or smaller than a batch with dataloader_drop_last)");
+  s.accum = args.gradient_accumulation_steps;
+  s.updates_per_epoch = std::max<int64_t>(s.len_dataloader / s.accum, 1);
+  if (args.max_steps > 0) {
+    s.max_steps = args.max_steps;
+    s.num_epochs = s.max_steps / s.updates_per_epoch + (s.max_steps % s.updates_per_epoch > 0 ? 1 : 0);
+  } else {
+    s.max_steps = static_cast<int64_t>(std::ceil(args.num_train_epochs * static_cast<double>(s.updates_per_epoch)));
+    s.num_epochs = static_cast<int64_t>(std::ceil(args.num_train_epochs));
+  }
+  return s;
+}
+
+// One call of Trainer::train (HF's _inner_training_loop), cut into its steps: start (the schedule,
+// the scheduler, resuming), epochs of micro-batches, one optimizer update per accumulation group,
+// log / evaluate / save as control asks, and the closing summary.
+class TrainRun {
+ public:
+  TrainRun(Trainer& trainer, Trainer::Impl& m, const TrainingArguments& args, TrainerState& state,
+           const data::DataLoader& loader)
+      : trainer_(trainer),
+        m_(m),
+        args_(args),
+        state_(state),
+        loader_(loader),
+        cb_(m.callbacks),
+        schedule_(make_schedule(args, loader)) {}
+
+  void start(const std::string& resume_from_checkpoint);
+  void run_epochs();
+  TrainOutput finish(std::chrono::steady_clock::time_point start_time, const MemoryUsage& memory_at_start);
+
+ private:
+  void run_epoch(int64_t epoch);
+  double train_batch(const data::Example& batch, bool ends_group, int64_t rows);
+  void optimizer_update(int64_t epoch, int64_t step);
+  void run_call(int64_t epoch, int64_t first, int64_t end);
+  void note_due_events();
+  void maybe_log_save_evaluate();
+  void log_loss();
+  void evaluate_and_track_best();
+  void save_checkpoint();
+  void save_sharded_checkpoint();
+  Logs summary(double runtime, double training_loss, const MemoryUsage& memory_at_start) const;
+
+  // The micro-batches since the last optimizer update.
+  struct Group {
+    bool finite = true;
+    double loss = 0;
+    int64_t batches = 0;
+  };
+
+  Trainer& trainer_;
+  Trainer::Impl& m_;
+  const TrainingArguments& args_;
+  TrainerState& state_;
+  const data::DataLoader& loader_;
+  CallbackHandler& cb_;
+  const Schedule schedule_;
+  int64_t epochs_trained_ = 0;  // where a resumed run starts: the epoch, and the batches it skips in it
+  int64_t skip_ = 0;
+  bool plateau_ = false;  // the scheduler steps on the eval metric, not on every update
+  double flops_per_token_ = 0;
+  double last_grad_norm_ = std::nan("");
+  Group group_;
+  // IPUConfig's device_iterations: optimizer updates per call, their batches staged up front; with
+  // output_mode "final" / "sum" the callbacks hear of the call's last update only (quiet_ inside a
+  // call), and the logs, evaluations and saves due inside it happen at its end (due_).
+  int64_t device_iterations_ = 1;
+  bool last_only_ = false, sum_losses_ = false, quiet_ = false;
+  TrainerControl due_;
+  double call_loss_ = 0;
+};
+
+// A fresh TrainerState and scheduler, then the checkpoint to resume from (its state, weights,
+// optimizer, scheduler and callback states) when there is one.
+void TrainRun::start(const std::string& resume_from_checkpoint) {
+  const Schedule& s = schedule_;
+  state_ = TrainerState();
+  state_.is_world_process_zero = m_.dist.rank() == 0;
+  state_.is_local_process_zero = !m_.dist.distributed() || m_.dist.comm->local_rank() == 0;
+  state_.max_steps = s.max_steps;
+  state_.num_train_epochs = s.num_epochs;
+  state_.train_batch_size = args_.per_device_train_batch_size;
+  state_.logging_steps = args_.logging_steps_for(s.max_steps);
+  state_.eval_steps = args_.eval_steps ? args_.eval_steps_for(s.max_steps) : state_.logging_steps;
+  state_.save_steps = args_.save_steps_for(s.max_steps);
+
+  const int64_t warmup = args_.get_warmup_steps(s.max_steps);
+  m_.scheduler = m_.scheduler_factory
+                     ? m_.scheduler_factory(args_.learning_rate, warmup, s.max_steps)
+                     : make_lr_scheduler(std::string(to_string(args_.lr_scheduler_type)), args_.learning_rate, warmup,
+                                         s.max_steps, args_.lr_scheduler_kwargs);
+  m_.tr_loss = m_.total_loss = 0;
+  m_.globalstep_last_logged = 0;
+  m_.nan_inf_run = 0;
+  m_.module->set_training_run_count(0);
+
+  const std::string resume = resolve_checkpoint(resume_from_checkpoint, args_.output_dir);
+  if (!resume.empty()) load_checkpoint_files(m_, state_, resume);
+  state_.is_world_process_zero = m_.dist.rank() == 0;  // the checkpoint's are rank 0's
+  state_.is_local_process_zero = !m_.dist.distributed() || m_.dist.comm->local_rank() == 0;
+  if (!resume.empty() && args_.restore_callback_states_from_checkpoint) cb_.restore_states(state_.stateful_callbacks);
+  cb_.context.lr_scheduler = m_.scheduler.get();
+  cb_.context.train_dataloader = &loader_;
+
+  epochs_trained_ = state_.global_step / s.updates_per_epoch;
+  skip_ = args_.ignore_data_skip ? 0 : (state_.global_step % s.updates_per_epoch) * s.accum;
+  plateau_ = m_.scheduler->steps_on_metric();
+  flops_per_token_ = 6.0 * static_cast<double>(m_.module->get_parameters_size(false));
+  if (m_.ipu) {
+    device_iterations_ = m_.ipu->device_iterations;
+    last_only_ = m_.ipu->output_mode == "final" || m_.ipu->output_mode == "sum";
+    sum_losses_ = m_.ipu->output_mode == "sum";
+  }
+}
+
+void TrainRun::run_epochs() {
+  cb_.call(&TrainerCallback::on_train_begin, args_, state_);
+  for (int64_t epoch = epochs_trained_; epoch < schedule_.num_epochs && state_.global_step < schedule_.max_steps;
+       ++epoch) {
+    run_epoch(epoch);
+    if (cb_.control.should_training_stop) break;
+  }
+}
+
+// The epoch's batches (after those a resumed run already trained on), an optimizer update at the
+// end of each accumulation group, and the epoch's own log / evaluate / save.
+void TrainRun::run_epoch(int64_t epoch) {
+  cb_.call(&TrainerCallback::on_epoch_begin, args_, state_);
+  const int64_t accum = schedule_.accum, len = schedule_.len_dataloader;
+  group_ = Group();
+  // Calls of device_iterations updates (one update each without an IPUConfig), never past the
+  // epoch's end or max_steps.
+  for (int64_t first = epoch == epochs_trained_ ? skip_ : 0; first < len;) {
+    const int64_t updates = std::min(device_iterations_, schedule_.max_steps - state_.global_step);
+    if (updates <= 0) break;
+    const int64_t end = std::min(len, first + updates * accum);
+    run_call(epoch, first, end);
+    first = end;
+    if (cb_.control.should_epoch_stop || cb_.control.should_training_stop) break;
+  }
+  cb_.call(&TrainerCallback::on_epoch_end, args_, state_);
+  maybe_log_save_evaluate();
+}
+
+// The micro-batches [first, end) of the epoch: their batches collated (and padded) first, then
+// trained on, an optimizer update at the end of each accumulation group.
+void TrainRun::run_call(int64_t epoch, int64_t first, int64_t end) {
+  const int64_t accum = schedule_.accum, len = schedule_.len_dataloader;
+  std::vector<data::Example> batches;
+  std::vector<int64_t> rows;
+  for (int64_t step = first; step < end; ++step) {
+    batches.push_back(loader_.batch(epoch, static_cast<size_t>(step)));
+    rows.push_back(args_.pad_on_batch_axis ? pad_batch(batches.back(), args_.per_device_train_batch_size,
+                                                       label_columns(args_))
+                                           : batches.back().begin()->second.dim(0));
+  }
+  due_ = TrainerControl();
+  call_loss_ = 0;
+  for (int64_t step = first; step < end; ++step) {
+    const bool ends_group = (step + 1) % accum == 0 || step + 1 == len;
+    quiet_ = last_only_ && step + 1 < end;  // every update but the call's last, under "final" / "sum"
+    if (step % accum == 0 && (!last_only_ || step == first))
+      cb_.call(&TrainerCallback::on_step_begin, args_, state_);
+    const size_t i = static_cast<size_t>(step - first);
+    const double loss = train_batch(batches[i], ends_group, rows[i]);
+    if (ends_group) {
+      optimizer_update(epoch, step);
+      if (quiet_) {
+        note_due_events();
+        continue;
+      }
+      // The events due at the updates the callbacks did not see.
+      cb_.control.should_log = cb_.control.should_log || due_.should_log;
+      cb_.control.should_evaluate = cb_.control.should_evaluate || due_.should_evaluate;
+      cb_.control.should_save = cb_.control.should_save || due_.should_save;
+      maybe_log_save_evaluate();
+    } else if (!last_only_) {
+      CallbackContext ctx;
+      ctx.loss = loss;
+      cb_.call(&TrainerCallback::on_substep_end, args_, state_, ctx);
+    }
+    if (cb_.control.should_epoch_stop || cb_.control.should_training_stop) break;
+  }
+  quiet_ = false;
+}
+
+// What HF's DefaultFlowCallback would ask for at this update, kept for the end of the call.
+void TrainRun::note_due_events() {
+  const int64_t step = state_.global_step;
+  if (args_.logging_strategy == IntervalStrategy::steps && step % state_.logging_steps == 0) due_.should_log = true;
+  if (args_.eval_strategy == IntervalStrategy::steps && step % state_.eval_steps == 0 && args_.eval_delay <= step)
+    due_.should_evaluate = true;
+  if (args_.save_strategy == SaveStrategy::steps && state_.save_steps > 0 && step % state_.save_steps == 0)
+    due_.should_save = true;
+}
+
+// Forward and backward on one micro-batch (the gradients add up in the parameters); returns its loss
+// after adding it to the running sums, the token count and the FLOPs.
+double TrainRun::train_batch(const data::Example& batch, bool ends_group, int64_t rows) {
+  m_.module->train();
+  training::DataParallel* ddp = m_.dist.ddp.get();
+  if (ddp) {  // DDP: rank 0's buffers, and gradients reduced on the group's last micro-batch only
+    if (m_.dist.broadcast_buffers) ddp->broadcast_buffers();
+    ddp->set_sync(ends_group);
+  }
+  const std::vector<Tensor> out = (*m_.module)(inputs_of(*m_.module, batch, true));
+  if (ddp && ends_group) ddp->finish();
+  const double loss = out.at(0).item_as_double();
+  const bool finite = std::isfinite(loss);
+  group_.finite = group_.finite && finite;
+  group_.loss += loss;
+  ++group_.batches;
+  const double accum = static_cast<double>(schedule_.accum);
+  if (args_.logging_nan_inf_filter && !finite)  // HF logs the running mean in place of a nan / inf
+    m_.tr_loss += m_.tr_loss / static_cast<double>(1 + state_.global_step - m_.globalstep_last_logged);
+  else m_.tr_loss += loss / accum;
+  if (finite) m_.total_loss += loss / accum;
+  if (counts_input_tokens(args_)) {
+    auto ids = batch.find("input_ids");
+    const int64_t per_row = ids != batch.end() ? ids->second.numel() / ids->second.dim(0) : 1;
+    state_.num_input_tokens_seen += per_row * rows;  // padded rows are not seen
+  }
+  const double full_rows = static_cast<double>(batch.begin()->second.dim(0));
+  state_.total_flos += flops_per_token_ * estimated_tokens(batch) * static_cast<double>(rows) / full_rows;
+  return loss;
+}
+
+// One optimizer update from the accumulated gradients: scale to the mean (fp16: unscale and check),
+// clip, step (skipped for a group with a non-finite loss, up to nan_inf_patience in a row, and for
+// fp16 gradients that are not finite), then the scheduler and on_step_end.
+void TrainRun::optimizer_update(int64_t epoch, int64_t step) {
+  const int64_t accum = schedule_.accum;
+  std::vector<Tensor> views;
+  const std::vector<Tensor*> grads = update_grads(m_, views);
+  const bool sharded = m_.dist.sharded();
+  // The mean over the accumulated micro-batches, as HF's loss / accumulation steps; with fp16 also
+  // the loss scale divided out, and an update whose gradients are not all finite is skipped.
+  bool overflow = false;
+  group_.finite = m_.dist.all(group_.finite);  // a non-finite loss on any rank skips the update on all
+  if (m_.scaler) {
+    overflow = m_.scaler->unscale(grads, 1.0 / static_cast<double>(accum));
+    if (sharded) overflow = !m_.dist.all(!overflow);  // each rank checked its own gradients
+  } else if (accum > 1) {
+    for (Tensor* g : grads) training::scale_in_place(*g, 1.0 / static_cast<double>(accum));
+  }
+  if (!group_.finite || overflow) ++m_.skipped_updates;
+  if (overflow) ++m_.scaler_skips;
+  if (group_.finite && overflow) {
+    if (!m_.dist.distributed() || args_.should_log())
+      std::cerr << fmt::format("kiln: step {}: gradients not finite at loss scale {}; the update is skipped\n",
+                               state_.global_step + 1, m_.scaler->scale());
+  } else if (group_.finite) {
+    m_.nan_inf_run = 0;
+    // DeepSpeed clips by its config's gradient_clipping ("auto": max_grad_norm).
+    const double max_norm = m_.deepspeed ? m_.deepspeed->gradient_clipping : args_.max_grad_norm;
+    if (max_norm > 0 && sharded)  // the norm over every rank's gradients
+      last_grad_norm_ = clip_grad_norm(grads, max_norm, [this](double s) { return m_.dist.sum(s); });
+    else if (max_norm > 0) last_grad_norm_ = clip_grad_norm(grads, max_norm);
+    if (!quiet_) cb_.call(&TrainerCallback::on_pre_optimizer_step, args_, state_);
+    m_.optimizer->set_learning_rate(static_cast<float>(m_.scheduler->current_lr()));
+    m_.optimizer->step();
+    if (sharded) m_.dist.ddp->gather_parameters();  // every rank's updates, on every rank
+    if (!quiet_) cb_.call(&TrainerCallback::on_optimizer_step, args_, state_);
+  } else if (++m_.nan_inf_run >= args_.nan_inf_patience && args_.nan_inf_patience > 0) {
+    throw InvalidArgument(
+        fmt::format("training stopped at step {}: the loss was not finite for {} consecutive "
+                    "optimizer steps (nan_inf_patience); the last checkpoint is the last good "
+                    "state",
+                    state_.global_step + 1, m_.nan_inf_run));
+  }
+  if (m_.scaler) {  // torch's GradScaler backs off on any non-finite gradient, a non-finite loss's too
+    m_.scaler->update(overflow);
+    m_.module->set_loss_scale(static_cast<float>(m_.scaler->scale()));
+  }
+  // HF steps the scheduler only when the optimizer stepped or the loss was not finite (Kiln's own
+  // skip), not when the loss scaler skipped the update.
+  if (!plateau_ && !overflow) m_.scheduler->step();
+  m_.module->lazy_reset_grad();
+  ++state_.global_step;
+  state_.epoch =
+      static_cast<double>(epoch) + static_cast<double>(step + 1) / static_cast<double>(schedule_.len_dataloader);
+  CallbackContext ctx;
+  ctx.loss = group_.loss / static_cast<double>(group_.batches);
+  call_loss_ += *ctx.loss;
+  if (sum_losses_) ctx.loss = call_loss_;  // output_mode "sum": the call's losses added up
+  group_ = Group();
+  if (!quiet_) cb_.call(&TrainerCallback::on_step_end, args_, state_, ctx);
+}
+
+// HF's _maybe_log_save_evaluate: what control asks for, in the order log, evaluate, save.
+void TrainRun::maybe_log_save_evaluate() {
+  if (cb_.control.should_log && state_.global_step > m_.globalstep_last_logged) log_loss();
+  if (cb_.control.should_evaluate) evaluate_and_track_best();
+  if (cb_.control.should_save) save_checkpoint();
+}
+
+// The mean loss per update since the last log, the last gradient norm and the learning rate.
+void TrainRun::log_loss() {
+  const int64_t steps = state_.global_step - m_.globalstep_last_logged;
+  Logs logs{{"loss", m_.dist.mean(m_.tr_loss) / static_cast<double>(steps)}};
+  if (!std::isnan(last_grad_norm_)) logs.emplace_back("grad_norm", last_grad_norm_);
+  logs.emplace_back("learning_rate", m_.scheduler->current_lr());
+  m_.tr_loss = 0;
+  m_.globalstep_last_logged = state_.global_step;
+  trainer_.log(std::move(logs));
+}
+
+// evaluate(), then the metric that steps a plateau scheduler and picks the best checkpoint (with
+// save_strategy "best", a new best is what asks for a save).
+void TrainRun::evaluate_and_track_best() {
+  const Metrics metrics = trainer_.evaluate();
+  // HF's metric_to_check: metric_for_best_model ("loss" when unset and the schedule needs one),
+  // prefixed "eval_".
+  std::string key = args_.metric_for_best_model.value_or("loss");
+  if (key.rfind("eval_", 0) != 0) key = "eval_" + key;
+  auto it = metrics.find(key);
+  if (it == metrics.end() && (plateau_ || args_.metric_for_best_model)) {
+    std::string have;
+    for (const auto& [k, v] : metrics) have += (have.empty() ? "" : ", ") + k;
+    throw InvalidArgument(fmt::format("metric_for_best_model '{}' is not among the eval metrics ({})", key, have));
+  }
+  if (plateau_) m_.scheduler->step(it->second);
+  bool new_best = false;
+  if (args_.metric_for_best_model) {
+    const bool greater = args_.greater_is_better.value_or(false);
+    if (!state_.best_metric || (greater ? it->second > *state_.best_metric : it->second < *state_.best_metric)) {
+      state_.best_metric = it->second;
+      state_.best_global_step = state_.global_step;
+      state_.best_model_checkpoint =
+          (fs::path(args_.output_dir) / fmt::format("{}{}", kCheckpointPrefix, state_.global_step)).string();
+      new_best = true;
+    }
+  }
+  if (args_.save_strategy == SaveStrategy::best) cb_.control.should_save = new_best;
+}
+
+void TrainRun::save_checkpoint() {
+  state_.stateful_callbacks = cb_.export_states();
+  if (m_.dist.sharded() && !args_.save_only_model) {
+    save_sharded_checkpoint();
+  } else if (!m_.dist.distributed() || args_.should_save()) {
+    write_checkpoint_folder(args_.output_dir, state_.global_step,
+                            [&](const std::string& f) { save_checkpoint_files(m_, args_, state_, f); });
+  }
+  if (args_.save_total_limit && (!m_.dist.distributed() || args_.should_save()))
+    rotate_checkpoints(args_.output_dir, *args_.save_total_limit, state_.best_model_checkpoint);
+  m_.dist.barrier();  // the folder is complete before any rank goes on (or could resume from it)
+  cb_.call(&TrainerCallback::on_save, args_, state_);
+}
+
+// ZeRO: rank 0 opens the temporary folder and tells the others where it is; each rank writes its
+// optimizer shard there; once all have (each rank's outcome is shared, so that a rank that could
+// not write fails the save on every rank), rank 0 writes the model, the manifest and the rest, and
+// renames the folder into place.
+void TrainRun::save_sharded_checkpoint() {
+  const DistributedRun& d = m_.dist;
+  auto write_shard_and_agree = [&](const std::string& folder) {
+    std::string failure;
+    try {
+      save_optimizer_shard(m_, folder);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    const std::vector<std::string> outcomes = d.comm->allgather(failure);
+    for (size_t r = 0; r < outcomes.size(); ++r)
+      if (!outcomes[r].empty())
+        throw IOError(fmt::format("checkpoint {}: rank {} could not write its optimizer shard: {}", state_.global_step,
+                                  r, outcomes[r]));
+  };
+  if (d.rank() != 0) {
+    const std::string folder = d.comm->allgather(std::string()).at(0);
+    if (folder.empty())
+      throw IOError(fmt::format("checkpoint {}: rank 0 could not open its folder", state_.global_step));
+    write_shard_and_agree(folder);
+    return;
+  }
+  bool shared = false;
+  try {
+    write_checkpoint_folder(args_.output_dir, state_.global_step, [&](const std::string& f) {
+      d.comm->allgather(f);
+      shared = true;
+      write_shard_and_agree(f);
+      save_checkpoint_files(m_, args_, state_, f);
+    });
+  } catch (...) {
+    if (!shared) d.comm->allgather(std::string());  // the others wait for a folder
+    throw;
+  }
+}
+
+// HF's summary log: speed_metrics, then total_flos, train_loss and the memory metrics, in HF's order.
+Logs TrainRun::summary(double runtime, double training_loss, const MemoryUsage& memory_at_start) const {
+  const int64_t max_steps = schedule_.max_steps;
+  // HF's num_train_samples: max_steps * the total batch when max_steps is set, else examples * epochs.
+  const double samples = args_.max_steps > 0
+                             ? static_cast<double>(max_steps * args_.per_device_train_batch_size * schedule_.accum)
+                             : static_cast<double>(loader_.num_examples()) * args_.num_train_epochs;
+  Logs logs{{"train_runtime", runtime},
+            {"train_samples_per_second", runtime > 0 ? samples / runtime : 0.0},
+            {"train_steps_per_second", runtime > 0 ? static_cast<double>(max_steps) / runtime : 0.0}};
+  if (args_.include_tokens_per_second)
+    logs.emplace_back("train_tokens_per_second",
+                      runtime > 0 ? static_cast<double>(state_.num_input_tokens_seen) / runtime : 0.0);
+  logs.emplace_back("total_flos", state_.total_flos);
+  logs.emplace_back("train_loss", training_loss);
+  if (!args_.skip_memory_metrics) {
+    const MemoryUsage end = memory_usage();
+    logs.emplace_back("train_mem_cpu_alloc_delta", static_cast<double>(end.rss - memory_at_start.rss));
+    logs.emplace_back("train_mem_cpu_peaked_delta", static_cast<double>(std::max<int64_t>(0, end.peak - end.rss)));
+  }
+  return logs;
+}
+
+// The end of training: the best model when asked for, then the summary log, which the result's
+// metrics repeat (with the "epoch" log() adds), and on_train_end.
+TrainOutput TrainRun::finish(std::chrono::steady_clock::time_point start_time, const MemoryUsage& memory_at_start) {
+  if (args_.load_best_model_at_end && state_.best_model_checkpoint && fs::exists(*state_.best_model_checkpoint))
+    load_weights(m_, *state_.best_model_checkpoint);
+
+  const double runtime = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
+  TrainOutput result;
+  result.global_step = state_.global_step;
+  result.training_loss =
+      state_.global_step > 0 ? m_.dist.mean(m_.total_loss) / static_cast<double>(state_.global_step) : 0.0;
+  trainer_.log(summary(runtime, result.training_loss, memory_at_start));  // adds "epoch"
+  const nlohmann::json& logged = state_.log_history.back();
+  for (auto it = logged.begin(); it != logged.end(); ++it)
+    if (it.key() != "step") result.metrics[it.key()] = it.value().get<double>();
+  cb_.call(&TrainerCallback::on_train_end, args_, state_);
+  return result;
+}
+
+}  // namespace
+
+TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
+  Impl& m = *impl_;
+  if (!m.train_dataset) throw InvalidArgument("Trainer.train() needs a train_dataset");
+  // One run per output_dir; what a killed run left half-done there is finished or undone first, by
+  // the rank that writes there (the others wait).
+  std::optional<OutputDirLock> lock;
+  if (!m.dist.distributed() || args_.should_save()) {
+    lock.emplace(args_.output_dir);
+    recover_checkpoint_folders(args_.output_dir);
+    // Files of atomic writes that a kill interrupted (model.onnx.tmp-XXXXXX...), in the folders this
+    // run owns: output_dir and the artifacts it generated there (not a user's artifacts folder).
+    remove_stale_temporaries(args_.output_dir);
+    if (m.source.kind != ModelSource::Kind::Artifacts) remove_stale_temporaries(m.artifacts_dir);
+  }
+  m.dist.barrier();
+  const auto start_time = std::chrono::steady_clock::now();
+  const MemoryUsage memory_at_start = args_.skip_memory_metrics ? MemoryUsage{} : memory_usage(true);
+  const uint64_t data_seed = static_cast<uint64_t>(args_.sampler_seed());
+  // Each rank trains on its share of the seeded order (torch's DistributedSampler).
+  std::shared_ptr<const data::Sampler> sampler = std::make_shared<data::RandomSampler>(data_seed);
+  if (m.dist.distributed())
+    sampler =
+        std::make_shared<data::DistributedSampler>(sampler, m.dist.rank(), m.dist.size(), args_.dataloader_drop_last);
+  data::DataLoader loader(m.train_dataset, static_cast<size_t>(args_.per_device_train_batch_size), sampler,
+                          args_.dataloader_drop_last);
+  TrainRun run(*this, m, args_, state_, loader);
+  run.start(resume_from_checkpoint);
+  run.run_epochs();
+  return run.finish(start_time, memory_at_start);
+}
+
+}  // namespace kiln::trainer
