@@ -51,13 +51,15 @@ conformance: build
 	/usr/bin/python3 scripts/gen_ops_doc.py $(BUILD)
 
 # bench/bench.py prints every table of issue 17 in one run (bench/README.md), then the AdamW step,
-# ORTModule against PyTorch, data parallelism over MPI with its projected scaling, and the Trainer's
-# speed; a failing script does not stop the others.
+# ORTModule against PyTorch, data parallelism over MPI with its projected scaling, pipeline stages
+# and device_iterations (issue 21), and the Trainer's speed; a failing script does not stop the others.
 bench: build
 	-/usr/bin/python3 bench/bench.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/optimizer_step.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/ortmodule_step.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/distributed.py --build-dir $(BUILD)
+	-/usr/bin/python3 bench/pipeline.py --build-dir $(BUILD)
+	-/usr/bin/python3 bench/device_iterations.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/scaling_projection.py
 	/usr/bin/python3 bench/trainer_speed.py --build-dir $(BUILD)
 

@@ -11,13 +11,14 @@
 //   output_mode                 "final": logs see the last step of each device-iteration call;
 //                               "all" / "default": every step; "sum": the calls' summed loss
 //   seed                        the run's seed
+//   layers_per_ipu, ipus_per_replica   pipeline stages over ranks (kiln/pipeline.h), scheduled
+//                               as pipeline_schedule says (Kiln's own field: "1f1b" or "gpipe")
 //
 // Memory and placement settings that mean nothing on a CPU host (matmul_proportion,
 // enable_half_partials, optimizer_state_offchip, explicit_ir_inference, parallelize_kwargs) are
 // accepted and kept. Settings Kiln does not run yet are refused when a run uses them
-// (kiln::Unsupported naming the field): pipeline stages (ipus_per_replica > 1), embedding and
-// projection serialization (> 1). executable_cache_dir is kept; Kiln has no plan cache yet and says
-// so once per run.
+// (kiln::Unsupported naming the field): embedding and projection serialization (> 1). executable_cache_dir is kept;
+// Kiln has no plan cache yet and says so once per run.
 //
 // Unknown keys and bad values are InvalidArgument naming the field, as optimum's
 // IncompatibleIPUConfigError / ValueError do.
@@ -65,6 +66,10 @@ struct IPUConfig {
   bool explicit_ir_inference = false;
   nlohmann::json parallelize_kwargs = nlohmann::json::object();
   nlohmann::json inference_parallelize_kwargs = nlohmann::json::object();
+  // Kiln's own: the order micro-batches go through the stages, "1f1b" (one forward, one backward:
+  // at most `stages` micro-batches in flight per stage) or "gpipe" (every forward, then every
+  // backward).
+  std::string pipeline_schedule = "1f1b";
 
   // From a JSON object with optimum's keys (missing keys keep their defaults; version keys such as
   // "optimum_version" are accepted and dropped); then validate(). InvalidArgument naming the key.

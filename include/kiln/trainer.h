@@ -116,6 +116,8 @@ class Trainer {
   const TrainerState& state() const { return state_; }
   const TrainingArguments& args() const { return args_; }
   training::Module& module();
+  // The batch columns the model reads (its inputs): in a pipelined run, this rank's stage's.
+  std::vector<std::string> input_columns(bool training);
   training::CheckpointState& checkpoint_state();
 
   // Overrides of the optimizer's learning-rate schedule (HF's `optimizers` argument): a scheduler

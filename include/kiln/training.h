@@ -120,6 +120,9 @@ class Module {
   void set_training_run_count(uint64_t runs);
   // The activation arena of the training model's last plan (bytes; 0 before the first call).
   size_t training_peak_bytes() const;
+  // Plans the training (or eval) model for these inputs' dtypes and shapes without running it or
+  // allocating its arena (IPUTrainingArguments' compile_only): the plan's statistics.
+  PlanStats plan(const std::vector<Tensor>& inputs, bool training);
 
   // Names of the parameters the training model takes, trainable ones first, in model order.
   const std::vector<std::string>& parameter_names() const { return param_names_; }
@@ -170,6 +173,8 @@ class Optimizer {
   // One update of every trainable parameter (of the shard) from its accumulated gradient, in
   // place. InvalidArgument when one has no gradient yet.
   void step();
+  // Plans the optimizer model for the parameters' shapes without running it (compile_only).
+  PlanStats plan();
   void set_learning_rate(float lr);
   float get_learning_rate() const;
   int64_t step_count() const;

@@ -48,11 +48,16 @@ _LAZY = {
     "Dataset": "kiln.data",
     "TensorDataset": "kiln.data",
     "AutoBackbone": "kiln.nn.backbone",
+    "IPUConfig": "kiln.graphcore",
+    "IPUTrainer": "kiln.graphcore",
+    "IPUTrainingArguments": "kiln.graphcore",
+    "IPUSeq2SeqTrainer": "kiln.graphcore",
+    "IPUSeq2SeqTrainingArguments": "kiln.graphcore",
 }
 __all__ += list(_LAZY)
 
 
-_SUBMODULES = ("nn", "data", "training", "backend", "distributed")
+_SUBMODULES = ("nn", "data", "training", "backend", "distributed", "graphcore")
 
 
 def __getattr__(name):

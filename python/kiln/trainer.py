@@ -55,7 +55,7 @@ class Trainer:
     def __init__(self, model=None, args=None, data_collator=None, train_dataset=None, eval_dataset=None,
                  processing_class=None, model_init=None, compute_loss_func=None, compute_metrics=None,
                  callbacks=None, optimizers=(None, None), optimizer_cls_and_kwargs=None,
-                 preprocess_logits_for_metrics=None, *, loss=None, tokenizer=None):
+                 preprocess_logits_for_metrics=None, *, loss=None, tokenizer=None, eval_data_collator=None):
         _unsupported("model_init", model_init is not None, "pass the model itself")
         _unsupported("compute_loss_func", compute_loss_func is not None,
                      "name a loss with loss=..., or export a model that computes its own 'loss' output")
@@ -77,6 +77,8 @@ class Trainer:
         self.model = model
         self.args = args
         self.data_collator = data_collator if data_collator is not None else default_data_collator
+        # optimum-graphcore's eval_data_collator (IPUTrainer): evaluation and prediction batches' own.
+        self.eval_data_collator = eval_data_collator if eval_data_collator is not None else self.data_collator
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
         self.processing_class = processing_class
@@ -86,7 +88,8 @@ class Trainer:
             raise NotImplementedError("eval_dataset: a dict of named evaluation datasets is evaluated by "
                                       "trainer.evaluate(), not during train(); pass one dataset here")
         train = to_dataset(train_dataset, "train_dataset", data_collator)
-        evaluation = to_dataset(eval_dataset, "eval_dataset", data_collator)
+        evaluation = to_dataset(eval_dataset, "eval_dataset",
+                                eval_data_collator if eval_data_collator is not None else data_collator)
         callbacks = [cb() if isinstance(cb, type) else cb for cb in (callbacks or [])]
         with tempfile.TemporaryDirectory(prefix="kiln-model-") as tmp:
             if getattr(model, "_kiln_nn_module", False):  # a kiln.nn.Module: exported here, weights back after train()
@@ -139,14 +142,14 @@ class Trainer:
             for name, dataset in eval_dataset.items():
                 metrics.update(self.evaluate(dataset, ignore_keys, f"{metric_key_prefix}_{name}"))
             return metrics
-        dataset = to_dataset(eval_dataset, "eval_dataset", self.data_collator)
+        dataset = to_dataset(eval_dataset, "eval_dataset", self.eval_data_collator)
         self._check_columns(dataset, "eval_dataset", training=False)
         return self._core.evaluate(dataset, metric_key_prefix)
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test"):
         """PredictionOutput(predictions, label_ids, metrics). Without labels in the dataset, as HF:
         predictions only (label_ids None, no test_loss)."""
-        dataset = to_dataset(test_dataset, "test_dataset", self.data_collator)
+        dataset = to_dataset(test_dataset, "test_dataset", self.eval_data_collator)
         self._check_columns(dataset, "test_dataset", training=False, labels_optional=True)
         predictions, label_ids, metrics = self._core.predict(dataset, metric_key_prefix)
         return PredictionOutput(predictions, label_ids, metrics)

@@ -236,7 +236,7 @@ void def_state_and_callbacks(TrainerClass& cls) {
 
 // The model's input and output names, sizes and weights.
 void def_model_access(TrainerClass& cls) {
-  cls.def("input_names", [](const PyTrainer& t, bool training) { return t.get().module().input_names(training); })
+  cls.def("input_names", [](const PyTrainer& t, bool training) { return t.get().input_columns(training); })
       .def("output_names", [](const PyTrainer& t, bool training) { return t.get().module().output_names(training); })
       .def("num_parameters",
            [](const PyTrainer& t, bool trainable) { return t.get().module().get_parameters_size(trainable); })

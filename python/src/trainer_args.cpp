@@ -9,6 +9,7 @@
 
 #include "kiln/distributed.h"
 #include "kiln/error.h"
+#include "kiln/ipu_config.h"
 #include "trainer_bindings.h"
 
 namespace kiln::python {
@@ -145,7 +146,29 @@ void register_distributed(py::module_& m) {
   });
 }
 
+// kiln.graphcore.IPUConfig's checks and JSON forms (kiln/ipu_config.h): a dict in, the resolved
+// dict out.
+void register_ipu_config(py::module_& m) {
+  m.def("ipu_config_resolve", [](const py::dict& values) {
+    return py_from_json(IPUConfig::from_dict(json_from_py(values, "IPUConfig")).to_dict());
+  });
+  m.def("ipu_config_update", [](const py::dict& values, const std::string& overrides) {
+    IPUConfig c = IPUConfig::from_dict(json_from_py(values, "IPUConfig"));
+    c.update_from_string(overrides);
+    return py_from_json(c.to_dict());
+  });
+  m.def("ipu_config_load",
+        [](const std::string& dir_or_json) { return py_from_json(IPUConfig::from_pretrained(dir_or_json).to_dict()); });
+  m.def("ipu_config_save", [](const py::dict& values, const std::string& dir) {
+    IPUConfig::from_dict(json_from_py(values, "IPUConfig")).save_pretrained(dir);
+  });
+  m.def("ipu_layers_per_stage", [](const py::dict& values, int64_t layers) {
+    return IPUConfig::from_dict(json_from_py(values, "IPUConfig")).layers_per_stage(layers);
+  });
+}
+
 void register_trainer_args(py::module_& m) {
+  register_ipu_config(m);
   register_distributed(m);
   register_args(m);
   register_control(m);

@@ -65,13 +65,17 @@ class Engine {
     ready.get();  // MPI_Init's error, if any
   }
 
-  ~Engine() {
+  ~Engine() { shutdown(); }
+
+  // Runs what was posted, finalizes MPI and ends the thread; later posts fail. The world's
+  // destructor calls it at exit, even while communicators split from it are still held.
+  void shutdown() {
     {
       const std::lock_guard lock(mutex_);
       stop_ = true;
     }
     wake_.notify_one();
-    if (thread_.joinable()) thread_.join();
+    if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
   }
 
   std::shared_future<void> post(std::function<void()> task) {
@@ -88,6 +92,11 @@ class Engine {
     std::shared_future<void> done = job.get_future().share();
     {
       const std::lock_guard lock(mutex_);
+      if (stop_) {
+        std::promise<void> refused;
+        refused.set_exception(std::make_exception_ptr(Error("MPI was finalized: the run is over")));
+        return refused.get_future().share();
+      }
       jobs_.push_back(std::move(job));
     }
     wake_.notify_one();
@@ -97,7 +106,7 @@ class Engine {
   // A transfer `start` begins on the communication thread (returning its request); the future is
   // ready when MPI completes it.
   std::shared_future<void> transfer(std::function<MPI_Request()> start) {
-    auto promise = std::make_shared<std::promise<void>>();
+    auto promise = std::make_shared<std::promise<void> >();
     std::shared_future<void> done = promise->get_future().share();
     post([this, start = std::move(start), promise] {
       try {
@@ -119,7 +128,7 @@ class Engine {
  private:
   struct Pending {
     MPI_Request request;
-    std::shared_ptr<std::promise<void>> promise;
+    std::shared_ptr<std::promise<void> > promise;
   };
 
   void loop(std::promise<void>& started) {
@@ -198,17 +207,26 @@ class Engine {
 
 class MpiCommunicator final : public Communicator {
  public:
-  // The world.
+  // The world. MPI is finalized at exit even when communicators (a Trainer's) are never released:
+  // a process that ends without MPI_Finalize is an error to mpirun.
   MpiCommunicator() : engine_(std::make_shared<Engine>()), comm_(MPI_COMM_WORLD) {
     rank_ = engine_->world_rank();
     size_ = engine_->world_size();
+    static struct FinalizeAtExit {
+      std::weak_ptr<Engine> engine;
+      ~FinalizeAtExit() {
+        if (auto e = engine.lock()) e->shutdown();
+      }
+    } at_exit;
+    at_exit.engine = engine_;
   }
   // A communicator split from another (made on the communication thread).
   MpiCommunicator(std::shared_ptr<Engine> engine, MPI_Comm comm, int rank, int size)
       : engine_(std::move(engine)), comm_(comm), rank_(rank), size_(size) {}
 
   ~MpiCommunicator() override {
-    if (comm_ != MPI_COMM_WORLD) {
+    if (comm_ == MPI_COMM_WORLD) engine_->shutdown();
+    else {
       MPI_Comm comm = comm_;
       engine_->post([comm]() mutable { MPI_Comm_free(&comm); });
     }
@@ -254,11 +272,11 @@ class MpiCommunicator final : public Communicator {
   void broadcast(void* data, size_t bytes, int root) override {
     if (root < 0 || root >= size_) throw InvalidArgument(fmt::format("broadcast from rank {} of {}", root, size_));
     wait(engine_->post([=, this] {
-           auto* p = static_cast<char*>(data);
-           for (size_t done = 0; done < bytes; done += kChunk)
-             check(MPI_Bcast(p + done, static_cast<int>(std::min(kChunk, bytes - done)), MPI_BYTE, root, comm_),
-                   "broadcast");
-         }),
+      auto* p = static_cast<char*>(data);
+      for (size_t done = 0; done < bytes; done += kChunk)
+        check(MPI_Bcast(p + done, static_cast<int>(std::min(kChunk, bytes - done)), MPI_BYTE, root, comm_),
+              "broadcast");
+    }),
          "broadcast");
   }
   std::vector<std::string> allgather(const std::string& bytes) override {
@@ -266,23 +284,22 @@ class MpiCommunicator final : public Communicator {
       throw Unsupported(fmt::format("allgather of {} bytes from one rank (at most 2 GiB)", bytes.size()));
     std::vector<std::string> out(static_cast<size_t>(size_));
     wait(engine_->post([&] {
-           const int mine = static_cast<int>(bytes.size());
-           std::vector<int> lengths(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
-           check(MPI_Allgather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_), "allgather");
-           int64_t total = 0;
-           for (int r = 0; r < size_; ++r) {
-             offsets[static_cast<size_t>(r)] = static_cast<int>(total);
-             total += lengths[static_cast<size_t>(r)];
-           }
-           if (total > INT_MAX) throw Unsupported(fmt::format("allgather of {} bytes in all (at most 2 GiB)", total));
-           std::string all(static_cast<size_t>(total), '\0');
-           check(MPI_Allgatherv(bytes.data(), mine, MPI_BYTE, all.data(), lengths.data(), offsets.data(), MPI_BYTE,
-                                comm_),
-                 "allgather");
-           for (int r = 0; r < size_; ++r)
-             out[static_cast<size_t>(r)] = all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]),
-                                                      static_cast<size_t>(lengths[static_cast<size_t>(r)]));
-         }),
+      const int mine = static_cast<int>(bytes.size());
+      std::vector<int> lengths(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
+      check(MPI_Allgather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_), "allgather");
+      int64_t total = 0;
+      for (int r = 0; r < size_; ++r) {
+        offsets[static_cast<size_t>(r)] = static_cast<int>(total);
+        total += lengths[static_cast<size_t>(r)];
+      }
+      if (total > INT_MAX) throw Unsupported(fmt::format("allgather of {} bytes in all (at most 2 GiB)", total));
+      std::string all(static_cast<size_t>(total), '\0');
+      check(MPI_Allgatherv(bytes.data(), mine, MPI_BYTE, all.data(), lengths.data(), offsets.data(), MPI_BYTE, comm_),
+            "allgather");
+      for (int r = 0; r < size_; ++r)
+        out[static_cast<size_t>(r)] = all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]),
+                                                 static_cast<size_t>(lengths[static_cast<size_t>(r)]));
+    }),
          "allgather");
     return out;
   }
@@ -314,11 +331,11 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm sub = MPI_COMM_NULL;
     int rank = 0, size = 0;
     wait(engine_->post([&] {
-           check(MPI_Comm_split(comm_, color, key, &sub), "split");
-           check(MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN), "error handler");
-           check(MPI_Comm_rank(sub, &rank), "rank");
-           check(MPI_Comm_size(sub, &size), "size");
-         }),
+      check(MPI_Comm_split(comm_, color, key, &sub), "split");
+      check(MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN), "error handler");
+      check(MPI_Comm_rank(sub, &rank), "rank");
+      check(MPI_Comm_size(sub, &size), "size");
+    }),
          "split");
     return std::make_shared<MpiCommunicator>(engine_, sub, rank, size);
   }
@@ -371,7 +388,8 @@ class MpiCommunicator final : public Communicator {
 
   void check_peer(int peer, const char* what) const {
     if (peer < 0 || peer >= size_ || peer == rank_)
-      throw InvalidArgument(fmt::format("{} rank {}: ranks are 0..{} and this is rank {}", what, peer, size_ - 1, rank_));
+      throw InvalidArgument(
+          fmt::format("{} rank {}: ranks are 0..{} and this is rank {}", what, peer, size_ - 1, rank_));
   }
   static void check_size(size_t bytes) {
     if (bytes > static_cast<size_t>(INT_MAX))

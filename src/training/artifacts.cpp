@@ -17,6 +17,7 @@
 #include "kiln/autodiff.h"
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
+#include "training/artifacts_internal.h"
 #include "training/inference_mode.h"
 #include "training/losses.h"
 #include "training/optimizer_model.h"
@@ -199,7 +200,7 @@ CheckpointState initial_checkpoint(const Graph& g, const ParameterSelection& par
 
 }  // namespace
 
-Artifacts build_artifacts(const Model& forward, const ArtifactOptions& options) {
+LossModel forward_with_loss(const Model& forward, const ArtifactOptions& options) {
   // The loss blocks use ops of opset 13 (SoftmaxCrossEntropyLoss, ReduceSum with axes as input):
   // an older model would get training artifacts that no ONNX checker, and no kiln train, accepts.
   if (const int64_t opset = forward.opset(""); opset < 13)
@@ -215,6 +216,11 @@ Artifacts build_artifacts(const Model& forward, const ArtifactOptions& options) 
   const std::string loss = add_loss_block(base, edit, options, loss_inputs);
   infer_shapes(base);  // types for the loss and for additional outputs that are intermediate values
   set_outputs(base.graph, loss, options, loss_inputs);
+  return {std::move(base), loss};
+}
+
+Artifacts build_artifacts(const Model& forward, const ArtifactOptions& options) {
+  auto [base, loss] = forward_with_loss(forward, options);
   const ParameterSelection params = select_parameters(base, loss, options.requires_grad, frozen_list(base, options));
 
   Artifacts a;
@@ -253,6 +259,8 @@ std::vector<std::string> generate_artifacts(const Model& forward, const Artifact
   written.push_back(ckpt);
   return written;
 }
+
+std::vector<std::string> frozen_parameters(const Model& m, const ArtifactOptions& o) { return frozen_list(m, o); }
 
 std::vector<std::string> no_weight_decay_parameters(const Model& forward) {
   std::set<std::string> names;

@@ -265,6 +265,28 @@ std::vector<Tensor> Module::run(const std::vector<Tensor>& inputs, bool training
   return result;
 }
 
+PlanStats Module::plan(const std::vector<Tensor>& inputs, bool training) {
+  const std::lock_guard lock(mutex_);
+  if (!training && !graphs_->eval) throw InvalidArgument("plan(training=false) needs an eval model");
+  BoundModel& b = training ? graphs_->train : *graphs_->eval;
+  if (inputs.size() != b.user_inputs.size())
+    throw InvalidArgument(
+        fmt::format("the {} takes {} inputs, but {} were given", b.where(), b.user_inputs.size(), inputs.size()));
+  std::map<std::string, TensorMeta> metas;
+  for (size_t i = 0; i < inputs.size(); ++i) metas[b.user_inputs[i]] = TensorMeta::of(inputs[i]);
+  for (const auto& p : b.params) {
+    const Parameter& param = state_.parameter(p);
+    metas[p] = TensorMeta{param.dtype(), param.shape(), false, Tensor()};
+  }
+  if (!b.loss_scale_input.empty()) metas[b.loss_scale_input] = TensorMeta{DType::Float32, {}, false, Tensor()};
+  try {
+    return b.session->plan_shapes(metas);
+  } catch (Error& e) {
+    e.add_context(fmt::format("{}: ", b.where()));
+    throw;
+  }
+}
+
 uint64_t Module::training_run_count() const { return graphs_->train.session->run_count(); }
 size_t Module::training_peak_bytes() const {
   const Session& s = *graphs_->train.session;

@@ -168,10 +168,10 @@ struct Optimizer::Impl {
     if (shard && op->type == "Lamb")  // LAMB's trust ratio needs the norms of whole parameters
       for (const auto& [param, range] : *shard)
         if (range.first != 0 || range.second != numel(state.parameter(param).shape()))
-          throw Unsupported(fmt::format(
-              "{}: LAMB scales each parameter by the ratio of its whole norms, and this optimizer holds "
-              "elements [{}, {}) of '{}' only (ZeRO shards cut parameters; LAMB runs without ZeRO)",
-              where(), range.first, range.second, param));
+          throw Unsupported(
+              fmt::format("{}: LAMB scales each parameter by the ratio of its whole norms, and this optimizer holds "
+                          "elements [{}, {}) of '{}' only (ZeRO shards cut parameters; LAMB runs without ZeRO)",
+                          where(), range.first, range.second, param));
     for (const auto& p : module.parameter_names())
       if (state.parameter(p).requires_grad() && !seen.count(p) && (!shard || shard->count(p)))
         throw InvalidArgument(
@@ -409,6 +409,24 @@ std::vector<ParameterRange> Optimizer::ranges() const {
 Optimizer::~Optimizer() = default;
 
 void Optimizer::step() { impl_->run_step(); }
+
+PlanStats Optimizer::plan() {
+  Impl& m = *impl_;
+  const Graph& g = m.model().graph;
+  std::map<std::string, TensorMeta> metas;
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const Binding& b = m.input_bindings[i];
+    if (b.kind == Binding::Kind::LearningRate) {
+      metas[g.inputs[i].name] = TensorMeta{DType::Float32, {}, false, Tensor()};
+    } else if (b.kind == Binding::Kind::Step) {
+      metas[g.inputs[i].name] = TensorMeta{DType::Int64, {}, false, Tensor()};
+    } else {
+      const std::string& param = m.updates[b.update].param;
+      metas[g.inputs[i].name] = TensorMeta{m.state.parameter(param).dtype(), m.update_shape(param), false, Tensor()};
+    }
+  }
+  return m.session.plan_shapes(metas);
+}
 
 void Optimizer::set_learning_rate(float lr) {
   if (!(lr >= 0)) throw InvalidArgument(fmt::format("invalid learning rate {}", lr));

@@ -101,7 +101,10 @@ TEST(IPUConfig, ChecksNameTheField) {
       },
       "give only one of `embedding_serialization_factor` and `serialized_embedding_splits_per_ipu`");
   expect_error<InvalidArgument>(
-      [] { IPUConfig::from_dict(Json::parse(R"({"layers_per_ipu": [1, 1, 1], "serialized_embedding_splits_per_ipu": [1, 0, 1]})")); },
+      [] {
+        IPUConfig::from_dict(
+            Json::parse(R"({"layers_per_ipu": [1, 1, 1], "serialized_embedding_splits_per_ipu": [1, 0, 1]})"));
+      },
       "consecutive stages");
   expect_error<InvalidArgument>([] { IPUConfig::from_dict(Json::parse(R"({"loss_scaling": -1})")); },
                                 "`loss_scaling` must be a finite number > 0");
@@ -141,14 +144,25 @@ TEST(IPUConfig, ArgumentsTakeTheConfig) {
                                 "replication_factor=1 x 1 stage(s) = 1 ranks, but the run has 2");
   const TrainingArguments f32 = TrainingArguments::parse_args({"--output_dir", "ipu_out", "--fp32"});
   expect_error<InvalidArgument>([&] { apply_ipu_config(f32, c, 1); }, "loss_scaling scales the loss of float16");
-  c = IPUConfig::from_dict(Json::parse(R"({"layers_per_ipu": [2, 2]})"));
-  expect_error<Unsupported>([&] { apply_ipu_config(f32, c, 2); }, "pipeline of 2 stages");
+  c = IPUConfig::from_dict(Json::parse(R"({"layers_per_ipu": [2, 2], "replication_factor": 2})"));
+  EXPECT_NO_THROW(apply_ipu_config(f32, c, 4));  // 2 stages x 2 replicas
+  expect_error<InvalidArgument>([&] { apply_ipu_config(f32, c, 2); }, "= 4 ranks, but the run has 2");
+  c = IPUConfig::from_dict(Json::parse(R"({"embedding_serialization_factor": 4})"));
+  expect_error<Unsupported>([&] { apply_ipu_config(f32, c, 1); }, "embedding_serialization_factor=4");
   expect_error<InvalidArgument>(
-      [] { TrainingArguments::parse_args({"--output_dir", "x", "--fp32", "--bf16"}); }, "fp32=True asks for float32");
-  expect_error<InvalidArgument>([] { TrainingArguments::parse_args({"--output_dir", "x", "--dataloader_mode", "fast"}); },
-                                "dataloader_mode 'fast'");
+      [] {
+        TrainingArguments::parse_args({"--output_dir", "x", "--fp32", "--bf16"});
+      },
+      "fp32=True asks for float32");
   expect_error<InvalidArgument>(
-      [] { TrainingArguments::parse_args({"--output_dir", "x", "--ipu_config_overrides", "device_iterations=0"}); },
+      [] {
+        TrainingArguments::parse_args({"--output_dir", "x", "--dataloader_mode", "fast"});
+      },
+      "dataloader_mode 'fast'");
+  expect_error<InvalidArgument>(
+      [] {
+        TrainingArguments::parse_args({"--output_dir", "x", "--ipu_config_overrides", "device_iterations=0"});
+      },
       "`device_iterations` must be >= 1");
 }
 

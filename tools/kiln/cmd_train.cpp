@@ -55,6 +55,7 @@ void run_train(CLI::App& app, const TrainOptions& o) {
     throw ExitStatus{128 + signo};
   }
   t.log_metrics("train", out.metrics);
+  if (args.compile_only) return;  // planned, not trained: nothing to evaluate or save
   t.save_metrics("train", out.metrics);
   const trainer::Metrics metrics = t.evaluate();
   t.log_metrics("eval", metrics);

@@ -90,9 +90,9 @@ class LambStep final : public Kernel {
     const auto t = static_cast<double>(step_number(ctx, "LambStep"));
     const double bc1 = bias_correction_ ? 1 - std::pow(beta1_, t) : 1.0;
     const double bc2 = bias_correction_ ? 1 - std::pow(beta2_, t) : 1.0;
-    const Factors<T> f{static_cast<T>(beta1_),       static_cast<T>(1 - beta1_), static_cast<T>(beta2_),
-                       static_cast<T>(1 - beta2_),   static_cast<T>(1 / bc1),    static_cast<T>(1 / bc2),
-                       static_cast<T>(eps_),         static_cast<T>(weight_decay_)};
+    const Factors<T> f{static_cast<T>(beta1_),     static_cast<T>(1 - beta1_),   static_cast<T>(beta2_),
+                       static_cast<T>(1 - beta2_), static_cast<T>(1 / bc1),      static_cast<T>(1 / bc2),
+                       static_cast<T>(eps_),       static_cast<T>(weight_decay_)};
     const T* x = ctx.input(2).data<T>();
     const T* g = ctx.input(3).data<T>();
     const T* m = ctx.input(4).data<T>();

@@ -172,6 +172,7 @@ const std::vector<Field>& fields() {
     f.push_back(field("explicit_ir_inference", &C::explicit_ir_inference));
     f.push_back(object("parallelize_kwargs", &C::parallelize_kwargs));
     f.push_back(object("inference_parallelize_kwargs", &C::inference_parallelize_kwargs));
+    f.push_back(field("pipeline_schedule", &C::pipeline_schedule));
     return f;
   }();
   return table;
@@ -185,8 +186,10 @@ const Field* find(const std::string& name) {
 
 // Keys optimum's BaseConfig writes beside the fields, and the deprecated ones it drops with a warning.
 bool ignored_key(const std::string& key) {
-  static const std::set<std::string> keys = {"optimum_version",      "transformers_version",
-                                             "_name_or_path",        "sharded_execution_for_inference",
+  static const std::set<std::string> keys = {"optimum_version",
+                                             "transformers_version",
+                                             "_name_or_path",
+                                             "sharded_execution_for_inference",
                                              "enable_half_first_order_momentum",
                                              "execute_encoder_on_cpu_for_generation"};
   return keys.count(key) != 0;
@@ -287,8 +290,7 @@ std::vector<std::string> split_overrides(const std::string& s) {
 }
 
 void check_floor(const std::string& key, int64_t value, int64_t floor) {
-  if (value < floor)
-    throw InvalidArgument(fmt::format("IPUConfig: `{}` must be >= {}; got {}", key, floor, value));
+  if (value < floor) throw InvalidArgument(fmt::format("IPUConfig: `{}` must be >= {}; got {}", key, floor, value));
 }
 
 void check_floor(const std::string& key, const std::vector<int64_t>& values, int64_t floor) {
@@ -312,10 +314,10 @@ void check_splits(const std::string& key, const std::optional<std::vector<int64_
     if (v[i] != 0 && v[i + 1] == 0 && rest != 0)
       throw InvalidArgument(fmt::format("IPUConfig: `{}` must have its splits on consecutive stages", key));
   }
-  if (factor)
-    throw InvalidArgument(fmt::format("IPUConfig: give only one of `{}` and `{}`", factor_key, key));
+  if (factor) throw InvalidArgument(fmt::format("IPUConfig: give only one of `{}` and `{}`", factor_key, key));
   if (static_cast<int64_t>(v.size()) != stages)
-    throw InvalidArgument(fmt::format("IPUConfig: `{}` has {} entries; the pipeline has {} stages", key, v.size(), stages));
+    throw InvalidArgument(
+        fmt::format("IPUConfig: `{}` has {} entries; the pipeline has {} stages", key, v.size(), stages));
 }
 
 }  // namespace
@@ -330,7 +332,8 @@ IPUConfig IPUConfig::from_dict(const json& j) {
   for (const auto& [key, value] : j.items()) {
     if (ignored_key(key)) continue;
     const Field* f = find(key);
-    if (f == nullptr) throw InvalidArgument(fmt::format("IPUConfig received unknown arguments: {}={}", key, value.dump()));
+    if (f == nullptr)
+      throw InvalidArgument(fmt::format("IPUConfig received unknown arguments: {}={}", key, value.dump()));
     f->read(c, value);
   }
   c.validate();
@@ -349,9 +352,10 @@ IPUConfig IPUConfig::from_pretrained(const std::string& dir_or_json) {
   fs::path path = dir_or_json;
   if (fs::is_directory(path)) path /= "ipu_config.json";
   if (!fs::exists(path))
-    throw IOError(fmt::format("IPUConfig: '{}' does not exist (a folder with ipu_config.json, a JSON file, or "
-                              "JSON text)",
-                              path.string()));
+    throw IOError(
+        fmt::format("IPUConfig: '{}' does not exist (a folder with ipu_config.json, a JSON file, or "
+                    "JSON text)",
+                    path.string()));
   const std::string text = read_file_bytes(path.string(), "IPUConfig");
   json j;
   try {
@@ -400,7 +404,8 @@ void IPUConfig::update_from_string(const std::string& overrides) {
       throw InvalidArgument(fmt::format("IPUConfig overrides: '{}' is not key=value", trim(part)));
     const std::string key = trim(part.substr(0, eq));
     const Field* f = find(key);
-    if (f == nullptr) throw InvalidArgument(fmt::format("IPUConfig overrides: key {} isn't in the original config dict", key));
+    if (f == nullptr)
+      throw InvalidArgument(fmt::format("IPUConfig overrides: key {} isn't in the original config dict", key));
     f->read(next, parse_value(*f, part.substr(eq + 1)));
   }
   next.validate();
@@ -420,7 +425,8 @@ void IPUConfig::validate() const {
   if (ipus_per_replica != 0) check_floor("ipus_per_replica", ipus_per_replica, 1);
   if (inference_ipus_per_replica != 0) check_floor("inference_ipus_per_replica", inference_ipus_per_replica, 1);
   for (const auto& [key, v] :
-       {std::pair<const char*, std::optional<int64_t>>{"embedding_serialization_factor", embedding_serialization_factor},
+       {std::pair<const char*, std::optional<int64_t>>{"embedding_serialization_factor",
+                                                       embedding_serialization_factor},
         {"inference_embedding_serialization_factor", inference_embedding_serialization_factor},
         {"projection_serialization_factor", projection_serialization_factor},
         {"inference_projection_serialization_factor", inference_projection_serialization_factor}})
@@ -429,6 +435,9 @@ void IPUConfig::validate() const {
   if (!modes.count(output_mode))
     throw InvalidArgument(fmt::format(
         "IPUConfig: `output_mode` can only take values in ('all', 'sum', 'final', 'default'); got '{}'", output_mode));
+  if (pipeline_schedule != "1f1b" && pipeline_schedule != "gpipe")
+    throw InvalidArgument(
+        fmt::format("IPUConfig: `pipeline_schedule` is '1f1b' or 'gpipe'; got '{}'", pipeline_schedule));
   if (loss_scaling && !(*loss_scaling > 0 && std::isfinite(*loss_scaling)))
     throw InvalidArgument(fmt::format("IPUConfig: `loss_scaling` must be a finite number > 0; got {}", *loss_scaling));
   if (loss_scaling && auto_loss_scaling)
@@ -443,17 +452,18 @@ void IPUConfig::validate() const {
         if (e.get<double>() < 0)
           throw InvalidArgument(fmt::format("IPUConfig: `{}matmul_proportion` must have all elements >= 0", pre));
       if (static_cast<int64_t>(mp.size()) != n)
-        throw InvalidArgument(fmt::format("IPUConfig: {}matmul_proportion={} should use the same number of stages as "
-                                          "{}ipus_per_replica={}",
-                                          pre, mp.dump(), pre, n));
+        throw InvalidArgument(
+            fmt::format("IPUConfig: {}matmul_proportion={} should use the same number of stages as "
+                        "{}ipus_per_replica={}",
+                        pre, mp.dump(), pre, n));
     } else if (mp.get<double>() < 0) {
       throw InvalidArgument(fmt::format("IPUConfig: `{}matmul_proportion` must be >= 0", pre));
     }
     const auto layers = resolved[pre + "layers_per_ipu"].get<std::vector<int64_t>>();
     if (std::find(layers.begin(), layers.end(), -1) == layers.end() && static_cast<int64_t>(layers.size()) != n)
-      throw InvalidArgument(fmt::format(
-          "IPUConfig: {}layers_per_ipu=[{}] should use the same number of stages as {}ipus_per_replica={}", pre,
-          fmt::join(layers, ", "), pre, n));
+      throw InvalidArgument(
+          fmt::format("IPUConfig: {}layers_per_ipu=[{}] should use the same number of stages as {}ipus_per_replica={}",
+                      pre, fmt::join(layers, ", "), pre, n));
   }
   check_splits("serialized_embedding_splits_per_ipu", serialized_embedding_splits_per_ipu, stages(),
                embedding_serialization_factor, "embedding_serialization_factor");
@@ -461,8 +471,7 @@ void IPUConfig::validate() const {
                projection_serialization_factor, "projection_serialization_factor");
   const int64_t inference_stages = resolved["inference_ipus_per_replica"].get<int64_t>();
   check_splits("inference_serialized_embedding_splits_per_ipu", inference_serialized_embedding_splits_per_ipu,
-               inference_stages, inference_embedding_serialization_factor,
-               "inference_embedding_serialization_factor");
+               inference_stages, inference_embedding_serialization_factor, "inference_embedding_serialization_factor");
   check_splits("inference_serialized_projection_splits_per_ipu", inference_serialized_projection_splits_per_ipu,
                inference_stages, inference_projection_serialization_factor,
                "inference_projection_serialization_factor");
@@ -476,28 +485,26 @@ std::optional<IPUConfig> ipu_config(const TrainingArguments& args) {
 }
 
 TrainingArguments apply_ipu_config(TrainingArguments args, const IPUConfig& c, int world_size) {
-  if (c.stages() > 1)
-    throw Unsupported(fmt::format(
-        "IPUConfig: ipus_per_replica={} / layers_per_ipu=[{}] ask for a pipeline of {} stages; Kiln does not run "
-        "pipeline-parallel stages yet: use ipus_per_replica=1 (data parallelism over replication_factor ranks)",
-        c.ipus_per_replica, fmt::join(c.layers_per_ipu, ", "), c.stages()));
-  for (const auto& [key, v] :
-       {std::pair<const char*, std::optional<int64_t>>{"embedding_serialization_factor", c.embedding_serialization_factor},
-        {"projection_serialization_factor", c.projection_serialization_factor}})
+  for (const auto& [key, v] : {std::pair<const char*, std::optional<int64_t>>{"embedding_serialization_factor",
+                                                                              c.embedding_serialization_factor},
+                               {"projection_serialization_factor", c.projection_serialization_factor}})
     if (v && *v > 1)
-      throw Unsupported(fmt::format("IPUConfig: {}={}: Kiln does not split embeddings or projections into chunks yet "
-                                    "(use 1)",
-                                    key, *v));
+      throw Unsupported(
+          fmt::format("IPUConfig: {}={}: Kiln does not split embeddings or projections into chunks yet "
+                      "(use 1)",
+                      key, *v));
   if (c.serialized_embedding_splits_per_ipu || c.serialized_projection_splits_per_ipu)
-    throw Unsupported("IPUConfig: serialized_*_splits_per_ipu place chunks on pipeline stages, which Kiln does not run");
+    throw Unsupported(
+        "IPUConfig: serialized_*_splits_per_ipu place chunks on pipeline stages, which Kiln does not run");
   if (c.ranks() != world_size)
     throw InvalidArgument(fmt::format(
         "IPUConfig: replication_factor={} x {} stage(s) = {} ranks, but the run has {} (start it with mpirun -np {})",
         c.replication_factor, c.stages(), c.ranks(), world_size, c.ranks()));
   if (c.inference_replication_factor != 1 && c.inference_replication_factor != world_size)
-    throw InvalidArgument(fmt::format("IPUConfig: inference_replication_factor={} must be 1 or the run's {} ranks "
-                                      "(evaluation is sharded over every rank)",
-                                      c.inference_replication_factor, world_size));
+    throw InvalidArgument(
+        fmt::format("IPUConfig: inference_replication_factor={} must be 1 or the run's {} ranks "
+                    "(evaluation is sharded over every rank)",
+                    c.inference_replication_factor, world_size));
   if (args.n_ipu && *args.n_ipu != world_size)
     throw InvalidArgument(fmt::format("n_ipu={} but the run has {} ranks", *args.n_ipu, world_size));
   if (c.gradient_accumulation_steps != 1) {

@@ -289,6 +289,8 @@ FieldSpec evaluation_strategy_alias() {
   return spec;
 }
 
+void add_ipu_and_kiln_fields(std::vector<FieldSpec>& f);
+
 std::vector<FieldSpec> make_fields() {
   using A = TrainingArguments;
   std::vector<FieldSpec> f;
@@ -365,7 +367,13 @@ std::vector<FieldSpec> make_fields() {
   f.push_back(field<std::optional<std::string>, DeepSpeedCodec>("deepspeed", &A::deepspeed));
   f.push_back(field("log_on_each_node", &A::log_on_each_node));
   f.push_back(field("save_on_each_node", &A::save_on_each_node));
-  // optimum-graphcore's IPUTrainingArguments.
+  add_ipu_and_kiln_fields(f);
+  return f;
+}
+
+// optimum-graphcore's IPUTrainingArguments, then Kiln's own.
+void add_ipu_and_kiln_fields(std::vector<FieldSpec>& f) {
+  using A = TrainingArguments;
   f.push_back(field("ipu_config_name", &A::ipu_config_name));
   f.push_back(field("ipu_config_overrides", &A::ipu_config_overrides));
   f.push_back(field("n_ipu", &A::n_ipu));
@@ -378,7 +386,6 @@ std::vector<FieldSpec> make_fields() {
   // Kiln's own.
   f.push_back(field("nan_inf_patience", &A::nan_inf_patience));
   f.push_back(field("ddp_sync_batchnorm", &A::ddp_sync_batchnorm));
-  return f;
 }
 
 }  // namespace

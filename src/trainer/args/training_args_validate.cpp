@@ -11,9 +11,9 @@
 #include <set>
 
 #include "kiln/deepspeed_config.h"
-#include "kiln/ipu_config.h"
 #include "kiln/distributed.h"
 #include "kiln/error.h"
+#include "kiln/ipu_config.h"
 #include "kiln/training_args.h"
 
 namespace kiln::trainer {

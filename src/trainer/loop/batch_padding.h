@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/data.h"
+#include "kiln/graph.h"
 #include "kiln/tensor.h"
 #include "kiln/training_args.h"
 
@@ -18,6 +19,11 @@ namespace kiln::trainer {
 // Pads every column of `batch` to `batch_size` rows and returns the real rows (the batch's own
 // size; batch_size when it is full). Unsupported for a label column that is not integer.
 int64_t pad_batch(data::Example& batch, int64_t batch_size, const std::vector<std::string>& label_columns);
+
+// Whether a training model masks padded rows out: its loss is a SoftmaxCrossEntropyLoss or
+// NegativeLogLikelihoodLoss with ignore_index -100 over a label column, and no BatchNormalization
+// mixes the rows in its batch statistics. Unsupported naming what stands in the way.
+void check_padding_is_masked(const Model& training_model, const std::vector<std::string>& label_columns);
 
 // The columns that hold labels: label_names, else "labels".
 std::vector<std::string> label_columns(const TrainingArguments& args);

@@ -101,8 +101,29 @@ DistributedRun open_distributed_run(const TrainingArguments& args) {
   return run;
 }
 
+void open_pipeline(DistributedRun& run, int stages) {
+  if (stages <= 1) return;
+  if (run.size() % stages != 0)
+    throw InvalidArgument(fmt::format("a pipeline of {} stages needs a multiple of {} ranks; the run has {}", stages,
+                                      stages, run.size()));
+  run.stages = stages;
+  run.stage = run.rank() % stages;
+  run.replica = run.rank() / stages;
+  run.pipeline = run.comm->split(run.replica, run.stage);
+  run.stage_ranks = run.comm->split(run.stage, run.replica);
+}
+
 void start_data_parallel(DistributedRun& run, training::Module& module, const TrainingArguments& args,
                          const DeepSpeedConfig* deepspeed) {
+  if (run.pipelined()) {  // replicas of each stage average their gradients; stages hold different parameters
+    if (deepspeed && deepspeed->zero_stage > 0)
+      throw Unsupported("ZeRO with pipeline stages: shard the optimizer state of unpipelined runs only");
+    if (run.stage_ranks->size() <= 1) return;
+    training::DataParallelOptions o;
+    o.bucket_cap_mb = static_cast<double>(args.ddp_bucket_cap_mb.value_or(25));
+    run.ddp = std::make_unique<training::DataParallel>(module, run.stage_ranks, o);
+    return;
+  }
   if (!run.distributed()) return;
   training::CheckpointState& state = module.state();
   nlohmann::json sums = nlohmann::json::array();

@@ -25,6 +25,16 @@ struct DistributedRun {
   bool broadcast_buffers = true;
   int zero_stage = 0;  // DeepSpeed's ZeRO stage (0 without a config)
 
+  // Pipeline parallelism (an IPUConfig of several stages): rank r runs stage r % stages of replica
+  // r / stages; `pipeline` holds the ranks of its replica (rank s: stage s), `stage_ranks` those of
+  // its stage in every replica (data parallelism between replicas).
+  int stages = 1, stage = 0, replica = 0;
+  std::shared_ptr<dist::Communicator> pipeline, stage_ranks;
+  bool pipelined() const { return stages > 1; }
+  // The share of the data this rank trains on: its replica's.
+  int data_rank() const { return pipelined() ? replica : rank(); }
+  int data_size() const { return pipelined() ? size() / stages : size(); }
+
   bool distributed() const { return comm && comm->size() > 1; }
   int rank() const { return comm ? comm->rank() : 0; }
   int size() const { return comm ? comm->size() : 1; }
@@ -43,6 +53,9 @@ struct DistributedRun {
 // (the cores over the ranks on this host, unless OMP_NUM_THREADS says), and the check that every
 // rank was given the same arguments (InvalidArgument naming the fields that differ).
 DistributedRun open_distributed_run(const TrainingArguments& args);
+
+// Splits the world into pipelines of `stages` ranks and the stages' groups across them.
+void open_pipeline(DistributedRun& run, int stages);
 
 // FNV-1a over a tensor's bytes: equal tensors give equal sums on every rank.
 uint64_t tensor_checksum(const Tensor& t);

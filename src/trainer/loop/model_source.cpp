@@ -7,6 +7,7 @@
 
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
+#include "kiln/pipeline.h"
 #include "models/builtin.h"
 #include "trainer/loop/distributed_run.h"
 #include "trainer/loop/trainer_impl.h"
@@ -85,9 +86,13 @@ void apply_override(const ModelSource& source, training::ArtifactOptions& o) {
 }  // namespace
 
 std::string prepare_artifacts(const ModelSource& source, const TrainingArguments& args, std::string* logits_output,
-                              bool write, nlohmann::json* fingerprint) {
+                              bool write, nlohmann::json* fingerprint, const IPUConfig* ipu, int stage) {
   namespace fs = std::filesystem;
   if (source.kind == ModelSource::Kind::Artifacts) {
+    if (ipu && ipu->stages() > 1)
+      throw Unsupported(
+          "pipeline stages are cut from the forward model: give the Trainer the ONNX model (or a built-in model), "
+          "not an artifacts folder");
     *logits_output = source.logits_output;
     return source.path_or_name;
   }
@@ -127,6 +132,12 @@ std::string prepare_artifacts(const ModelSource& source, const TrainingArguments
     else if (outs.size() > 1) *logits_output = outs[1].name;
   }
   std::string dir = (fs::path(args.output_dir) / "artifacts").string();
+  if (ipu && ipu->stages() > 1) {  // this rank's pipeline stage
+    const auto layers = ipu->layers_per_stage(static_cast<int64_t>(training::find_layers(forward).size()));
+    if (write) training::generate_pipeline_artifacts(forward, o, layers, dir, stage);
+    if (write && stage == 0) save_model(forward, (fs::path(dir) / "forward.onnx").string());  // for save_model
+    return training::stage_directory(dir, stage);
+  }
   if (write) training::generate_artifacts(forward, o, dir);
   return dir;
 }

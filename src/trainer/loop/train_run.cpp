@@ -1,6 +1,8 @@
 // Trainer::train: Hugging Face's training loop (transformers' Trainer._inner_training_loop) over
 // Kiln's Module and Optimizer: epochs of seeded batches, gradient accumulation, clipping by global
 // norm, the learning-rate schedule, and logging / evaluation / checkpoints by strategy.
+#include "trainer/loop/train_run.h"
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -15,6 +17,7 @@
 #include "kiln/error.h"
 #include "trainer/loop/batch_padding.h"
 #include "trainer/loop/checkpoint_folder.h"
+#include "trainer/loop/compile_only.h"
 #include "trainer/loop/output_dir_lock.h"
 #include "trainer/loop/trainer_impl.h"
 #include "training/tensor_math.h"
@@ -27,10 +30,6 @@ namespace {
 
 // Resident memory in bytes (VmRSS) and its peak (VmHWM) from /proc/self/status, as HF's
 // TrainerMemoryTracker measures the CPU side; `reset_peak` starts a new peak (clear_refs 5).
-struct MemoryUsage {
-  int64_t rss = 0, peak = 0;
-};
-
 MemoryUsage memory_usage(bool reset_peak = false) {
   if (reset_peak) std::ofstream("/proc/self/clear_refs") << "5";
   MemoryUsage u;
@@ -91,15 +90,7 @@ std::vector<Tensor*> update_grads(Trainer::Impl& m, std::vector<Tensor>& views) 
   return grads;
 }
 
-// HF's schedule: batches per epoch, optimizer updates per epoch, and the run's length in updates
-// (max_steps) and in epochs.
-struct Schedule {
-  int64_t len_dataloader = 0;
-  int64_t accum = 1;  // gradient_accumulation_steps
-  int64_t updates_per_epoch = 1;
-  int64_t max_steps = 0;
-  int64_t num_epochs = 0;
-};
+}  // namespace
 
 Schedule make_schedule(const TrainingArguments& args, const data::DataLoader& loader) {
   Schedule s;
@@ -118,67 +109,6 @@ Schedule make_schedule(const TrainingArguments& args, const data::DataLoader& lo
   }
   return s;
 }
-
-// One call of Trainer::train (HF's _inner_training_loop), cut into its steps: start (the schedule,
-// the scheduler, resuming), epochs of micro-batches, one optimizer update per accumulation group,
-// log / evaluate / save as control asks, and the closing summary.
-class TrainRun {
- public:
-  TrainRun(Trainer& trainer, Trainer::Impl& m, const TrainingArguments& args, TrainerState& state,
-           const data::DataLoader& loader)
-      : trainer_(trainer),
-        m_(m),
-        args_(args),
-        state_(state),
-        loader_(loader),
-        cb_(m.callbacks),
-        schedule_(make_schedule(args, loader)) {}
-
-  void start(const std::string& resume_from_checkpoint);
-  void run_epochs();
-  TrainOutput finish(std::chrono::steady_clock::time_point start_time, const MemoryUsage& memory_at_start);
-
- private:
-  void run_epoch(int64_t epoch);
-  double train_batch(const data::Example& batch, bool ends_group, int64_t rows);
-  void optimizer_update(int64_t epoch, int64_t step);
-  void run_call(int64_t epoch, int64_t first, int64_t end);
-  void note_due_events();
-  void maybe_log_save_evaluate();
-  void log_loss();
-  void evaluate_and_track_best();
-  void save_checkpoint();
-  void save_sharded_checkpoint();
-  Logs summary(double runtime, double training_loss, const MemoryUsage& memory_at_start) const;
-
-  // The micro-batches since the last optimizer update.
-  struct Group {
-    bool finite = true;
-    double loss = 0;
-    int64_t batches = 0;
-  };
-
-  Trainer& trainer_;
-  Trainer::Impl& m_;
-  const TrainingArguments& args_;
-  TrainerState& state_;
-  const data::DataLoader& loader_;
-  CallbackHandler& cb_;
-  const Schedule schedule_;
-  int64_t epochs_trained_ = 0;  // where a resumed run starts: the epoch, and the batches it skips in it
-  int64_t skip_ = 0;
-  bool plateau_ = false;  // the scheduler steps on the eval metric, not on every update
-  double flops_per_token_ = 0;
-  double last_grad_norm_ = std::nan("");
-  Group group_;
-  // IPUConfig's device_iterations: optimizer updates per call, their batches staged up front; with
-  // output_mode "final" / "sum" the callbacks hear of the call's last update only (quiet_ inside a
-  // call), and the logs, evaluations and saves due inside it happen at its end (due_).
-  int64_t device_iterations_ = 1;
-  bool last_only_ = false, sum_losses_ = false, quiet_ = false;
-  TrainerControl due_;
-  double call_loss_ = 0;
-};
 
 // A fresh TrainerState and scheduler, then the checkpoint to resume from (its state, weights,
 // optimizer, scheduler and callback states) when there is one.
@@ -200,6 +130,7 @@ void TrainRun::start(const std::string& resume_from_checkpoint) {
                      : make_lr_scheduler(std::string(to_string(args_.lr_scheduler_type)), args_.learning_rate, warmup,
                                          s.max_steps, args_.lr_scheduler_kwargs);
   m_.tr_loss = m_.total_loss = 0;
+  m_.pipeline_compute = m_.pipeline_wait = 0;
   m_.globalstep_last_logged = 0;
   m_.nan_inf_run = 0;
   m_.module->set_training_run_count(0);
@@ -252,58 +183,6 @@ void TrainRun::run_epoch(int64_t epoch) {
   maybe_log_save_evaluate();
 }
 
-// The micro-batches [first, end) of the epoch: their batches collated (and padded) first, then
-// trained on, an optimizer update at the end of each accumulation group.
-void TrainRun::run_call(int64_t epoch, int64_t first, int64_t end) {
-  const int64_t accum = schedule_.accum, len = schedule_.len_dataloader;
-  std::vector<data::Example> batches;
-  std::vector<int64_t> rows;
-  for (int64_t step = first; step < end; ++step) {
-    batches.push_back(loader_.batch(epoch, static_cast<size_t>(step)));
-    rows.push_back(args_.pad_on_batch_axis ? pad_batch(batches.back(), args_.per_device_train_batch_size,
-                                                       label_columns(args_))
-                                           : batches.back().begin()->second.dim(0));
-  }
-  due_ = TrainerControl();
-  call_loss_ = 0;
-  for (int64_t step = first; step < end; ++step) {
-    const bool ends_group = (step + 1) % accum == 0 || step + 1 == len;
-    quiet_ = last_only_ && step + 1 < end;  // every update but the call's last, under "final" / "sum"
-    if (step % accum == 0 && (!last_only_ || step == first))
-      cb_.call(&TrainerCallback::on_step_begin, args_, state_);
-    const size_t i = static_cast<size_t>(step - first);
-    const double loss = train_batch(batches[i], ends_group, rows[i]);
-    if (ends_group) {
-      optimizer_update(epoch, step);
-      if (quiet_) {
-        note_due_events();
-        continue;
-      }
-      // The events due at the updates the callbacks did not see.
-      cb_.control.should_log = cb_.control.should_log || due_.should_log;
-      cb_.control.should_evaluate = cb_.control.should_evaluate || due_.should_evaluate;
-      cb_.control.should_save = cb_.control.should_save || due_.should_save;
-      maybe_log_save_evaluate();
-    } else if (!last_only_) {
-      CallbackContext ctx;
-      ctx.loss = loss;
-      cb_.call(&TrainerCallback::on_substep_end, args_, state_, ctx);
-    }
-    if (cb_.control.should_epoch_stop || cb_.control.should_training_stop) break;
-  }
-  quiet_ = false;
-}
-
-// What HF's DefaultFlowCallback would ask for at this update, kept for the end of the call.
-void TrainRun::note_due_events() {
-  const int64_t step = state_.global_step;
-  if (args_.logging_strategy == IntervalStrategy::steps && step % state_.logging_steps == 0) due_.should_log = true;
-  if (args_.eval_strategy == IntervalStrategy::steps && step % state_.eval_steps == 0 && args_.eval_delay <= step)
-    due_.should_evaluate = true;
-  if (args_.save_strategy == SaveStrategy::steps && state_.save_steps > 0 && step % state_.save_steps == 0)
-    due_.should_save = true;
-}
-
 // Forward and backward on one micro-batch (the gradients add up in the parameters); returns its loss
 // after adding it to the running sums, the token count and the FLOPs.
 double TrainRun::train_batch(const data::Example& batch, bool ends_group, int64_t rows) {
@@ -315,7 +194,11 @@ double TrainRun::train_batch(const data::Example& batch, bool ends_group, int64_
   }
   const std::vector<Tensor> out = (*m_.module)(inputs_of(*m_.module, batch, true));
   if (ddp && ends_group) ddp->finish();
-  const double loss = out.at(0).item_as_double();
+  return account(batch, out.at(0).item_as_double(), rows);
+}
+
+// A micro-batch's loss into the running sums, and its tokens and FLOPs (its real rows only).
+double TrainRun::account(const data::Example& batch, double loss, int64_t rows) {
   const bool finite = std::isfinite(loss);
   group_.finite = group_.finite && finite;
   group_.loss += loss;
@@ -365,6 +248,7 @@ void TrainRun::optimizer_update(int64_t epoch, int64_t step) {
     const double max_norm = m_.deepspeed ? m_.deepspeed->gradient_clipping : args_.max_grad_norm;
     if (max_norm > 0 && sharded)  // the norm over every rank's gradients
       last_grad_norm_ = clip_grad_norm(grads, max_norm, [this](double s) { return m_.dist.sum(s); });
+    else if (max_norm > 0 && m_.pipeline) last_grad_norm_ = clip_pipelined(max_norm);
     else if (max_norm > 0) last_grad_norm_ = clip_grad_norm(grads, max_norm);
     if (!quiet_) cb_.call(&TrainerCallback::on_pre_optimizer_step, args_, state_);
     m_.optimizer->set_learning_rate(static_cast<float>(m_.scheduler->current_lr()));
@@ -536,11 +420,15 @@ TrainOutput TrainRun::finish(std::chrono::steady_clock::time_point start_time, c
   const nlohmann::json& logged = state_.log_history.back();
   for (auto it = logged.begin(); it != logged.end(); ++it)
     if (it.key() != "step") result.metrics[it.key()] = it.value().get<double>();
+  if (m_.pipeline) {  // this rank's stage: its time computing and waiting, and its activation arena
+    result.metrics["pipeline_stage"] = m_.dist.stage;
+    result.metrics["pipeline_compute_seconds"] = m_.pipeline_compute;
+    result.metrics["pipeline_wait_seconds"] = m_.pipeline_wait;
+    result.metrics["pipeline_stage_peak_bytes"] = static_cast<double>(m_.module->training_peak_bytes());
+  }
   cb_.call(&TrainerCallback::on_train_end, args_, state_);
   return result;
 }
-
-}  // namespace
 
 TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   Impl& m = *impl_;
@@ -562,11 +450,12 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   const uint64_t data_seed = static_cast<uint64_t>(args_.sampler_seed());
   // Each rank trains on its share of the seeded order (torch's DistributedSampler).
   std::shared_ptr<const data::Sampler> sampler = std::make_shared<data::RandomSampler>(data_seed);
-  if (m.dist.distributed())
-    sampler =
-        std::make_shared<data::DistributedSampler>(sampler, m.dist.rank(), m.dist.size(), args_.dataloader_drop_last);
+  if (m.dist.data_size() > 1)  // a pipeline's stages read their replica's share
+    sampler = std::make_shared<data::DistributedSampler>(sampler, m.dist.data_rank(), m.dist.data_size(),
+                                                         args_.dataloader_drop_last);
   data::DataLoader loader(m.train_dataset, static_cast<size_t>(args_.per_device_train_batch_size), sampler,
                           args_.dataloader_drop_last);
+  if (args_.compile_only) return compile_only(m, args_, loader);
   TrainRun run(*this, m, args_, state_, loader);
   run.start(resume_from_checkpoint);
   run.run_epochs();

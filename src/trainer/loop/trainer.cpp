@@ -12,7 +12,9 @@
 
 #include "kiln/error.h"
 #include "kiln/integrations.h"
+#include "kiln/onnx_io.h"
 #include "kiln/random.h"
+#include "trainer/loop/batch_padding.h"
 #include "trainer/loop/checkpoint_folder.h"
 #include "trainer/loop/trainer_impl.h"
 
@@ -33,6 +35,27 @@ training::GradScalerOptions scaler_options(const std::optional<DeepSpeedConfig>&
   o.consecutive_hysteresis = ds->consecutive_hysteresis;
   o.min_scale = std::min(ds->min_loss_scale, o.init_scale);
   return o;
+}
+
+// An IPUConfig's pipeline: the stages' communicators, and what such a run cannot do yet.
+void open_ipu_run(Trainer::Impl& m, const TrainingArguments& args) {
+  if (m.ipu->stages() > 1) {
+    open_pipeline(m.dist, static_cast<int>(m.ipu->stages()));
+    if (args.save_strategy != SaveStrategy::no)
+      throw Unsupported(
+          "a pipelined run (IPUConfig with several stages) writes no checkpoints yet: set save_strategy='no'");
+  }
+  if (!m.ipu->executable_cache_dir.empty() && args.should_log())
+    std::cerr << fmt::format(
+        "kiln: IPUConfig executable_cache_dir '{}': Kiln keeps no plan cache yet; each run plans its graphs\n",
+        m.ipu->executable_cache_dir);
+}
+
+void start_pipeline(Trainer::Impl& m) {
+  m.pipeline = std::make_unique<training::PipelineStage>(m.artifacts_dir, *m.module, m.dist.pipeline,
+                                                         m.ipu->pipeline_schedule == "gpipe"
+                                                             ? training::PipelineStage::Schedule::GPipe
+                                                             : training::PipelineStage::Schedule::OneFOneB);
 }
 
 bool means_last_checkpoint(std::string s) {
@@ -78,16 +101,16 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
   m.preprocess_logits = std::move(preprocess_logits_for_metrics);
   set_random_seed(static_cast<uint64_t>(args_.seed));  // Dropout seeds, before the sessions exist
   m.dist = open_distributed_run(args_);
+  if (m.ipu) open_ipu_run(m, args_);
   m.deepspeed = deepspeed_config(args_, m.dist.size());
-  if (m.ipu && !m.ipu->executable_cache_dir.empty() && args_.should_log())
-    std::cerr << fmt::format(
-        "kiln: IPUConfig executable_cache_dir '{}': Kiln keeps no plan cache yet; each run plans its graphs\n",
-        m.ipu->executable_cache_dir);
   // A distributed run's artifacts are written by each host's first rank; the others wait for them.
-  const bool writes_artifacts = !m.dist.distributed() || m.dist.comm->local_rank() == 0;
+  // A pipeline's stages each write their own, in the first replica.
+  const bool writes_artifacts =
+      m.dist.pipelined() ? m.dist.replica == 0 : !m.dist.distributed() || m.dist.comm->local_rank() == 0;
   nlohmann::json fingerprint;
-  m.artifacts_dir = prepare_artifacts(m.source, args_, &m.logits_output, writes_artifacts,
-                                      m.dist.distributed() ? &fingerprint : nullptr);
+  m.artifacts_dir =
+      prepare_artifacts(m.source, args_, &m.logits_output, writes_artifacts,
+                        m.dist.distributed() ? &fingerprint : nullptr, m.ipu ? &*m.ipu : nullptr, m.dist.stage);
   check_same_model(m.dist, fingerprint);
   m.dist.barrier();
   const fs::path dir(m.artifacts_dir);
@@ -106,6 +129,8 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
   }
   if (args_.bf16_full_eval || args_.fp16_full_eval)
     m.module->set_eval_precision(args_.bf16_full_eval ? DType::BFloat16 : DType::Float16);
+  if (args_.pad_on_batch_axis)
+    check_padding_is_masked(load_model((dir / training::training_model_file()).string()), label_columns(args_));
   if (m.module->scales_loss()) {
     m.scaler = std::make_unique<training::GradScaler>(scaler_options(m.deepspeed));
     m.module->set_loss_scale(static_cast<float>(m.scaler->scale()));
@@ -118,6 +143,7 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
                     ? std::make_unique<training::Optimizer>(optimizer_model, *m.module, m.dist.ddp->owned_ranges())
                     : std::make_unique<training::Optimizer>(optimizer_model, *m.module);
   m.optimizer->set_learning_rate(static_cast<float>(args_.learning_rate));
+  if (m.dist.pipelined()) start_pipeline(m);
   if (m.logits_output.empty()) {
     const auto outs = m.module->output_names(false);
     if (outs.size() > 1) m.logits_output = outs[1];
@@ -140,6 +166,11 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
 Trainer::~Trainer() = default;
 
 training::Module& Trainer::module() { return *impl_->module; }
+
+std::vector<std::string> Trainer::input_columns(bool training) {
+  if (impl_->pipeline) return impl_->pipeline->info().model_inputs;
+  return impl_->module->input_names(training);
+}
 training::CheckpointState& Trainer::checkpoint_state() { return *impl_->state; }
 void Trainer::set_scheduler_factory(SchedulerFactory factory) { impl_->scheduler_factory = std::move(factory); }
 void Trainer::add_callback(std::shared_ptr<TrainerCallback> callback) { impl_->callbacks.add(std::move(callback)); }

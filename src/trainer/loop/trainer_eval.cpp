@@ -13,13 +13,16 @@
 #include "core/atomic_file.h"
 #include "core/file_io.h"
 #include "core/json_text.h"
+#include "ir/graph_editor.h"
 #include "kiln/error.h"
+#include "kiln/npy.h"
 #include "kiln/onnx_io.h"
 #include "kiln/safetensors.h"
 #include "kiln/session.h"
 #include "trainer/loop/batch_padding.h"
 #include "trainer/loop/gather.h"
 #include "trainer/loop/trainer_impl.h"
+#include "training/inference_mode.h"
 
 namespace kiln::trainer {
 
@@ -50,6 +53,139 @@ void gather_results(const DistributedRun& dist, LoopResult& r) {
 }
 
 }  // namespace
+
+// The last stage's results on every stage of its pipeline (as bytes: the sums, then predictions and
+// labels as .npy).
+static void share_last_stage_results(const DistributedRun& dist, LoopResult& r) {
+  std::string mine;
+  if (dist.stage + 1 == dist.stages) {
+    const double sums[1] = {r.loss_sum};
+    mine.append(reinterpret_cast<const char*>(sums), sizeof sums);
+    for (const Tensor* t : {&r.output.predictions, &r.output.label_ids}) {
+      const std::string npy = t->defined() ? serialize_npy(*t) : std::string();
+      const uint64_t size = npy.size();
+      mine.append(reinterpret_cast<const char*>(&size), sizeof size);
+      mine += npy;
+    }
+  }
+  const std::string last = dist.pipeline->allgather(mine).back();
+  size_t at = sizeof(double);
+  std::memcpy(&r.loss_sum, last.data(), sizeof(double));
+  for (Tensor* t : {&r.output.predictions, &r.output.label_ids}) {
+    uint64_t size = 0;
+    std::memcpy(&size, last.data() + at, sizeof size);
+    at += sizeof size;
+    *t = size ? parse_npy(last.substr(at, size), "the last stage's predictions") : Tensor();
+    at += size;
+  }
+}
+
+// A pipelined run's evaluation: each replica's share of the dataset through its stages (the eval
+// models, forward only), the last stage's loss and predictions shared with its pipeline, then the
+// replicas' shares gathered in dataset order.
+static LoopResult pipelined_evaluation_loop(Trainer::Impl& m, const TrainingArguments& args, const TrainerState& state,
+                                            const std::shared_ptr<const data::Dataset>& dataset) {
+  const auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<const data::Sampler> sampler = std::make_shared<data::SequentialSampler>();
+  if (m.dist.data_size() > 1)
+    sampler = std::make_shared<data::DistributedSampler>(sampler, m.dist.data_rank(), m.dist.data_size(), false, false);
+  data::DataLoader loader(dataset, static_cast<size_t>(args.per_device_eval_batch_size), sampler, false);
+  const std::string label_name = label_columns(args).front();
+  const auto columns = dataset->columns();
+  if (std::find(columns.begin(), columns.end(), label_name) == columns.end())
+    throw Unsupported(
+        fmt::format("predict on data without '{}' in a pipelined run: its last stage computes the loss "
+                    "from the labels",
+                    label_name));
+  const auto outputs = m.module->output_names(false);
+  const bool last = m.pipeline->is_last();
+  const auto logits_at = std::find(outputs.begin(), outputs.end(), m.logits_output);
+  LoopResult r;
+  std::vector<Tensor> predictions, labels;
+  for (size_t b = 0; b < loader.num_batches(); ++b) {
+    data::Example batch = loader.batch(0, b);
+    const int64_t n = args.pad_on_batch_axis ? pad_batch(batch, args.per_device_eval_batch_size, label_columns(args))
+                                             : batch.begin()->second.dim(0);
+    const auto out = m.pipeline->evaluate(batch);
+    r.examples += n;
+    ++r.batches;
+    if (last) {
+      r.loss_sum += out.at(0).at(0).item_as_double() * static_cast<double>(n);
+      if (!args.prediction_loss_only && logits_at != outputs.end()) {
+        const auto lab = batch.find(label_name);
+        const Tensor label = lab != batch.end() ? first_rows(lab->second, n) : Tensor();
+        Tensor logits = first_rows(out[0][static_cast<size_t>(logits_at - outputs.begin())], n);
+        if (m.preprocess_logits) logits = m.preprocess_logits(logits, label);
+        predictions.push_back(logits);
+        if (label.defined()) labels.push_back(label.clone());
+      }
+    }
+    CallbackContext step_ctx;
+    step_ctx.eval_dataloader = &loader;
+    m.callbacks.call(&TrainerCallback::on_prediction_step, args, state, step_ctx);
+  }
+  r.output.predictions = concat_padded(predictions);
+  r.output.label_ids = concat_padded(labels);
+  share_last_stage_results(m.dist, r);
+  DistributedRun replicas;  // the stage's ranks across replicas hold the replicas' shares
+  replicas.comm = m.dist.stage_ranks;
+  gather_results(replicas, r);
+  r.runtime = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+// Every stage's parameters (a shared one from each stage that holds it: the same values) in one map,
+// on every rank of the pipeline.
+static std::map<std::string, Tensor> gather_stage_parameters(Trainer::Impl& m) {
+  std::string mine;
+  auto put = [&](const std::string& bytes) {
+    const uint64_t size = bytes.size();
+    mine.append(reinterpret_cast<const char*>(&size), sizeof size);
+    mine += bytes;
+  };
+  for (const auto& name : m.module->parameter_names()) {
+    put(name);
+    put(serialize_npy(m.state->parameter(name).data()));
+  }
+  std::map<std::string, Tensor> all;
+  for (const std::string& part : m.dist.pipeline->allgather(mine)) {
+    size_t at = 0;
+    auto get = [&] {
+      uint64_t size = 0;
+      std::memcpy(&size, part.data() + at, sizeof size);
+      at += sizeof size;
+      std::string bytes = part.substr(at, size);
+      at += size;
+      return bytes;
+    };
+    while (at < part.size()) {
+      std::string name = get();
+      Tensor value = parse_npy(get(), name);
+      all.emplace(std::move(name), std::move(value));
+    }
+  }
+  return all;
+}
+
+// save_model of a pipelined run: the stages' parameters gathered, then model.safetensors and the
+// inference model (the forward model the stages were cut from, with them) from the saving rank.
+static void save_pipelined_model(Trainer::Impl& m, const TrainingArguments& args, const std::string& dir) {
+  const std::map<std::string, Tensor> weights = gather_stage_parameters(m);  // every rank takes part
+  if (!args.should_save() || m.dist.replica != 0) return;
+  const fs::path out = dir.empty() ? fs::path(args.output_dir) : fs::path(dir);
+  fs::create_directories(out);
+  Model model = load_model((fs::path(m.artifacts_dir).parent_path() / "forward.onnx").string());
+  for (auto& [name, t] : model.graph.initializers)
+    if (const auto it = weights.find(name); it != weights.end()) t = it->second;
+  training::to_inference_mode(model.graph);
+  if (!m.logits_output.empty()) {
+    std::erase_if(model.graph.outputs, [&](const ValueInfo& v) { return v.name != m.logits_output; });
+    prune(model.graph);
+  }
+  save_model(model, (out / "model.onnx").string());
+  std::vector<std::pair<std::string, Tensor>> tensors(weights.begin(), weights.end());
+  write_safetensors((out / "model.safetensors").string(), tensors, {{"format", "pt"}});
+}
 
 // A dataset without labels (HF's predict on unlabelled data): no loss, only predictions, from an
 // inference model holding the current weights.
@@ -94,6 +230,7 @@ static void predict_unlabelled(Trainer::Impl& m, const TrainingArguments& args, 
 
 static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& args, const TrainerState& state,
                                   const std::shared_ptr<const data::Dataset>& dataset) {
+  if (m.pipeline) return pipelined_evaluation_loop(m, args, state, dataset);
   const auto start = std::chrono::steady_clock::now();
   // A distributed run evaluates a share per rank (items r, r + N, ...; nothing padded), then
   // gathers the predictions in dataset order (evaluation_results below).
@@ -204,6 +341,7 @@ PredictionOutput Trainer::predict(const std::shared_ptr<const data::Dataset>& te
 }
 
 void Trainer::save_model(const std::string& dir) const {
+  if (impl_->pipeline) return save_pipelined_model(*impl_, args_, dir);
   if (impl_->dist.distributed() && !args_.should_save()) return;  // HF: only the saving rank writes
   const fs::path out = dir.empty() ? fs::path(args_.output_dir) : fs::path(dir);
   std::error_code ec;

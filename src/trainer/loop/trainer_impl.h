@@ -9,6 +9,7 @@
 #include "kiln/grad_scaler.h"
 #include "kiln/ipu_config.h"
 #include "kiln/lr_schedulers.h"
+#include "kiln/pipeline.h"
 #include "kiln/trainer.h"
 #include "trainer/callbacks/callback_handler.h"
 #include "trainer/loop/distributed_run.h"
@@ -36,6 +37,9 @@ struct Trainer::Impl {
   std::optional<DeepSpeedConfig> deepspeed;
   // The IPUConfig the arguments name (ipu_config_name / ipu_config_overrides), applied to them.
   std::optional<IPUConfig> ipu;
+  // This rank's pipeline stage, when the IPUConfig has several.
+  std::unique_ptr<training::PipelineStage> pipeline;
+  double pipeline_compute = 0, pipeline_wait = 0;  // seconds this stage computed and waited, this run
 
   // Running sums the logs are made of; saved in checkpoints so that a resumed run logs exactly
   // what an uninterrupted one does.
@@ -69,7 +73,10 @@ void save_optimizer_shard(const Trainer::Impl& impl, const std::string& folder);
 // only where they are and the logits output (another rank of a distributed run writes them).
 // `fingerprint`, when given, gets each initializer of the forward model with a checksum of its
 // bytes (the ranks of a distributed run compare them).
+// With `ipu` of several stages: the artifacts of stage `stage` (training/pipeline.h), written when
+// `write`, and their folder.
 std::string prepare_artifacts(const ModelSource& source, const TrainingArguments& args, std::string* logits_output,
-                              bool write = true, nlohmann::json* fingerprint = nullptr);
+                              bool write = true, nlohmann::json* fingerprint = nullptr, const IPUConfig* ipu = nullptr,
+                              int stage = 0);
 
 }  // namespace kiln::trainer
