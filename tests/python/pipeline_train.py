@@ -97,6 +97,7 @@ def main():
     p.add_argument("--size", choices=sorted(SIZES), default="small")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--arg", action="append", default=[], help="more TrainingArguments, name=json value")
+    p.add_argument("--resume", default=None, help="a checkpoint folder to resume from")
     p.add_argument("--eval-examples", type=int, default=0,
                    help="then evaluate and predict on this many examples, and save_model")
     o = p.parse_args()
@@ -105,9 +106,8 @@ def main():
     net = LanguageModel(size) if o.model == "gpt2" else Classifier(size)
     ipu_config = IPUConfig(layers_per_ipu=o.layers, replication_factor=o.replicas,
                            gradient_accumulation_steps=o.accum, pipeline_schedule=o.schedule)
-    values = dict(output_dir=str(o.out / "run"), fp32=True, per_device_train_batch_size=o.batch, max_steps=o.steps,
-                  learning_rate=1e-3, logging_steps=1, report_to="none", disable_tqdm=True, save_strategy="no",
-                  seed=0)
+    values = dict(output_dir=str(o.out / "run"), save_strategy="no", fp32=True, per_device_train_batch_size=o.batch,
+                  max_steps=o.steps, learning_rate=1e-3, logging_steps=1, report_to="none", disable_tqdm=True, seed=0)
     for a in o.arg:
         name, value = a.split("=", 1)
         values[name] = json.loads(value)
@@ -115,7 +115,7 @@ def main():
     trainer = IPUTrainer(model=net, ipu_config=ipu_config, args=IPUTrainingArguments(**values),
                          train_dataset=dataset(o.model, size, o.batch * o.accum * o.replicas * o.steps),
                          callbacks=[log])
-    out = trainer.train()
+    out = trainer.train(resume_from_checkpoint=o.resume)
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     o.out.mkdir(parents=True, exist_ok=True)
     np.savez(o.out / f"rank{rank}.npz", **{k: np.asarray(v) for k, v in trainer._core.parameter_values().items()})

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -195,13 +196,17 @@ TEST(TensorBoardCrc, MaskedValue) {
 TEST(TensorBoardWriter, FileNameAndVersionRecord) {
   TempDir tmp;
   const fs::path logdir = tmp / "runs" / "exp1";  // parents are created
-  const double before = static_cast<double>(::time(nullptr));
+  // The writer reads std::chrono::system_clock; ::time() may read a coarser clock: a second of slack.
+  const auto now = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  const double before = std::floor(now()) - 1;
   std::string path;
   {
     TensorBoardWriter w(logdir.string());
     path = w.path();
   }  // destructor flushes
-  const double after = static_cast<double>(::time(nullptr)) + 1;
+  const double after = now() + 1;
   EXPECT_EQ(fs::path(path).parent_path(), logdir);
   const std::string name = fs::path(path).filename().string();
   char host[256] = {};

@@ -330,7 +330,12 @@ void TrainRun::evaluate_and_track_best() {
 
 void TrainRun::save_checkpoint() {
   state_.stateful_callbacks = cb_.export_states();
-  if (m_.dist.sharded() && !args_.save_only_model) {
+  if (m_.pipeline) {  // the stages' state gathered (by every rank), written as one process's
+    const PipelineState gathered = gather_pipeline_state(m_, args_.save_only_model);
+    if (args_.should_save())
+      write_checkpoint_folder(args_.output_dir, state_.global_step,
+                              [&](const std::string& f) { save_checkpoint_files(m_, args_, state_, f, &gathered); });
+  } else if (m_.dist.sharded() && !args_.save_only_model) {
     save_sharded_checkpoint();
   } else if (!m_.dist.distributed() || args_.should_save()) {
     write_checkpoint_folder(args_.output_dir, state_.global_step,

@@ -18,6 +18,7 @@
 #include "core/file_io.h"
 #include "core/json_text.h"
 #include "kiln/error.h"
+#include "kiln/npy.h"
 #include "kiln/safetensors.h"
 #include "trainer/loop/checkpoint_folder.h"
 #include "trainer/loop/trainer_impl.h"
@@ -79,11 +80,69 @@ void save_optimizer_shard(const Trainer::Impl& m, const std::string& folder) {
                        {{"kiln.zero", zero.dump()}});
 }
 
+namespace {
+
+// Every rank's named tensors on every rank of the pipeline (the first of equal names kept).
+std::map<std::string, Tensor> gather_over_pipeline(const DistributedRun& d,
+                                                   const std::vector<std::pair<std::string, Tensor>>& mine) {
+  std::string bytes;
+  auto put = [&](const std::string& part) {
+    const uint64_t size = part.size();
+    bytes.append(reinterpret_cast<const char*>(&size), sizeof size);
+    bytes += part;
+  };
+  for (const auto& [name, t] : mine) {
+    put(name);
+    put(serialize_npy(t));
+  }
+  std::map<std::string, Tensor> all;
+  for (const std::string& part : d.pipeline->allgather(bytes)) {
+    size_t at = 0;
+    auto get = [&] {
+      uint64_t size = 0;
+      std::memcpy(&size, part.data() + at, sizeof size);
+      at += sizeof size;
+      std::string piece = part.substr(at, size);
+      at += size;
+      return piece;
+    };
+    while (at < part.size()) {
+      std::string name = get();
+      Tensor value = parse_npy(get(), name);
+      all.emplace(std::move(name), std::move(value));
+    }
+  }
+  return all;
+}
+
+}  // namespace
+
+PipelineState gather_pipeline_state(const Trainer::Impl& m, bool weights_only) {
+  std::vector<std::pair<std::string, Tensor>> weights, slots;
+  for (const auto& name : m.module->parameter_names()) weights.emplace_back(name, m.state->parameter(name).data());
+  PipelineState s;
+  s.weights = gather_over_pipeline(m.dist, weights);
+  if (weights_only) return s;
+  const training::OptimizerState& o = m.state->optimizer_state();
+  for (const auto& [slot, tensors] : o.slots)
+    for (const auto& [param, t] : tensors) slots.emplace_back(slot + "/" + param, t);
+  s.optimizer.type = o.type;
+  s.optimizer.step = o.step;
+  s.optimizer.learning_rate = o.learning_rate;
+  for (auto& [key, t] : gather_over_pipeline(m.dist, slots)) {
+    const auto slash = key.find('/');
+    s.optimizer.slots[key.substr(0, slash)][key.substr(slash + 1)] = std::move(t);
+  }
+  return s;
+}
+
 void save_checkpoint_files(const Trainer::Impl& m, const TrainingArguments& args, const TrainerState& state,
-                           const std::string& folder) {
+                           const std::string& folder, const PipelineState* pipeline) {
   const fs::path dir(folder);
   std::vector<std::pair<std::string, Tensor>> weights;
-  for (const auto& name : m.module->parameter_names()) weights.emplace_back(name, m.state->parameter(name).data());
+  if (pipeline) weights.assign(pipeline->weights.begin(), pipeline->weights.end());
+  else
+    for (const auto& name : m.module->parameter_names()) weights.emplace_back(name, m.state->parameter(name).data());
   write_safetensors((dir / "model.safetensors").string(), weights, {{"format", "pt"}});
   if (args.save_only_model) {  // HF's save_only_model: no optimizer, scheduler or RNG state
     args.save((dir / "training_args.json").string());
@@ -91,7 +150,7 @@ void save_checkpoint_files(const Trainer::Impl& m, const TrainingArguments& args
     return;
   }
 
-  const training::OptimizerState& o = m.state->optimizer_state();
+  const training::OptimizerState& o = pipeline ? pipeline->optimizer : m.state->optimizer_state();
   if (m.dist.sharded()) {  // the shards are there (save_optimizer_shard): the manifest that lists them
     nlohmann::json shards = nlohmann::json::array();
     for (int r = 0; r < m.dist.size(); ++r)
@@ -126,8 +185,8 @@ void load_weights(Trainer::Impl& m, const std::string& folder) {
   std::map<std::string, const Tensor*> by_name;
   for (const auto& [name, t] : weights.tensors) by_name[name] = &t;
   const auto& params = m.module->parameter_names();
-  for (const auto& [name, t] : weights.tensors)
-    if (std::find(params.begin(), params.end(), name) == params.end())
+  for (const auto& [name, t] : weights.tensors)  // a pipeline stage takes its own parameters of the model's
+    if (!m.pipeline && std::find(params.begin(), params.end(), name) == params.end())
       throw CorruptFile(
           fmt::format("checkpoint '{}': model.safetensors holds '{}', which is not a parameter of the "
                       "model (a checkpoint of another model?)",

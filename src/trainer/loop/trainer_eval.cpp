@@ -134,43 +134,10 @@ static LoopResult pipelined_evaluation_loop(Trainer::Impl& m, const TrainingArgu
   return r;
 }
 
-// Every stage's parameters (a shared one from each stage that holds it: the same values) in one map,
-// on every rank of the pipeline.
-static std::map<std::string, Tensor> gather_stage_parameters(Trainer::Impl& m) {
-  std::string mine;
-  auto put = [&](const std::string& bytes) {
-    const uint64_t size = bytes.size();
-    mine.append(reinterpret_cast<const char*>(&size), sizeof size);
-    mine += bytes;
-  };
-  for (const auto& name : m.module->parameter_names()) {
-    put(name);
-    put(serialize_npy(m.state->parameter(name).data()));
-  }
-  std::map<std::string, Tensor> all;
-  for (const std::string& part : m.dist.pipeline->allgather(mine)) {
-    size_t at = 0;
-    auto get = [&] {
-      uint64_t size = 0;
-      std::memcpy(&size, part.data() + at, sizeof size);
-      at += sizeof size;
-      std::string bytes = part.substr(at, size);
-      at += size;
-      return bytes;
-    };
-    while (at < part.size()) {
-      std::string name = get();
-      Tensor value = parse_npy(get(), name);
-      all.emplace(std::move(name), std::move(value));
-    }
-  }
-  return all;
-}
-
 // save_model of a pipelined run: the stages' parameters gathered, then model.safetensors and the
 // inference model (the forward model the stages were cut from, with them) from the saving rank.
 static void save_pipelined_model(Trainer::Impl& m, const TrainingArguments& args, const std::string& dir) {
-  const std::map<std::string, Tensor> weights = gather_stage_parameters(m);  // every rank takes part
+  const std::map<std::string, Tensor> weights = gather_pipeline_state(m, true).weights;  // every rank takes part
   if (!args.should_save() || m.dist.replica != 0) return;
   const fs::path out = dir.empty() ? fs::path(args.output_dir) : fs::path(dir);
   fs::create_directories(out);

@@ -1,6 +1,7 @@
 // The Trainer's internals, shared by its source files (loop, evaluation, checkpoints).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,9 +61,19 @@ double estimated_tokens(const data::Example& batch);
 // Whether include_num_input_tokens_seen asks for the count.
 bool counts_input_tokens(const TrainingArguments& args);
 
-// Writes / reads everything a checkpoint folder holds except trainer_state.json.
+// A pipelined run: every stage's parameters (and, unless weights_only, optimizer slots) gathered
+// on every rank of its pipeline (collective there), so that its checkpoints and saved models are
+// those of one process.
+struct PipelineState {
+  std::map<std::string, Tensor> weights;
+  training::OptimizerState optimizer;
+};
+PipelineState gather_pipeline_state(const Trainer::Impl& impl, bool weights_only);
+
+// Writes / reads everything a checkpoint folder holds except trainer_state.json (a pipelined run:
+// `pipeline`, its stages' state gathered).
 void save_checkpoint_files(const Trainer::Impl& impl, const TrainingArguments& args, const TrainerState& state,
-                           const std::string& folder);
+                           const std::string& folder, const PipelineState* pipeline = nullptr);
 void load_checkpoint_files(Trainer::Impl& impl, TrainerState& state, const std::string& folder);
 void load_weights(Trainer::Impl& impl, const std::string& folder);
 // ZeRO: this rank's optimizer shard (its parameters' slots), written by every rank into the
