@@ -189,6 +189,28 @@ class DataLoader {
   std::shared_ptr<OrderCache> cache_;
 };
 
+// Background loading (the Hugging Face Trainer's dataloader_num_workers): the batches [first, end) of
+// an epoch loaded and collated on `workers` threads, at most workers x prefetch_factor batches ahead
+// of the consumer, and handed out by next() in order, so that what a run sees is what it sees
+// without workers. A batch whose loading failed rethrows its error from next(), naming the batch
+// and its items. start() may be called again for the next epoch on the same threads (HF's
+// dataloader_persistent_workers). The destructor stops and joins the threads.
+class Prefetcher {
+ public:
+  Prefetcher(const DataLoader& loader, int workers, int prefetch_factor);
+  ~Prefetcher();
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
+
+  void start(int64_t epoch, size_t first, size_t end);
+  // The next batch, waiting for it; InvalidArgument past `end`.
+  Example next();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 // ---- Readers --------------------------------------------------------------------------------
 
 // x -> (x - mean) / std after scaling pixels to [0, 1].

@@ -154,7 +154,12 @@ struct TrainingArguments {
   std::optional<int64_t> data_seed;  // the samplers' seed; unset: seed
   bool full_determinism = false;
   bool dataloader_drop_last = false;
+  // Batches loaded and collated on this many threads ahead of the training step (data::Prefetcher),
+  // at most dataloader_prefetch_factor (unset: HF's 2) each; the order and the results are those of
+  // 0 workers. Persistent workers keep their threads from epoch to epoch.
   int64_t dataloader_num_workers = 0;
+  std::optional<int64_t> dataloader_prefetch_factor;
+  bool dataloader_persistent_workers = false;
   std::optional<std::vector<std::string>> label_names;
   bool use_cpu = false;  // Kiln always runs on the CPU; accepted for compatibility
 

@@ -40,6 +40,11 @@ data::Example example_from_py(const py::handle& item, size_t index) {
   return example;
 }
 
+// Adds a note (PEP 678, shown under the traceback) to a Python exception on its way out.
+void note(py::error_already_set& e, const std::string& text) {
+  if (py::hasattr(e.value(), "add_note")) e.value().attr("add_note")(text);
+}
+
 // A Python sequence (len + __getitem__) of dicts, read item by item under the GIL.
 class PythonDataset final : public data::Dataset {
  public:
@@ -49,7 +54,12 @@ class PythonDataset final : public data::Dataset {
     if (index >= size_)
       throw InvalidArgument(fmt::format("dataset index {} is out of range for {} items", index, size_));
     py::gil_scoped_acquire gil;
-    return example_from_py((*sequence_)[py::int_(index)], index);
+    try {
+      return example_from_py((*sequence_)[py::int_(index)], index);
+    } catch (py::error_already_set& e) {  // the item's index on the user's own exception (a worker's too)
+      note(e, fmt::format("while Kiln loaded item {} of the dataset", index));
+      throw;
+    }
   }
 
  private:
@@ -97,7 +107,12 @@ class CollatedPythonDataset final : public data::Dataset {
     py::list items;
     for (size_t i : indices) {
       if (i >= size_) throw InvalidArgument(fmt::format("dataset index {} is out of range for {} items", i, size_));
-      items.append((*sequence_)[py::int_(i)]);
+      try {
+        items.append((*sequence_)[py::int_(i)]);
+      } catch (py::error_already_set& e) {
+        note(e, fmt::format("while Kiln loaded item {} of the dataset", i));
+        throw;
+      }
     }
     const py::object out = (*collator_)(items);
     if (!py::isinstance<py::dict>(out) && !py::hasattr(out, "keys"))

@@ -88,6 +88,8 @@ const std::vector<std::pair<std::string, Json>>& hf_defaults() {
       {"full_determinism", false},
       {"dataloader_drop_last", false},
       {"dataloader_num_workers", 0},
+      {"dataloader_prefetch_factor", nullptr},
+      {"dataloader_persistent_workers", false},
       {"label_names", nullptr},
       {"use_cpu", false},
       {"gradient_checkpointing", false},

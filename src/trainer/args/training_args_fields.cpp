@@ -349,6 +349,8 @@ std::vector<FieldSpec> make_fields() {
   f.push_back(field("full_determinism", &A::full_determinism));
   f.push_back(field("dataloader_drop_last", &A::dataloader_drop_last));
   f.push_back(field("dataloader_num_workers", &A::dataloader_num_workers));
+  f.push_back(field("dataloader_prefetch_factor", &A::dataloader_prefetch_factor));
+  f.push_back(field("dataloader_persistent_workers", &A::dataloader_persistent_workers));
   f.push_back(field("label_names", &A::label_names));
   f.push_back(field("use_cpu", &A::use_cpu));
   f.push_back(field("gradient_checkpointing", &A::gradient_checkpointing));

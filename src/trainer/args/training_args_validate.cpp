@@ -192,6 +192,13 @@ void check_sizes(const TrainingArguments& a) {
     require(*a.eval_accumulation_steps >= 1, "eval_accumulation_steps", *a.eval_accumulation_steps,
             "a positive integer");
   require(a.dataloader_num_workers >= 0, "dataloader_num_workers", a.dataloader_num_workers, "0 or more");
+  if (a.dataloader_prefetch_factor && a.dataloader_num_workers == 0)  // HF's check and message
+    fail(
+        "--dataloader_prefetch_factor can only be set when data is loaded in a different process, i.e. when "
+        "--dataloader_num_workers > 1.");
+  if (a.dataloader_prefetch_factor)
+    require(*a.dataloader_prefetch_factor >= 1, "dataloader_prefetch_factor", *a.dataloader_prefetch_factor,
+            "a positive integer");
   require(std::isfinite(a.num_train_epochs) && a.num_train_epochs >= 0, "num_train_epochs", a.num_train_epochs,
           "a finite number >= 0");
   require(std::isfinite(a.warmup_steps), "warmup_steps", a.warmup_steps, "finite");

@@ -19,7 +19,7 @@ void TrainRun::run_call(int64_t epoch, int64_t first, int64_t end) {
   std::vector<data::Example> batches;
   std::vector<int64_t> rows;
   for (int64_t step = first; step < end; ++step) {
-    batches.push_back(loader_.batch(epoch, static_cast<size_t>(step)));
+    batches.push_back(prefetch_ ? prefetch_->next() : loader_.batch(epoch, static_cast<size_t>(step)));
     rows.push_back(args_.pad_on_batch_axis
                        ? pad_batch(batches.back(), args_.per_device_train_batch_size, label_columns(args_))
                        : batches.back().begin()->second.dim(0));

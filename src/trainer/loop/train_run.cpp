@@ -169,9 +169,16 @@ void TrainRun::run_epoch(int64_t epoch) {
   cb_.call(&TrainerCallback::on_epoch_begin, args_, state_);
   const int64_t accum = schedule_.accum, len = schedule_.len_dataloader;
   group_ = Group();
+  const int64_t start = epoch == epochs_trained_ ? skip_ : 0;
+  if (args_.dataloader_num_workers > 0) {  // persistent workers keep their threads between epochs
+    if (!prefetch_ || !args_.dataloader_persistent_workers)
+      prefetch_ = std::make_unique<data::Prefetcher>(loader_, static_cast<int>(args_.dataloader_num_workers),
+                                                     static_cast<int>(args_.dataloader_prefetch_factor.value_or(2)));
+    prefetch_->start(epoch, static_cast<size_t>(start), static_cast<size_t>(len));
+  }
   // Calls of device_iterations updates (one update each without an IPUConfig), never past the
   // epoch's end or max_steps.
-  for (int64_t first = epoch == epochs_trained_ ? skip_ : 0; first < len;) {
+  for (int64_t first = start; first < len;) {
     const int64_t updates = std::min(device_iterations_, schedule_.max_steps - state_.global_step);
     if (updates <= 0) break;
     const int64_t end = std::min(len, first + updates * accum);
@@ -181,6 +188,30 @@ void TrainRun::run_epoch(int64_t epoch) {
   }
   cb_.call(&TrainerCallback::on_epoch_end, args_, state_);
   maybe_log_save_evaluate();
+}
+
+// The tokens a micro-batch's first `rows` rows hold (padded rows are not seen): the elements of
+// "input_ids" (one per row without it); with include_num_input_tokens_seen "non_padding", HF's
+// count: the ones of "attention_mask" when the batch has it.
+int64_t TrainRun::input_tokens(const data::Example& batch, int64_t rows) const {
+  const auto mask = batch.find("attention_mask");
+  const DType t = mask != batch.end() ? mask->second.dtype() : DType::Float64;
+  if (args_.include_num_input_tokens_seen == "non_padding" && mask != batch.end() && mask->second.rank() > 0 &&
+      (t == DType::Int64 || t == DType::Int32 || t == DType::Bool || t == DType::Float32)) {
+    const Tensor m = mask->second.contiguous();
+    const int64_t n = rows * (m.numel() / m.dim(0));
+    int64_t ones = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (t == DType::Int64) ones += m.data<int64_t>()[i] != 0;
+      else if (t == DType::Int32) ones += m.data<int32_t>()[i] != 0;
+      else if (t == DType::Bool) ones += m.data<bool>()[i] ? 1 : 0;
+      else ones += m.data<float>()[i] != 0.0f ? 1 : 0;
+    }
+    return ones;
+  }
+  const auto ids = batch.find("input_ids");
+  const int64_t per_row = ids != batch.end() ? ids->second.numel() / ids->second.dim(0) : 1;
+  return per_row * rows;
 }
 
 // Forward and backward on one micro-batch (the gradients add up in the parameters); returns its loss
@@ -208,11 +239,7 @@ double TrainRun::account(const data::Example& batch, double loss, int64_t rows) 
     m_.tr_loss += m_.tr_loss / static_cast<double>(1 + state_.global_step - m_.globalstep_last_logged);
   else m_.tr_loss += loss / accum;
   if (finite) m_.total_loss += loss / accum;
-  if (counts_input_tokens(args_)) {
-    auto ids = batch.find("input_ids");
-    const int64_t per_row = ids != batch.end() ? ids->second.numel() / ids->second.dim(0) : 1;
-    state_.num_input_tokens_seen += per_row * rows;  // padded rows are not seen
-  }
+  if (counts_input_tokens(args_)) state_.num_input_tokens_seen += input_tokens(batch, rows);
   const double full_rows = static_cast<double>(batch.begin()->second.dim(0));
   state_.total_flos += flops_per_token_ * estimated_tokens(batch) * static_cast<double>(rows) / full_rows;
   return loss;

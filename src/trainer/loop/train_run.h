@@ -53,6 +53,7 @@ class TrainRun {
   void run_epoch(int64_t epoch);
   double train_batch(const data::Example& batch, bool ends_group, int64_t rows);
   double account(const data::Example& batch, double loss, int64_t rows);
+  int64_t input_tokens(const data::Example& batch, int64_t rows) const;
   double clip_pipelined(double max_norm);
   void train_pipelined_group(const std::vector<data::Example>& batches, const std::vector<int64_t>& rows);
   void optimizer_update(int64_t epoch, int64_t step);
@@ -92,6 +93,8 @@ class TrainRun {
   bool last_only_ = false, sum_losses_ = false, quiet_ = false;
   TrainerControl due_;
   double call_loss_ = 0;
+  // dataloader_num_workers > 0: the epoch's batches loaded ahead on worker threads.
+  std::unique_ptr<data::Prefetcher> prefetch_;
 };
 
 }  // namespace kiln::trainer
