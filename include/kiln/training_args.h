@@ -250,6 +250,16 @@ struct TrainingArguments {
   // rank's own batch statistics.
   bool ddp_sync_batchnorm = false;
 
+  // ---- Hugging Face's other fields -------------------------------------------------------------
+  // The current release's fields Kiln has no member for, and the v4 names scripts still pass
+  // (push_to_hub, remove_unused_columns, per_gpu_train_batch_size, ...), by name; those left at
+  // their defaults are absent. Each is accepted, and either changes nothing on Kiln or, away from
+  // its default, is an Unsupported naming it (docs/trainer.md has the table;
+  // src/trainer/args/training_args_compat.cpp the reasons).
+  nlohmann::json hf_compat = nlohmann::json::object();
+  // Such a field's value (its default when not given); KeyError for a name not among them.
+  const nlohmann::json& compat(const std::string& name) const;
+
   // ---- Rules and derived values --------------------------------------------------------------
   // HF's __post_init__: fills the derived defaults (do_eval, eval_steps, metric_for_best_model,
   // greater_is_better, disable_tqdm, logging_dir, report_to) and checks the combinations, raising

@@ -192,6 +192,16 @@ class Trainer:
     def is_local_process_zero(self):
         return self.args.local_process_index == 0
 
+    def floating_point_ops(self, inputs):
+        """HF's estimate of a batch's training FLOPs: 6 x parameters x tokens (the elements of
+        input_ids, else one per example)."""
+        return self._core.floating_point_ops({k: v for k, v in dict(inputs).items()})
+
+    @staticmethod
+    def num_examples(dataloader):
+        """HF's num_examples: the examples of a dataloader's dataset (of the dataset itself, given one)."""
+        return len(getattr(dataloader, "dataset", dataloader))
+
     def num_parameters(self, only_trainable=False):
         return self._core.num_parameters(only_trainable)
 

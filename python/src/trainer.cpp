@@ -238,6 +238,16 @@ void def_state_and_callbacks(TrainerClass& cls) {
 void def_model_access(TrainerClass& cls) {
   cls.def("input_names", [](const PyTrainer& t, bool training) { return t.get().input_columns(training); })
       .def("output_names", [](const PyTrainer& t, bool training) { return t.get().module().output_names(training); })
+      // HF's floating_point_ops(inputs): Kiln's estimate, 6 x parameters x tokens.
+      .def("floating_point_ops",
+           [](const PyTrainer& t, const py::dict& inputs) {
+             data::Example batch;
+             for (const auto& [k, v] : inputs) {
+               const std::string name = py::str(k);
+               batch[name] = tensor_from_py(v, "inputs['" + name + "']");
+             }
+             return t.get().floating_point_ops(batch);
+           })
       .def("num_parameters",
            [](const PyTrainer& t, bool trainable) { return t.get().module().get_parameters_size(trainable); })
       // The bytes of optimizer state (moments) this rank holds: with ZeRO, its shard's.

@@ -120,6 +120,72 @@ const std::vector<std::pair<std::string, Json>>& hf_defaults() {
       {"lamb_no_bias_correction", false},
       {"nan_inf_patience", 5},
       {"ddp_sync_batchnorm", false},  // Kiln's own
+      // HF's fields Kiln keeps by name (training_args_compat.cpp), current release then v4.
+      {"optim_args", nullptr},
+      {"optim_target_modules", nullptr},
+      {"average_tokens_across_devices", true},
+      {"tf32", nullptr},
+      {"torch_compile", false},
+      {"torch_compile_backend", nullptr},
+      {"torch_compile_mode", nullptr},
+      {"use_liger_kernel", false},
+      {"liger_kernel_config", nullptr},
+      {"use_cache", false},
+      {"neftune_noise_alpha", nullptr},
+      {"torch_empty_cache_steps", nullptr},
+      {"auto_find_batch_size", false},
+      {"log_level_replica", "warning"},
+      {"project", "huggingface"},
+      {"trackio_space_id", "trackio"},
+      {"eval_on_start", false},
+      {"eval_do_concat_batches", true},
+      {"eval_use_gather_object", false},
+      {"include_for_metrics", Json::array()},
+      {"batch_eval_metrics", false},
+      {"enable_jit_checkpoint", false},
+      {"push_to_hub", false},
+      {"hub_token", nullptr},
+      {"hub_private_repo", nullptr},
+      {"hub_model_id", nullptr},
+      {"hub_strategy", "every_save"},
+      {"hub_always_push", false},
+      {"hub_revision", nullptr},
+      {"accelerator_config", nullptr},
+      {"parallelism_config", nullptr},
+      {"dataloader_pin_memory", true},
+      {"remove_unused_columns", true},
+      {"train_sampling_strategy", "random"},
+      {"length_column_name", "length"},
+      {"fsdp", nullptr},
+      {"fsdp_config", nullptr},
+      {"debug", ""},
+      {"per_gpu_train_batch_size", nullptr},
+      {"per_gpu_eval_batch_size", nullptr},
+      {"fp16_backend", "auto"},
+      {"fp16_opt_level", "O1"},
+      {"push_to_hub_model_id", nullptr},
+      {"push_to_hub_organization", nullptr},
+      {"push_to_hub_token", nullptr},
+      {"no_cuda", false},
+      {"use_mps_device", false},
+      {"jit_mode_eval", false},
+      {"use_ipex", false},
+      {"tpu_num_cores", nullptr},
+      {"tpu_metrics_debug", false},
+      {"past_index", -1},
+      {"group_by_length", false},
+      {"include_inputs_for_metrics", false},
+      {"use_legacy_prediction_loop", false},
+      {"torchdynamo", nullptr},
+      {"ray_scope", "last"},
+      {"sharded_ddp", ""},
+      {"fsdp_min_num_params", 0},
+      {"fsdp_transformer_layer_cls_to_wrap", nullptr},
+      {"mp_parameters", ""},
+      {"adafactor", false},
+      {"dispatch_batches", nullptr},
+      {"split_batches", nullptr},
+      {"save_safetensors", true},
   };
   return table;
 }
@@ -394,15 +460,15 @@ TEST_F(TrainingArgumentsJson, IntegersStayIntegers) {
 }
 
 TEST_F(TrainingArgumentsJson, UnknownKeysAsHfArgumentParser) {
-  Json j = {{"learning_rate", 1e-3}, {"push_to_hub", true}, {"tf32", nullptr}};
+  Json j = {{"learning_rate", 1e-3}, {"push_to_hubb", true}, {"tf33", nullptr}};
   EXPECT_EQ(error_message<InvalidArgument>([&] { TrainingArguments::from_json(j); }),
-            "Some keys are not used by the HfArgumentParser: ['push_to_hub', 'tf32']");
+            "Some keys are not used by the HfArgumentParser: ['push_to_hubb', 'tf33']");
   EXPECT_EQ(TrainingArguments::from_json(j, /*allow_extra_keys=*/true).learning_rate, 1e-3);
   write("extra.json", j.dump());
   EXPECT_EQ(error_message<InvalidArgument>([&] { TrainingArguments::from_json_file(path("extra.json")); }),
             path("extra.json") +
                 ": Some keys are not used by the HfArgumentParser: "
-                "['push_to_hub', 'tf32']");
+                "['push_to_hubb', 'tf33']");
 }
 
 TEST_F(TrainingArgumentsJson, BadFilesAndValuesNameTheirSource) {

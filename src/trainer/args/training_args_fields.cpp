@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "kiln/error.h"
+#include "trainer/args/training_args_compat.h"
 
 namespace kiln::trainer::detail {
 namespace {
@@ -278,6 +279,88 @@ FieldSpec field(std::string name, T TrainingArguments::*member) {
   return spec;
 }
 
+// Any JSON (HF's str | list | dict fields: fsdp, accelerator_config, debug, ...): on the command line
+// a JSON object or list as text, one string, or several strings as a list.
+struct AnyCodec {
+  static constexpr bool takes_null = true;
+  static constexpr Arity arity = Arity::list;
+  static Json to_json(const Json& v) { return v; }
+  static Json from_json(const Json& j, const std::string&) { return j; }
+  static Json from_text(const Texts& v, const std::string& where) {
+    if (v.size() == 1 && !v[0].empty() && (v[0][0] == '{' || v[0][0] == '[')) {
+      try {
+        return Json::parse(v[0]);
+      } catch (const Json::exception& e) {
+        throw InvalidArgument(fmt::format("{}: not valid JSON: {}", where, e.what()));
+      }
+    }
+    if (v.size() == 1) return v[0];
+    return Json(v);
+  }
+};
+
+// A field kept by name in TrainingArguments::hf_compat (training_args_compat.h).
+template <class C>
+FieldSpec compat_field(const CompatField& c) {
+  using A = TrainingArguments;
+  FieldSpec spec;
+  spec.name = c.name;
+  spec.arity = C::arity;
+  const std::string name = c.name;
+  if constexpr (std::is_same_v<C, Codec<bool>>) {
+    spec.negatable = c.default_value.get<bool>();
+    spec.clear = [name](A& a) { a.hf_compat[name] = false; };  // --no_<name> of a field whose default is true
+  }
+  spec.get = [name](const A& a) { return a.compat(name); };
+  // Only values away from the default are kept, so that equal arguments compare equal.
+  auto store = [name, fallback = c.default_value](A& a, Json value) {
+    if (value == fallback) a.hf_compat.erase(name);
+    else a.hf_compat[name] = std::move(value);
+  };
+  spec.set_json = [store](A& a, const Json& j, const std::string& where) {
+    if constexpr (!requires { C::takes_null; }) {
+      if (j.is_null()) return;
+    }
+    store(a, C::to_json(C::from_json(j, where)));
+  };
+  spec.set_text = [store](A& a, const Texts& v, const std::string& where) {
+    store(a, C::to_json(C::from_text(v, where)));
+  };
+  return spec;
+}
+
+void add_compat_fields(std::vector<FieldSpec>& f) {
+  using K = CompatField::Kind;
+  for (const CompatField& c : compat_fields()) {
+    switch (c.kind) {
+      case K::Bool:
+        f.push_back(compat_field<Codec<bool>>(c));
+        break;
+      case K::Int:
+        f.push_back(compat_field<Codec<int64_t>>(c));
+        break;
+      case K::OptInt:
+        f.push_back(compat_field<Codec<std::optional<int64_t>>>(c));
+        break;
+      case K::OptFloat:
+        f.push_back(compat_field<Codec<std::optional<double>>>(c));
+        break;
+      case K::Str:
+        f.push_back(compat_field<Codec<std::string>>(c));
+        break;
+      case K::OptStr:
+        f.push_back(compat_field<Codec<std::optional<std::string>>>(c));
+        break;
+      case K::OptBool:
+        f.push_back(compat_field<Codec<std::optional<bool>>>(c));
+        break;
+      case K::Any:
+        f.push_back(compat_field<AnyCodec>(c));
+        break;
+    }
+  }
+}
+
 // evaluation_strategy: HF's name for eval_strategy until v4.46, accepted on input only.
 FieldSpec evaluation_strategy_alias() {
   FieldSpec spec = field("evaluation_strategy", &TrainingArguments::eval_strategy);
@@ -388,6 +471,7 @@ void add_ipu_and_kiln_fields(std::vector<FieldSpec>& f) {
   // Kiln's own.
   f.push_back(field("nan_inf_patience", &A::nan_inf_patience));
   f.push_back(field("ddp_sync_batchnorm", &A::ddp_sync_batchnorm));
+  add_compat_fields(f);
 }
 
 }  // namespace

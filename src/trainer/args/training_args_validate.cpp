@@ -15,6 +15,7 @@
 #include "kiln/error.h"
 #include "kiln/ipu_config.h"
 #include "kiln/training_args.h"
+#include "trainer/args/training_args_compat.h"
 
 namespace kiln::trainer {
 namespace {
@@ -262,6 +263,7 @@ void check_deepspeed(const TrainingArguments& a) { deepspeed_config(a, dist::lau
 // The steps run in this order, so that the first failing rule (HF's before Kiln's) is the one reported.
 void TrainingArguments::validate() {
   normalise(*this);
+  detail::apply_compat(*this);
   derive_values(*this);
   check_interval_steps(*this);
   check_load_best_model_at_end(*this);

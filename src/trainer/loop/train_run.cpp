@@ -156,6 +156,8 @@ void TrainRun::start(const std::string& resume_from_checkpoint) {
 
 void TrainRun::run_epochs() {
   cb_.call(&TrainerCallback::on_train_begin, args_, state_);
+  // HF's eval_on_start: an evaluation before the first step (a sanity check of the eval loop).
+  if (args_.compat("eval_on_start").get<bool>() && m_.eval_dataset) trainer_.evaluate();
   for (int64_t epoch = epochs_trained_; epoch < schedule_.num_epochs && state_.global_step < schedule_.max_steps;
        ++epoch) {
     run_epoch(epoch);
@@ -482,6 +484,7 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   const uint64_t data_seed = static_cast<uint64_t>(args_.sampler_seed());
   // Each rank trains on its share of the seeded order (torch's DistributedSampler).
   std::shared_ptr<const data::Sampler> sampler = std::make_shared<data::RandomSampler>(data_seed);
+  if (args_.compat("train_sampling_strategy") == "sequential") sampler = std::make_shared<data::SequentialSampler>();
   if (m.dist.data_size() > 1)  // a pipeline's stages read their replica's share
     sampler = std::make_shared<data::DistributedSampler>(sampler, m.dist.data_rank(), m.dist.data_size(),
                                                          args_.dataloader_drop_last);
