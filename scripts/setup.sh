@@ -20,7 +20,7 @@ packages=(
 if $for_tests; then
   packages+=(
     python3-pytest python3-onnx python3-torch python3-torchvision python3-sklearn
-    python3-protobuf python3-crc32c
+    python3-protobuf python3-crc32c python3-optuna
     clang-format clang-tidy
     # clang's sanitizers, libFuzzer and OpenMP runtime, and llvm-symbolizer for their reports
     clang-14 libclang-rt-14-dev libomp-14-dev llvm-14

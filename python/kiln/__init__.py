@@ -48,6 +48,7 @@ _LAZY = {
     "Dataset": "kiln.data",
     "TensorDataset": "kiln.data",
     "AutoBackbone": "kiln.nn.backbone",
+    "BestRun": "kiln.hp_search",
     "IPUConfig": "kiln.graphcore",
     "IPUTrainer": "kiln.graphcore",
     "IPUTrainingArguments": "kiln.graphcore",

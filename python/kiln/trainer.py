@@ -28,8 +28,8 @@ else CrossEntropyLoss against the model's first output and the "labels" column.
 The loop runs in C++ with the GIL released; Python callbacks, Python datasets, compute_metrics and
 preprocess_logits_for_metrics take it when called, and an exception they raise leaves train()
 (evaluate(), predict()) as itself. Not supported (NotImplementedError naming the argument):
-model_init, compute_loss_func, optimizer or scheduler objects, optimizer_cls_and_kwargs,
-hyperparameter-search trials.
+compute_loss_func, optimizer or scheduler objects, optimizer_cls_and_kwargs. model_init and
+hyperparameter_search (optuna, or Kiln's random / grid search) are HF's: kiln/hp_search.py.
 
 `data_collator` may be any callable with HF's contract (a list of items in, a dict of arrays or torch
 tensors out, batch first): it is called under the GIL for every batch of training, evaluation and
@@ -37,6 +37,7 @@ prediction (kiln/trainer_data.py), and its batches may change shape from batch t
 padding); predictions and labels of different lengths are padded with -100 when gathered, as HF
 does. A torch model is then exported with every input axis dynamic.
 """
+import inspect
 import os
 import shutil
 import sys
@@ -56,7 +57,16 @@ class Trainer:
                  processing_class=None, model_init=None, compute_loss_func=None, compute_metrics=None,
                  callbacks=None, optimizers=(None, None), optimizer_cls_and_kwargs=None,
                  preprocess_logits_for_metrics=None, *, loss=None, tokenizer=None, eval_data_collator=None):
-        _unsupported("model_init", model_init is not None, "pass the model itself")
+        # HF's model_init: the model made by it (with no argument, or the trial) for every trial of a
+        # hyperparameter search and for train(trial=...); the first one now.
+        self.model_init = model_init
+        self._init_kwargs = dict(args=args, data_collator=data_collator, train_dataset=train_dataset,
+                                 eval_dataset=eval_dataset, processing_class=processing_class,
+                                 compute_metrics=compute_metrics, callbacks=callbacks,
+                                 preprocess_logits_for_metrics=preprocess_logits_for_metrics, loss=loss,
+                                 eval_data_collator=eval_data_collator)
+        if model is None and model_init is not None:
+            model = _call_model_init(model_init, None)
         _unsupported("compute_loss_func", compute_loss_func is not None,
                      "name a loss with loss=..., or export a model that computes its own 'loss' output")
         _unsupported("optimizers", tuple(optimizers or (None, None)) != (None, None),
@@ -116,7 +126,15 @@ class Trainer:
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
         """resume_from_checkpoint: None/False (fresh), True (the last checkpoint in output_dir) or a
         checkpoint folder. Returns TrainOutput(global_step, training_loss, metrics)."""
-        _unsupported("trial", trial is not None, "hyperparameter search is not part of Kiln")
+        if trial is not None:  # HF: the trial's values on the arguments, and a fresh model from model_init
+            from kiln import hp_search
+            if self.model_init is None:
+                raise RuntimeError("train(trial=...) needs a model_init to make the trial's model")
+            params = hp_search.trial_params(trial, lambda t: t.params)
+            trained = self._for_trial(trial, params)
+            out = trained.train(resume_from_checkpoint, None, ignore_keys_for_eval, **kwargs)
+            self.__dict__.update({k: v for k, v in trained.__dict__.items() if k not in ("model_init", "_init_kwargs")})
+            return out
         if kwargs:
             raise TypeError(f"train() got unexpected keyword arguments: {', '.join(sorted(kwargs))}")
         if resume_from_checkpoint is True:
@@ -153,6 +171,38 @@ class Trainer:
         self._check_columns(dataset, "test_dataset", training=False, labels_optional=True)
         predictions, label_ids, metrics = self._core.predict(dataset, metric_key_prefix)
         return PredictionOutput(predictions, label_ids, metrics)
+
+    def hyperparameter_search(self, hp_space=None, compute_objective=None, n_trials=20, direction="minimize",
+                              backend=None, hp_name=None, **kwargs):
+        """transformers' Trainer.hyperparameter_search (kiln/hp_search.py): n_trials trainings of a fresh
+        model_init model with hp_space's values, in output_dir/run-<n>; returns the best BestRun.
+        backend: "optuna" (the default; kwargs go to optuna.create_study and study.optimize), "random"
+        (seed=...) or "grid"."""
+        if self.model_init is None:
+            raise RuntimeError("To use hyperparameter search, you need to pass your model through a model_init "
+                               "function.")
+        if direction not in ("minimize", "maximize"):
+            raise ValueError(f"direction must be 'minimize' or 'maximize', not {direction!r}")
+        from kiln import hp_search
+        del hp_name  # names the trials in Ray / W&B only
+        return hp_search.search(self, hp_space, compute_objective, n_trials, direction, backend, **kwargs)
+
+    def _for_trial(self, trial, params):
+        """A Trainer for one trial: a copy of the arguments with the trial's values (HF converts each to
+        the type of the argument's current value) and output_dir/run-<n>, and model_init's model."""
+        from kiln import hp_search
+        values = self.args.to_dict()
+        for key, value in params.items():
+            if key not in values:
+                raise AttributeError(f"Trying to set {key} in the hyperparameter search but there is no "
+                                     "corresponding field in `TrainingArguments`.")
+            old = values[key]
+            values[key] = type(old)(value) if old is not None and not isinstance(old, (list, dict)) else value
+        values["output_dir"] = hp_search.run_dir(self.args.output_dir, trial)
+        kwargs = dict(self._init_kwargs)
+        plain = type(self.args) is TrainingArguments
+        kwargs["args"] = TrainingArguments(**values) if plain else _copy_args(self.args, values)
+        return type(self)(model=_call_model_init(self.model_init, trial), model_init=self.model_init, **kwargs)
 
     @property
     def tokenizer(self):
@@ -234,6 +284,25 @@ class Trainer:
         if missing:
             raise InvalidArgument(f"{what} lacks the column(s) {missing} that the model takes (model inputs: {need}; "
                                   f"{what} columns: {have})")
+
+
+def _call_model_init(model_init, trial):
+    """HF's call_model_init: model_init() or model_init(trial), as its signature takes."""
+    n = len(inspect.signature(model_init).parameters)
+    model = model_init() if n == 0 else model_init(trial)
+    if model is None:
+        raise RuntimeError("model_init should not return None.")
+    return model
+
+
+def _copy_args(args, values):
+    """A copy of a TrainingArguments subclass object with these values."""
+    import copy
+    out = copy.copy(args)
+    from kiln._core import core as _core
+    names = set(_core.TrainingArguments.option_names())
+    out._set_core(_core.TrainingArguments({k: v for k, v in values.items() if k in names}))
+    return out
 
 
 def _is_torch_module(model):

@@ -109,3 +109,28 @@ def test_floating_point_ops_and_num_examples(tmp_path):
         dataset = list(range(12))
 
     assert trainer.num_examples(Loader()) == 12 and trainer.num_examples(list(range(3))) == 3
+
+
+def test_memory_metrics_of_each_stage(tmp_path):
+    """skip_memory_metrics=False: HF's init_ (with the first train() only), train_, eval_ and test_
+    <stage>_mem_cpu_alloc_delta / _peaked_delta; an evaluation inside train() is not measured alone."""
+    args = kiln.TrainingArguments(output_dir=str(tmp_path), report_to="none", disable_tqdm=True, save_strategy="no",
+                                  skip_memory_metrics=False, max_steps=2, eval_strategy="steps", eval_steps=1)
+    trainer = kiln.Trainer(model=export_mlp(tmp_path / "mlp.onnx"), args=args, train_dataset=blobs(32, 1),
+                           eval_dataset=blobs(16, 2))
+    first = trainer.train().metrics
+    for key in ("init_mem_cpu_alloc_delta", "init_mem_cpu_peaked_delta", "train_mem_cpu_alloc_delta",
+                "train_mem_cpu_peaked_delta"):
+        assert key in first, key
+        assert key.endswith("alloc_delta") or first[key] >= 0, key  # an allocation delta may be negative
+    in_train = [h for h in trainer.state.log_history if "eval_loss" in h]
+    assert in_train and not any("eval_mem_cpu_alloc_delta" in h for h in in_train)
+    assert "init_mem_cpu_alloc_delta" not in trainer.train().metrics  # reported once
+    evaluated = trainer.evaluate()
+    assert "eval_mem_cpu_alloc_delta" in evaluated and evaluated["eval_mem_cpu_peaked_delta"] >= 0
+    predicted = trainer.predict(blobs(8, 3)).metrics
+    assert "test_mem_cpu_alloc_delta" in predicted and "test_mem_cpu_peaked_delta" in predicted
+    quiet = kiln.TrainingArguments(output_dir=str(tmp_path / "q"), report_to="none", disable_tqdm=True,
+                                   save_strategy="no", max_steps=1)
+    assert not any("mem_cpu" in k for k in kiln.Trainer(model=export_mlp(tmp_path / "mlp.onnx"), args=quiet,
+                                                         train_dataset=blobs(16, 1)).train().metrics)

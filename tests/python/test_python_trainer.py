@@ -373,8 +373,8 @@ def test_dataset_errors_name_the_column_and_item(mlp_path, tmp_path):
     with pytest.raises(ValueError, match=r"train_dataset\[2\] has columns \['input'\].*missing \['labels'\]"):
         kiln.Trainer(model=mlp_path, args=quiet_args(tmp_path), train_dataset=missing)
 
-    with pytest.raises(NotImplementedError, match="model_init"):
-        kiln.Trainer(model=mlp_path, model_init=lambda: None)
+    with pytest.raises(RuntimeError, match="model_init should not return None"):
+        kiln.Trainer(model_init=lambda: None)
     with pytest.raises(NotImplementedError, match="optimizers"):
         kiln.Trainer(model=mlp_path, optimizers=(object(), None))
 

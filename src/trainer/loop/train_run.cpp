@@ -28,22 +28,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Resident memory in bytes (VmRSS) and its peak (VmHWM) from /proc/self/status, as HF's
-// TrainerMemoryTracker measures the CPU side; `reset_peak` starts a new peak (clear_refs 5).
-MemoryUsage memory_usage(bool reset_peak = false) {
-  if (reset_peak) std::ofstream("/proc/self/clear_refs") << "5";
-  MemoryUsage u;
-  std::ifstream status("/proc/self/status");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (status >> key) {
-    if (key == "VmRSS:" && status >> kb >> unit) u.rss = kb * 1024;
-    else if (key == "VmHWM:" && status >> kb >> unit) u.peak = kb * 1024;
-  }
-  return u;
-}
-
 std::vector<Tensor> inputs_of(const training::Module& module, const data::Example& batch, bool training) {
   std::vector<Tensor> inputs;
   for (const auto& name : module.input_names(training)) {
@@ -431,10 +415,15 @@ Logs TrainRun::summary(double runtime, double training_loss, const MemoryUsage& 
                       runtime > 0 ? static_cast<double>(state_.num_input_tokens_seen) / runtime : 0.0);
   logs.emplace_back("total_flos", state_.total_flos);
   logs.emplace_back("train_loss", training_loss);
-  if (!args_.skip_memory_metrics) {
-    const MemoryUsage end = memory_usage();
-    logs.emplace_back("train_mem_cpu_alloc_delta", static_cast<double>(end.rss - memory_at_start.rss));
-    logs.emplace_back("train_mem_cpu_peaked_delta", static_cast<double>(std::max<int64_t>(0, end.peak - end.rss)));
+  if (!args_.skip_memory_metrics) {  // HF reports init's once, with the first train()'s
+    if (m_.init_memory) {
+      logs.emplace_back("init_mem_cpu_alloc_delta", m_.init_memory->alloc);
+      logs.emplace_back("init_mem_cpu_peaked_delta", m_.init_memory->peaked);
+      m_.init_memory.reset();
+    }
+    const MemoryDelta d = memory_delta_since(memory_at_start);
+    logs.emplace_back("train_mem_cpu_alloc_delta", d.alloc);
+    logs.emplace_back("train_mem_cpu_peaked_delta", d.peaked);
   }
   return logs;
 }
@@ -492,6 +481,11 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
                           args_.dataloader_drop_last);
   if (args_.compile_only) return compile_only(m, args_, loader);
   TrainRun run(*this, m, args_, state_, loader);
+  m.measuring_train = true;
+  struct Done {
+    bool& flag;
+    ~Done() { flag = false; }
+  } done{m.measuring_train};
   run.start(resume_from_checkpoint);
   run.run_epochs();
   return run.finish(start_time, memory_at_start);

@@ -9,14 +9,10 @@
 #include <vector>
 
 #include "kiln/data.h"
+#include "trainer/loop/memory_usage.h"
 #include "trainer/loop/trainer_impl.h"
 
 namespace kiln::trainer {
-
-// Resident memory and its peak, in bytes.
-struct MemoryUsage {
-  int64_t rss = 0, peak = 0;
-};
 
 // HF's schedule: batches per epoch, optimizer updates per epoch, and the run's length in updates
 // (max_steps) and in epochs.

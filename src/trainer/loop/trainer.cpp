@@ -87,6 +87,7 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
     : impl_(std::make_unique<Impl>()), args_(std::move(args)) {
   args_.validate();
   Impl& m = *impl_;
+  const MemoryUsage init_start = args_.skip_memory_metrics ? MemoryUsage{} : memory_usage(true);
   m.ipu = ipu_config(args_);
   if (m.ipu) args_ = apply_ipu_config(args_, *m.ipu, dist::launched_world_size());
   m.source = std::move(model);
@@ -155,6 +156,7 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
     if (args_.disable_tqdm.value_or(false)) m.callbacks.add(std::make_shared<PrinterCallback>());
     else m.callbacks.add(std::make_shared<ProgressCallback>());
   }
+  if (!args_.skip_memory_metrics) m.init_memory = memory_delta_since(init_start);
   m.callbacks.call(&TrainerCallback::on_init_end, args_, state_);
 }
 

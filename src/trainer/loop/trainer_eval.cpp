@@ -272,12 +272,22 @@ static Metrics finish_metrics(Trainer::Impl& m, LoopResult& r, const std::string
   return out;
 }
 
+// HF's names: the stage is "eval" for evaluate and "test" for predict, whatever the metric prefix.
+static void add_memory_metrics(Metrics& metrics, const std::string& stage, const MemoryUsage& start) {
+  const MemoryDelta d = memory_delta_since(start);
+  metrics[stage + "_mem_cpu_alloc_delta"] = d.alloc;
+  metrics[stage + "_mem_cpu_peaked_delta"] = d.peaked;
+}
+
 Metrics Trainer::evaluate(const std::shared_ptr<const data::Dataset>& eval_dataset,
                           const std::string& metric_key_prefix) {
   auto dataset = eval_dataset ? eval_dataset : impl_->eval_dataset;
   if (!dataset) throw InvalidArgument("Trainer.evaluate() needs an eval_dataset");
+  const bool measure = !args_.skip_memory_metrics && !impl_->measuring_train;  // HF's tracker: not inside train()
+  const MemoryUsage start = measure ? memory_usage(true) : MemoryUsage{};
   LoopResult r = evaluation_loop(*impl_, args_, state_, dataset);
   Metrics metrics = finish_metrics(*impl_, r, metric_key_prefix);
+  if (measure) add_memory_metrics(metrics, "eval", start);
   // HF logs the metrics (which adds "epoch" to them) and hands them to on_evaluate.
   log(Logs(metrics.begin(), metrics.end()));
   metrics["epoch"] = state_.epoch;
@@ -299,8 +309,11 @@ Metrics Trainer::evaluate(const std::map<std::string, std::shared_ptr<const data
 PredictionOutput Trainer::predict(const std::shared_ptr<const data::Dataset>& test_dataset,
                                   const std::string& metric_key_prefix) {
   if (!test_dataset) throw InvalidArgument("Trainer.predict() needs a test_dataset");
+  const bool measure = !args_.skip_memory_metrics && !impl_->measuring_train;
+  const MemoryUsage start = measure ? memory_usage(true) : MemoryUsage{};
   LoopResult r = evaluation_loop(*impl_, args_, state_, test_dataset);
   r.output.metrics = finish_metrics(*impl_, r, metric_key_prefix);
+  if (measure) add_memory_metrics(r.output.metrics, "test", start);
   CallbackContext ctx;
   ctx.metrics = &r.output.metrics;
   impl_->callbacks.call(&TrainerCallback::on_predict, args_, state_, ctx);

@@ -14,6 +14,7 @@
 #include "kiln/trainer.h"
 #include "trainer/callbacks/callback_handler.h"
 #include "trainer/loop/distributed_run.h"
+#include "trainer/loop/memory_usage.h"
 
 namespace kiln::trainer {
 
@@ -40,7 +41,11 @@ struct Trainer::Impl {
   std::optional<IPUConfig> ipu;
   // This rank's pipeline stage, when the IPUConfig has several.
   std::unique_ptr<training::PipelineStage> pipeline;
-  double pipeline_compute = 0, pipeline_wait = 0;  // seconds this stage computed and waited, this run
+  double pipeline_compute = 0, pipeline_wait = 0;
+  // HF's memory metrics: the constructor's (reported with the first train()), and whether a
+  // train() is measuring (an evaluation inside it is not measured on its own, as HF's tracker).
+  std::optional<MemoryDelta> init_memory;
+  bool measuring_train = false;  // seconds this stage computed and waited, this run
 
   // Running sums the logs are made of; saved in checkpoints so that a resumed run logs exactly
   // what an uninterrupted one does.
