@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -113,6 +114,36 @@ inline void expect_bytes_equal(const Tensor& got, const Tensor& want) {
   ASSERT_EQ(got.dtype(), want.dtype());
   ASSERT_EQ(got.shape(), want.shape());
   EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0) << got.describe();
+}
+
+// Runs the kernel as the training Optimizer does: resolved and prepared directly, with output o
+// written into inputs[alias[o]] when alias[o] is set (in place), else into a fresh tensor.
+inline std::vector<Tensor> run_aliased(const Node& node, std::vector<Tensor>& inputs,
+                                       const std::vector<std::optional<size_t>>& alias) {
+  std::vector<std::optional<DType>> dtypes;
+  InferContext ictx{node, 1, {}};
+  for (const Tensor& t : inputs) {
+    dtypes.push_back(t.dtype());
+    ictx.inputs.push_back(TensorMeta::of(t));
+  }
+  auto kernel = KernelRegistry::global().resolve_node(node, 1, dtypes).create(node);
+  const std::vector<TensorMeta> metas = kernel->infer(ictx);
+  kernel->prepare(ictx, metas);
+  std::vector<Tensor> fresh(metas.size());
+  ComputeContext cctx{node, {}, {}};
+  for (const Tensor& t : inputs) cctx.inputs.push_back(&t);
+  for (size_t o = 0; o < metas.size(); ++o) {
+    if (alias.at(o)) {
+      cctx.outputs.push_back(&inputs[*alias[o]]);
+    } else {
+      fresh[o] = Tensor::empty(metas[o].dtype, metas[o].shape);
+      cctx.outputs.push_back(&fresh[o]);
+    }
+  }
+  kernel->compute(cctx);
+  std::vector<Tensor> out;
+  for (size_t o = 0; o < metas.size(); ++o) out.push_back(alias[o] ? inputs[*alias[o]] : fresh[o]);
+  return out;
 }
 
 }  // namespace kiln::test_util

@@ -20,6 +20,7 @@ using kiln::test::expect_error;
 using test_util::as_doubles;
 using test_util::expect_bytes_equal;
 using test_util::random_real;
+using test_util::run_aliased;
 
 struct LambConfig {
   double lr = 1e-2, beta1 = 0.9, beta2 = 0.999, eps = 1e-6, wd = 0.01;
@@ -91,23 +92,6 @@ void check_lamb(const LambConfig& c, DType dt, double rtol, bool zero_weight = f
   }
 }
 
-// The kernel run as the training Optimizer runs it: output k written over input 2 / 4 / 5.
-void run_in_place(const Node& node, std::vector<Tensor>& inputs) {
-  std::vector<std::optional<DType>> dtypes;
-  InferContext ictx{node, 1, {}};
-  for (const Tensor& t : inputs) {
-    dtypes.push_back(t.dtype());
-    ictx.inputs.push_back(TensorMeta::of(t));
-  }
-  auto kernel = KernelRegistry::global().resolve_node(node, 1, dtypes).create(node);
-  const std::vector<TensorMeta> metas = kernel->infer(ictx);
-  kernel->prepare(ictx, metas);
-  ComputeContext cctx{node, {}, {}};
-  for (const Tensor& t : inputs) cctx.inputs.push_back(&t);
-  for (size_t in : {2, 4, 5}) cctx.outputs.push_back(&inputs[in]);
-  kernel->compute(cctx);
-}
-
 // float32: a few roundings per element per step, and the norms in double; float64: rounding only.
 constexpr double kRtol32 = 2e-6, kRtol64 = 1e-12;
 
@@ -147,7 +131,7 @@ TEST(LambStep, InPlaceAndThreadCountsGiveTheSameBits) {
   for (size_t o = 0; o < 3; ++o) expect_bytes_equal(separate[o], want[o]);
   // In place: X_new over X, M_new over M, V_new over V, as the Optimizer runs it.
   std::vector<Tensor> in{Tensor::scalar<float>(1e-2f), Tensor::scalar<int64_t>(3), x.clone(), g, m.clone(), v.clone()};
-  run_in_place(node, in);
+  run_aliased(node, in, {2, 4, 5});
   omp_set_num_threads(threads);
   expect_bytes_equal(in[2], want[0]);
   expect_bytes_equal(in[4], want[1]);

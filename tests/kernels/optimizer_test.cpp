@@ -22,6 +22,7 @@ using kiln::test::expect_error;
 using test_util::as_doubles;
 using test_util::expect_bytes_equal;
 using test_util::random_real;
+using test_util::run_aliased;
 
 const std::string kTraining = "ai.onnx.preview.training";
 
@@ -49,36 +50,6 @@ void expect_close(const Tensor& got, const std::vector<double>& want, double rto
   for (size_t i = 0; i < want.size(); ++i)
     ASSERT_LE(std::fabs(g[i] - want[i]), rtol * scale)
         << what << " element " << i << ": got " << g[i] << " want " << want[i];
-}
-
-// Runs the kernel as the training Optimizer does: resolved and prepared directly, with output o
-// written into inputs[alias[o]] when alias[o] is set (in place), else into a fresh tensor.
-std::vector<Tensor> run_aliased(const Node& node, std::vector<Tensor>& inputs,
-                                const std::vector<std::optional<size_t>>& alias) {
-  std::vector<std::optional<DType>> dtypes;
-  InferContext ictx{node, 1, {}};
-  for (const Tensor& t : inputs) {
-    dtypes.push_back(t.dtype());
-    ictx.inputs.push_back(TensorMeta::of(t));
-  }
-  auto kernel = KernelRegistry::global().resolve_node(node, 1, dtypes).create(node);
-  const std::vector<TensorMeta> metas = kernel->infer(ictx);
-  kernel->prepare(ictx, metas);
-  std::vector<Tensor> fresh(metas.size());
-  ComputeContext cctx{node, {}, {}};
-  for (const Tensor& t : inputs) cctx.inputs.push_back(&t);
-  for (size_t o = 0; o < metas.size(); ++o) {
-    if (alias.at(o)) {
-      cctx.outputs.push_back(&inputs[*alias[o]]);
-    } else {
-      fresh[o] = Tensor::empty(metas[o].dtype, metas[o].shape);
-      cctx.outputs.push_back(&fresh[o]);
-    }
-  }
-  kernel->compute(cctx);
-  std::vector<Tensor> out;
-  for (size_t o = 0; o < metas.size(); ++o) out.push_back(alias[o] ? inputs[*alias[o]] : fresh[o]);
-  return out;
 }
 
 // ---- AdamWStep -------------------------------------------------------------------------------

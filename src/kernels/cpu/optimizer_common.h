@@ -98,6 +98,25 @@ inline void check_same_tensors(const InferContext& ctx, const char* op,
   }
 }
 
+// Adam-family updates (AdamWStep, LambStep): torch.optim's checks of the hyperparameters, and the
+// node layout (learning_rate, step, X, G, M, V) -> (X_new, M_new, V_new), each output X's type.
+inline void check_adam_hyperparameters(const char* op, double beta1, double beta2, double eps, double weight_decay) {
+  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+    throw InvalidArgument(fmt::format("{}: beta1 = {} and beta2 = {} must lie in [0, 1)", op, beta1, beta2));
+  if (!(eps >= 0)) throw InvalidArgument(fmt::format("{}: epsilon = {} must be >= 0", op, eps));
+  if (!(weight_decay >= 0)) throw InvalidArgument(fmt::format("{}: weight_decay = {} must be >= 0", op, weight_decay));
+}
+
+inline std::vector<TensorMeta> infer_moment_update(const InferContext& ctx, const char* op) {
+  if (ctx.num_inputs() != 6)
+    throw InvalidModel(
+        fmt::format("{} takes 6 inputs (learning_rate, step, X, G, M, V), got {}", op, ctx.num_inputs()));
+  check_scalars(ctx, op);
+  check_same_tensors(ctx, op, {{2, "X"}, {3, "G"}, {4, "M"}, {5, "V"}});
+  const TensorMeta x{ctx.dtype(2), ctx.shape(2), false, Tensor()};
+  return {x, x, x};
+}
+
 // The learning rate as torch would hold it (see decimal_value); learning_rate() also refuses
 // negative rates, as torch.optim does (ONNX's ops allow them).
 inline double rate_value(const ComputeContext& ctx) {

@@ -48,21 +48,11 @@ class AdamWStep final : public Kernel {
       throw InvalidArgument(fmt::format("AdamWStep: variant '{}' is not one of 'torch', 'hf'", variant));
     if (hf_ && maximize_) throw InvalidArgument("AdamWStep: the 'hf' variant has no maximize");
     // torch.optim.AdamW's own checks.
-    if (!(beta1_ >= 0 && beta1_ < 1) || !(beta2_ >= 0 && beta2_ < 1))
-      throw InvalidArgument(fmt::format("AdamWStep: beta1 = {} and beta2 = {} must lie in [0, 1)", beta1_, beta2_));
-    if (!(eps_ >= 0)) throw InvalidArgument(fmt::format("AdamWStep: epsilon = {} must be >= 0", eps_));
-    if (!(weight_decay_ >= 0))
-      throw InvalidArgument(fmt::format("AdamWStep: weight_decay = {} must be >= 0", weight_decay_));
+    optim::check_adam_hyperparameters("AdamWStep", beta1_, beta2_, eps_, weight_decay_);
   }
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    if (ctx.num_inputs() != 6)
-      throw InvalidModel(
-          fmt::format("AdamWStep takes 6 inputs (learning_rate, step, X, G, M, V), got {}", ctx.num_inputs()));
-    optim::check_scalars(ctx, "AdamWStep");
-    check_same_tensors(ctx, "AdamWStep", {{2, "X"}, {3, "G"}, {4, "M"}, {5, "V"}});
-    const TensorMeta x{ctx.dtype(2), ctx.shape(2), false, Tensor()};
-    return {x, x, x};
+    return optim::infer_moment_update(ctx, "AdamWStep");
   }
 
   void compute(ComputeContext& ctx) override {

@@ -24,7 +24,6 @@
 namespace kiln {
 namespace {
 
-using optim::check_same_tensors;
 using optim::decimal_attr;
 using optim::learning_rate;
 using optim::step_number;
@@ -41,23 +40,13 @@ class LambStep final : public Kernel {
         weight_decay_(decimal_attr(n, "weight_decay", 0.01f)),
         max_weight_norm_(n.has_attr("max_weight_norm") ? decimal_attr(n, "max_weight_norm", 0.f) : -1.0),
         bias_correction_(n.attr_int("bias_correction", 1) != 0) {
-    if (!(beta1_ >= 0 && beta1_ < 1) || !(beta2_ >= 0 && beta2_ < 1))
-      throw InvalidArgument(fmt::format("LambStep: beta1 = {} and beta2 = {} must lie in [0, 1)", beta1_, beta2_));
-    if (!(eps_ >= 0)) throw InvalidArgument(fmt::format("LambStep: epsilon = {} must be >= 0", eps_));
-    if (!(weight_decay_ >= 0))
-      throw InvalidArgument(fmt::format("LambStep: weight_decay = {} must be >= 0", weight_decay_));
+    optim::check_adam_hyperparameters("LambStep", beta1_, beta2_, eps_, weight_decay_);
     if (n.has_attr("max_weight_norm") && !(max_weight_norm_ >= 0))
       throw InvalidArgument(fmt::format("LambStep: max_weight_norm = {} must be >= 0", max_weight_norm_));
   }
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    if (ctx.num_inputs() != 6)
-      throw InvalidModel(
-          fmt::format("LambStep takes 6 inputs (learning_rate, step, X, G, M, V), got {}", ctx.num_inputs()));
-    optim::check_scalars(ctx, "LambStep");
-    check_same_tensors(ctx, "LambStep", {{2, "X"}, {3, "G"}, {4, "M"}, {5, "V"}});
-    const TensorMeta x{ctx.dtype(2), ctx.shape(2), false, Tensor()};
-    return {x, x, x};
+    return optim::infer_moment_update(ctx, "LambStep");
   }
 
   void compute(ComputeContext& ctx) override {
