@@ -28,9 +28,9 @@
 namespace kiln::training {
 
 enum class LossType { None, MSELoss, CrossEntropyLoss, BCEWithLogitsLoss, L1Loss };
-enum class OptimType { AdamW, SGD, Lamb };
+enum class OptimType { AdamW, SGD, Lamb, Adagrad };
 
-// Parses "CrossEntropyLoss", "MSELoss", "BCEWithLogitsLoss", "L1Loss", "none" / "AdamW", "SGD", "Lamb";
+// Parses "CrossEntropyLoss", "MSELoss", "BCEWithLogitsLoss", "L1Loss", "none" / "AdamW", "SGD", "Lamb", "Adagrad";
 // InvalidArgument listing the accepted names otherwise.
 LossType loss_type_from_string(const std::string& name);
 OptimType optim_type_from_string(const std::string& name);
@@ -69,6 +69,15 @@ struct LambOptions {
   float max_weight_norm = -1.0f;
 };
 
+// torch.optim.Adagrad's hyperparameters and defaults (ai.kiln.AdagradStep).
+struct AdagradOptions {
+  float lr_decay = 0.0f;
+  float weight_decay = 0.0f;
+  float initial_accumulator_value = 0.0f;
+  float epsilon = 1e-10f;
+  bool maximize = false;
+};
+
 struct ArtifactOptions {
   std::vector<std::string> requires_grad;  // empty: the default set (see above)
   std::vector<std::string> frozen_params;
@@ -79,6 +88,7 @@ struct ArtifactOptions {
   AdamWOptions adamw;
   SGDOptions sgd;
   LambOptions lamb;
+  AdagradOptions adagrad;
   float learning_rate = 1e-3f;  // the optimizer's initial learning rate (kept in the optimizer model)
   // CrossEntropyLoss with label smoothing (torch's label_smoothing, HF's label_smoothing_factor):
   // (1 - e) * NLL + e * mean over classes of -log p, averaged over the rows not ignored.

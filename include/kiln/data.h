@@ -51,6 +51,42 @@ class Dataset {
   // batches its items itself (a Python sequence with a Python data_collator, which takes the raw
   // items) overrides it and may ignore `collate`.
   virtual Example get_batch(const std::vector<size_t>& indices, const Collator& collate) const;
+  // An item's length for length-grouped sampling (the Hugging Face Trainer's group_by_length): its
+  // `length_column` value when it has that column (a scalar), else the first dimension of its
+  // `input_column` (HF's len(item["input_ids"])). ShapeError naming the item when it has neither.
+  virtual int64_t item_length(size_t index, const std::string& length_column, const std::string& input_column) const;
+  // A stream (a Python IterableDataset behind an index): items are best read in index order, so the
+  // Trainer does not shuffle or group it.
+  virtual bool sequential() const { return false; }
+};
+
+// Items held one by one (they may differ in shape from item to item: a JSON Lines file of token
+// sequences); batches of different lengths need a padding collator (padding_collator below).
+class ExampleListDataset : public Dataset {
+ public:
+  explicit ExampleListDataset(std::vector<Example> items) : items_(std::move(items)) {}
+  size_t size() const override { return items_.size(); }
+  Example get(size_t index) const override;  // InvalidArgument for index >= size()
+
+ private:
+  std::vector<Example> items_;
+};
+
+// A dataset whose batches another collator makes (a C++ data_collator): the loader's own is ignored.
+class CollatedDataset : public Dataset {
+ public:
+  CollatedDataset(std::shared_ptr<const Dataset> dataset, Collator collate);  // InvalidArgument for nulls
+  size_t size() const override { return dataset_->size(); }
+  Example get(size_t index) const override { return dataset_->get(index); }
+  std::vector<std::string> columns() const override;  // the columns of a batch of item 0
+  Example get_batch(const std::vector<size_t>& indices, const Collator& collate) const override;
+  int64_t item_length(size_t index, const std::string& length_column, const std::string& input_column) const override {
+    return dataset_->item_length(index, length_column, input_column);
+  }
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  Collator collate_;
 };
 
 // Columns of tensors that share their first dimension; item i holds row i of each column as a
@@ -145,6 +181,28 @@ class DistributedSampler : public Sampler {
   bool drop_last_, pad_;
 };
 
+// Hugging Face's LengthGroupedSampler (group_by_length): a seeded permutation (RandomSampler's)
+// cut into mega-batches of mega_batch_mult x batch_size items, each sorted by decreasing length (a
+// stable sort), with the mega-batch holding the longest item moved first so that an out-of-memory
+// shows on the first step. mega_batch_mult 0 means HF's default: min(n / (4 batch_size), 50), at
+// least 1. Batches then hold items of similar lengths, so dynamic padding pads little.
+class LengthGroupedSampler : public Sampler {
+ public:
+  // InvalidArgument for batch_size 0 or a negative length.
+  LengthGroupedSampler(std::vector<int64_t> lengths, size_t batch_size, uint64_t seed, size_t mega_batch_mult = 0);
+  // InvalidArgument when n is not the number of lengths.
+  std::vector<size_t> order(size_t n, int64_t epoch) const override;
+
+ private:
+  std::vector<int64_t> lengths_;
+  size_t batch_size_, mega_batch_mult_;
+  RandomSampler random_;
+};
+
+// The lengths of every item of a dataset (Dataset::item_length).
+std::vector<int64_t> item_lengths(const Dataset& dataset, const std::string& length_column,
+                                  const std::string& input_column);
+
 // The Hugging Face rule for the training sampler's seed: `data_seed` when set, else `seed`.
 inline uint64_t data_sampler_seed(int64_t seed, std::optional<int64_t> data_seed) {
   return static_cast<uint64_t>(data_seed.value_or(seed));
@@ -155,6 +213,28 @@ inline uint64_t data_sampler_seed(int64_t seed, std::optional<int64_t> data_seed
 // an extra one) or a column's shape differs, TypeError when its dtype differs, each naming the
 // column and the two items.
 Example default_collate(const std::vector<Example>& items);
+
+// Dynamic padding (the collators of Hugging Face's DataCollatorWithPadding and
+// DataCollatorForSeq2Seq, with a tokenizer's pad): items whose sequence columns differ in length
+// are padded along their first dimension to the longest in the batch (rounded up to
+// pad_to_multiple_of), every other dimension and the dtype must agree; columns of scalars are
+// stacked.
+struct PaddingOptions {
+  int64_t pad_token_id = 0;           // for input_ids and any other padded column not named below
+  int64_t label_pad_token_id = -100;  // for labels (ignored by the loss)
+  // Per column pad values, over the rules: labels -100, attention_mask 0, token_type_ids 0,
+  // special_tokens_mask 1, others pad_token_id.
+  std::map<std::string, double> pad_values;
+  std::string padding_side = "right";  // or "left" (decoder-only generation)
+  int64_t pad_to_multiple_of = 0;      // 0: the batch's longest
+  // The columns padded; empty: every column of rank 1 or more.
+  std::vector<std::string> columns;
+  // When items have input_ids and no attention_mask, add one (1 for tokens, 0 for padding) as a
+  // tokenizer's pad does.
+  bool add_attention_mask = true;
+};
+// A collator that pads as above. Its errors name the column and the two items that disagree.
+Collator padding_collator(PaddingOptions options = {});
 
 // Batches of a dataset in the order of a sampler, by random access: batch(epoch, index) loads
 // exactly the items of that batch. Safe to call from several threads.
@@ -257,5 +337,22 @@ struct CsvOptions {
 // label is integral, float32 otherwise. CorruptFile naming the file and line for a ragged row, a
 // non-numeric or empty field, an unterminated quote, or no data rows.
 std::shared_ptr<TensorDataset> load_csv(const std::string& path, const CsvOptions& options = {});
+
+struct JsonlOptions {
+  // The columns read (others are skipped, strings included); empty: every column, and a string
+  // value is an error. "label" and "label_ids" are read as "labels" (HF's default collator's rule).
+  std::vector<std::string> columns;
+  // Leave out columns holding strings (raw text next to its tokens: HF's remove_unused_columns),
+  // instead of failing on them.
+  bool skip_text = false;
+};
+
+// A JSON Lines file (one JSON object per line, as `datasets` writes them): each line one item, each
+// key a column; a value is a number, a boolean or a (nested, rectangular) array of them. A column
+// is int64 when every value in it is an integer or boolean, else float32. Items may differ in
+// length (token sequences: batch them with padding_collator). CorruptFile naming the file and line
+// for malformed JSON, a line that is not an object, a string or null value, a ragged array, or a
+// line whose columns differ from the first line's; no items at all is an error too.
+std::shared_ptr<ExampleListDataset> load_jsonl(const std::string& path, const JsonlOptions& options = {});
 
 }  // namespace kiln::data

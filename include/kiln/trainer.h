@@ -48,6 +48,14 @@ struct ModelSource {
   training::AdamWOptions adamw;
   training::SGDOptions sgd;
   training::LambOptions lamb;
+  training::AdagradOptions adagrad;
+  // With `optimizer`: the parameters updated without weight decay (a torch optimizer's groups whose
+  // weight_decay is 0); none: HF's rule (biases and LayerNorm weights).
+  std::optional<std::vector<std::string>> no_weight_decay;
+  // With `optimizer`: its learning rate (a torch optimizer's), the schedule's base instead of
+  // TrainingArguments.learning_rate.
+  std::optional<double> learning_rate;
+  double base_learning_rate(const TrainingArguments& args) const { return learning_rate.value_or(args.learning_rate); }
 
   static ModelSource onnx(std::string path, training::LossType loss);
   static ModelSource artifacts(std::string dir);
@@ -59,6 +67,11 @@ struct ModelSource {
 struct EvalPrediction {
   Tensor predictions;  // the logits (or what preprocess_logits_for_metrics made of them), stacked
   Tensor label_ids;
+  // include_for_metrics "inputs": the model's main input (input_ids when it takes them, else its
+  // first input that is not a label), stacked and padded with -100 as predictions are.
+  Tensor inputs;
+  // include_for_metrics "loss": each example's batch loss (HF repeats a batch's loss per example).
+  Tensor losses;
 };
 using ComputeMetrics = std::function<Metrics(const EvalPrediction&)>;
 using PreprocessLogits = std::function<Tensor(const Tensor& logits, const Tensor& labels)>;
@@ -140,6 +153,10 @@ class Trainer {
   // HF's Trainer.log: adds "epoch" (and num_input_tokens_seen when counted), appends the log with
   // its "step" to state.log_history and calls on_log.
   void log(Logs logs);
+  // A replacement for log() in the loop's own calls (the training logs and evaluate()'s metrics): a
+  // Python subclass that overrides HF's Trainer.log gets them, and calls log() itself to record them.
+  using LogHook = std::function<void(Logs)>;
+  void set_log_hook(LogHook hook);
 
   struct Impl;  // the Trainer's internals (src/trainer/loop/trainer_impl.h)
 

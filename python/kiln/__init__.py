@@ -45,9 +45,18 @@ _LAZY = {
     "SaveStrategy": "kiln.trainer_utils",
     "set_seed": "kiln.trainer_utils",
     "default_data_collator": "kiln.trainer_data",
+    "HfArgumentParser": "kiln.hf_argparser",
+    "DataCollatorWithPadding": "kiln.data_collator",
+    "DataCollatorForLanguageModeling": "kiln.data_collator",
+    "DataCollatorForSeq2Seq": "kiln.data_collator",
     "Dataset": "kiln.data",
     "TensorDataset": "kiln.data",
     "AutoBackbone": "kiln.nn.backbone",
+    "AutoConfig": "kiln.nn.pretrained",
+    "AutoModel": "kiln.nn.pretrained",
+    "AutoModelForSequenceClassification": "kiln.nn.pretrained",
+    "AutoModelForCausalLM": "kiln.nn.pretrained",
+    "AutoModelForImageClassification": "kiln.nn.pretrained",
     "BestRun": "kiln.hp_search",
     "IPUConfig": "kiln.graphcore",
     "IPUTrainer": "kiln.graphcore",
@@ -58,7 +67,7 @@ _LAZY = {
 __all__ += list(_LAZY)
 
 
-_SUBMODULES = ("nn", "data", "training", "backend", "distributed", "graphcore")
+_SUBMODULES = ("nn", "data", "data_collator", "training", "backend", "distributed", "graphcore")
 
 
 def __getattr__(name):

@@ -2,13 +2,12 @@
 trains a fresh model from `model_init` with the trial's values set on a copy of the arguments, in
 output_dir/run-<n>, and is scored by compute_objective over its final evaluation. Backends: "optuna"
 (Debian's python3-optuna: its samplers, pruners and storages; intermediate evaluations are reported
-to the trial, and a pruned trial stops training), and Kiln's own "random" (seeded) and "grid"
-(the Cartesian product of categorical choices, in order).
+to the trial, and a pruned trial stops training), and Kiln's own "random" (seeded; the sampler of the C++
+search, include/kiln/hp_search.h) and "grid" (the Cartesian product of categorical choices, in order).
 """
 import inspect
 import itertools
 import os
-import random
 from typing import Any, Dict, NamedTuple, Optional
 
 from kiln.trainer_callback import TrainerCallback
@@ -44,29 +43,28 @@ def default_hp_space_optuna(trial):
 
 
 class RandomTrial:
-    """Kiln's trial for the "random" backend: optuna's suggest_* names over a seeded generator."""
+    """Kiln's trial for the "random" backend: optuna's suggest_* names over the C++ search's seeded
+    sampler (include/kiln/hp_search.h), so that the same seed and order of suggestions draw what
+    `kiln hpsearch --backend random --search-seed S` draws."""
 
-    def __init__(self, number, rng):
-        self.number, self._rng, self.params = number, rng, {}
+    def __init__(self, number, sampler):
+        self.number, self._sampler, self.params = number, sampler, {}
 
     def suggest_float(self, name, low, high, *, log=False, step=None):
-        if log:
-            import math
-            value = math.exp(self._rng.uniform(math.log(low), math.log(high)))
-        elif step:
-            value = low + step * self._rng.randint(0, int(round((high - low) / step)))
-        else:
-            value = self._rng.uniform(low, high)
+        if log and step:
+            raise ValueError(f"{name}: suggest_float takes log or step, not both (optuna's rule)")
+        value = self._sampler.suggest_float(float(low), float(high), bool(log), float(step or 0))
         self.params[name] = value
         return value
 
     def suggest_int(self, name, low, high, step=1, log=False):
-        value = self._rng.randrange(low, high + 1, step)
+        value = self._sampler.suggest_int(int(low), int(high), int(step), bool(log))
         self.params[name] = value
         return value
 
     def suggest_categorical(self, name, choices):
-        value = self._rng.choice(list(choices))
+        choices = list(choices)
+        value = choices[self._sampler.suggest_index(len(choices))]
         self.params[name] = value
         return value
 
@@ -169,8 +167,9 @@ def search(trainer, hp_space, compute_objective, n_trials, direction, backend, *
     if hp_space is None:
         raise ValueError(f"backend {backend!r} needs an hp_space")
     if backend == "random":
-        rng = random.Random(kwargs.pop("seed", 0))
-        trials = (RandomTrial(n, rng) for n in range(n_trials))
+        from kiln._core import core
+        sampler = core.HpSampler(int(kwargs.pop("seed", 0)))
+        trials = (RandomTrial(n, sampler) for n in range(n_trials))
     elif backend == "grid":
         shape = _GridShape()
         hp_space(shape)

@@ -28,8 +28,11 @@ else CrossEntropyLoss against the model's first output and the "labels" column.
 The loop runs in C++ with the GIL released; Python callbacks, Python datasets, compute_metrics and
 preprocess_logits_for_metrics take it when called, and an exception they raise leaves train()
 (evaluate(), predict()) as itself. Not supported (NotImplementedError naming the argument):
-compute_loss_func, optimizer or scheduler objects, optimizer_cls_and_kwargs. model_init and
-hyperparameter_search (optuna, or Kiln's random / grid search) are HF's: kiln/hp_search.py.
+compute_loss_func. model_init and hyperparameter_search (optuna, or Kiln's random / grid search) are
+HF's: kiln/hp_search.py. `optimizers=(optimizer, lr_scheduler)`, optimizer_cls_and_kwargs and the
+create_optimizer / create_scheduler / create_optimizer_and_scheduler hooks take torch optimizers and
+schedulers, which Kiln reads and runs natively (kiln/trainer_optimizers.py); a subclass's `log` gets
+the loop's logs.
 
 `data_collator` may be any callable with HF's contract (a list of items in, a dict of arrays or torch
 tensors out, batch first): it is called under the GIL for every batch of training, evaluation and
@@ -47,7 +50,13 @@ from collections.abc import Mapping
 from kiln._core import core
 from kiln.errors import InvalidArgument
 from kiln.trainer_callback import CallbackHandler
-from kiln.trainer_data import default_data_collator, is_custom_collator, to_dataset
+from kiln.trainer_data import (
+    default_data_collator,
+    is_custom_collator,
+    iterable_as_sequence,
+    remove_unused_columns,
+    to_dataset,
+)
 from kiln.trainer_utils import PredictionOutput, TrainOutput
 from kiln.training_args import TrainingArguments
 
@@ -69,10 +78,10 @@ class Trainer:
             model = _call_model_init(model_init, None)
         _unsupported("compute_loss_func", compute_loss_func is not None,
                      "name a loss with loss=..., or export a model that computes its own 'loss' output")
-        _unsupported("optimizers", tuple(optimizers or (None, None)) != (None, None),
-                     "choose the optimizer and schedule with TrainingArguments (optim, lr_scheduler_type, ...)")
-        _unsupported("optimizer_cls_and_kwargs", optimizer_cls_and_kwargs is not None,
-                     "choose the optimizer with TrainingArguments.optim")
+        self.optimizer, self.lr_scheduler = tuple(optimizers or (None, None))
+        self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
+        if self.optimizer is not None and optimizer_cls_and_kwargs is not None:
+            raise RuntimeError("Passing both `optimizers` and `optimizer_cls_and_kwargs` arguments is incompatible.")
         if model is None:
             raise RuntimeError("`Trainer` requires either a `model` or `model_init` argument")
         if tokenizer is not None:  # HF's name before processing_class (and the one ORTTrainer scripts use)
@@ -86,6 +95,9 @@ class Trainer:
             raise TypeError(f"args must be a kiln.TrainingArguments, not {type(args).__name__}")
         self.model = model
         self.args = args
+        if data_collator is None and _is_tokenizer(processing_class):  # HF: pad with the tokenizer
+            from kiln.data_collator import DataCollatorWithPadding
+            data_collator = DataCollatorWithPadding(processing_class)
         self.data_collator = data_collator if data_collator is not None else default_data_collator
         # optimum-graphcore's eval_data_collator (IPUTrainer): evaluation and prediction batches' own.
         self.eval_data_collator = eval_data_collator if eval_data_collator is not None else self.data_collator
@@ -97,9 +109,11 @@ class Trainer:
         if isinstance(eval_dataset, Mapping) and not _is_columns(eval_dataset):
             raise NotImplementedError("eval_dataset: a dict of named evaluation datasets is evaluated by "
                                       "trainer.evaluate(), not during train(); pass one dataset here")
-        train = to_dataset(train_dataset, "train_dataset", data_collator)
-        evaluation = to_dataset(eval_dataset, "eval_dataset",
-                                eval_data_collator if eval_data_collator is not None else data_collator)
+        self._signature_columns = _signature_columns(model, args) if args.remove_unused_columns else None
+        self._one_input_model = (getattr(model, "_kiln_nn_module", False) or _is_torch_module(model)) and \
+            len(_required_parameters(model)) <= 1
+        train = self._dataset(train_dataset, "train_dataset", self.data_collator)
+        evaluation = self._dataset(eval_dataset, "eval_dataset", self.eval_data_collator)
         callbacks = [cb() if isinstance(cb, type) else cb for cb in (callbacks or [])]
         with tempfile.TemporaryDirectory(prefix="kiln-model-") as tmp:
             if getattr(model, "_kiln_nn_module", False):  # a kiln.nn.Module: exported here, weights back after train()
@@ -110,15 +124,28 @@ class Trainer:
                 from kiln.training.ortmodule.trainer_glue import export_for_trainer as export_torch
                 path = os.path.join(tmp, "model.onnx")
                 outputs = export_torch(model, train, args.label_names or ["labels"], path,
-                                       dynamic_shapes=is_custom_collator(data_collator))
+                                       dynamic_shapes=is_custom_collator(self.data_collator))
                 spec = _onnx_spec(path, outputs, loss)
                 if getattr(args, "save_onnx", False):  # ORTTrainingArguments: the exported graph kept
                     _keep_onnx(path, args)
             else:
                 spec = _model_spec(model, loss, tmp)
+            spec["optimizer"] = self._optimizer_spec(train)
+            if processing_class is not None and callable(getattr(processing_class, "save_pretrained", None)):
+                callbacks.append(_SaveProcessingClass(processing_class))  # HF saves it in every checkpoint
             self._core = core.Trainer(spec, args._core, args, model, train, evaluation, compute_metrics,
                                       preprocess_logits_for_metrics, callbacks)
         self.callback_handler = CallbackHandler(self._core)
+        for hook in _LOOP_HOOKS:
+            if _overrides(self, hook):
+                raise NotImplementedError(f"{type(self).__name__}.{hook} overrides Trainer.{hook}, which Kiln's native "
+                                          "training loop does not call (built: create_optimizer, create_scheduler, "
+                                          "create_optimizer_and_scheduler, log)")
+        if _overrides(self, "log"):  # the loop's logs go through the subclass's log
+            self._core.set_log_hook(lambda logs: self.log(logs))
+        if self.lr_scheduler is not None or _overrides(self, "create_scheduler") or \
+                _overrides(self, "create_optimizer_and_scheduler"):
+            self._core.set_scheduler_factory(self._schedule)
         self._check_columns(train, "train_dataset", training=True)
         self._check_columns(evaluation, "eval_dataset", training=False)
 
@@ -160,14 +187,14 @@ class Trainer:
             for name, dataset in eval_dataset.items():
                 metrics.update(self.evaluate(dataset, ignore_keys, f"{metric_key_prefix}_{name}"))
             return metrics
-        dataset = to_dataset(eval_dataset, "eval_dataset", self.eval_data_collator)
+        dataset = self._dataset(eval_dataset, "eval_dataset", self.eval_data_collator)
         self._check_columns(dataset, "eval_dataset", training=False)
         return self._core.evaluate(dataset, metric_key_prefix)
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test"):
         """PredictionOutput(predictions, label_ids, metrics). Without labels in the dataset, as HF:
         predictions only (label_ids None, no test_loss)."""
-        dataset = to_dataset(test_dataset, "test_dataset", self.eval_data_collator)
+        dataset = self._dataset(test_dataset, "test_dataset", self.eval_data_collator)
         self._check_columns(dataset, "test_dataset", training=False, labels_optional=True)
         predictions, label_ids, metrics = self._core.predict(dataset, metric_key_prefix)
         return PredictionOutput(predictions, label_ids, metrics)
@@ -204,6 +231,62 @@ class Trainer:
         kwargs["args"] = TrainingArguments(**values) if plain else _copy_args(self.args, values)
         return type(self)(model=_call_model_init(self.model_init, trial), model_init=self.model_init, **kwargs)
 
+    # ---- Optimizer and schedule (HF's hooks; kiln/trainer_optimizers.py) -------------------------
+    def create_optimizer(self):
+        """HF's hook: a subclass returns (and sets as self.optimizer) a torch optimizer, whose class and
+        hyperparameters Kiln runs natively. The base returns the `optimizers` one, or None (Kiln's own,
+        from TrainingArguments.optim)."""
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps, optimizer=None):
+        """HF's hook: a subclass returns (and sets as self.lr_scheduler) a torch lr_scheduler, called
+        when training starts; Kiln replays it for each step's rate. The base returns the `optimizers`
+        one, or None (TrainingArguments.lr_scheduler_type)."""
+        return self.lr_scheduler
+
+    def create_optimizer_and_scheduler(self, num_training_steps):
+        self.create_optimizer()
+        optimizer = self.optimizer
+        self.create_scheduler(num_training_steps=num_training_steps, optimizer=optimizer)
+
+    def _optimizer_spec(self, train):
+        """The torch optimizer Kiln is to run, as the model spec's entry (None: TrainingArguments.optim)."""
+        from kiln import trainer_optimizers as opt
+        if self.optimizer_cls_and_kwargs is not None:
+            cls, kwargs = self.optimizer_cls_and_kwargs
+            self.optimizer, spec = opt.instantiate(cls, kwargs, self.model, self.args)
+            return spec
+        if _overrides(self, "create_optimizer_and_scheduler"):
+            self.create_optimizer_and_scheduler(self._num_training_steps(train))
+        elif _overrides(self, "create_optimizer"):
+            made = self.create_optimizer()
+            self.optimizer = made if made is not None else self.optimizer
+        return None if self.optimizer is None else opt.optimizer_spec(self.optimizer, self.model)
+
+    def _num_training_steps(self, train):
+        """HF's count of optimizer steps: max_steps, else epochs x updates per epoch."""
+        import math
+        args = self.args
+        if args.max_steps and args.max_steps > 0:
+            return args.max_steps
+        if train is None:
+            return 0
+        batches = math.ceil(len(train) / (args.per_device_train_batch_size * max(1, args.world_size)))
+        return math.ceil(args.num_train_epochs * max(1, batches // args.gradient_accumulation_steps))
+
+    def _schedule(self, base_lr, warmup, total):
+        """The scheduler factory the C++ loop calls when training starts: lr_at(step)."""
+        del base_lr, warmup
+        from kiln import trainer_optimizers as opt
+        if _overrides(self, "create_scheduler") and not _overrides(self, "create_optimizer_and_scheduler"):
+            if self.optimizer is None:
+                self.optimizer = opt.stand_in_optimizer(self.args)
+            made = self.create_scheduler(num_training_steps=total, optimizer=self.optimizer)
+            self.lr_scheduler = made if made is not None else self.lr_scheduler
+        if self.lr_scheduler is None:
+            raise RuntimeError("create_scheduler set no lr_scheduler")
+        return opt.ScheduleReplay(self.lr_scheduler)
+
     @property
     def tokenizer(self):
         """HF's older name of processing_class."""
@@ -224,8 +307,12 @@ class Trainer:
         self._core.log(dict(logs))
 
     def save_model(self, output_dir=None, _internal_call=False):
-        """model.onnx (inference) and model.safetensors in output_dir (default args.output_dir)."""
+        """model.onnx (inference) and model.safetensors in output_dir (default args.output_dir), and the
+        processing_class (tokenizer) by its save_pretrained, as HF saves it."""
         self._core.save_model("" if output_dir is None else os.fspath(output_dir))
+        if self.processing_class is not None and callable(getattr(self.processing_class, "save_pretrained", None)) \
+                and self.args.should_save:
+            self.processing_class.save_pretrained(os.fspath(output_dir or self.args.output_dir))
 
     def save_state(self):
         self._core.save_state()
@@ -271,6 +358,19 @@ class Trainer:
         self.callback_handler.remove_callback(callback)
 
     # ---- Helpers -------------------------------------------------------------------------------
+    def _dataset(self, dataset, what, collator):
+        """A dataset argument as a kiln Dataset: unused columns removed (remove_unused_columns), then
+        collated by `collator` when it is a custom one."""
+        dataset = iterable_as_sequence(dataset, what, self.args, training=what == "train_dataset")
+        keep = self._signature_columns
+        if keep is not None and self.args.group_by_length:
+            keep = keep + [self.args.length_column_name]  # HF's sampler reads it before the removal
+        if keep is not None and self.args.include_num_input_tokens_seen not in (False, "no"):
+            keep = keep + ["input_ids", "attention_mask"]  # what the token count reads
+        if keep is not None and self._one_input_model and not _feature_columns_match(dataset, keep, self.args):
+            keep = None  # Kiln's rule for one-input modules: the one column that is not a label feeds it
+        return to_dataset(remove_unused_columns(dataset, what, keep), what, collator)
+
     def _check_columns(self, dataset, what, training, labels_optional=False):
         """InvalidArgument (a ValueError) naming the model inputs a dataset lacks."""
         if dataset is None or len(dataset) == 0:
@@ -284,6 +384,93 @@ class Trainer:
         if missing:
             raise InvalidArgument(f"{what} lacks the column(s) {missing} that the model takes (model inputs: {need}; "
                                   f"{what} columns: {have})")
+
+
+# HF's hooks of its Python loop, which Kiln's C++ loop has no place for yet.
+_LOOP_HOOKS = ("compute_loss", "training_step", "prediction_step", "evaluation_loop", "get_train_dataloader",
+               "get_eval_dataloader", "get_test_dataloader")
+
+
+def _loop_hook(name):
+    def hook(self, *args, **kwargs):
+        raise NotImplementedError(f"Trainer.{name}: Kiln's training and evaluation loops run natively, with no "
+                                  "Python step to call or override")
+    hook.__name__ = name
+    return hook
+
+
+def _overrides(trainer, name):
+    """Whether the trainer's class replaces Trainer.<name> (HF's subclassing hooks)."""
+    return getattr(type(trainer), name) is not getattr(Trainer, name)
+
+
+def _is_tokenizer(obj):
+    """A tokenizer-like processing_class (HF pads with it when no data_collator is given)."""
+    return obj is not None and (callable(getattr(obj, "pad", None)) or hasattr(obj, "pad_token_id"))
+
+
+def _forward_parameters(module):
+    """The names forward takes, or None when it takes *args / **kwargs only."""
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    names = [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return names or None
+
+
+def _required_parameters(module):
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _feature_columns_match(dataset, keep, args):
+    """Whether a dataset's first item has a column the forward takes that is not a label."""
+    labels = {"label", "label_ids", *(args.label_names or ["labels"])}
+    try:
+        first = dataset[0] if not isinstance(dataset, Mapping) else dataset
+    except (IndexError, KeyError, TypeError, NotImplementedError):
+        return True
+    return not isinstance(first, Mapping) or any(c in keep and c not in labels for c in first)
+
+
+def _signature_columns(model, args):
+    """HF's _set_signature_columns_if_needed: the columns the model takes (a torch or kiln.nn
+    forward's parameters, an ONNX model's inputs, a built-in model's), plus "label", "label_ids" and
+    the label names; None when they cannot be told (nothing is removed then)."""
+    names = None
+    if getattr(model, "_kiln_nn_module", False) or _is_torch_module(model):
+        names = _forward_parameters(model)
+    elif hasattr(model, "SerializeToString") and hasattr(model, "graph"):
+        initializers = {t.name for t in model.graph.initializer}
+        names = [i.name for i in model.graph.input if i.name not in initializers]
+    elif isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if os.path.isdir(path) and os.path.isfile(os.path.join(path, "training_model.onnx")):
+            names = list(core.onnx_io_names(os.path.join(path, "training_model.onnx"))[0])
+        elif os.path.isfile(path):
+            names = list(core.onnx_io_names(path)[0])
+        elif path in core.builtin_model_names():
+            from kiln.nn import zoo
+            names = [n for n, _ in zoo.example_inputs(path)]
+    if names is None:
+        return None
+    return names + [n for n in ["label", "label_ids"] + list(args.label_names or ["labels"]) if n not in names]
+
+
+class _SaveProcessingClass:
+    """HF's checkpoints hold the tokenizer: its save_pretrained into each checkpoint folder."""
+
+    def __init__(self, processing_class):
+        self.processing_class = processing_class
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        if state.is_world_process_zero and os.path.isdir(folder):
+            self.processing_class.save_pretrained(folder)
 
 
 def _call_model_init(model_init, trial):
@@ -365,3 +552,7 @@ def _onnx_spec(path, outputs, loss):
 def _no_loss(loss, what):
     if loss is not None:
         raise InvalidArgument(f"loss={loss!r}: the model is {what}; loss applies to a forward ONNX model")
+
+
+for _name in _LOOP_HOOKS:
+    setattr(Trainer, _name, _loop_hook(_name))

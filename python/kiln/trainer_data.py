@@ -13,6 +13,10 @@ dict of arrays or torch tensors, batch first: HF's contract), every dataset is r
 collator gets the raw items (a list of dicts of any shapes and types, a kiln Dataset's items as dicts
 of numpy arrays) and its batches may differ in shape from one batch to the next (dynamic padding).
 
+With TrainingArguments.remove_unused_columns (HF's default True), items lose the columns the
+model's forward does not take before they are collated or stacked (remove_unused_columns below;
+HF's RemoveColumnsCollator), so that text next to its tokens is no error.
+
 Columns "label" and "label_ids" are renamed "labels", as HF's default_data_collator does. Python
 numbers and lists become float32 / int64 arrays (torch.tensor's choice); numpy arrays keep their
 dtype.
@@ -78,6 +82,152 @@ def stack_items(items, what="dataset"):
                 raise DTypeError(f"column '{k}' of {what}[{i}] has dtype {a.dtype}, {what}[0]'s has {dtype}")
         stacked[_RENAMED.get(k, k)] = np.stack(arrays)
     return core.TensorDataset(stacked)
+
+
+class RemoveColumnsCollator:
+    """HF's: a data_collator that gets each item without the columns the model does not take
+    (remove_unused_columns=True)."""
+
+    def __init__(self, data_collator, signature_columns, logger=None, model_name=None, description=None):
+        del logger, model_name, description
+        self.data_collator = data_collator
+        self.signature_columns = list(signature_columns)
+
+    def _remove_columns(self, feature):
+        if not isinstance(feature, Mapping):
+            return feature
+        return {k: v for k, v in feature.items() if k in self.signature_columns}
+
+    def __call__(self, features):
+        return self.data_collator([self._remove_columns(f) for f in features])
+
+
+class _WithoutColumns:
+    """A sequence whose dict items keep only `columns` (remove_unused_columns without a collator)."""
+
+    def __init__(self, sequence, columns):
+        self.sequence = sequence
+        self.columns = columns
+        if getattr(sequence, "_kiln_stream", False):  # an IterableDataset's stream stays one
+            self._kiln_stream = True
+
+    def __len__(self):
+        return len(self.sequence)
+
+    def __getitem__(self, index):
+        item = self.sequence[index]
+        return {k: v for k, v in item.items() if k in self.columns} if isinstance(item, Mapping) else item
+
+
+def remove_unused_columns(dataset, what, signature_columns):
+    """The dataset without the columns the model does not take (HF's remove_unused_columns): a dict of
+    columns or a sequence of dict items filtered, a kiln Dataset as it is (its columns are read by
+    name). ValueError, as HF's, when no column is left."""
+    if signature_columns is None or dataset is None or isinstance(dataset, core.Dataset):
+        return dataset
+    keep = set(signature_columns)
+    if isinstance(dataset, Mapping):
+        columns = list(dataset)
+        filtered = {k: v for k, v in dataset.items() if k in keep}
+    elif hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__") and len(dataset) > 0 and \
+            isinstance(dataset[0], Mapping):
+        columns = list(dataset[0])
+        filtered = [{k: v for k, v in item.items() if k in keep} for item in dataset] \
+            if isinstance(dataset, (list, tuple)) else _WithoutColumns(dataset, keep)
+    else:
+        return dataset
+    if not any(c in keep for c in columns):
+        raise ValueError(f"No columns in the {what} match the model's forward method signature "
+                         f"({', '.join(signature_columns)}). The following columns have been ignored: "
+                         f"[{', '.join(columns)}]. Please check the dataset and model. You may need to set "
+                         "`remove_unused_columns=False` in `TrainingArguments`.")
+    return filtered
+
+
+def is_iterable_dataset(dataset):
+    """An IterableDataset (torch's, datasets', a generator...): iterable, without a length."""
+    return (dataset is not None and not isinstance(dataset, (Mapping, core.Dataset)) and hasattr(dataset, "__iter__")
+            and not hasattr(dataset, "__len__"))
+
+
+class IterableAsSequence:
+    """An IterableDataset read as the C++ loader reads datasets, by index, for the Trainer: item i is
+    the i-th item of the stream, which starts again (set_epoch(pass) first, as HF calls it every
+    epoch) whenever it ends, for `length` items in all. Each rank reads the whole stream and keeps
+    the items of its share (i % world == rank: the C++ loader reads a stream in order and shards it
+    that way); an index before the stream's position (a resumed run) replays the stream from its
+    start, as HF skips batches by iterating. Items asked for out of order by loader threads wait in a
+    small buffer. Thread-safe."""
+    _kiln_stream = True
+
+    def __init__(self, iterable, length, rank=0, world=1):
+        import threading
+        self.iterable = iterable
+        self.length = length
+        self.rank, self.world = rank, world
+        self._lock = threading.Lock()
+        self._buffer = {}
+        self._restart()
+
+    def __len__(self):
+        return self.length
+
+    def _restart(self):
+        self._pass = 0
+        self._cursor = 0
+        self._buffer.clear()
+        self._begin_pass()
+
+    def _begin_pass(self):
+        if hasattr(self.iterable, "set_epoch"):
+            self.iterable.set_epoch(self._pass)
+        self._iterator = iter(self.iterable)
+
+    def _next(self):
+        for attempt in range(2):
+            try:
+                return next(self._iterator)
+            except StopIteration:
+                if attempt == 1 or self._cursor == 0:
+                    break
+                self._pass += 1
+                self._begin_pass()
+        raise ValueError("the IterableDataset yielded no items" + (f" in pass {self._pass}" if self._pass else ""))
+
+    def __getitem__(self, index):
+        if not 0 <= index < self.length:
+            raise IndexError(f"index {index} is out of range for {self.length} items")
+        with self._lock:
+            if index in self._buffer:
+                return self._buffer.pop(index)
+            if index < self._cursor:
+                self._restart()
+            while True:
+                item = self._next()
+                at = self._cursor
+                self._cursor += 1
+                if at == index:
+                    return item
+                if at % self.world == self.rank:
+                    self._buffer[at] = item
+
+
+def iterable_as_sequence(dataset, what, args, training):
+    """An IterableDataset as a sequence: a training one as the stream read for max_steps (HF's rule:
+    it must be set), an evaluation one read once into a list (it is finite)."""
+    if not is_iterable_dataset(dataset):
+        return dataset
+    if not training:
+        items = list(dataset)
+        if not items:
+            raise ValueError(f"{what}: the IterableDataset yielded no items")
+        return items
+    if args.max_steps is None or args.max_steps <= 0:
+        raise ValueError(f"args.max_steps must be set to a positive value if dataloader does not have a length, was "
+                         f"{args.max_steps}")
+    world = max(1, int(args.world_size))
+    length = args.max_steps * args.per_device_train_batch_size * args.gradient_accumulation_steps * world
+    return IterableAsSequence(dataset, length, int(args.process_index), world)
 
 
 def is_custom_collator(collator):

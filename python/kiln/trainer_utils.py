@@ -7,7 +7,9 @@ import numpy as np
 class EvalPrediction:
     """What compute_metrics receives: predictions (the logits, or what preprocess_logits_for_metrics
     made of them) and label_ids, numpy arrays over the whole evaluation set. Unpacks as HF's:
-    `predictions, labels = eval_pred`. inputs and losses are None (Kiln does not gather them)."""
+    `predictions, labels = eval_pred`. inputs (the model's main input) and losses (each example's
+    batch loss) are there when TrainingArguments.include_for_metrics names them ("inputs", "loss"),
+    and then unpack too, as HF's do; else None."""
 
     def __init__(self, predictions, label_ids, inputs=None, losses=None):
         self.predictions = predictions

@@ -45,10 +45,30 @@ void note(py::error_already_set& e, const std::string& text) {
   if (py::hasattr(e.value(), "add_note")) e.value().attr("add_note")(text);
 }
 
+// kiln/trainer_data.py's IterableDataset adapter marks itself so: its items come from a stream.
+bool is_stream(const py::object& sequence) { return py::hasattr(sequence, "_kiln_stream"); }
+
+// group_by_length over raw Python items (HF's rule): item[length_column] when the item has it, else
+// len(item[input_column]).
+int64_t raw_item_length(const py::object& sequence, size_t index, const std::string& length_column,
+                        const std::string& input_column) {
+  py::gil_scoped_acquire gil;
+  const py::object item = sequence[py::int_(index)];
+  if (!py::hasattr(item, "keys"))
+    throw TypeError(fmt::format("item {} of the dataset is a {}, not a dict", index, type_name(item)));
+  const py::object keys = item.attr("keys")();
+  if (keys.contains(length_column)) return py::int_(item[py::str(length_column)]).cast<int64_t>();
+  if (!keys.contains(input_column))
+    throw ShapeError(fmt::format("item {} has neither a '{}' column nor a '{}' column to take its length from", index,
+                                 length_column, input_column));
+  return static_cast<int64_t>(py::len(item[py::str(input_column)]));
+}
+
 // A Python sequence (len + __getitem__) of dicts, read item by item under the GIL.
 class PythonDataset final : public data::Dataset {
  public:
-  explicit PythonDataset(const py::object& sequence) : sequence_(hold(sequence)), size_(py::len(sequence)) {}
+  explicit PythonDataset(const py::object& sequence)
+      : sequence_(hold(sequence)), size_(py::len(sequence)), sequential_(is_stream(sequence)) {}
   size_t size() const override { return size_; }
   data::Example get(size_t index) const override {
     if (index >= size_)
@@ -61,10 +81,15 @@ class PythonDataset final : public data::Dataset {
       throw;
     }
   }
+  int64_t item_length(size_t index, const std::string& length_column, const std::string& input_column) const override {
+    return raw_item_length(*sequence_, index, length_column, input_column);
+  }
+  bool sequential() const override { return sequential_; }
 
  private:
   PyRef sequence_;
   size_t size_;
+  bool sequential_;
 };
 
 // A Python sequence batched by a Python data_collator, as Hugging Face's DataLoader does: the
@@ -74,7 +99,10 @@ class PythonDataset final : public data::Dataset {
 class CollatedPythonDataset final : public data::Dataset {
  public:
   CollatedPythonDataset(const py::object& sequence, const py::object& collator)
-      : sequence_(hold(sequence)), collator_(hold(collator)), size_(py::len(sequence)) {}
+      : sequence_(hold(sequence)),
+        collator_(hold(collator)),
+        size_(py::len(sequence)),
+        sequential_(is_stream(sequence)) {}
   size_t size() const override { return size_; }
   data::Example get(size_t index) const override {
     data::Example batch = get_batch({index}, data::default_collate);
@@ -84,6 +112,10 @@ class CollatedPythonDataset final : public data::Dataset {
     }
     return batch;
   }
+  int64_t item_length(size_t index, const std::string& length_column, const std::string& input_column) const override {
+    return raw_item_length(*sequence_, index, length_column, input_column);
+  }
+  bool sequential() const override { return sequential_; }
   // The columns of the first batch made (the collator runs once for them when none was yet).
   std::vector<std::string> columns() const override {
     {
@@ -140,6 +172,7 @@ class CollatedPythonDataset final : public data::Dataset {
   PyRef sequence_;
   PyRef collator_;
   size_t size_;
+  bool sequential_;
   mutable std::mutex mutex_;
   mutable std::vector<std::string> columns_;
 };
@@ -223,6 +256,16 @@ void register_data(py::module_& m) {
            }),
            py::arg("columns"))
       .def("column", [](const TensorDataset& d, const std::string& name) { return to_array(d.column(name)); });
+  py::class_<ExampleListDataset, Dataset, std::shared_ptr<ExampleListDataset>>(m, "ExampleListDataset");
+  m.def(
+      "load_jsonl",
+      [](const py::object& path, const std::vector<std::string>& columns, bool skip_text) {
+        JsonlOptions o;
+        o.columns = columns;
+        o.skip_text = skip_text;
+        return load_jsonl(fspath(path), o);
+      },
+      py::arg("path"), py::arg("columns") = std::vector<std::string>(), py::arg("skip_text") = false);
   m.def("python_dataset", [](const py::object& sequence) -> std::shared_ptr<Dataset> {
     return std::make_shared<PythonDataset>(sequence);
   });

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "kiln/error.h"
+#include "kiln/hp_search.h"
 #include "kiln/onnx_io.h"
 #include "numpy_tensor.h"
 #include "trainer_bindings.h"
@@ -42,6 +43,7 @@ ModelSource model_source(const py::dict& spec) {
     s.logits_output = spec["logits_output"].cast<std::string>();
   if (spec.contains("frozen_params") && !spec["frozen_params"].is_none())
     s.frozen_params = spec["frozen_params"].cast<std::vector<std::string>>();
+  if (spec.contains("optimizer") && !spec["optimizer"].is_none()) set_optimizer(s, spec["optimizer"].cast<py::dict>());
   return s;
 }
 
@@ -88,8 +90,9 @@ ComputeMetrics compute_metrics_from_py(const py::object& fn) {
   return [held](const EvalPrediction& p) {
     py::gil_scoped_acquire gil;
     const py::object eval_prediction = py::module_::import("kiln.trainer_utils").attr("EvalPrediction");
-    const py::object labels = p.label_ids.defined() ? py::object(copy_to_array(p.label_ids)) : py::none();
-    const py::object result = (*held)(eval_prediction(copy_to_array(p.predictions), labels));
+    const auto array_or_none = [](const Tensor& t) { return t.defined() ? py::object(copy_to_array(t)) : py::none(); };
+    const py::object result = (*held)(eval_prediction(copy_to_array(p.predictions), array_or_none(p.label_ids),
+                                                      array_or_none(p.inputs), array_or_none(p.losses)));
     return metrics_from_py(result, "compute_metrics");
   };
 }
@@ -183,10 +186,31 @@ void def_training_loop(TrainerClass& cls) {
             return py::make_tuple(preds, labels, metrics_to_py(out.metrics));
           },
           py::arg("test_dataset"), py::arg("metric_key_prefix") = "test")
-      .def("log", [](const py::object& self, const py::dict& logs) {
-        const PyTrainer& t = self.cast<const PyTrainer&>();
-        ActiveTrainerScope scope(&t.get().state(), t.active(self));
-        t.get().log(logs_from_py(logs));
+      .def("log",
+           [](const py::object& self, const py::dict& logs) {
+             const PyTrainer& t = self.cast<const PyTrainer&>();
+             ActiveTrainerScope scope(&t.get().state(), t.active(self));
+             t.get().log(logs_from_py(logs));
+           })
+      // A subclass's Trainer.log: the loop's logs go to hook(dict) (under the GIL).
+      .def("set_log_hook",
+           [](PyTrainer& t, const py::object& hook) {
+             PyRef held = hold(hook);
+             t.get().set_log_hook([held](Logs logs) {
+               py::gil_scoped_acquire gil;
+               py::dict d;
+               for (const auto& [k, v] : logs) d[py::str(k)] = v;
+               (*held)(d);
+             });
+           })
+      // HF's `optimizers` schedule or create_scheduler: factory(base_lr, warmup, total) returns a
+      // callable lr_at(step) (kiln/trainer_optimizers.py), run as an LRScheduler.
+      .def("set_scheduler_factory", [](PyTrainer& t, const py::object& factory) {
+        PyRef held = hold(factory);
+        t.get().set_scheduler_factory([held](double base_lr, int64_t warmup, int64_t total) {
+          py::gil_scoped_acquire gil;
+          return python_scheduler((*held)(base_lr, warmup, total), base_lr);
+        });
       });
 }
 
@@ -297,6 +321,15 @@ void register_trainer(py::module_& m) {
       },
       py::arg("path"));
   m.def("builtin_model_names", &ModelSource::builtin_names);
+  // kiln/hp_search.py's "random" backend draws with the C++ search's sampler: the same seed and
+  // the same order of suggestions give `kiln hpsearch`'s values.
+  py::class_<HpSampler>(m, "HpSampler")
+      .def(py::init<uint64_t>(), py::arg("seed"))
+      .def("suggest_float", &HpSampler::suggest_float, py::arg("low"), py::arg("high"), py::arg("log") = false,
+           py::arg("step") = 0.0)
+      .def("suggest_int", &HpSampler::suggest_int, py::arg("low"), py::arg("high"), py::arg("step") = 1,
+           py::arg("log") = false)
+      .def("suggest_index", &HpSampler::suggest_index, py::arg("n"));
 }
 
 }  // namespace kiln::python

@@ -33,6 +33,14 @@ void register_args(py::module_& m) {
       .def("should_log", &TrainingArguments::should_log)
       .def("should_save", &TrainingArguments::should_save)
       .def_static("option_names", &TrainingArguments::option_names)
+      .def_static(
+          "parse_args_with_remaining",
+          [](const std::vector<std::string>& argv) {
+            std::vector<std::string> remaining;
+            TrainingArguments args = TrainingArguments::parse_args(argv, &remaining);
+            return py::make_tuple(std::move(args), remaining);
+          },
+          py::arg("argv"))
       .def("__eq__", [](const TrainingArguments& a, const TrainingArguments& b) { return a == b; });
 }
 

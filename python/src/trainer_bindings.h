@@ -10,6 +10,7 @@
 
 #include "bindings.h"
 #include "kiln/data.h"
+#include "kiln/lr_schedulers.h"
 #include "kiln/trainer.h"
 
 namespace kiln::python {
@@ -25,6 +26,11 @@ py::object py_from_json(const nlohmann::json& j);
 // compute_metrics function held by the Trainer): the last owner takes the GIL to release it.
 using PyRef = std::shared_ptr<py::object>;
 PyRef hold(py::object obj);
+// A learning-rate schedule computed in Python: lr_at(step) is the rate after `step` scheduler steps
+// (python/src/lr_scheduler_py.cpp).
+std::unique_ptr<trainer::LRScheduler> python_scheduler(const py::object& lr_at, double base_lr);
+// ModelSource's optimizer override from kiln/trainer_optimizers.py's dict.
+void set_optimizer(trainer::ModelSource& source, const py::dict& spec);
 
 // A Python value as a tensor that owns a copy of its data: numpy arrays keep their dtype, Python
 // floats and lists of floats become float32, ints int64 (as torch.tensor makes them). TypeError

@@ -1,4 +1,5 @@
-// Datasets: the interface's defaults, TensorDataset (row views), Subset and ConcatDataset.
+// Datasets: the interface's defaults, TensorDataset (row views), ExampleListDataset, CollatedDataset,
+// Subset and ConcatDataset.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -22,6 +23,54 @@ Example Dataset::get_batch(const std::vector<size_t>& indices, const Collator& c
   items.reserve(indices.size());
   for (size_t i : indices) items.push_back(get(i));
   return collate(items);
+}
+
+int64_t Dataset::item_length(size_t index, const std::string& length_column, const std::string& input_column) const {
+  const Example item = get(index);
+  if (const auto it = item.find(length_column); it != item.end()) {
+    if (it->second.numel() != 1)
+      throw ShapeError(fmt::format("item {}: the length column '{}' has shape {}; it must hold one number", index,
+                                   length_column, to_string(it->second.shape())));
+    return static_cast<int64_t>(it->second.item_as_double());
+  }
+  const auto it = item.find(input_column);
+  if (it == item.end())
+    throw ShapeError(fmt::format("item {} has neither a '{}' column nor a '{}' column to take its length from", index,
+                                 length_column, input_column));
+  if (it->second.rank() == 0)
+    throw ShapeError(
+        fmt::format("item {}: column '{}' is a scalar; its length is its first dimension", index, input_column));
+  return it->second.dim(0);
+}
+
+std::vector<int64_t> item_lengths(const Dataset& dataset, const std::string& length_column,
+                                  const std::string& input_column) {
+  std::vector<int64_t> lengths(dataset.size());
+  for (size_t i = 0; i < lengths.size(); ++i) lengths[i] = dataset.item_length(i, length_column, input_column);
+  return lengths;
+}
+
+Example ExampleListDataset::get(size_t index) const {
+  if (index >= items_.size())
+    throw InvalidArgument(fmt::format("dataset index {} is out of range for {} items", index, items_.size()));
+  return items_[index];
+}
+
+CollatedDataset::CollatedDataset(std::shared_ptr<const Dataset> dataset, Collator collate)
+    : dataset_(std::move(dataset)), collate_(std::move(collate)) {
+  if (!dataset_) throw InvalidArgument("CollatedDataset: the dataset is null");
+  if (!collate_) throw InvalidArgument("CollatedDataset: the collator is empty");
+}
+
+std::vector<std::string> CollatedDataset::columns() const {
+  std::vector<std::string> names;
+  if (size() == 0) return names;
+  for (const auto& [name, t] : get_batch({0}, nullptr)) names.push_back(name);
+  return names;
+}
+
+Example CollatedDataset::get_batch(const std::vector<size_t>& indices, const Collator& /*collate*/) const {
+  return dataset_->get_batch(indices, collate_);
 }
 
 TensorDataset::TensorDataset(std::map<std::string, Tensor> columns) : columns_(std::move(columns)) {

@@ -2,6 +2,7 @@
 // recomputes any epoch's order without drawing the earlier ones.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 
@@ -39,6 +40,35 @@ std::vector<size_t> RandomSampler::order(size_t n, int64_t epoch) const {
   std::mt19937_64 rng(derive_seed(seed_, static_cast<uint64_t>(epoch)));
   // Fisher-Yates, from the back.
   for (size_t i = n; i > 1; --i) std::swap(out[i - 1], out[uniform_below(rng, i)]);
+  return out;
+}
+
+LengthGroupedSampler::LengthGroupedSampler(std::vector<int64_t> lengths, size_t batch_size, uint64_t seed,
+                                           size_t mega_batch_mult)
+    : lengths_(std::move(lengths)), batch_size_(batch_size), mega_batch_mult_(mega_batch_mult), random_(seed) {
+  if (batch_size_ == 0) throw InvalidArgument("LengthGroupedSampler: batch_size is 0");
+  for (size_t i = 0; i < lengths_.size(); ++i)
+    if (lengths_[i] < 0)
+      throw InvalidArgument(fmt::format("LengthGroupedSampler: item {} has a negative length {}", i, lengths_[i]));
+  if (mega_batch_mult_ == 0)
+    mega_batch_mult_ = std::max<size_t>(std::min<size_t>(lengths_.size() / (batch_size_ * 4), 50), 1);
+}
+
+std::vector<size_t> LengthGroupedSampler::order(size_t n, int64_t epoch) const {
+  if (n != lengths_.size())
+    throw InvalidArgument(
+        fmt::format("LengthGroupedSampler: the dataset has {} items but {} lengths were given", n, lengths_.size()));
+  std::vector<size_t> out = random_.order(n, epoch);
+  const size_t mega = mega_batch_mult_ * batch_size_;
+  const auto longer = [&](size_t a, size_t b) { return lengths_[a] > lengths_[b]; };
+  size_t longest_block = 0;
+  for (size_t begin = 0; begin < n; begin += mega) {
+    const auto first = out.begin() + static_cast<std::ptrdiff_t>(begin);
+    std::stable_sort(first, out.begin() + static_cast<std::ptrdiff_t>(std::min(n, begin + mega)), longer);
+    // The first mega-batch whose longest item is the longest of all (torch.argmax: the first maximum).
+    if (lengths_[*first] > lengths_[out[longest_block]]) longest_block = begin;
+  }
+  std::swap(out[0], out[longest_block]);
   return out;
 }
 

@@ -25,7 +25,7 @@ const NameTable<LossType>& loss_names() {
 
 const NameTable<OptimType>& optim_names() {
   static const NameTable<OptimType> t = {
-      {"AdamW", OptimType::AdamW}, {"SGD", OptimType::SGD}, {"Lamb", OptimType::Lamb}};
+      {"AdamW", OptimType::AdamW}, {"SGD", OptimType::SGD}, {"Lamb", OptimType::Lamb}, {"Adagrad", OptimType::Adagrad}};
   return t;
 }
 

@@ -131,7 +131,7 @@ struct Optimizer::Impl {
     if (u == nullptr)
       throw Unsupported(
           fmt::format("{}: {} of domain '{}' is not an update op Kiln's Optimizer runs "
-                      "(ai.kiln AdamWStep, SGDStep, LambStep)",
+                      "(ai.kiln AdamWStep, SGDStep, LambStep, AdagradStep)",
                       where(), n.label(), n.domain));
     if (op != nullptr && u != op)
       throw InvalidModel(fmt::format("{} mixes {} and {} nodes", where(), op->op_type, u->op_type));

@@ -17,6 +17,7 @@ const std::vector<UpdateOp>& update_ops() {
       {"AdamW", "AdamWStep", {"exp_avg", "exp_avg_sq"}},
       {"SGD", "SGDStep", {"momentum_buffer"}},
       {"Lamb", "LambStep", {"exp_avg", "exp_avg_sq"}},
+      {"Adagrad", "AdagradStep", {"sum"}},
   };
   return ops;
 }
@@ -40,6 +41,14 @@ std::map<std::string, Attribute> attributes(OptimType type, const ArtifactOption
                                           {"bias_correction", Attribute::of_int(l.bias_correction ? 1 : 0)}};
     if (l.max_weight_norm >= 0) a["max_weight_norm"] = Attribute::of_float(l.max_weight_norm);
     return a;
+  }
+  if (type == OptimType::Adagrad) {
+    const AdagradOptions& a = o.adagrad;
+    return {{"lr_decay", Attribute::of_float(a.lr_decay)},
+            {"weight_decay", Attribute::of_float(a.weight_decay)},
+            {"initial_accumulator_value", Attribute::of_float(a.initial_accumulator_value)},
+            {"epsilon", Attribute::of_float(a.epsilon)},
+            {"maximize", Attribute::of_int(a.maximize ? 1 : 0)}};
   }
   const SGDOptions& s = o.sgd;
   if (s.nesterov && (s.momentum <= 0 || s.dampening != 0))

@@ -77,6 +77,55 @@ TEST(Sampler, RandomIsUniformOverPermutations) {
   for (int c : first) EXPECT_NEAR(c, 1000, 150);
 }
 
+// HF's get_length_grouped_indices (transformers' trainer_pt_utils), in Python, over the same
+// permutation: the mega-batches, their sort and the longest-first swap must match exactly.
+TEST(LengthGroupedSampler, MatchesHuggingFacesGrouping) {
+  const kiln::test::TempDir dir;
+  for (const size_t n : {7u, 100u, 1003u}) {
+    std::vector<int64_t> lengths(n);
+    for (size_t i = 0; i < n; ++i) lengths[i] = static_cast<int64_t>((i * 37) % 23 + (i % 5 == 0 ? 40 : 1));
+    const size_t batch = 4;
+    const LengthGroupedSampler sampler(lengths, batch, 11);
+    const std::vector<size_t> perm = RandomSampler(11).order(n, 2);
+    const std::vector<size_t> got = sampler.order(n, 2);
+    std::string in = "{\"bs\": 4, \"lengths\": [";
+    for (size_t i = 0; i < n; ++i) in += (i ? "," : "") + std::to_string(lengths[i]);
+    in += "], \"perm\": [";
+    for (size_t i = 0; i < n; ++i) in += (i ? "," : "") + std::to_string(perm[i]);
+    in += "]}";
+    const std::string path = testing::write_file(dir / "in.json", in), out = (dir / "out.txt").string();
+    testing::run_python(
+        "import json\n"
+        "d = json.load(open('" +
+        path +
+        "'))\n"
+        "lengths, bs, indices = d['lengths'], d['bs'], d['perm']\n"
+        "mult = min(len(lengths) // (bs * 4), 50) or 1\n"
+        "size = mult * bs\n"
+        "mb = [indices[i:i + size] for i in range(0, len(lengths), size)]\n"
+        "mb = [sorted(m, key=lambda i: lengths[i], reverse=True) for m in mb]\n"
+        "first = [lengths[m[0]] for m in mb]\n"
+        "k = first.index(max(first))\n"
+        "mb[0][0], mb[k][0] = mb[k][0], mb[0][0]\n"
+        "open('" +
+        out + "', 'w').write(' '.join(str(i) for m in mb for i in m))\n");
+    std::string want_text = testing::read_bytes(out), got_text;
+    for (size_t i = 0; i < n; ++i) got_text += (i ? " " : "") + std::to_string(got[i]);
+    EXPECT_EQ(got_text, want_text) << n;
+    EXPECT_TRUE(is_permutation_of_iota(got));
+    EXPECT_EQ(got, sampler.order(n, 2));  // a pure function of the epoch
+    EXPECT_NE(got, sampler.order(n, 3));
+  }
+}
+
+TEST(LengthGroupedSampler, BadArgumentsAreErrors) {
+  expect_error<InvalidArgument>([] { LengthGroupedSampler({1, 2}, 0, 1); }, "batch_size");
+  expect_error<InvalidArgument>([] { LengthGroupedSampler({1, -2}, 1, 1); }, "item 1");
+  expect_error<InvalidArgument>([] { LengthGroupedSampler({1, 2}, 1, 1).order(3, 0); }, "2 lengths");
+  const TensorDataset ds({{"input", Tensor::zeros(DType::Float32, {3, 2})}});
+  expect_error<ShapeError>([&] { item_lengths(ds, "length", "input_ids"); }, "neither a 'length' column");
+}
+
 TEST(Sampler, HuggingFaceSeedRule) {
   // data_seed wins when set; otherwise the training seed drives shuffling.
   EXPECT_EQ(data_sampler_seed(42, std::nullopt), 42u);

@@ -5,7 +5,9 @@ every rank, and writes what the test compares.
 
     mpirun -np 2 /usr/bin/python3 ddp_train.py --model lenet --batch 8 --steps 6 --out DIR [--accum 2]
         [--sync-bn] [--nan-example K] [--eval-examples N] [--kill-rank R --kill-step S] [--resume]
-        [--arg name=value ...]
+        [--stream] [--arg name=value ...]
+
+--stream hands the training items to the Trainer as an IterableDataset (no length).
 
 Every rank writes DIR/rank{r}.json (its place in the run, as TrainingArguments and
 kiln.distributed report it, and its final weights' checksum); rank 0 also writes DIR/losses.json
@@ -58,6 +60,16 @@ def dataset(model, n, nan_example):
     return items
 
 
+class Stream:
+    """An IterableDataset: the items in order, without a length."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __iter__(self):
+        return iter(self.items)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", choices=["lenet", "gpt2"], required=True)
@@ -73,6 +85,7 @@ def main():
     p.add_argument("--kill-rank", type=int, default=-1, help="this rank SIGKILLs itself at the end of --kill-step")
     p.add_argument("--kill-step", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="resume from the last checkpoint in DIR/run")
+    p.add_argument("--stream", action="store_true", help="the training items as an IterableDataset")
     o = p.parse_args()
     nn.manual_seed(0)
     net = nn.zoo.create_model("lenet") if o.model == "lenet" else LanguageModel()
@@ -99,6 +112,8 @@ def main():
 
     with args.main_process_first(desc="data"):
         train = dataset(o.model, o.examples, o.nan_example)
+    if o.stream:
+        train = Stream(train)
     evaluation = dataset(o.model, o.eval_examples, -1)[::-1] if o.eval_examples else None
     trainer = kiln.Trainer(model=net, args=args, train_dataset=train, eval_dataset=evaluation,
                            compute_metrics=order_metric if o.model == "lenet" else None, callbacks=callbacks)

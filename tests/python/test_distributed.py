@@ -89,6 +89,17 @@ def test_n_ranks_train_as_one_process_with_n_times_the_batch(tmp_path, model, n,
         assert place["weights"] == places[0]["weights"], "the ranks ended with different weights"
 
 
+def test_an_iterable_dataset_is_sharded_across_ranks(tmp_path):
+    """Each rank reads the stream and keeps its share (items r, r + N, ...): 2 ranks of batch 4 see
+    the items a sequential batch of 8 sees, and train to the same losses and weights."""
+    ranks, ranks_weights = train(tmp_path / "ranks", 2, "lenet", 4, 1, 6, "--stream", "--sync-bn", *SGD)
+    one, one_weights = train(tmp_path / "one", 1, "lenet", 8, 1, 6, "--sync-bn", *SGD, "--arg",
+                             'train_sampling_strategy="sequential"')
+    assert_close(ranks, one, "per-step losses")
+    for name in one_weights:
+        assert_close(ranks_weights[name], one_weights[name], name)
+
+
 def test_without_synchronized_batchnorm_each_rank_normalizes_its_own_batch(tmp_path):
     # torch DDP's default: per-rank batch statistics, so the run is not the big-batch one.
     ranks, _ = train(tmp_path / "ranks", 2, "lenet", 4)

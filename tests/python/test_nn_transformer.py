@@ -15,7 +15,6 @@ loss and compares one SGD step (lr 1, so the update is the gradient) with torch'
 1e-4 of each tensor's largest gradient, then checks that the loss falls over a few steps.
 """
 import json
-import struct
 
 import numpy as np
 import onnx
@@ -23,31 +22,12 @@ import pytest
 import torch
 from kiln_cli import run_nn_export, run_onnx
 from torch import nn
-from training_parity import generate_artifacts, read_safetensors, run_train_steps, write_manifest
+from training_parity import generate_artifacts, read_safetensors, run_train_steps, write_manifest, write_safetensors
 
 TOL = 1e-5
 GRAD_TOL = 1e-4
 
 # ------------------------------------------------------------------------------------- helpers
-
-SAFETENSORS_CODES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64"}
-
-
-def write_safetensors(path, tensors):
-    """The safetensors layout: 8-byte little-endian header length, JSON header, tensor bytes."""
-    header, blobs, offset = {}, [], 0
-    for name, value in tensors.items():
-        value = np.ascontiguousarray(value)
-        data = value.tobytes()
-        header[name] = {"dtype": SAFETENSORS_CODES[value.dtype], "shape": list(value.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    raw = json.dumps(header).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
-
 
 def perturb(module, seed):
     gen = torch.Generator().manual_seed(seed)

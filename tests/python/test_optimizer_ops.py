@@ -1,6 +1,7 @@
-"""PyTorch parity of Kiln's optimizer ops: a one-node ONNX graph with ai.kiln.AdamWStep or SGDStep is
+"""PyTorch parity of Kiln's optimizer ops: a one-node ONNX graph with ai.kiln.AdamWStep, SGDStep or
+AdagradStep is
 run with `kiln run` for 10 steps (step = 1..10, each step's outputs fed back as the next inputs, a
-fresh gradient each step) and compared after every step with torch.optim.AdamW / torch.optim.SGD
+fresh gradient each step) and compared after every step with torch.optim.AdamW / SGD / Adagrad
 (foreach=False) given the same hyperparameters and p.grad set to the same gradient.
 
 Tolerance: max |kiln - torch| <= 1e-6 * max(1, max |torch|) for every tensor (parameter and
@@ -28,6 +29,8 @@ def optimizer_model(op, dtype, shape, attrs, with_buffer=False):
     elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
     if op in ("AdamWStep", "LambStep"):
         state_in, state_out = ["X", "G", "M", "V"], ["X_new", "M_new", "V_new"]
+    elif op == "AdagradStep":
+        state_in, state_out = ["X", "G", "sum"], ["X_new", "sum_new"]
     else:
         state_in = ["X", "G"] + (["momentum_buffer"] if with_buffer else [])
         state_out = ["X_new"] + (["momentum_buffer_new"] if with_buffer else [])
@@ -145,6 +148,33 @@ def test_sgd_step_matches_torch(kiln, tmp_path, name, dtype, shape, lr, attrs, k
         assert_close(outs["X_new"], p.detach().numpy(), f"{name} step {t} X")
         if with_buffer:
             assert_close(outs["momentum_buffer_new"], opt.state[p]["momentum_buffer"].numpy(), f"{name} step {t} buf")
+
+
+ADAGRAD_CASES = [
+    ("defaults", np.float32, (64, 1031), 1e-2, {}, {}),
+    ("decays", np.float32, (37, 19), 0.05,
+     dict(lr_decay=0.1, weight_decay=0.01, initial_accumulator_value=0.5, epsilon=1e-6),
+     dict(lr_decay=0.1, weight_decay=0.01, initial_accumulator_value=0.5, eps=1e-6)),
+    ("maximize_f64", np.float64, (5, 7, 3), 0.02, dict(maximize=1, weight_decay=0.1),
+     dict(maximize=True, weight_decay=0.1)),
+]
+
+
+@pytest.mark.parametrize("name,dtype,shape,lr,attrs,kwargs", ADAGRAD_CASES, ids=[c[0] for c in ADAGRAD_CASES])
+def test_adagrad_step_matches_torch(kiln, tmp_path, name, dtype, shape, lr, attrs, kwargs):
+    x, grads = random_problem(dtype, shape, seed=len(name))
+    model = optimizer_model("AdagradStep", dtype, shape, attrs)
+    # Nonzero on purpose: at step 1 the kernel starts from initial_accumulator_value, as torch.
+    history = run_steps(kiln, tmp_path, model, {"X": x, "sum": np.full(shape, 3.0, dtype=dtype)}, grads, lr,
+                        carry={"X_new": "X", "sum_new": "sum"})
+    p = torch.nn.Parameter(torch.from_numpy(x.copy()))
+    opt = torch.optim.Adagrad([p], lr=lr, foreach=False, **kwargs)
+    for t, g in enumerate(grads, start=1):
+        p.grad = torch.from_numpy(g.copy())
+        opt.step()
+        outs = history[t - 1]
+        assert_close(outs["X_new"], p.detach().numpy(), f"{name} step {t} X")
+        assert_close(outs["sum_new"], opt.state[p]["sum"].numpy(), f"{name} step {t} sum")
 
 
 def hf_adamw(x, grads, lr, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0):

@@ -32,6 +32,24 @@ SAFETENSORS_DTYPES = {
 }
 
 
+def write_safetensors(path, tensors, metadata=None):
+    """The safetensors layout, written independently of Kiln: 8-byte little-endian header length,
+    JSON header (with __metadata__ when given), tensor bytes."""
+    codes = {np.dtype(v): k for k, v in SAFETENSORS_DTYPES.items()}
+    header, blobs, offset = ({"__metadata__": metadata} if metadata else {}), [], 0
+    for name, value in tensors.items():
+        value = np.ascontiguousarray(value)
+        data = value.tobytes()
+        header[name] = {"dtype": codes[value.dtype], "shape": list(value.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    raw = json.dumps(header).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
+
+
 def read_safetensors(path):
     """({name: numpy array}, {metadata key: value}); metadata values that are JSON are decoded.
     A file that contradicts the format fails an assertion naming it."""

@@ -352,7 +352,7 @@ TEST(TrainingArgumentsCli, BadValues) {
               TrainingArguments::parse_args({"--optim", "adafactor"});
             }),
             "argument --optim: adafactor is not a valid OptimizerNames, please select one of ['adamw_torch', "
-            "'adamw_torch_fused', 'adamw_hf', 'sgd']");
+            "'adamw_torch_fused', 'adamw_hf', 'sgd', 'adagrad']");
   EXPECT_EQ(error_message<InvalidArgument>([] {
               TrainingArguments::parse_args({"--lr_scheduler_kwargs", "num_cycles=2"});
             }),

@@ -9,7 +9,9 @@
 #include <memory>
 
 #include "commands.h"
+#include "core/atomic_file.h"
 #include "kiln/error.h"
+#include "kiln/hp_search.h"
 #include "kiln/metrics.h"
 #include "kiln/npy.h"
 #include "stop_on_signal.h"
@@ -21,7 +23,12 @@ namespace {
 struct TrainOptions {
   std::string model = "lenet", loss = "CrossEntropyLoss", train_data = "fashion-mnist:train",
               eval_data = "fashion-mnist:test", label_column = "label", model_config;
+  int64_t pad_token_id = 0;
 };
+
+bool remove_unused_columns(const trainer::TrainingArguments& args) {
+  return args.compat("remove_unused_columns").get<bool>();
+}
 
 void add_common(CLI::App& app, TrainOptions& o) {
   app.add_option(
@@ -32,16 +39,19 @@ void add_common(CLI::App& app, TrainOptions& o) {
                  "A built-in model's config overrides as JSON, e.g. '{\"num_channels\": 1, \"num_labels\": 10}'");
   app.add_option("--loss", o.loss, "With a .onnx model: CrossEntropyLoss, MSELoss, BCEWithLogitsLoss, L1Loss, none")
       ->capture_default_str();
-  app.add_option("--eval-data", o.eval_data, "fashion-mnist:test, IMAGES,LABELS (IDX), FILE.npz or FILE.csv")
+  app.add_option("--eval-data", o.eval_data,
+                 "fashion-mnist:test, IMAGES,LABELS (IDX), FILE.npz, FILE.csv or FILE.jsonl")
       ->capture_default_str();
   app.add_option("--label-column", o.label_column, "The label column of CSV data")->capture_default_str();
+  app.add_option("--pad-token-id", o.pad_token_id, "The pad token of JSON Lines data (labels are padded with -100)")
+      ->capture_default_str();
   app.allow_extras();  // TrainingArguments flags (--learning_rate 3e-4 ...)
 }
 
 void run_train(CLI::App& app, const TrainOptions& o) {
   trainer::TrainingArguments args = cli_training_arguments(app.remaining());
-  auto train = load_dataset(o.train_data, o.label_column);
-  auto eval = load_dataset(o.eval_data, o.label_column);
+  auto train = load_dataset(o.train_data, o.label_column, o.pad_token_id, remove_unused_columns(args));
+  auto eval = load_dataset(o.eval_data, o.label_column, o.pad_token_id, remove_unused_columns(args));
   trainer::Trainer t(model_source(o.model, o.loss, o.model_config), args, train, eval,
                      trainer::classification_metrics({"accuracy"}));
   const auto stop = std::make_shared<StopOnSignal>();
@@ -70,14 +80,15 @@ void run_train(CLI::App& app, const TrainOptions& o) {
 Action setup_train(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   add_common(app, *o);
-  app.add_option("--train-data", o->train_data, "fashion-mnist:train, IMAGES,LABELS (IDX), FILE.npz or FILE.csv")
+  app.add_option("--train-data", o->train_data,
+                 "fashion-mnist:train, IMAGES,LABELS (IDX), FILE.npz, FILE.csv or FILE.jsonl")
       ->capture_default_str();
   return [o, &app] { run_train(app, *o); };
 }
 
 void run_evaluate(CLI::App& app, const TrainOptions& o, bool predict, const std::string& out_dir) {
   trainer::TrainingArguments args = cli_training_arguments(app.remaining());
-  auto data = load_dataset(o.eval_data, o.label_column);
+  auto data = load_dataset(o.eval_data, o.label_column, o.pad_token_id, remove_unused_columns(args));
   trainer::Trainer t(model_source(o.model, o.loss, o.model_config), args, nullptr, data,
                      trainer::classification_metrics({"accuracy"}));
   if (args.resume_from_checkpoint) t.load_model_weights(*args.resume_from_checkpoint);
@@ -110,6 +121,57 @@ Action setup_predict(CLI::App& app) {
   return [o, out, &app] { run_evaluate(app, *o, true, *out); };
 }
 
+// `kiln hpsearch --hp-space space.json [--n-trials N --direction D --backend random|grid
+// --search-seed S] [train's options and TrainingArguments flags]`: Kiln's search (kiln/hp_search.h),
+// each trial a `kiln train` run in <output_dir>/run-<n>; the trials and the best run are printed
+// and written to <output_dir>/hp_search.json.
+struct SearchOptions {
+  std::string space;
+  trainer::HpSearchOptions search;
+};
+
+void run_hpsearch(CLI::App& app, const TrainOptions& o, const SearchOptions& s) {
+  const trainer::TrainingArguments args = cli_training_arguments(app.remaining());
+  const trainer::HpSpace space = trainer::HpSpace::from_json_file(s.space);
+  auto train = load_dataset(o.train_data, o.label_column, o.pad_token_id, remove_unused_columns(args));
+  auto eval = load_dataset(o.eval_data, o.label_column, o.pad_token_id, remove_unused_columns(args));
+  const auto make = [&](const trainer::TrainingArguments& a) {
+    return std::make_unique<trainer::Trainer>(model_source(o.model, o.loss, o.model_config), a, train, eval,
+                                              trainer::classification_metrics({"accuracy"}));
+  };
+  const auto report = [](const trainer::HpTrial& t) {
+    fmt::print("trial {}: {} objective {:.6g}\n", t.number, t.params.dump(), t.objective);
+  };
+  const trainer::BestRun best = trainer::hyperparameter_search(make, args, space, s.search, nullptr, report);
+  nlohmann::json out = {
+      {"best_run", {{"run_id", best.run_id}, {"objective", best.objective}, {"hyperparameters", best.hyperparameters}}},
+      {"direction", s.search.direction},
+      {"backend", s.search.backend}};
+  for (const auto& t : best.trials)
+    out["trials"].push_back(
+        {{"number", t.number}, {"params", t.params}, {"objective", t.objective}, {"metrics", t.metrics}});
+  write_file_atomically((std::filesystem::path(args.output_dir) / "hp_search.json").string(), out.dump(2) + "\n");
+  fmt::print("best run {}: {} objective {:.6g}; every trial in {}/hp_search.json\n", best.run_id,
+             best.hyperparameters.dump(), best.objective, args.output_dir);
+}
+
+Action setup_hpsearch(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  auto s = std::make_shared<SearchOptions>();
+  add_common(app, *o);
+  app.add_option("--train-data", o->train_data, "As for kiln train")->capture_default_str();
+  app.add_option("--hp-space", s->space,
+                 "A JSON file: {\"learning_rate\": {\"type\": \"float\", \"low\": 1e-4, \"high\": 1e-2, \"log\": "
+                 "true}, \"per_device_train_batch_size\": [16, 32]}")
+      ->required();
+  app.add_option("--n-trials", s->search.n_trials, "Trials to run (grid: at most the grid's size)")
+      ->capture_default_str();
+  app.add_option("--direction", s->search.direction, "minimize or maximize the objective")->capture_default_str();
+  app.add_option("--backend", s->search.backend, "random or grid")->capture_default_str();
+  app.add_option("--search-seed", s->search.seed, "The random backend's seed")->capture_default_str();
+  return [o, s, &app] { run_hpsearch(app, *o, *s); };
+}
+
 const CommandRegistrar reg_train(
     {"train",
      "Train a model with the Trainer (default: LeNet on Fashion-MNIST); every "
@@ -117,6 +179,11 @@ const CommandRegistrar reg_train(
      setup_train});
 const CommandRegistrar reg_evaluate({"evaluate", "Evaluate a model (with --resume_from_checkpoint DIR: a checkpoint)",
                                      setup_evaluate});
+const CommandRegistrar reg_hpsearch(
+    {"hpsearch",
+     "Search hyperparameters (random or grid) over kiln train runs in <output_dir>/run-<n>; the objective is HF's "
+     "default (eval_loss alone, else the sum of the other eval metrics)",
+     setup_hpsearch});
 const CommandRegistrar reg_predict({"predict", "Predict with a model and write predictions.npy", setup_predict});
 
 }  // namespace

@@ -25,7 +25,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-std::shared_ptr<const data::Dataset> load_dataset(const std::string& spec, const std::string& label_column) {
+std::shared_ptr<const data::Dataset> load_dataset(const std::string& spec, const std::string& label_column,
+                                                  int64_t pad_token_id, bool skip_text) {
   data::IdxOptions idx;
   if (spec.rfind("fashion-mnist:", 0) == 0) idx.normalize = data::kFashionMnistNormalization;
   if (spec == "fashion-mnist:train" || spec == "fashion-mnist:test") {
@@ -47,9 +48,16 @@ std::shared_ptr<const data::Dataset> load_dataset(const std::string& spec, const
     o.label_column = label_column;
     return data::load_csv(spec, o);
   }
+  if (ends_with(spec, ".jsonl")) {  // token sequences of any length: batches padded to their longest
+    data::PaddingOptions o;
+    o.pad_token_id = pad_token_id;
+    data::JsonlOptions jsonl;
+    jsonl.skip_text = skip_text;
+    return std::make_shared<data::CollatedDataset>(data::load_jsonl(spec, jsonl), data::padding_collator(o));
+  }
   throw InvalidArgument(
-      fmt::format("data '{}': expected fashion-mnist:train|test, IMAGES,LABELS (IDX), a .npz or a "
-                  ".csv file",
+      fmt::format("data '{}': expected fashion-mnist:train|test, IMAGES,LABELS (IDX), a .npz, a .csv or a "
+                  ".jsonl file",
                   spec));
 }
 

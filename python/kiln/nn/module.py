@@ -318,6 +318,11 @@ class Module:
     def save_safetensors(self, path):
         self._cmod.save_safetensors(os.fspath(path))
 
+    def save_pretrained(self, save_directory, **kwargs):
+        """A zoo model as a Hugging Face folder: config.json and model.safetensors (kiln/nn/pretrained.py)."""
+        from kiln.nn.pretrained import save_pretrained
+        save_pretrained(self, save_directory, **kwargs)
+
     def load_safetensors(self, path, strict=True):
         """A safetensors or .npz file keyed by state_dict keys."""
         return self.load_state_dict(_nn.load_weights_file(os.fspath(path)), strict)

@@ -18,9 +18,9 @@ using Json = nlohmann::json;
 // The current release's fields.
 std::vector<CompatField> current_fields() {
   return {
-      {"optim_args", K::OptStr, nullptr, R::Refused,
-       "extra arguments of optimizers Kiln does not have (AnyPrecisionAdamW, GaLore, ...); Kiln's optimizers take "
-       "adam_beta1/2, adam_epsilon and weight_decay"},
+      {"optim_args", K::OptStr, nullptr, R::Read,
+       "optim='adagrad': \"lr_decay=...,initial_accumulator_value=...,eps=...,maximize=...\"; for the other optimizers "
+       "Unsupported (their hyperparameters are adam_beta1/2, adam_epsilon and weight_decay)"},
       {"optim_target_modules", K::Any, nullptr, R::Refused, "GaLore / APOLLO target modules: not built"},
       {"average_tokens_across_devices", K::Bool, true, R::NoEffect,
        "Kiln's losses are means over each batch, averaged over the ranks as DDP averages gradients"},
@@ -47,8 +47,9 @@ std::vector<CompatField> current_fields() {
       {"eval_do_concat_batches", K::Bool, true, R::Refused,
        "Kiln gathers predictions and labels as concatenated arrays (padded with -100), not lists of batches"},
       {"eval_use_gather_object", K::Bool, false, R::Refused, "Kiln gathers arrays, not Python objects"},
-      {"include_for_metrics", K::Any, Json::array(), R::Refused,
-       "EvalPrediction.inputs / .losses are not built yet: compute_metrics gets predictions and label_ids"},
+      {"include_for_metrics", K::Any, Json::array(), R::Read,
+       "a list of \"inputs\" (EvalPrediction.inputs: the model's main input, input_ids when it takes them) and "
+       "\"loss\" (EvalPrediction.losses: each batch's loss, once per example)"},
       {"batch_eval_metrics", K::Bool, false, R::Refused,
        "compute_metrics runs once over the gathered predictions (batch-wise metrics are not built)"},
       {"enable_jit_checkpoint", K::Bool, false, R::Refused,
@@ -66,11 +67,14 @@ std::vector<CompatField> current_fields() {
        "Accelerate's tensor / context parallelism: use ddp_* / deepspeed, or an IPUConfig's pipeline stages"},
       {"dataloader_pin_memory", K::Bool, true, R::NoEffect,
        "pinned memory speeds host-to-GPU copies; Kiln is on the CPU"},
-      {"remove_unused_columns", K::Bool, true, R::NoEffect,
-       "the model is fed the columns named like its inputs and the others are left alone, which is what True does; "
-       "False keeps them, which changes nothing either"},
-      {"train_sampling_strategy", K::Str, "random", R::Read, "'random' or 'sequential' ('group_by_length': not built)"},
-      {"length_column_name", K::Str, "length", R::NoEffect, "read by group_by_length only, which is not built"},
+      {"remove_unused_columns", K::Bool, true, R::Read,
+       "Python: the items' columns that the model's inputs (an ONNX model's input names, a torch or kiln.nn "
+       "forward's parameters) and the label names do not use are dropped before collation; the C++ loader feeds "
+       "the model the columns named like its inputs either way"},
+      {"train_sampling_strategy", K::Str, "random", R::Read,
+       "'random', 'sequential' or 'group_by_length' (as group_by_length=True)"},
+      {"length_column_name", K::Str, "length", R::Read,
+       "group_by_length: the column holding each item's length (else the length of its input_ids)"},
       {"fsdp", K::Any, nullptr, R::Refused,
        "FSDP shards PyTorch modules; shard the optimizer state with deepspeed (ZeRO)"},
       {"fsdp_config", K::Any, nullptr, R::Refused,
@@ -96,8 +100,9 @@ std::vector<CompatField> v4_fields() {
       {"tpu_num_cores", K::OptInt, nullptr, R::NoEffect, "TPUs are not Kiln's"},
       {"tpu_metrics_debug", K::Bool, false, R::NoEffect, "TPUs are not Kiln's"},
       {"past_index", K::Int, -1, R::Refused, "models that return mems (Transformer-XL, XLNet) are not supported"},
-      {"group_by_length", K::Bool, false, R::Refused, "LengthGroupedSampler is not built yet"},
-      {"include_inputs_for_metrics", K::Bool, false, R::Refused, "EvalPrediction.inputs is not built yet"},
+      {"group_by_length", K::Bool, false, R::Read,
+       "HF's LengthGroupedSampler: seeded mega-batches sorted by length (data::LengthGroupedSampler)"},
+      {"include_inputs_for_metrics", K::Bool, false, R::Read, "v4's include_for_metrics=[\"inputs\"]"},
       {"use_legacy_prediction_loop", K::Bool, false, R::NoEffect, "Kiln has one evaluation loop"},
       {"torchdynamo", K::OptStr, nullptr, R::Refused, "torch.compile's backend: Kiln runs its own planned graphs"},
       {"ray_scope", K::Str, "last", R::NoEffect, "a Ray Tune hyperparameter-search setting"},
@@ -173,10 +178,78 @@ void apply_compat(TrainingArguments& a) {
     a.per_device_eval_batch_size = v.get<int64_t>();
   if (const std::string b = a.compat("fp16_backend").get<std::string>(); b != "auto") a.half_precision_backend = b;
   check_choice(a, "train_sampling_strategy", {"random", "sequential", "group_by_length"});
-  if (a.compat("train_sampling_strategy") == "group_by_length")
-    throw Unsupported("train_sampling_strategy='group_by_length': LengthGroupedSampler is not built yet");
+  if (!a.compat("optim_args").is_null() && a.optim != OptimizerName::adagrad)
+    throw Unsupported(
+        fmt::format("optim_args={}: Kiln reads optim_args for optim='adagrad' only; optim '{}' takes "
+                    "adam_beta1/2, adam_epsilon and weight_decay",
+                    a.compat("optim_args").dump(), to_string(a.optim)));
+  const Json& include = a.compat("include_for_metrics");
+  if (!include.is_array())
+    throw InvalidArgument(
+        fmt::format("include_for_metrics must be a list of \"inputs\" and \"loss\", not {}", include.dump()));
+  for (const Json& v : include)
+    if (!v.is_string() || (v != "inputs" && v != "loss"))
+      throw InvalidArgument(fmt::format("include_for_metrics: {} is not one of \"inputs\" and \"loss\"", v.dump()));
   check_choice(a, "hub_strategy", {"end", "every_save", "checkpoint", "all_checkpoints"});
   check_choice(a, "log_level_replica", {"debug", "info", "warning", "error", "critical", "passive"});
+}
+
+training::AdagradOptions adagrad_options(const TrainingArguments& a) {
+  training::AdagradOptions o;
+  o.weight_decay = static_cast<float>(a.weight_decay);
+  const Json& text = a.compat("optim_args");
+  if (text.is_null()) return o;
+  const std::string args = text.get<std::string>();
+  size_t start = 0;
+  while (start <= args.size()) {
+    size_t end = args.find(',', start);
+    if (end == std::string::npos) end = args.size();
+    std::string item = args.substr(start, end - start);
+    start = end + 1;
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      throw InvalidArgument(fmt::format("optim_args '{}': '{}' is not key=value", args, item));
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "maximize") {
+      if (value != "True" && value != "False" && value != "true" && value != "false")
+        throw InvalidArgument(fmt::format("optim_args: maximize={} is not True or False", value));
+      o.maximize = value == "True" || value == "true";
+      continue;
+    }
+    float* field = key == "lr_decay"                    ? &o.lr_decay
+                   : key == "initial_accumulator_value" ? &o.initial_accumulator_value
+                   : key == "eps"                       ? &o.epsilon
+                                                        : nullptr;
+    if (field == nullptr)
+      throw InvalidArgument(
+          fmt::format("optim_args: '{}' is not an argument of torch.optim.Adagrad that Kiln takes "
+                      "(lr_decay, initial_accumulator_value, eps, maximize)",
+                      key));
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != value.size() || value.empty() || !(v >= 0))
+      throw InvalidArgument(fmt::format("optim_args: {}={} is not a number >= 0", key, value));
+    *field = static_cast<float>(v);
+  }
+  return o;
+}
+
+bool groups_by_length(const TrainingArguments& a) {
+  return a.compat("group_by_length").get<bool>() || a.compat("train_sampling_strategy") == "group_by_length";
+}
+
+bool includes_for_metrics(const TrainingArguments& a, const std::string& what) {
+  if (what == "inputs" && a.compat("include_inputs_for_metrics").get<bool>()) return true;
+  const Json& include = a.compat("include_for_metrics");
+  return std::find(include.begin(), include.end(), Json(what)) != include.end();
 }
 
 }  // namespace kiln::trainer::detail

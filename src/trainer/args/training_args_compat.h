@@ -3,13 +3,15 @@
 // TrainingArguments::hf_compat, and either changes nothing on Kiln (the reason is in the table and in
 // docs/trainer.md), or, when its value asks for what Kiln cannot do, is an Unsupported naming the
 // field and why. A few are read by the Trainer (per_gpu_*, fp16_backend, eval_on_start,
-// train_sampling_strategy="sequential").
+// train_sampling_strategy, group_by_length, length_column_name, include_for_metrics,
+// include_inputs_for_metrics).
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "kiln/artifacts.h"
 #include "kiln/training_args.h"
 
 namespace kiln::trainer::detail {
@@ -32,5 +34,15 @@ const std::vector<CompatField>& compat_fields();
 // validate()'s part: the v4 aliases copied onto their fields (per_gpu_*, fp16_backend), the values
 // checked (choices), and a Refused field away from its default an Unsupported naming it.
 void apply_compat(TrainingArguments& a);
+
+// group_by_length=True or train_sampling_strategy="group_by_length".
+bool groups_by_length(const TrainingArguments& a);
+// optim="adagrad": torch.optim.Adagrad's options from weight_decay and optim_args (HF's
+// "key=value,key=value": lr_decay, initial_accumulator_value, eps, maximize). InvalidArgument naming
+// an unknown key or a bad value.
+training::AdagradOptions adagrad_options(const TrainingArguments& a);
+// Whether EvalPrediction gets `what` ("inputs" or "loss"): include_for_metrics names it (or, for
+// "inputs", v4's include_inputs_for_metrics is set).
+bool includes_for_metrics(const TrainingArguments& a, const std::string& what);
 
 }  // namespace kiln::trainer::detail

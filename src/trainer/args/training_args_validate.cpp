@@ -232,6 +232,10 @@ void check_optimizer(const TrainingArguments& a) {
   if (!(a.learning_rate >= 0)) fail(fmt::format("Invalid learning rate: {}", a.learning_rate));
   if (!(a.weight_decay >= 0)) fail(fmt::format("Invalid weight_decay value: {}", a.weight_decay));
   if (a.optim == OptimizerName::sgd) return;
+  if (a.optim == OptimizerName::adagrad) {
+    detail::adagrad_options(a);  // optim_args: the names and values torch.optim.Adagrad takes
+    return;
+  }
   if (!(a.adam_epsilon >= 0)) fail(fmt::format("Invalid epsilon value: {}", a.adam_epsilon));
   if (!(a.adam_beta1 >= 0 && a.adam_beta1 < 1))
     fail(fmt::format("Invalid beta parameter at index 0: {}", a.adam_beta1));

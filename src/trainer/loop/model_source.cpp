@@ -9,6 +9,7 @@
 #include "kiln/onnx_io.h"
 #include "kiln/pipeline.h"
 #include "models/builtin.h"
+#include "trainer/args/training_args_compat.h"
 #include "trainer/loop/distributed_run.h"
 #include "trainer/loop/trainer_impl.h"
 
@@ -67,8 +68,11 @@ training::ArtifactOptions optimizer_options(const TrainingArguments& args, const
   } else if (optim == "sgd") {
     o.optimizer = training::OptimType::SGD;
     o.sgd.weight_decay = static_cast<float>(args.weight_decay);
+  } else if (optim == "adagrad") {  // HF: torch.optim.Adagrad(lr, weight_decay, **optim_args)
+    o.optimizer = training::OptimType::Adagrad;
+    o.adagrad = detail::adagrad_options(args);
   } else {
-    throw Unsupported(fmt::format("optim '{}': Kiln's Trainer runs adamw_torch, adamw_hf and sgd", optim));
+    throw Unsupported(fmt::format("optim '{}': Kiln's Trainer runs adamw_torch, adamw_hf, sgd and adagrad", optim));
   }
   o.no_weight_decay = training::no_weight_decay_parameters(forward);
   return o;
@@ -81,6 +85,9 @@ void apply_override(const ModelSource& source, training::ArtifactOptions& o) {
   o.adamw = source.adamw;
   o.sgd = source.sgd;
   o.lamb = source.lamb;
+  o.adagrad = source.adagrad;
+  if (source.no_weight_decay) o.no_weight_decay = *source.no_weight_decay;
+  if (source.learning_rate) o.learning_rate = static_cast<float>(*source.learning_rate);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "core/atomic_file.h"
 #include "kiln/error.h"
+#include "trainer/args/training_args_compat.h"
 #include "trainer/loop/batch_padding.h"
 #include "trainer/loop/checkpoint_folder.h"
 #include "trainer/loop/compile_only.h"
@@ -109,10 +110,10 @@ void TrainRun::start(const std::string& resume_from_checkpoint) {
   state_.save_steps = args_.save_steps_for(s.max_steps);
 
   const int64_t warmup = args_.get_warmup_steps(s.max_steps);
-  m_.scheduler = m_.scheduler_factory
-                     ? m_.scheduler_factory(args_.learning_rate, warmup, s.max_steps)
-                     : make_lr_scheduler(std::string(to_string(args_.lr_scheduler_type)), args_.learning_rate, warmup,
-                                         s.max_steps, args_.lr_scheduler_kwargs);
+  m_.scheduler = m_.scheduler_factory ? m_.scheduler_factory(m_.source.base_learning_rate(args_), warmup, s.max_steps)
+                                      : make_lr_scheduler(std::string(to_string(args_.lr_scheduler_type)),
+                                                          m_.source.base_learning_rate(args_), warmup, s.max_steps,
+                                                          args_.lr_scheduler_kwargs);
   m_.tr_loss = m_.total_loss = 0;
   m_.pipeline_compute = m_.pipeline_wait = 0;
   m_.globalstep_last_logged = 0;
@@ -309,7 +310,8 @@ void TrainRun::log_loss() {
   logs.emplace_back("learning_rate", m_.scheduler->current_lr());
   m_.tr_loss = 0;
   m_.globalstep_last_logged = state_.global_step;
-  trainer_.log(std::move(logs));
+  if (m_.log_hook) m_.log_hook(std::move(logs));
+  else trainer_.log(std::move(logs));
 }
 
 // evaluate(), then the metric that steps a plateau scheduler and picks the best checkpoint (with
@@ -474,6 +476,12 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   // Each rank trains on its share of the seeded order (torch's DistributedSampler).
   std::shared_ptr<const data::Sampler> sampler = std::make_shared<data::RandomSampler>(data_seed);
   if (args_.compat("train_sampling_strategy") == "sequential") sampler = std::make_shared<data::SequentialSampler>();
+  if (m.train_dataset->sequential())  // a stream (an IterableDataset): read in order, as HF does
+    sampler = std::make_shared<data::SequentialSampler>();
+  else if (detail::groups_by_length(args_))  // HF: mega-batches of train_batch_size x gradient_accumulation_steps
+    sampler = std::make_shared<data::LengthGroupedSampler>(
+        data::item_lengths(*m.train_dataset, args_.compat("length_column_name").get<std::string>(), "input_ids"),
+        static_cast<size_t>(args_.per_device_train_batch_size * args_.gradient_accumulation_steps), data_seed);
   if (m.dist.data_size() > 1)  // a pipeline's stages read their replica's share
     sampler = std::make_shared<data::DistributedSampler>(sampler, m.dist.data_rank(), m.dist.data_size(),
                                                          args_.dataloader_drop_last);

@@ -138,7 +138,7 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
   m.optimizer = m.dist.sharded()
                     ? std::make_unique<training::Optimizer>(optimizer_model, *m.module, m.dist.ddp->owned_ranges())
                     : std::make_unique<training::Optimizer>(optimizer_model, *m.module);
-  m.optimizer->set_learning_rate(static_cast<float>(args_.learning_rate));
+  m.optimizer->set_learning_rate(static_cast<float>(m.source.base_learning_rate(args_)));
   if (m.dist.pipelined()) start_pipeline(m);
   if (m.logits_output.empty()) {
     const auto outs = m.module->output_names(false);
@@ -179,6 +179,8 @@ void Trainer::remove_callback(const std::string& name) { impl_->callbacks.pop(na
 void Trainer::remove_callback(const std::shared_ptr<TrainerCallback>& callback) { impl_->callbacks.pop(callback); }
 const std::vector<std::shared_ptr<TrainerCallback>>& Trainer::callbacks() const { return impl_->callbacks.callbacks(); }
 const TrainerControl& Trainer::control() const { return impl_->callbacks.control; }
+
+void Trainer::set_log_hook(LogHook hook) { impl_->log_hook = std::move(hook); }
 
 void Trainer::log(Logs logs) {
   auto set = [&logs](const std::string& key, double value) {

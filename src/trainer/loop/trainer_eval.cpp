@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "core/atomic_file.h"
 #include "core/file_io.h"
@@ -19,6 +20,7 @@
 #include "kiln/onnx_io.h"
 #include "kiln/safetensors.h"
 #include "kiln/session.h"
+#include "trainer/args/training_args_compat.h"
 #include "trainer/loop/batch_padding.h"
 #include "trainer/loop/gather.h"
 #include "trainer/loop/trainer_impl.h"
@@ -30,8 +32,33 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// include_for_metrics: the model's main input and each example's loss, batch by batch.
+struct MetricExtras {
+  bool want_inputs = false, want_losses = false;
+  std::string main_input;
+  std::vector<Tensor> inputs, losses;
+
+  MetricExtras(const TrainingArguments& args, const std::vector<std::string>& model_inputs) {
+    want_inputs = detail::includes_for_metrics(args, "inputs");
+    want_losses = detail::includes_for_metrics(args, "loss");
+    const auto labels = label_columns(args);
+    for (const auto& name : model_inputs)
+      if (name == "input_ids" || (main_input.empty() && std::find(labels.begin(), labels.end(), name) == labels.end()))
+        main_input = name;
+  }
+  void add(const data::Example& batch, int64_t n, std::optional<double> loss) {
+    if (want_inputs && !main_input.empty())
+      if (const auto it = batch.find(main_input); it != batch.end())
+        inputs.push_back(first_rows(it->second, n).clone());
+    if (want_losses && loss)
+      losses.push_back(
+          Tensor::from_vector<float>({n}, std::vector<float>(static_cast<size_t>(n), static_cast<float>(*loss))));
+  }
+};
+
 struct LoopResult {
   PredictionOutput output;
+  Tensor inputs, losses;  // include_for_metrics
   double loss_sum = 0;
   int64_t examples = 0;
   int64_t batches = 0;
@@ -50,6 +77,13 @@ void gather_results(const DistributedRun& dist, LoopResult& r) {
   r.batches = static_cast<int64_t>(sums[2]);
   r.output.predictions = gather_in_dataset_order(dist, r.output.predictions);
   r.output.label_ids = gather_in_dataset_order(dist, r.output.label_ids);
+  if (r.inputs.defined()) r.inputs = gather_in_dataset_order(dist, r.inputs);
+  if (r.losses.defined()) r.losses = gather_in_dataset_order(dist, r.losses);
+}
+
+void finish_extras(MetricExtras& extras, LoopResult& r) {
+  if (!extras.inputs.empty()) r.inputs = concat_padded(extras.inputs);
+  if (!extras.losses.empty()) r.losses = concat_padded(extras.losses);
 }
 
 }  // namespace
@@ -97,6 +131,8 @@ static LoopResult pipelined_evaluation_loop(Trainer::Impl& m, const TrainingArgu
         fmt::format("predict on data without '{}' in a pipelined run: its last stage computes the loss "
                     "from the labels",
                     label_name));
+  if (detail::includes_for_metrics(args, "inputs") || detail::includes_for_metrics(args, "loss"))
+    throw Unsupported("include_for_metrics in a pipelined run: its stages do not gather inputs or per-batch losses");
   const auto outputs = m.module->output_names(false);
   const bool last = m.pipeline->is_last();
   const auto logits_at = std::find(outputs.begin(), outputs.end(), m.logits_output);
@@ -170,6 +206,7 @@ static void predict_unlabelled(Trainer::Impl& m, const TrainingArguments& args, 
           .string();
   m.module->export_model_for_inferencing(path, {m.logits_output});
   Session session(load_model(path));
+  MetricExtras extras(args, m.module->input_names(false));
   for (size_t b = 0; b < loader.num_batches(); ++b) {
     data::Example batch = loader.batch(0, b);
     const int64_t n = args.pad_on_batch_axis ? pad_batch(batch, args.per_device_eval_batch_size, {label_name})
@@ -186,11 +223,13 @@ static void predict_unlabelled(Trainer::Impl& m, const TrainingArguments& args, 
     r.examples += n;
     ++r.batches;
     if (!args.prediction_loss_only) predictions.push_back(logits);
+    extras.add(batch, n, std::nullopt);
     CallbackContext step_ctx;
     step_ctx.eval_dataloader = &loader;
     m.callbacks.call(&TrainerCallback::on_prediction_step, args, state, step_ctx);
   }
   r.output.predictions = concat_padded(predictions);
+  finish_extras(extras, r);
   r.has_loss = false;
   gather_results(m.dist, r);
 }
@@ -221,6 +260,7 @@ static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& arg
     r.runtime = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return r;
   }
+  MetricExtras extras(args, eval_inputs);
   m.module->eval();
   for (size_t b = 0; b < loader.num_batches(); ++b) {
     data::Example batch = loader.batch(0, b);
@@ -237,6 +277,7 @@ static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& arg
     }
     const std::vector<Tensor> out = (*m.module)(inputs);
     r.loss_sum += out.at(0).item_as_double() * static_cast<double>(n);
+    extras.add(batch, n, out.at(0).item_as_double());
     r.examples += n;
     ++r.batches;
     CallbackContext step_ctx;
@@ -254,6 +295,7 @@ static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& arg
   m.module->train();
   r.output.predictions = concat_padded(predictions);
   r.output.label_ids = concat_padded(labels);
+  finish_extras(extras, r);
   gather_results(m.dist, r);
   r.runtime = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
@@ -262,7 +304,7 @@ static LoopResult evaluation_loop(Trainer::Impl& m, const TrainingArguments& arg
 static Metrics finish_metrics(Trainer::Impl& m, LoopResult& r, const std::string& prefix) {
   Metrics metrics;
   if (m.compute_metrics && r.output.predictions.defined() && r.output.label_ids.defined())
-    metrics = m.compute_metrics(EvalPrediction{r.output.predictions, r.output.label_ids});
+    metrics = m.compute_metrics(EvalPrediction{r.output.predictions, r.output.label_ids, r.inputs, r.losses});
   Metrics out;
   for (const auto& [k, v] : metrics) out[k.rfind(prefix + "_", 0) == 0 ? k : prefix + "_" + k] = v;
   if (r.examples > 0 && r.has_loss) out[prefix + "_loss"] = r.loss_sum / static_cast<double>(r.examples);
@@ -289,7 +331,8 @@ Metrics Trainer::evaluate(const std::shared_ptr<const data::Dataset>& eval_datas
   Metrics metrics = finish_metrics(*impl_, r, metric_key_prefix);
   if (measure) add_memory_metrics(metrics, "eval", start);
   // HF logs the metrics (which adds "epoch" to them) and hands them to on_evaluate.
-  log(Logs(metrics.begin(), metrics.end()));
+  if (impl_->log_hook) impl_->log_hook(Logs(metrics.begin(), metrics.end()));
+  else log(Logs(metrics.begin(), metrics.end()));
   metrics["epoch"] = state_.epoch;
   CallbackContext ctx;
   ctx.metrics = &metrics;

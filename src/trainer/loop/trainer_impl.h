@@ -29,6 +29,7 @@ struct Trainer::Impl {
   std::unique_ptr<training::GradScaler> scaler;
   std::unique_ptr<LRScheduler> scheduler;
   SchedulerFactory scheduler_factory;
+  LogHook log_hook;  // set_log_hook's: the loop's logs go there instead of log()
   CallbackHandler callbacks;
   std::shared_ptr<const data::Dataset> train_dataset, eval_dataset;
   ComputeMetrics compute_metrics;
