@@ -17,8 +17,8 @@
 // Memory and placement settings that mean nothing on a CPU host (matmul_proportion,
 // enable_half_partials, optimizer_state_offchip, explicit_ir_inference, parallelize_kwargs) are
 // accepted and kept. Settings Kiln does not run yet are refused when a run uses them
-// (kiln::Unsupported naming the field): embedding and projection serialization (> 1). executable_cache_dir is kept;
-// Kiln has no plan cache yet and says so once per run.
+// (kiln::Unsupported naming the field): embedding and projection serialization (> 1). executable_cache_dir caches the
+// generated artifacts (src/trainer/loop/artifact_cache.h).
 //
 // Unknown keys and bad values are InvalidArgument naming the field, as optimum's
 // IncompatibleIPUConfigError / ValueError do.

@@ -27,12 +27,12 @@ else CrossEntropyLoss against the model's first output and the "labels" column.
 
 The loop runs in C++ with the GIL released; Python callbacks, Python datasets, compute_metrics and
 preprocess_logits_for_metrics take it when called, and an exception they raise leaves train()
-(evaluate(), predict()) as itself. Not supported (NotImplementedError naming the argument):
-compute_loss_func. model_init and hyperparameter_search (optuna, or Kiln's random / grid search) are
-HF's: kiln/hp_search.py. `optimizers=(optimizer, lr_scheduler)`, optimizer_cls_and_kwargs and the
-create_optimizer / create_scheduler / create_optimizer_and_scheduler hooks take torch optimizers and
-schedulers, which Kiln reads and runs natively (kiln/trainer_optimizers.py); a subclass's `log` gets
-the loop's logs.
+(evaluate(), predict()) as itself. compute_loss_func and a subclass's compute_loss are traced into
+a torch model's training graph (torch.onnx.export), so their loss is what Kiln trains. model_init
+and hyperparameter_search (optuna, or Kiln's random / grid search) are HF's: kiln/hp_search.py.
+`optimizers=(optimizer, lr_scheduler)`, optimizer_cls_and_kwargs and the create_optimizer /
+create_scheduler / create_optimizer_and_scheduler hooks take torch optimizers and schedulers, which
+Kiln reads and runs natively (kiln/trainer_optimizers.py); a subclass's `log` gets the loop's logs.
 
 `data_collator` may be any callable with HF's contract (a list of items in, a dict of arrays or torch
 tensors out, batch first): it is called under the GIL for every batch of training, evaluation and
@@ -76,8 +76,7 @@ class Trainer:
                                  eval_data_collator=eval_data_collator)
         if model is None and model_init is not None:
             model = _call_model_init(model_init, None)
-        _unsupported("compute_loss_func", compute_loss_func is not None,
-                     "name a loss with loss=..., or export a model that computes its own 'loss' output")
+        self.compute_loss_func = compute_loss_func
         self.optimizer, self.lr_scheduler = tuple(optimizers or (None, None))
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         if self.optimizer is not None and optimizer_cls_and_kwargs is not None:
@@ -123,12 +122,21 @@ class Trainer:
             elif _is_torch_module(model):  # a torch.nn.Module: the same, through torch.onnx.export
                 from kiln.training.ortmodule.trainer_glue import export_for_trainer as export_torch
                 path = os.path.join(tmp, "model.onnx")
+                traced = self._traces_loss()
+                if traced and loss is not None:
+                    raise InvalidArgument("loss=... and a compute_loss (or compute_loss_func): the graph's loss is "
+                                          "compute_loss's; leave loss out")
                 outputs = export_torch(model, train, args.label_names or ["labels"], path,
-                                       dynamic_shapes=is_custom_collator(self.data_collator))
+                                       dynamic_shapes=is_custom_collator(self.data_collator),
+                                       compute_loss=self.compute_loss if traced else None)
                 spec = _onnx_spec(path, outputs, loss)
                 if getattr(args, "save_onnx", False):  # ORTTrainingArguments: the exported graph kept
                     _keep_onnx(path, args)
             else:
+                if self._traces_loss():
+                    raise NotImplementedError("compute_loss / compute_loss_func are traced into the graph with "
+                                              "torch.onnx.export, which needs a torch model; give an ONNX model "
+                                              "its loss when exporting it (its first output 'loss')")
                 spec = _model_spec(model, loss, tmp)
             spec["optimizer"] = self._optimizer_spec(train)
             if processing_class is not None and callable(getattr(processing_class, "save_pretrained", None)):
@@ -139,8 +147,8 @@ class Trainer:
         for hook in _LOOP_HOOKS:
             if _overrides(self, hook):
                 raise NotImplementedError(f"{type(self).__name__}.{hook} overrides Trainer.{hook}, which Kiln's native "
-                                          "training loop does not call (built: create_optimizer, create_scheduler, "
-                                          "create_optimizer_and_scheduler, log)")
+                                          "training loop does not call (built: compute_loss, create_optimizer, "
+                                          "create_scheduler, create_optimizer_and_scheduler, log)")
         if _overrides(self, "log"):  # the loop's logs go through the subclass's log
             self._core.set_log_hook(lambda logs: self.log(logs))
         if self.lr_scheduler is not None or _overrides(self, "create_scheduler") or \
@@ -230,6 +238,33 @@ class Trainer:
         plain = type(self.args) is TrainingArguments
         kwargs["args"] = TrainingArguments(**values) if plain else _copy_args(self.args, values)
         return type(self)(model=_call_model_init(self.model_init, trial), model_init=self.model_init, **kwargs)
+
+    # ---- The loss (HF's compute_loss and compute_loss_func) --------------------------------------
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """HF's: the model's own loss (outputs["loss"], or outputs[0]), or compute_loss_func(outputs,
+        labels, num_items_in_batch) with the labels popped from the inputs. Kiln traces it (or a
+        subclass's override) into the training graph of a torch model (torch.onnx.export over the first
+        batch), so the loss it computes is what Kiln trains on; num_items_in_batch is None (Kiln's losses
+        are per-batch means)."""
+        labels = None
+        if self.compute_loss_func is not None and "labels" in inputs:
+            inputs = dict(inputs)
+            labels = inputs.pop("labels")
+        outputs = model(**inputs)
+        if labels is not None:
+            loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
+        elif isinstance(outputs, Mapping):
+            if "loss" not in outputs:
+                raise ValueError("The model did not return a loss from the inputs, only the following keys: "
+                                 f"{','.join(outputs.keys())}. For reference, the inputs it received are "
+                                 f"{','.join(inputs.keys())}.")
+            loss = outputs["loss"]
+        else:
+            loss = outputs[0]
+        return (loss, outputs) if return_outputs else loss
+
+    def _traces_loss(self):
+        return _overrides(self, "compute_loss") or self.compute_loss_func is not None
 
     # ---- Optimizer and schedule (HF's hooks; kiln/trainer_optimizers.py) -------------------------
     def create_optimizer(self):
@@ -387,7 +422,7 @@ class Trainer:
 
 
 # HF's hooks of its Python loop, which Kiln's C++ loop has no place for yet.
-_LOOP_HOOKS = ("compute_loss", "training_step", "prediction_step", "evaluation_loop", "get_train_dataloader",
+_LOOP_HOOKS = ("training_step", "prediction_step", "evaluation_loop", "get_train_dataloader",
                "get_eval_dataloader", "get_test_dataloader")
 
 
@@ -501,11 +536,6 @@ def _keep_onnx(path, args):
     """ORTTrainingArguments(save_onnx=True): the exported forward as <output_dir>/<onnx_prefix>_torch_exported.onnx."""
     os.makedirs(args.output_dir, exist_ok=True)
     shutil.copyfile(path, os.path.join(args.output_dir, f"{args.onnx_prefix or 'model'}_torch_exported.onnx"))
-
-
-def _unsupported(argument, given, hint):
-    if given:
-        raise NotImplementedError(f"Trainer({argument}=...) is not supported by Kiln: {hint}")
 
 
 def _is_columns(mapping):

@@ -224,6 +224,38 @@ def test_compile_only_plans_and_takes_no_step(tmp_path):
     assert not list((tmp_path / "compile").glob("checkpoint-*"))
 
 
+def test_executable_cache_reuses_checked_artifacts(tmp_path, capfd):
+    """executable_cache_dir: the first run stores its artifacts; a later run links them (the same
+    files) and trains the same; a corrupted entry is ignored with a warning and stored again; other
+    options make another entry."""
+    import os
+    _, path = export_mlp(tmp_path / "mlp.onnx")
+    cache = tmp_path / "cache"
+
+    def run(name, **more):
+        args = ipu_args(tmp_path, name, max_steps=4, logging_steps=1, **more)
+        trainer = IPUTrainer(model=path, ipu_config=IPUConfig(executable_cache_dir=str(cache)), args=args,
+                             train_dataset=blobs(64, 1))
+        trainer.train()
+        return [e["loss"] for e in trainer.state.log_history if "loss" in e]
+
+    first = run("a")
+    entries = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    assert len(entries) == 1 and (entries[0] / "manifest.json").is_file()
+    entry = entries[0]
+    assert run("b") == first
+    for name in ("training_model.onnx", "checkpoint"):  # linked from the cache, not built again
+        assert os.stat(tmp_path / "b" / "artifacts" / name).st_ino == os.stat(entry / name).st_ino
+    with open(entry / "checkpoint", "r+b") as f:
+        f.truncate(100)
+    capfd.readouterr()
+    assert run("c") == first
+    assert "ignoring the cache entry" in capfd.readouterr().err
+    assert os.stat(entry / "checkpoint").st_size > 100  # written again
+    run("d", learning_rate=0.5)  # the optimizer model holds the learning rate: another entry
+    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 2
+
+
 def test_rank_counts_and_what_kiln_does_not_run_are_clear_errors(tmp_path):
     _, path = export_mlp(tmp_path / "mlp.onnx")
     args = ipu_args(tmp_path, "pipe", max_steps=2)

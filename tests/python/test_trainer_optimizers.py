@@ -188,12 +188,12 @@ def test_what_kiln_does_not_run_is_a_clear_error(tmp_path):
 
 
 def test_hooks_of_hfs_python_loop_are_refused_when_overridden(tmp_path):
-    class CustomLoss(kiln.Trainer):
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    class CustomStep(kiln.Trainer):
+        def training_step(self, model, inputs, num_items_in_batch=None):
             return 0.0
 
-    with pytest.raises(NotImplementedError, match="CustomLoss.compute_loss overrides Trainer.compute_loss"):
-        CustomLoss(model=Net(), args=arguments(tmp_path), train_dataset=items())
+    with pytest.raises(NotImplementedError, match="CustomStep.training_step overrides Trainer.training_step"):
+        CustomStep(model=Net(), args=arguments(tmp_path), train_dataset=items())
     trainer = kiln.Trainer(model=Net(), args=arguments(tmp_path), train_dataset=items())
     with pytest.raises(NotImplementedError, match="get_train_dataloader"):
         trainer.get_train_dataloader()

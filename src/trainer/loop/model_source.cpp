@@ -10,6 +10,7 @@
 #include "kiln/pipeline.h"
 #include "models/builtin.h"
 #include "trainer/args/training_args_compat.h"
+#include "trainer/loop/artifact_cache.h"
 #include "trainer/loop/distributed_run.h"
 #include "trainer/loop/trainer_impl.h"
 
@@ -145,7 +146,12 @@ std::string prepare_artifacts(const ModelSource& source, const TrainingArguments
     if (write && stage == 0) save_model(forward, (fs::path(dir) / "forward.onnx").string());  // for save_model
     return training::stage_directory(dir, stage);
   }
-  if (write) training::generate_artifacts(forward, o, dir);
+  if (!write) return dir;
+  const std::string cache = ipu ? ipu->executable_cache_dir : std::string();
+  const std::string key = cache.empty() ? std::string() : artifact_cache_key(forward, o);
+  if (!cache.empty() && restore_cached_artifacts(cache, key, dir)) return dir;
+  const std::vector<std::string> files = training::generate_artifacts(forward, o, dir);
+  if (!cache.empty()) store_cached_artifacts(cache, key, files);
   return dir;
 }
 

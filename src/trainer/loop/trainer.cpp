@@ -40,9 +40,10 @@ training::GradScalerOptions scaler_options(const std::optional<DeepSpeedConfig>&
 // An IPUConfig's pipeline: the stages' communicators.
 void open_ipu_run(Trainer::Impl& m, const TrainingArguments& args) {
   if (m.ipu->stages() > 1) open_pipeline(m.dist, static_cast<int>(m.ipu->stages()));
-  if (!m.ipu->executable_cache_dir.empty() && args.should_log())
+  if (!m.ipu->executable_cache_dir.empty() && m.ipu->stages() > 1 && args.should_log())
     std::cerr << fmt::format(
-        "kiln: IPUConfig executable_cache_dir '{}': Kiln keeps no plan cache yet; each run plans its graphs\n",
+        "kiln: IPUConfig executable_cache_dir '{}': a pipelined run's stage artifacts are not cached; each run "
+        "builds them\n",
         m.ipu->executable_cache_dir);
 }
 

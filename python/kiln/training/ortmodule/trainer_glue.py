@@ -42,6 +42,36 @@ class _Named(torch.nn.Module):
         return tuple(_outputs(_call(self.inner, self.inputs, tensors), "labels" in self.inputs)[1])
 
 
+class _LossNamed(torch.nn.Module):
+    """The Trainer's compute_loss(model, inputs, return_outputs=True) over the dataset's columns:
+    outputs ("loss", then the model's outputs other than a loss of its own), traced into the graph."""
+
+    def __init__(self, module, inputs, compute_loss):
+        super().__init__()
+        self.inner = module
+        self.inputs = inputs
+        self.compute_loss = compute_loss
+
+    def forward(self, *tensors):  # noqa: D102
+        return tuple(_loss_outputs(self.compute_loss, self.inner, dict(zip(self.inputs, tensors)))[1])
+
+
+def _loss_outputs(compute_loss, module, inputs):
+    """(names, tensors): "loss" from compute_loss, then the outputs it returned (their own loss left out)."""
+    result = compute_loss(module, dict(inputs), return_outputs=True)
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise InvalidArgument("compute_loss(model, inputs, return_outputs=True) must return (loss, outputs), as "
+                              "HF's does")
+    loss, outputs = result
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise InvalidArgument(f"compute_loss returned a loss of type {type(loss).__name__}"
+                              f"{'' if not isinstance(loss, torch.Tensor) else ' and shape ' + str(list(loss.shape))}"
+                              "; it must be a scalar tensor")
+    names, flat = _outputs(outputs, False) if outputs is not None else ([], [])
+    kept = [(n, t) for n, t in zip(names, flat) if n != "loss"]
+    return ["loss"] + [n for n, _ in kept], [loss.reshape(())] + [t for _, t in kept]
+
+
 def _call(module, inputs, tensors):
     """forward by keyword when its parameters are named after the columns, else positionally (the
     one feature column of a one-input forward such as nn.Sequential's)."""
@@ -85,25 +115,31 @@ def _outputs(out, with_labels):
     return names, flat
 
 
-def export_for_trainer(module: torch.nn.Module, dataset, label_names, path, dynamic_shapes=False) -> list:
+def export_for_trainer(module: torch.nn.Module, dataset, label_names, path, dynamic_shapes=False,
+                       compute_loss=None) -> list:
     """Writes the module's training ONNX file to `path`; returns its output names. dynamic_shapes
     (a custom data_collator, whose batches may be padded to their own length): every input axis is
-    dynamic, not only the batch."""
+    dynamic, not only the batch. compute_loss (a Trainer's, HF's signature): the graph computes
+    compute_loss(module, batch, return_outputs=True) over every column of the batch, so a custom
+    loss is traced into it; its first output is that loss."""
     name = type(module).__name__
     if dataset is None or len(dataset) == 0:
         raise InvalidArgument(f"Trainer(model={name}): a torch module needs a train_dataset (it is exported with the "
                               "shapes of the first training example)")
     example = dataset[0]
-    inputs = _input_columns(module, list(example), label_names)
+    inputs = list(example) if compute_loss is not None else _input_columns(module, list(example), label_names)
     tensors = [torch.from_numpy(np.ascontiguousarray(np.asarray(example[n])[None])) for n in inputs]
-    named = _Named(module, inputs)
+    named = _LossNamed(module, inputs, compute_loss) if compute_loss is not None else _Named(module, inputs)
     buffers = {k: b.detach().clone() for k, b in module.named_buffers()}
     was_training = module.training
     module.train(True)
     buffer = io.BytesIO()
     try:
         with torch.no_grad():
-            names, flat = _outputs(_call(module, inputs, tensors), "labels" in inputs)
+            if compute_loss is not None:
+                names, flat = _loss_outputs(compute_loss, module, dict(zip(inputs, tensors)))
+            else:
+                names, flat = _outputs(_call(module, inputs, tensors), "labels" in inputs)
             ranks = [t.dim() for t in flat]
             if dynamic_shapes:
                 axes = {n: {i: "batch" if i == 0 else f"{n}_{i}" for i in range(t.dim())}
