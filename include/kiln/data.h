@@ -58,6 +58,12 @@ class Dataset {
   // A stream (a Python IterableDataset behind an index): items are best read in index order, so the
   // Trainer does not shuffle or group it.
   virtual bool sequential() const { return false; }
+  // Each item is a whole batch (a Python Trainer's get_train_dataloader batches): a DataLoader
+  // takes one item per batch, whatever its batch_size.
+  virtual bool is_batched() const { return false; }
+  // The epoch about to be read (HF's set_epoch, which a stream of batches needs to reshuffle as its
+  // loader does); called by the Trainer at the start of each epoch. The default does nothing.
+  virtual void set_epoch(int64_t /*epoch*/) const {}
 };
 
 // Items held one by one (they may differ in shape from item to item: a JSON Lines file of token

@@ -57,11 +57,12 @@ from kiln.trainer_data import (
     remove_unused_columns,
     to_dataset,
 )
+from kiln.trainer_hooks import LOOP_HOOKS, TrainerHooks, overrides
 from kiln.trainer_utils import PredictionOutput, TrainOutput
 from kiln.training_args import TrainingArguments
 
 
-class Trainer:
+class Trainer(TrainerHooks):
     def __init__(self, model=None, args=None, data_collator=None, train_dataset=None, eval_dataset=None,
                  processing_class=None, model_init=None, compute_loss_func=None, compute_metrics=None,
                  callbacks=None, optimizers=(None, None), optimizer_cls_and_kwargs=None,
@@ -111,8 +112,11 @@ class Trainer:
         self._signature_columns = _signature_columns(model, args) if args.remove_unused_columns else None
         self._one_input_model = (getattr(model, "_kiln_nn_module", False) or _is_torch_module(model)) and \
             len(_required_parameters(model)) <= 1
-        train = self._dataset(train_dataset, "train_dataset", self.data_collator)
-        evaluation = self._dataset(eval_dataset, "eval_dataset", self.eval_data_collator)
+        if overrides(self, "get_train_dataloader"):  # the subclass's own batches
+            train = self._loader_dataset(self.get_train_dataloader())
+        else:
+            train = self._dataset(train_dataset, "train_dataset", self.data_collator)
+        evaluation = self._eval_dataset(eval_dataset, "eval_dataset", "get_eval_dataloader")
         callbacks = [cb() if isinstance(cb, type) else cb for cb in (callbacks or [])]
         with tempfile.TemporaryDirectory(prefix="kiln-model-") as tmp:
             if getattr(model, "_kiln_nn_module", False):  # a kiln.nn.Module: exported here, weights back after train()
@@ -144,15 +148,16 @@ class Trainer:
             self._core = core.Trainer(spec, args._core, args, model, train, evaluation, compute_metrics,
                                       preprocess_logits_for_metrics, callbacks)
         self.callback_handler = CallbackHandler(self._core)
-        for hook in _LOOP_HOOKS:
-            if _overrides(self, hook):
+        for hook in LOOP_HOOKS:
+            if overrides(self, hook):
                 raise NotImplementedError(f"{type(self).__name__}.{hook} overrides Trainer.{hook}, which Kiln's native "
                                           "training loop does not call (built: compute_loss, create_optimizer, "
-                                          "create_scheduler, create_optimizer_and_scheduler, log)")
-        if _overrides(self, "log"):  # the loop's logs go through the subclass's log
+                                          "create_scheduler, create_optimizer_and_scheduler, log, "
+                                          "get_train/eval/test_dataloader)")
+        if overrides(self, "log"):  # the loop's logs go through the subclass's log
             self._core.set_log_hook(lambda logs: self.log(logs))
-        if self.lr_scheduler is not None or _overrides(self, "create_scheduler") or \
-                _overrides(self, "create_optimizer_and_scheduler"):
+        if self.lr_scheduler is not None or overrides(self, "create_scheduler") or \
+                overrides(self, "create_optimizer_and_scheduler"):
             self._core.set_scheduler_factory(self._schedule)
         self._check_columns(train, "train_dataset", training=True)
         self._check_columns(evaluation, "eval_dataset", training=False)
@@ -195,14 +200,14 @@ class Trainer:
             for name, dataset in eval_dataset.items():
                 metrics.update(self.evaluate(dataset, ignore_keys, f"{metric_key_prefix}_{name}"))
             return metrics
-        dataset = self._dataset(eval_dataset, "eval_dataset", self.eval_data_collator)
+        dataset = self._eval_dataset(eval_dataset, "eval_dataset", "get_eval_dataloader")
         self._check_columns(dataset, "eval_dataset", training=False)
         return self._core.evaluate(dataset, metric_key_prefix)
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test"):
         """PredictionOutput(predictions, label_ids, metrics). Without labels in the dataset, as HF:
         predictions only (label_ids None, no test_loss)."""
-        dataset = self._dataset(test_dataset, "test_dataset", self.eval_data_collator)
+        dataset = self._eval_dataset(test_dataset, "test_dataset", "get_test_dataloader")
         self._check_columns(dataset, "test_dataset", training=False, labels_optional=True)
         predictions, label_ids, metrics = self._core.predict(dataset, metric_key_prefix)
         return PredictionOutput(predictions, label_ids, metrics)
@@ -238,94 +243,6 @@ class Trainer:
         plain = type(self.args) is TrainingArguments
         kwargs["args"] = TrainingArguments(**values) if plain else _copy_args(self.args, values)
         return type(self)(model=_call_model_init(self.model_init, trial), model_init=self.model_init, **kwargs)
-
-    # ---- The loss (HF's compute_loss and compute_loss_func) --------------------------------------
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """HF's: the model's own loss (outputs["loss"], or outputs[0]), or compute_loss_func(outputs,
-        labels, num_items_in_batch) with the labels popped from the inputs. Kiln traces it (or a
-        subclass's override) into the training graph of a torch model (torch.onnx.export over the first
-        batch), so the loss it computes is what Kiln trains on; num_items_in_batch is None (Kiln's losses
-        are per-batch means)."""
-        labels = None
-        if self.compute_loss_func is not None and "labels" in inputs:
-            inputs = dict(inputs)
-            labels = inputs.pop("labels")
-        outputs = model(**inputs)
-        if labels is not None:
-            loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
-        elif isinstance(outputs, Mapping):
-            if "loss" not in outputs:
-                raise ValueError("The model did not return a loss from the inputs, only the following keys: "
-                                 f"{','.join(outputs.keys())}. For reference, the inputs it received are "
-                                 f"{','.join(inputs.keys())}.")
-            loss = outputs["loss"]
-        else:
-            loss = outputs[0]
-        return (loss, outputs) if return_outputs else loss
-
-    def _traces_loss(self):
-        return _overrides(self, "compute_loss") or self.compute_loss_func is not None
-
-    # ---- Optimizer and schedule (HF's hooks; kiln/trainer_optimizers.py) -------------------------
-    def create_optimizer(self):
-        """HF's hook: a subclass returns (and sets as self.optimizer) a torch optimizer, whose class and
-        hyperparameters Kiln runs natively. The base returns the `optimizers` one, or None (Kiln's own,
-        from TrainingArguments.optim)."""
-        return self.optimizer
-
-    def create_scheduler(self, num_training_steps, optimizer=None):
-        """HF's hook: a subclass returns (and sets as self.lr_scheduler) a torch lr_scheduler, called
-        when training starts; Kiln replays it for each step's rate. The base returns the `optimizers`
-        one, or None (TrainingArguments.lr_scheduler_type)."""
-        return self.lr_scheduler
-
-    def create_optimizer_and_scheduler(self, num_training_steps):
-        self.create_optimizer()
-        optimizer = self.optimizer
-        self.create_scheduler(num_training_steps=num_training_steps, optimizer=optimizer)
-
-    def _optimizer_spec(self, train):
-        """The torch optimizer Kiln is to run, as the model spec's entry (None: TrainingArguments.optim)."""
-        from kiln import trainer_optimizers as opt
-        if self.optimizer_cls_and_kwargs is not None:
-            cls, kwargs = self.optimizer_cls_and_kwargs
-            self.optimizer, spec = opt.instantiate(cls, kwargs, self.model, self.args)
-            return spec
-        if _overrides(self, "create_optimizer_and_scheduler"):
-            self.create_optimizer_and_scheduler(self._num_training_steps(train))
-        elif _overrides(self, "create_optimizer"):
-            made = self.create_optimizer()
-            self.optimizer = made if made is not None else self.optimizer
-        return None if self.optimizer is None else opt.optimizer_spec(self.optimizer, self.model)
-
-    def _num_training_steps(self, train):
-        """HF's count of optimizer steps: max_steps, else epochs x updates per epoch."""
-        import math
-        args = self.args
-        if args.max_steps and args.max_steps > 0:
-            return args.max_steps
-        if train is None:
-            return 0
-        batches = math.ceil(len(train) / (args.per_device_train_batch_size * max(1, args.world_size)))
-        return math.ceil(args.num_train_epochs * max(1, batches // args.gradient_accumulation_steps))
-
-    def _schedule(self, base_lr, warmup, total):
-        """The scheduler factory the C++ loop calls when training starts: lr_at(step)."""
-        del base_lr, warmup
-        from kiln import trainer_optimizers as opt
-        if _overrides(self, "create_scheduler") and not _overrides(self, "create_optimizer_and_scheduler"):
-            if self.optimizer is None:
-                self.optimizer = opt.stand_in_optimizer(self.args)
-            made = self.create_scheduler(num_training_steps=total, optimizer=self.optimizer)
-            self.lr_scheduler = made if made is not None else self.lr_scheduler
-        if self.lr_scheduler is None:
-            raise RuntimeError("create_scheduler set no lr_scheduler")
-        return opt.ScheduleReplay(self.lr_scheduler)
-
-    @property
-    def tokenizer(self):
-        """HF's older name of processing_class."""
-        return self.processing_class
 
     # ---- State, logs and files -----------------------------------------------------------------
     @property
@@ -422,23 +339,6 @@ class Trainer:
 
 
 # HF's hooks of its Python loop, which Kiln's C++ loop has no place for yet.
-_LOOP_HOOKS = ("training_step", "prediction_step", "evaluation_loop", "get_train_dataloader",
-               "get_eval_dataloader", "get_test_dataloader")
-
-
-def _loop_hook(name):
-    def hook(self, *args, **kwargs):
-        raise NotImplementedError(f"Trainer.{name}: Kiln's training and evaluation loops run natively, with no "
-                                  "Python step to call or override")
-    hook.__name__ = name
-    return hook
-
-
-def _overrides(trainer, name):
-    """Whether the trainer's class replaces Trainer.<name> (HF's subclassing hooks)."""
-    return getattr(type(trainer), name) is not getattr(Trainer, name)
-
-
 def _is_tokenizer(obj):
     """A tokenizer-like processing_class (HF pads with it when no data_collator is given)."""
     return obj is not None and (callable(getattr(obj, "pad", None)) or hasattr(obj, "pad_token_id"))
@@ -582,7 +482,3 @@ def _onnx_spec(path, outputs, loss):
 def _no_loss(loss, what):
     if loss is not None:
         raise InvalidArgument(f"loss={loss!r}: the model is {what}; loss applies to a forward ONNX model")
-
-
-for _name in _LOOP_HOOKS:
-    setattr(Trainer, _name, _loop_hook(_name))

@@ -212,6 +212,64 @@ class IterableAsSequence:
                     self._buffer[at] = item
 
 
+class LoaderBatches:
+    """A DataLoader (a subclass's get_*_dataloader: any iterable of batch dicts with a length) read
+    by index for the C++ loop, whose items it makes whole batches (core.batches_dataset): item i is
+    batch i of the current epoch. set_epoch(e), which the loop calls at each epoch, starts epoch e
+    (the loader's, its sampler's or its batch sampler's set_epoch first, as HF calls them); an index
+    before the position replays the epoch from its start, so a resumed run is exact when the
+    loader's order depends only on the epoch (a seeded sampler). Each rank keeps the batches of its
+    share (i % world == rank). Thread-safe."""
+
+    def __init__(self, loader, rank=0, world=1):
+        import threading
+        if not hasattr(loader, "__len__"):
+            raise TypeError(f"the DataLoader ({type(loader).__name__}) has no length; the Trainer counts its batches")
+        self.loader, self.length, self.rank, self.world = loader, len(loader), rank, world
+        self._lock = threading.Lock()
+        self._epoch, self._buffer = 0, {}
+        self._start()
+
+    def __len__(self):
+        return self.length
+
+    def _start(self):
+        sampler = getattr(self.loader, "sampler", None)
+        batch_sampler = getattr(self.loader, "batch_sampler", None)
+        for obj in (self.loader, sampler, batch_sampler, getattr(batch_sampler, "sampler", None)):
+            if obj is not None and hasattr(obj, "set_epoch"):
+                obj.set_epoch(self._epoch)
+        self._iterator, self._cursor = iter(self.loader), 0
+        self._buffer.clear()
+
+    def set_epoch(self, epoch):
+        with self._lock:
+            if epoch != self._epoch or self._cursor > 0:
+                self._epoch = epoch
+                self._start()
+
+    def __getitem__(self, index):
+        if not 0 <= index < self.length:
+            raise IndexError(f"batch {index} is out of range for {self.length} batches")
+        with self._lock:
+            if index in self._buffer:
+                return self._buffer.pop(index)
+            if index < self._cursor:
+                self._start()
+            while True:
+                try:
+                    batch = next(self._iterator)
+                except StopIteration:
+                    raise ValueError(f"the DataLoader ended after {self._cursor} batches; its length is "
+                                     f"{self.length}") from None
+                at = self._cursor
+                self._cursor += 1
+                if at == index:
+                    return batch
+                if at % self.world == self.rank:
+                    self._buffer[at] = batch
+
+
 def iterable_as_sequence(dataset, what, args, training):
     """An IterableDataset as a sequence: a training one as the stream read for max_steps (HF's rule:
     it must be set), an evaluation one read once into a list (it is finite)."""

@@ -177,6 +177,62 @@ class CollatedPythonDataset final : public data::Dataset {
   mutable std::vector<std::string> columns_;
 };
 
+// A Python Trainer's own DataLoader (get_train_dataloader & co.) as a dataset of whole batches:
+// item i is the i-th batch of the current epoch (kiln/trainer_data.py's LoaderBatches, which the
+// Trainer's set_epoch reaches), read in order. get(i) is its first row, so that columns and
+// export see one item.
+class BatchesPythonDataset final : public data::Dataset {
+ public:
+  explicit BatchesPythonDataset(const py::object& batches) : batches_(hold(batches)), size_(py::len(batches)) {}
+  size_t size() const override { return size_; }
+  bool sequential() const override { return true; }
+  bool is_batched() const override { return true; }
+  void set_epoch(int64_t epoch) const override {
+    py::gil_scoped_acquire gil;
+    batches_->attr("set_epoch")(epoch);
+  }
+  data::Example get(size_t index) const override {
+    data::Example batch = get_batch({index}, data::default_collate);
+    for (auto& [name, t] : batch) {  // row 0, a view
+      const Tensor c = t.contiguous();
+      t = Tensor::view_of(c.storage(), c.byte_offset(), c.dtype(), Shape(c.shape().begin() + 1, c.shape().end()));
+    }
+    return batch;
+  }
+  data::Example get_batch(const std::vector<size_t>& indices, const data::Collator& /*collate*/) const override {
+    if (indices.size() != 1) throw InvalidArgument("a loader's batches are read one at a time");
+    const size_t i = indices.front();
+    if (i >= size_) throw InvalidArgument(fmt::format("batch {} is out of range for {} batches", i, size_));
+    py::gil_scoped_acquire gil;
+    const py::object out = (*batches_)[py::int_(i)];
+    if (!py::isinstance<py::dict>(out) && !py::hasattr(out, "keys"))
+      throw TypeError(
+          fmt::format("the DataLoader's batch {} is a {}, not a dict of arrays or tensors", i, type_name(out)));
+    data::Example batch;
+    int64_t rows = -1;
+    const py::object keys = out.attr("keys")();
+    for (const auto& key : keys) {
+      const std::string name = py::str(key);
+      const py::object value = out[key];
+      if (value.is_none()) continue;
+      Tensor t = tensor_from_py(value, fmt::format("column '{}' of the DataLoader's batch {}", name, i));
+      if (t.rank() == 0 || (rows >= 0 && t.dim(0) != rows))
+        throw ShapeError(
+            fmt::format("column '{}' of the DataLoader's batch {} has shape {}; every column needs the "
+                        "batch's {} rows first",
+                        name, i, to_string(t.shape()), rows < 0 ? std::string("same") : std::to_string(rows)));
+      rows = t.dim(0);
+      batch[column_name(name)] = std::move(t);
+    }
+    if (batch.empty()) throw InvalidArgument(fmt::format("the DataLoader's batch {} has no columns", i));
+    return batch;
+  }
+
+ private:
+  PyRef batches_;
+  size_t size_;
+};
+
 std::map<std::string, std::string> str_map(const py::dict& d) {
   std::map<std::string, std::string> out;
   for (const auto& [k, v] : d) out[k.cast<std::string>()] = py::str(py::module_::import("os").attr("fspath")(v));
@@ -266,6 +322,9 @@ void register_data(py::module_& m) {
         return load_jsonl(fspath(path), o);
       },
       py::arg("path"), py::arg("columns") = std::vector<std::string>(), py::arg("skip_text") = false);
+  m.def("batches_dataset", [](const py::object& batches) -> std::shared_ptr<Dataset> {
+    return std::make_shared<BatchesPythonDataset>(batches);
+  });
   m.def("python_dataset", [](const py::object& sequence) -> std::shared_ptr<Dataset> {
     return std::make_shared<PythonDataset>(sequence);
   });

@@ -30,7 +30,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, size_t batch_size
 
 size_t DataLoader::num_batches() const {
   const size_t n = sampler_->length(dataset_->size());
-  return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+  const size_t per = dataset_->is_batched() ? 1 : batch_size_;
+  return drop_last_ ? n / per : (n + per - 1) / per;
 }
 
 std::vector<size_t> DataLoader::batch_indices(int64_t epoch, size_t index) const {
@@ -54,8 +55,9 @@ std::vector<size_t> DataLoader::batch_indices(int64_t epoch, size_t index) const
     }
     order = cache_->order;
   }
-  const size_t begin = index * batch_size_;
-  const size_t end = std::min(begin + batch_size_, order->size());
+  const size_t per = dataset_->is_batched() ? 1 : batch_size_;
+  const size_t begin = index * per;
+  const size_t end = std::min(begin + per, order->size());
   return std::vector<size_t>(order->begin() + static_cast<std::ptrdiff_t>(begin),
                              order->begin() + static_cast<std::ptrdiff_t>(end));
 }

@@ -180,5 +180,28 @@ TEST(DefaultCollate, StridedItemsArePacked) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(b.at("x").data<float>()[i], want[i]);
 }
 
+// A dataset whose items are whole batches (a Python Trainer's own DataLoader): the loader takes one
+// item per batch whatever its batch_size, and hands the item over as the batch.
+class Batches final : public Dataset {
+ public:
+  size_t size() const override { return 3; }
+  bool is_batched() const override { return true; }
+  Example get(size_t index) const override {
+    return {{"x", Tensor::from_vector<float>({2}, {static_cast<float>(index), 0.0f})}};
+  }
+  Example get_batch(const std::vector<size_t>& indices, const Collator& /*collate*/) const override {
+    EXPECT_EQ(indices.size(), 1u);
+    return {{"x", Tensor::from_vector<float>({4, 2}, std::vector<float>(8, static_cast<float>(indices[0])))}};
+  }
+};
+
+TEST(DataLoader, BatchedDatasetsGiveOneItemPerBatch) {
+  DataLoader loader(std::make_shared<Batches>(), 64, nullptr, true);
+  EXPECT_EQ(loader.num_batches(), 3u);
+  EXPECT_EQ(loader.batch_indices(0, 2), (std::vector<size_t>{2}));
+  EXPECT_EQ(loader.batch(0, 1).at("x").shape(), (Shape{4, 2}));
+  EXPECT_EQ(loader.batch(0, 1).at("x").data<float>()[7], 1.0f);
+}
+
 }  // namespace
 }  // namespace kiln::data

@@ -195,5 +195,5 @@ def test_hooks_of_hfs_python_loop_are_refused_when_overridden(tmp_path):
     with pytest.raises(NotImplementedError, match="CustomStep.training_step overrides Trainer.training_step"):
         CustomStep(model=Net(), args=arguments(tmp_path), train_dataset=items())
     trainer = kiln.Trainer(model=Net(), args=arguments(tmp_path), train_dataset=items())
-    with pytest.raises(NotImplementedError, match="get_train_dataloader"):
-        trainer.get_train_dataloader()
+    with pytest.raises(NotImplementedError, match="training_step"):
+        trainer.training_step(None, {})

@@ -154,6 +154,7 @@ void TrainRun::run_epochs() {
 // end of each accumulation group, and the epoch's own log / evaluate / save.
 void TrainRun::run_epoch(int64_t epoch) {
   cb_.call(&TrainerCallback::on_epoch_begin, args_, state_);
+  m_.train_dataset->set_epoch(epoch);
   const int64_t accum = schedule_.accum, len = schedule_.len_dataloader;
   group_ = Group();
   const int64_t start = epoch == epochs_trained_ ? skip_ : 0;
@@ -476,7 +477,7 @@ TrainOutput Trainer::train(const std::string& resume_from_checkpoint) {
   // Each rank trains on its share of the seeded order (torch's DistributedSampler).
   std::shared_ptr<const data::Sampler> sampler = std::make_shared<data::RandomSampler>(data_seed);
   if (args_.compat("train_sampling_strategy") == "sequential") sampler = std::make_shared<data::SequentialSampler>();
-  if (m.train_dataset->sequential())  // a stream (an IterableDataset): read in order, as HF does
+  if (m.train_dataset->sequential() || m.train_dataset->is_batched())  // a stream, or a user's loader's batches
     sampler = std::make_shared<data::SequentialSampler>();
   else if (detail::groups_by_length(args_))  // HF: mega-batches of train_batch_size x gradient_accumulation_steps
     sampler = std::make_shared<data::LengthGroupedSampler>(
