@@ -150,49 +150,28 @@ def is_iterable_dataset(dataset):
             and not hasattr(dataset, "__len__"))
 
 
-class IterableAsSequence:
-    """An IterableDataset read as the C++ loader reads datasets, by index, for the Trainer: item i is
-    the i-th item of the stream, which starts again (set_epoch(pass) first, as HF calls it every
-    epoch) whenever it ends, for `length` items in all. Each rank reads the whole stream and keeps
-    the items of its share (i % world == rank: the C++ loader reads a stream in order and shards it
-    that way); an index before the stream's position (a resumed run) replays the stream from its
-    start, as HF skips batches by iterating. Items asked for out of order by loader threads wait in a
-    small buffer. Thread-safe."""
-    _kiln_stream = True
+class _InOrderReader:
+    """Random access, for the C++ loader, over something read front to back (a stream, a DataLoader):
+    item i is the i-th one read since the last rewind. An index before the position rewinds and reads
+    again (a resumed run skips items by reading them, as HF does); items read past, asked for out of
+    order by loader threads, wait in a buffer -- only this rank's (i % world == rank: the C++ loader
+    reads such a dataset in order and shards it that way). Thread-safe. Subclasses give _rewind()
+    and _next()."""
 
-    def __init__(self, iterable, length, rank=0, world=1):
+    def __init__(self, length, rank, world):
         import threading
-        self.iterable = iterable
-        self.length = length
-        self.rank, self.world = rank, world
+        self.length, self.rank, self.world = length, rank, world
         self._lock = threading.Lock()
         self._buffer = {}
-        self._restart()
+        self._cursor = 0
 
     def __len__(self):
         return self.length
 
     def _restart(self):
-        self._pass = 0
         self._cursor = 0
         self._buffer.clear()
-        self._begin_pass()
-
-    def _begin_pass(self):
-        if hasattr(self.iterable, "set_epoch"):
-            self.iterable.set_epoch(self._pass)
-        self._iterator = iter(self.iterable)
-
-    def _next(self):
-        for attempt in range(2):
-            try:
-                return next(self._iterator)
-            except StopIteration:
-                if attempt == 1 or self._cursor == 0:
-                    break
-                self._pass += 1
-                self._begin_pass()
-        raise ValueError("the IterableDataset yielded no items" + (f" in pass {self._pass}" if self._pass else ""))
+        self._rewind()
 
     def __getitem__(self, index):
         if not 0 <= index < self.length:
@@ -212,62 +191,73 @@ class IterableAsSequence:
                     self._buffer[at] = item
 
 
-class LoaderBatches:
-    """A DataLoader (a subclass's get_*_dataloader: any iterable of batch dicts with a length) read
-    by index for the C++ loop, whose items it makes whole batches (core.batches_dataset): item i is
-    batch i of the current epoch. set_epoch(e), which the loop calls at each epoch, starts epoch e
-    (the loader's, its sampler's or its batch sampler's set_epoch first, as HF calls them); an index
-    before the position replays the epoch from its start, so a resumed run is exact when the
-    loader's order depends only on the epoch (a seeded sampler). Each rank keeps the batches of its
-    share (i % world == rank). Thread-safe."""
+class IterableAsSequence(_InOrderReader):
+    """An IterableDataset as the Trainer's training data: the stream, started again (set_epoch(pass)
+    first, as HF calls it every epoch) whenever it ends, for `length` items in all; a rewind replays
+    it from pass 0."""
+    _kiln_stream = True
+
+    def __init__(self, iterable, length, rank=0, world=1):
+        super().__init__(length, rank, world)
+        self.iterable = iterable
+        self._restart()
+
+    def _rewind(self):
+        self._pass = 0
+        self._begin_pass()
+
+    def _begin_pass(self):
+        if hasattr(self.iterable, "set_epoch"):
+            self.iterable.set_epoch(self._pass)
+        self._iterator = iter(self.iterable)
+
+    def _next(self):
+        for attempt in range(2):
+            try:
+                return next(self._iterator)
+            except StopIteration:
+                if attempt == 1 or self._cursor == 0:
+                    break
+                self._pass += 1
+                self._begin_pass()
+        raise ValueError("the IterableDataset yielded no items" + (f" in pass {self._pass}" if self._pass else ""))
+
+
+class LoaderBatches(_InOrderReader):
+    """A DataLoader (a subclass's get_*_dataloader: any iterable of batch dicts with a length) as a
+    sequence of its batches (core.batches_dataset makes them the C++ loop's batches): item i is batch
+    i of the current epoch. set_epoch(e), which the loop calls at each epoch, starts epoch e (the
+    loader's, its sampler's or its batch sampler's set_epoch first, as HF calls them); a rewind
+    replays the epoch, so a resumed run is exact when the loader's order depends only on the epoch
+    (a seeded sampler)."""
 
     def __init__(self, loader, rank=0, world=1):
-        import threading
         if not hasattr(loader, "__len__"):
             raise TypeError(f"the DataLoader ({type(loader).__name__}) has no length; the Trainer counts its batches")
-        self.loader, self.length, self.rank, self.world = loader, len(loader), rank, world
-        self._lock = threading.Lock()
-        self._epoch, self._buffer = 0, {}
-        self._start()
+        super().__init__(len(loader), rank, world)
+        self.loader, self._epoch = loader, 0
+        self._restart()
 
-    def __len__(self):
-        return self.length
-
-    def _start(self):
+    def _rewind(self):
         sampler = getattr(self.loader, "sampler", None)
         batch_sampler = getattr(self.loader, "batch_sampler", None)
         for obj in (self.loader, sampler, batch_sampler, getattr(batch_sampler, "sampler", None)):
             if obj is not None and hasattr(obj, "set_epoch"):
                 obj.set_epoch(self._epoch)
-        self._iterator, self._cursor = iter(self.loader), 0
-        self._buffer.clear()
+        self._iterator = iter(self.loader)
+
+    def _next(self):
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            raise ValueError(f"the DataLoader ended after {self._cursor} batches; its length is "
+                             f"{self.length}") from None
 
     def set_epoch(self, epoch):
         with self._lock:
             if epoch != self._epoch or self._cursor > 0:
                 self._epoch = epoch
-                self._start()
-
-    def __getitem__(self, index):
-        if not 0 <= index < self.length:
-            raise IndexError(f"batch {index} is out of range for {self.length} batches")
-        with self._lock:
-            if index in self._buffer:
-                return self._buffer.pop(index)
-            if index < self._cursor:
-                self._start()
-            while True:
-                try:
-                    batch = next(self._iterator)
-                except StopIteration:
-                    raise ValueError(f"the DataLoader ended after {self._cursor} batches; its length is "
-                                     f"{self.length}") from None
-                at = self._cursor
-                self._cursor += 1
-                if at == index:
-                    return batch
-                if at % self.world == self.rank:
-                    self._buffer[at] = batch
+                self._restart()
 
 
 def iterable_as_sequence(dataset, what, args, training):

@@ -59,6 +59,8 @@ def test_padding_collator_pads_right_and_left_with_masks():
     assert fixed["input_ids"].shape == (2, 5)
     with pytest.raises(ValueError, match="more than max_length 2"):
         DataCollatorWithPadding(Tokenizer(), padding="max_length", max_length=2)(features)
+    with pytest.raises(ValueError, match="does not have a padding token"):
+        DataCollatorWithPadding(type("NoPad", (), {"pad_token_id": None})())(features)
     with pytest.raises(ValueError, match="includes input_ids"):
         DataCollatorWithPadding(Tokenizer())([{"ids": [1]}])
 

@@ -177,6 +177,22 @@ def test_adagrad_step_matches_torch(kiln, tmp_path, name, dtype, shape, lr, attr
         assert_close(outs["sum_new"], opt.state[p]["sum"].numpy(), f"{name} step {t} sum")
 
 
+@pytest.mark.parametrize("attrs,message", [(dict(lr_decay=-0.1), "lr_decay = -0.1"),
+                                           (dict(initial_accumulator_value=-1.0), "initial_accumulator_value = -1"),
+                                           (dict(weight_decay=-1.0), "weight_decay = -1")])
+def test_adagrad_step_rejects_torch_s_invalid_values(kiln, tmp_path, attrs, message):
+    model = optimizer_model("AdagradStep", np.float32, (3,), attrs)
+    onnx.save(model, tmp_path / "m.onnx")
+    feeds = {"lr": np.array(0.1, np.float32), "step": np.array(1, np.int64), "X": np.zeros(3, np.float32),
+             "G": np.zeros(3, np.float32), "sum": np.zeros(3, np.float32)}
+    args = ["run", tmp_path / "m.onnx"]
+    for name, value in feeds.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        args += ["--input", f"{name}={tmp_path / (name + '.npy')}"]
+    proc = run_kiln(*args, "--output-dir", tmp_path / "out")
+    assert proc.returncode != 0 and "AdagradStep" in proc.stderr and message in proc.stderr, proc.stderr
+
+
 def hf_adamw(x, grads, lr, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0):
     """transformers.AdamW.step (optimization.py, correct_bias=True) re-typed with torch tensor ops,
     one parameter: the reference for AdamWStep's variant "hf"."""

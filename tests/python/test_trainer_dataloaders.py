@@ -92,3 +92,41 @@ def test_the_base_loaders_are_hf_style(tmp_path):
     assert isinstance(loader, torch.utils.data.DataLoader) and len(loader) == N // 8
     batch = next(iter(trainer.get_eval_dataloader()))
     assert batch["x"].shape == (8, 5) and list(batch["labels"]) == [d["labels"] for d in items()[:8]]
+
+
+def test_loader_errors_name_the_batch(tmp_path):
+    class Short:
+        """Claims 6 batches, yields 2."""
+
+        def __len__(self):
+            return 6
+
+        def __iter__(self):
+            data = items()
+            return iter([collate(data[:8]), collate(data[8:16])])
+
+    class Ragged(Short):
+        def __iter__(self):
+            batch = collate(items()[:8])
+            batch["labels"] = batch["labels"][:4]
+            return iter([batch] * 6)
+
+    class NotDicts(Short):
+        def __iter__(self):
+            return iter([[1, 2]] * 6)
+
+    for loader, error, message in [(Short(), ValueError, "ended after 2 batches; its length is 6"),
+                                   (Ragged(), ValueError, "column 'labels' of the DataLoader's batch 0 has shape"),
+                                   (NotDicts(), TypeError, "batch 0 is a list, not a dict")]:
+        class Custom(kiln.Trainer):
+            def get_train_dataloader(self, loader=loader):
+                return loader
+
+        with pytest.raises(error, match=message):
+            Custom(model=Net(), args=arguments(tmp_path), train_dataset=items()).train()
+    with pytest.raises(TypeError, match="has no length"):
+        class Endless(kiln.Trainer):
+            def get_train_dataloader(self):
+                return iter([])
+
+        Endless(model=Net(), args=arguments(tmp_path), train_dataset=items())

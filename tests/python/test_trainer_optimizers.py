@@ -103,6 +103,10 @@ def test_optim_adagrad_with_optim_args(tmp_path):
     assert_trainer_matches(trainer, model, reference, want)
     with pytest.raises(ValueError, match="'betas' is not an argument of torch.optim.Adagrad"):
         arguments(tmp_path, optim="adagrad", optim_args="betas=1")
+    with pytest.raises(ValueError, match="lr_decay=fast is not a number >= 0"):
+        arguments(tmp_path, optim="adagrad", optim_args="lr_decay=fast")
+    with pytest.raises(ValueError, match="'x' is not key=value"):
+        arguments(tmp_path, optim="adagrad", optim_args="x")
     with pytest.raises(NotImplementedError, match="optim_args for optim='adagrad' only"):
         arguments(tmp_path, optim_args="lr_decay=1")
 
