@@ -11,6 +11,16 @@
 #include "kiln/error.h"
 
 namespace kiln {
+
+uint32_t crc32_of(std::string_view bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t done = 0; done < bytes.size();) {
+    const size_t n = std::min<size_t>(bytes.size() - done, size_t{1} << 30);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), static_cast<uInt>(n));
+    done += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
 namespace {
 
 // The largest ratio of deflate output to input (zlib's technical details: 1032:1).

@@ -1,11 +1,16 @@
-// zlib decompression (gzip files, zip members), with errors that name the file and the byte offset
+// zlib's CRC-32, and zlib decompression (gzip files, zip members), with errors that name the file and the byte offset
 // at which the data went wrong.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace kiln {
+
+// zlib's CRC-32 of any number of bytes (zlib takes at most 4 GiB a call: this feeds it slices).
+uint32_t crc32_of(std::string_view bytes);
 
 // Whether the bytes start with gzip's magic (1f 8b).
 bool is_gzip(const std::string& bytes);

@@ -5,7 +5,6 @@
 #include "core/zip.h"
 
 #include <fmt/format.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <set>
@@ -211,13 +210,7 @@ std::string ZipArchive::read(const ZipMember& m) const {
     throw Unsupported(
         fmt::format("{}: zip compression method {} is not supported (stored and deflate are)", label, m.method));
   }
-  // zlib's crc32 takes uInt lengths; feed large members in slices.
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (size_t done = 0; done < out.size();) {
-    const size_t n = std::min<size_t>(out.size() - done, size_t{1} << 30);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(out.data() + done), static_cast<uInt>(n));
-    done += n;
-  }
+  const uint32_t crc = crc32_of(out);
   if (crc != m.crc32)
     throw CorruptFile(
         fmt::format("{}: the data at byte offset {} fails its CRC-32 check (stored {:08x}, computed {:08x})", label,

@@ -4,13 +4,13 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
+#include "core/compression.h"
 #include "core/file_io.h"
 #include "core/json_text.h"
 #include "kiln/error.h"
@@ -28,17 +28,6 @@ namespace {
 uint64_t fnv1a(std::string_view bytes, uint64_t h = 14695981039346656037ull) {
   for (const unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
   return h;
-}
-
-uint32_t crc32_of(std::string_view bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  size_t at = 0;
-  while (at < bytes.size()) {  // zlib takes at most 4 GiB a call
-    const auto n = static_cast<uInt>(std::min<size_t>(bytes.size() - at, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at), n);
-    at += n;
-  }
-  return static_cast<uint32_t>(crc);
 }
 
 // The library build these artifacts come from: a rebuilt libkiln (a new autodiff rule) must not
