@@ -88,6 +88,13 @@ struct PredictionOutput {
   Metrics metrics;
 };
 
+// One batch through the eval model (Trainer::prediction_step).
+struct PredictionStep {
+  double loss = 0;
+  Tensor logits;  // undefined under prediction_loss_only, or when the model has no output besides its loss
+  Tensor labels;  // undefined when the batch has no label column
+};
+
 class Trainer {
  public:
   // The callbacks are HF's: DefaultFlowCallback, then the report_to integrations, then
@@ -157,6 +164,20 @@ class Trainer {
   // Python subclass that overrides HF's Trainer.log gets them, and calls log() itself to record them.
   using LogHook = std::function<void(Logs)>;
   void set_log_hook(LogHook hook);
+
+  // HF's prediction_step on Kiln's eval model: one batch (every eval-model input among its columns)
+  // in eval mode. What a Python subclass's evaluation_loop calls.
+  PredictionStep prediction_step(const data::Example& batch, bool prediction_loss_only);
+  // A replacement for the evaluation loop (a Python subclass's evaluation_loop or prediction_step):
+  // evaluate() and predict(), and the evaluations train() runs, take the predictions, labels and
+  // prefixed metrics (runtime included) from hook(metric_key_prefix, description), description
+  // being HF's "Evaluation" or "Prediction"; they add the memory metrics, log and call the callbacks
+  // as for the native loop. One process only: Unsupported in a distributed or pipelined run.
+  using EvaluationHook =
+      std::function<PredictionOutput(const std::string& metric_key_prefix, const std::string& description)>;
+  void set_evaluation_hook(EvaluationHook hook);
+  // HF's callback_handler.on_prediction_step, for a loop run outside (the evaluation hook's).
+  void on_prediction_step();
 
   struct Impl;  // the Trainer's internals (src/trainer/loop/trainer_impl.h)
 

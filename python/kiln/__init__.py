@@ -41,6 +41,7 @@ _LAZY = {
     "EvalPrediction": "kiln.trainer_utils",
     "TrainOutput": "kiln.trainer_utils",
     "PredictionOutput": "kiln.trainer_utils",
+    "EvalLoopOutput": "kiln.trainer_utils",
     "IntervalStrategy": "kiln.trainer_utils",
     "SaveStrategy": "kiln.trainer_utils",
     "set_seed": "kiln.trainer_utils",

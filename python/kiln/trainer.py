@@ -27,8 +27,10 @@ else CrossEntropyLoss against the model's first output and the "labels" column.
 
 The loop runs in C++ with the GIL released; Python callbacks, Python datasets, compute_metrics and
 preprocess_logits_for_metrics take it when called, and an exception they raise leaves train()
-(evaluate(), predict()) as itself. compute_loss_func and a subclass's compute_loss are traced into
-a torch model's training graph (torch.onnx.export), so their loss is what Kiln trains. model_init
+(evaluate(), predict()) as itself. compute_loss_func and a subclass's compute_loss and
+training_step are traced into a torch model's training graph (torch.onnx.export), so their loss is
+what Kiln trains; a subclass's prediction_step or evaluation_loop runs the evaluations in Python
+(kiln/trainer_eval_loop.py). model_init
 and hyperparameter_search (optuna, or Kiln's random / grid search) are HF's: kiln/hp_search.py.
 `optimizers=(optimizer, lr_scheduler)`, optimizer_cls_and_kwargs and the create_optimizer /
 create_scheduler / create_optimizer_and_scheduler hooks take torch optimizers and schedulers, which
@@ -57,7 +59,7 @@ from kiln.trainer_data import (
     remove_unused_columns,
     to_dataset,
 )
-from kiln.trainer_hooks import LOOP_HOOKS, TrainerHooks, overrides
+from kiln.trainer_hooks import TrainerHooks, overrides
 from kiln.trainer_utils import PredictionOutput, TrainOutput
 from kiln.training_args import TrainingArguments
 
@@ -132,15 +134,16 @@ class Trainer(TrainerHooks):
                                           "compute_loss's; leave loss out")
                 outputs = export_torch(model, train, args.label_names or ["labels"], path,
                                        dynamic_shapes=is_custom_collator(self.data_collator),
-                                       compute_loss=self.compute_loss if traced else None)
+                                       compute_loss=None if not traced else self._traced_training_step
+                                       if overrides(self, "training_step") else self.compute_loss)
                 spec = _onnx_spec(path, outputs, loss)
                 if getattr(args, "save_onnx", False):  # ORTTrainingArguments: the exported graph kept
                     _keep_onnx(path, args)
             else:
                 if self._traces_loss():
-                    raise NotImplementedError("compute_loss / compute_loss_func are traced into the graph with "
-                                              "torch.onnx.export, which needs a torch model; give an ONNX model "
-                                              "its loss when exporting it (its first output 'loss')")
+                    raise NotImplementedError("compute_loss / compute_loss_func / training_step are traced into "
+                                              "the graph with torch.onnx.export, which needs a torch model; give an "
+                                              "ONNX model its loss when exporting it (its first output 'loss')")
                 spec = _model_spec(model, loss, tmp)
             spec["optimizer"] = self._optimizer_spec(train)
             if processing_class is not None and callable(getattr(processing_class, "save_pretrained", None)):
@@ -148,12 +151,9 @@ class Trainer(TrainerHooks):
             self._core = core.Trainer(spec, args._core, args, model, train, evaluation, compute_metrics,
                                       preprocess_logits_for_metrics, callbacks)
         self.callback_handler = CallbackHandler(self._core)
-        for hook in LOOP_HOOKS:
-            if overrides(self, hook):
-                raise NotImplementedError(f"{type(self).__name__}.{hook} overrides Trainer.{hook}, which Kiln's native "
-                                          "training loop does not call (built: compute_loss, create_optimizer, "
-                                          "create_scheduler, create_optimizer_and_scheduler, log, "
-                                          "get_train/eval/test_dataloader)")
+        self._pending_eval, self._last_eval_output = None, None
+        if self._evaluation_overridden() or overrides(self, "training_step"):  # kiln/trainer_eval_loop.py
+            self._core.set_evaluation_hook(self._run_evaluation)
         if overrides(self, "log"):  # the loop's logs go through the subclass's log
             self._core.set_log_hook(lambda logs: self.log(logs))
         if self.lr_scheduler is not None or overrides(self, "create_scheduler") or \
@@ -202,14 +202,24 @@ class Trainer(TrainerHooks):
             return metrics
         dataset = self._eval_dataset(eval_dataset, "eval_dataset", "get_eval_dataloader")
         self._check_columns(dataset, "eval_dataset", training=False)
-        return self._core.evaluate(dataset, metric_key_prefix)
+        self._pending_eval = eval_dataset
+        try:
+            return self._core.evaluate(dataset, metric_key_prefix)
+        finally:
+            self._pending_eval = None
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test"):
         """PredictionOutput(predictions, label_ids, metrics). Without labels in the dataset, as HF:
         predictions only (label_ids None, no test_loss)."""
         dataset = self._eval_dataset(test_dataset, "test_dataset", "get_test_dataloader")
         self._check_columns(dataset, "test_dataset", training=False, labels_optional=True)
-        predictions, label_ids, metrics = self._core.predict(dataset, metric_key_prefix)
+        self._pending_eval, self._last_eval_output = test_dataset, None
+        try:
+            predictions, label_ids, metrics = self._core.predict(dataset, metric_key_prefix)
+        finally:
+            self._pending_eval = None
+        if self._last_eval_output is not None:  # a subclass's evaluation_loop / prediction_step ran it
+            predictions, label_ids = self._last_eval_output.predictions, self._last_eval_output.label_ids
         return PredictionOutput(predictions, label_ids, metrics)
 
     def hyperparameter_search(self, hp_space=None, compute_objective=None, n_trials=20, direction="minimize",
@@ -314,6 +324,9 @@ class Trainer(TrainerHooks):
         """A dataset argument as a kiln Dataset: unused columns removed (remove_unused_columns), then
         collated by `collator` when it is a custom one."""
         dataset = iterable_as_sequence(dataset, what, self.args, training=what == "train_dataset")
+        return to_dataset(self._without_unused_columns(dataset, what), what, collator)
+
+    def _without_unused_columns(self, dataset, what):
         keep = self._signature_columns
         if keep is not None and self.args.group_by_length:
             keep = keep + [self.args.length_column_name]  # HF's sampler reads it before the removal
@@ -321,7 +334,7 @@ class Trainer(TrainerHooks):
             keep = keep + ["input_ids", "attention_mask"]  # what the token count reads
         if keep is not None and self._one_input_model and not _feature_columns_match(dataset, keep, self.args):
             keep = None  # Kiln's rule for one-input modules: the one column that is not a label feeds it
-        return to_dataset(remove_unused_columns(dataset, what, keep), what, collator)
+        return remove_unused_columns(dataset, what, keep)
 
     def _check_columns(self, dataset, what, training, labels_optional=False):
         """InvalidArgument (a ValueError) naming the model inputs a dataset lacks."""

@@ -1,21 +1,13 @@
 """The hooks of Hugging Face's Trainer that a subclass overrides, as kiln.Trainer runs them
-(kiln/trainer.py mixes them in): compute_loss (traced into a torch model's graph), the optimizer and
-schedule hooks (torch objects read and run natively: kiln/trainer_optimizers.py) and the dataloader
-hooks (a subclass's own DataLoader feeds the native loop). HF's training_step, prediction_step and
-evaluation_loop have no place in Kiln's C++ loop: overriding one is refused at construction."""
+(kiln/trainer.py mixes them in): compute_loss and training_step (traced into a torch model's graph),
+prediction_step and evaluation_loop (a Python evaluation loop: kiln/trainer_eval_loop.py), the
+optimizer and schedule hooks (torch objects read and run natively: kiln/trainer_optimizers.py) and
+the dataloader hooks (a subclass's own DataLoader feeds the native loop)."""
 from collections.abc import Mapping
 
 from kiln._core import core
-
-LOOP_HOOKS = ("training_step", "prediction_step", "evaluation_loop")
-
-
-def _loop_hook(name):
-    def hook(self, *args, **kwargs):
-        raise NotImplementedError(f"Trainer.{name}: Kiln's training and evaluation loops run natively, with no "
-                                  "Python step to call or override")
-    hook.__name__ = name
-    return hook
+from kiln.errors import InvalidArgument
+from kiln.trainer_eval_loop import EvaluationLoopHooks
 
 
 def overrides(trainer, name):
@@ -24,8 +16,29 @@ def overrides(trainer, name):
     return getattr(type(trainer), name) is not getattr(Trainer, name)
 
 
-class TrainerHooks:
+class Accelerator:
+    """trainer.accelerator, for the calls HF's training_step overrides make: backward(loss) runs
+    loss.backward() (which Kiln records while it traces training_step), one process."""
+
+    num_processes = 1
+    process_index = 0
+    is_main_process = True
+
+    def backward(self, loss, **kwargs):
+        loss.backward(**kwargs)
+
+    def gather(self, tensor):
+        return tensor
+
+    def unwrap_model(self, model, **kwargs):
+        del kwargs
+        return model
+
+
+class TrainerHooks(EvaluationLoopHooks):
     """The overridable hooks (kiln.Trainer's base class)."""
+
+    accelerator = Accelerator()
 
     # ---- The loss (HF's compute_loss and compute_loss_func) --------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -52,7 +65,50 @@ class TrainerHooks:
         return (loss, outputs) if return_outputs else loss
 
     def _traces_loss(self):
-        return overrides(self, "compute_loss") or self.compute_loss_func is not None
+        return overrides(self, "compute_loss") or overrides(self, "training_step") or \
+            self.compute_loss_func is not None
+
+    # ---- The step (HF's training_step, traced) ---------------------------------------------------
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """HF's: compute_loss over the batch, then backward. Kiln traces it (or a subclass's override)
+        into the training graph of a torch model: the loss trained on is what it passes to backward
+        (loss.backward() or self.accelerator.backward(loss); the sum when it calls backward more than
+        once), and the graph's outputs for evaluation are the model's first call's. Kiln averages the
+        gradients of accumulated micro-batches itself: do not divide by gradient_accumulation_steps."""
+        model.train()
+        inputs = self._prepare_inputs(inputs)
+        loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+        self.accelerator.backward(loss)
+        return loss.detach()
+
+    def _traced_training_step(self, model, inputs, return_outputs=True):
+        """training_step as compute_loss(model, inputs, return_outputs=True) for the tracer: the loss
+        its backward calls received, and the outputs of its first call of the model."""
+        import torch
+        losses, outputs = [], []
+
+        def record_backward(tensor, gradient=None, retain_graph=None, create_graph=None, inputs=None):
+            del retain_graph, create_graph, inputs
+            if gradient is not None or any(d != 1 for d in tensor.shape):  # shape, not numel (a traced value)
+                raise InvalidArgument(f"{type(self).__name__}.training_step called backward on a tensor of shape "
+                                      f"{list(tensor.shape)}: Kiln trains on a scalar loss")
+            losses.append(tensor.reshape(()))
+
+        hook = model.register_forward_hook(lambda module, args, out: outputs.append(out))
+        original = torch.Tensor.backward
+        torch.Tensor.backward = record_backward
+        try:
+            self.training_step(model, inputs)
+        finally:
+            torch.Tensor.backward = original
+            hook.remove()
+        if not losses:
+            raise InvalidArgument(f"{type(self).__name__}.training_step(model, inputs) called no backward: Kiln trains "
+                                  "on the loss passed to loss.backward() or self.accelerator.backward(loss)")
+        loss = losses[0]
+        for more in losses[1:]:
+            loss = loss + more
+        return (loss, outputs[0] if outputs else None) if return_outputs else loss
 
     # ---- Optimizer and schedule (HF's hooks; kiln/trainer_optimizers.py) -------------------------
     def create_optimizer(self):
@@ -143,6 +199,7 @@ class TrainerHooks:
         import torch
         if dataset is None:
             raise ValueError("Trainer: evaluation requires an eval_dataset.")
+        dataset = self._without_unused_columns(dataset, "eval_dataset")  # HF's loaders drop them too
         return torch.utils.data.DataLoader(dataset, batch_size=self.args.per_device_eval_batch_size, shuffle=False,
                                            collate_fn=self.eval_data_collator)
 
@@ -160,6 +217,3 @@ class TrainerHooks:
             return self._loader_dataset(loader)
         return self._dataset(dataset, what, self.eval_data_collator)
 
-
-for _name in LOOP_HOOKS:
-    setattr(TrainerHooks, _name, _loop_hook(_name))

@@ -1,4 +1,4 @@
-"""Hugging Face's trainer_utils results: EvalPrediction, TrainOutput, PredictionOutput."""
+"""Hugging Face's trainer_utils results: EvalPrediction, TrainOutput, PredictionOutput, EvalLoopOutput."""
 from typing import Dict, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
@@ -44,6 +44,14 @@ class PredictionOutput(NamedTuple):
     predictions: Union[np.ndarray, Tuple[np.ndarray]]
     label_ids: Optional[Union[np.ndarray, Tuple[np.ndarray]]]
     metrics: Optional[Dict[str, float]]
+
+
+class EvalLoopOutput(NamedTuple):
+    """What evaluation_loop returns (HF's)."""
+    predictions: Optional[Union[np.ndarray, Tuple[np.ndarray]]]
+    label_ids: Optional[Union[np.ndarray, Tuple[np.ndarray]]]
+    metrics: Optional[Dict[str, float]]
+    num_samples: Optional[int]
 
 
 class IntervalStrategy:

@@ -203,6 +203,44 @@ void def_training_loop(TrainerClass& cls) {
                (*held)(d);
              });
            })
+      // HF's prediction_step on the eval model: (loss, logits or None, labels or None) of one batch.
+      .def(
+          "prediction_step",
+          [](PyTrainer& t, const py::dict& batch, bool prediction_loss_only) {
+            data::Example example;
+            for (const auto& [k, v] : batch) {
+              const std::string name = py::str(k);
+              example[name] = tensor_from_py(v, fmt::format("prediction_step: column '{}'", name));
+            }
+            PredictionStep step;
+            {
+              py::gil_scoped_release release;
+              step = t.get().prediction_step(example, prediction_loss_only);
+            }
+            const auto array_or_none = [](const Tensor& x) {
+              return x.defined() ? py::object(to_array(x)) : py::none();
+            };
+            return py::make_tuple(step.loss, array_or_none(step.logits), array_or_none(step.labels));
+          },
+          py::arg("batch"), py::arg("prediction_loss_only"))
+      // A subclass's evaluation_loop / prediction_step: hook(metric_key_prefix, description) runs the
+      // evaluation in Python and returns its metrics (the predictions stay on the Python side).
+      .def("set_evaluation_hook",
+           [](PyTrainer& t, const py::object& hook) {
+             PyRef held = hold(hook);
+             t.get().set_evaluation_hook([held](const std::string& prefix, const std::string& description) {
+               py::gil_scoped_acquire gil;
+               PredictionOutput out;
+               out.metrics = metrics_from_py((*held)(prefix, description), "evaluation_loop");
+               return out;
+             });
+           })
+      .def("on_prediction_step",
+           [](const py::object& self) {
+             const PyTrainer& t = self.cast<const PyTrainer&>();
+             ActiveTrainerScope scope(&t.get().state(), t.active(self));
+             t.get().on_prediction_step();
+           })
       // HF's `optimizers` schedule or create_scheduler: factory(base_lr, warmup, total) returns a
       // callable lr_at(step) (kiln/trainer_optimizers.py), run as an LRScheduler.
       .def("set_scheduler_factory", [](PyTrainer& t, const py::object& factory) {

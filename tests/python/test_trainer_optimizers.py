@@ -189,15 +189,3 @@ def test_what_kiln_does_not_run_is_a_clear_error(tmp_path):
     with pytest.raises(RuntimeError, match="incompatible"):
         kiln.Trainer(model=model, args=arguments(tmp_path), train_dataset=items(), optimizers=(opt, None),
                      optimizer_cls_and_kwargs=(torch.optim.SGD, {}))
-
-
-def test_hooks_of_hfs_python_loop_are_refused_when_overridden(tmp_path):
-    class CustomStep(kiln.Trainer):
-        def training_step(self, model, inputs, num_items_in_batch=None):
-            return 0.0
-
-    with pytest.raises(NotImplementedError, match="CustomStep.training_step overrides Trainer.training_step"):
-        CustomStep(model=Net(), args=arguments(tmp_path), train_dataset=items())
-    trainer = kiln.Trainer(model=Net(), args=arguments(tmp_path), train_dataset=items())
-    with pytest.raises(NotImplementedError, match="training_step"):
-        trainer.training_step(None, {})

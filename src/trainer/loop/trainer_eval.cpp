@@ -327,8 +327,13 @@ Metrics Trainer::evaluate(const std::shared_ptr<const data::Dataset>& eval_datas
   if (!dataset) throw InvalidArgument("Trainer.evaluate() needs an eval_dataset");
   const bool measure = !args_.skip_memory_metrics && !impl_->measuring_train;  // HF's tracker: not inside train()
   const MemoryUsage start = measure ? memory_usage(true) : MemoryUsage{};
-  LoopResult r = evaluation_loop(*impl_, args_, state_, dataset);
-  Metrics metrics = finish_metrics(*impl_, r, metric_key_prefix);
+  Metrics metrics;
+  if (impl_->evaluation_hook) {
+    metrics = impl_->evaluation_hook(metric_key_prefix, "Evaluation").metrics;
+  } else {
+    LoopResult r = evaluation_loop(*impl_, args_, state_, dataset);
+    metrics = finish_metrics(*impl_, r, metric_key_prefix);
+  }
   if (measure) add_memory_metrics(metrics, "eval", start);
   // HF logs the metrics (which adds "epoch" to them) and hands them to on_evaluate.
   if (impl_->log_hook) impl_->log_hook(Logs(metrics.begin(), metrics.end()));
@@ -354,13 +359,62 @@ PredictionOutput Trainer::predict(const std::shared_ptr<const data::Dataset>& te
   if (!test_dataset) throw InvalidArgument("Trainer.predict() needs a test_dataset");
   const bool measure = !args_.skip_memory_metrics && !impl_->measuring_train;
   const MemoryUsage start = measure ? memory_usage(true) : MemoryUsage{};
-  LoopResult r = evaluation_loop(*impl_, args_, state_, test_dataset);
-  r.output.metrics = finish_metrics(*impl_, r, metric_key_prefix);
+  LoopResult r;
+  if (impl_->evaluation_hook) {
+    r.output = impl_->evaluation_hook(metric_key_prefix, "Prediction");
+  } else {
+    r = evaluation_loop(*impl_, args_, state_, test_dataset);
+    r.output.metrics = finish_metrics(*impl_, r, metric_key_prefix);
+  }
   if (measure) add_memory_metrics(r.output.metrics, "test", start);
   CallbackContext ctx;
   ctx.metrics = &r.output.metrics;
   impl_->callbacks.call(&TrainerCallback::on_predict, args_, state_, ctx);
   return r.output;
+}
+
+PredictionStep Trainer::prediction_step(const data::Example& batch, bool prediction_loss_only) {
+  Impl& m = *impl_;
+  if (m.pipeline) throw Unsupported("Trainer.prediction_step: a pipelined model has no whole eval model on one rank");
+  const auto names = m.module->input_names(false);
+  std::vector<Tensor> inputs;
+  for (const auto& name : names) {
+    auto it = batch.find(name);
+    if (it == batch.end())
+      throw InvalidArgument(
+          fmt::format("Trainer.prediction_step: the eval model takes input '{}', which the batch "
+                      "lacks (model inputs: {})",
+                      name, fmt::join(names, ", ")));
+    inputs.push_back(it->second);
+  }
+  struct EvalMode {  // the module back in training mode however the run ends
+    training::Module& module;
+    explicit EvalMode(training::Module& mod) : module(mod) { module.eval(); }
+    ~EvalMode() { module.train(); }
+    EvalMode(const EvalMode&) = delete;
+    EvalMode& operator=(const EvalMode&) = delete;
+  } mode(*m.module);
+  const std::vector<Tensor> out = (*m.module)(inputs);
+  PredictionStep step;
+  step.loss = out.at(0).item_as_double();
+  const auto outputs = m.module->output_names(false);
+  for (size_t i = 0; i < outputs.size() && i < out.size(); ++i)
+    if (!prediction_loss_only && outputs[i] == m.logits_output) step.logits = out[i].clone();
+  const auto labels = label_columns(args_);
+  if (auto it = batch.find(labels.front()); it != batch.end()) step.labels = it->second.clone();
+  return step;
+}
+
+void Trainer::set_evaluation_hook(EvaluationHook hook) {
+  if (hook && (impl_->pipeline || impl_->dist.distributed()))
+    throw Unsupported(
+        "an evaluation_loop / prediction_step override runs on one process; this run is distributed or "
+        "pipelined");
+  impl_->evaluation_hook = std::move(hook);
+}
+
+void Trainer::on_prediction_step() {
+  impl_->callbacks.call(&TrainerCallback::on_prediction_step, args_, state_, CallbackContext{});
 }
 
 void Trainer::save_model(const std::string& dir) const {

@@ -29,7 +29,8 @@ struct Trainer::Impl {
   std::unique_ptr<training::GradScaler> scaler;
   std::unique_ptr<LRScheduler> scheduler;
   SchedulerFactory scheduler_factory;
-  LogHook log_hook;  // set_log_hook's: the loop's logs go there instead of log()
+  LogHook log_hook;                // set_log_hook's: the loop's logs go there instead of log()
+  EvaluationHook evaluation_hook;  // set_evaluation_hook's: evaluations run there
   CallbackHandler callbacks;
   std::shared_ptr<const data::Dataset> train_dataset, eval_dataset;
   ComputeMetrics compute_metrics;

@@ -63,7 +63,7 @@ def _loss_outputs(compute_loss, module, inputs):
         raise InvalidArgument("compute_loss(model, inputs, return_outputs=True) must return (loss, outputs), as "
                               "HF's does")
     loss, outputs = result
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+    if not isinstance(loss, torch.Tensor) or any(d != 1 for d in loss.shape):  # shape: numel is traced
         raise InvalidArgument(f"compute_loss returned a loss of type {type(loss).__name__}"
                               f"{'' if not isinstance(loss, torch.Tensor) else ' and shape ' + str(list(loss.shape))}"
                               "; it must be a scalar tensor")
