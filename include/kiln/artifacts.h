@@ -28,10 +28,10 @@
 namespace kiln::training {
 
 enum class LossType { None, MSELoss, CrossEntropyLoss, BCEWithLogitsLoss, L1Loss };
-enum class OptimType { AdamW, SGD, Lamb, Adagrad };
+enum class OptimType { AdamW, SGD, Lamb, Adagrad, Adafactor };
 
-// Parses "CrossEntropyLoss", "MSELoss", "BCEWithLogitsLoss", "L1Loss", "none" / "AdamW", "SGD", "Lamb", "Adagrad";
-// InvalidArgument listing the accepted names otherwise.
+// Parses "CrossEntropyLoss", "MSELoss", "BCEWithLogitsLoss", "L1Loss", "none" / "AdamW", "SGD", "Lamb", "Adagrad",
+// "Adafactor"; InvalidArgument listing the accepted names otherwise.
 LossType loss_type_from_string(const std::string& name);
 OptimType optim_type_from_string(const std::string& name);
 std::string to_string(LossType loss);
@@ -78,6 +78,21 @@ struct AdagradOptions {
   bool maximize = false;
 };
 
+// transformers.optimization.Adafactor's hyperparameters and defaults (ai.kiln.AdafactorStep). The
+// Hugging Face Trainer's optim="adafactor" sets scale_parameter and relative_step to false and runs
+// its learning rate. beta1 unset: no first moment.
+struct AdafactorOptions {
+  float eps1 = 1e-30f;
+  float eps2 = 1e-3f;
+  float clip_threshold = 1.0f;
+  float decay_rate = -0.8f;
+  std::optional<float> beta1;
+  float weight_decay = 0.0f;
+  bool scale_parameter = true;
+  bool relative_step = true;
+  bool warmup_init = false;
+};
+
 struct ArtifactOptions {
   std::vector<std::string> requires_grad;  // empty: the default set (see above)
   std::vector<std::string> frozen_params;
@@ -89,6 +104,7 @@ struct ArtifactOptions {
   SGDOptions sgd;
   LambOptions lamb;
   AdagradOptions adagrad;
+  AdafactorOptions adafactor;
   float learning_rate = 1e-3f;  // the optimizer's initial learning rate (kept in the optimizer model)
   // CrossEntropyLoss with label smoothing (torch's label_smoothing, HF's label_smoothing_factor):
   // (1 - e) * NLL + e * mean over classes of -log p, averaged over the rows not ignored.

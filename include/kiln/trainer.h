@@ -49,6 +49,7 @@ struct ModelSource {
   training::SGDOptions sgd;
   training::LambOptions lamb;
   training::AdagradOptions adagrad;
+  training::AdafactorOptions adafactor;
   // With `optimizer`: the parameters updated without weight decay (a torch optimizer's groups whose
   // weight_decay is 0); none: HF's rule (biases and LayerNorm weights).
   std::optional<std::vector<std::string>> no_weight_decay;

@@ -46,7 +46,7 @@ enum class SchedulerType {
 // The optimizers Kiln implements, by HF's OptimizerNames values. adamw_torch_fused (HF's default
 // from torch 2.8) is accepted so that recent HF configs load; Kiln runs it as adamw_torch (its AdamW
 // is one fused kernel anyway). adamw_hf is HF's own AdamW (removed in v5): AdamW with bias correction.
-enum class OptimizerName { adamw_torch, adamw_torch_fused, adamw_hf, sgd, adagrad };
+enum class OptimizerName { adamw_torch, adamw_torch_fused, adamw_hf, sgd, adagrad, adafactor };
 
 // HF's string value of an enumerator ("steps", "cosine_with_restarts", "adamw_torch", ...).
 std::string_view to_string(IntervalStrategy value);

@@ -4,7 +4,7 @@
 
 A torch optimizer is read, not run: its class and hyperparameters choose Kiln's update (the same
 arithmetic: docs/ops.md) -- torch.optim.AdamW, Adam (without weight decay, which is AdamW's update),
-SGD and Adagrad, from their first parameter group, with the learning rate of that group (its
+SGD, Adagrad and transformers' Adafactor, from their first parameter group, with the learning rate of that group (its
 `initial_lr` once a scheduler has set it). Groups may differ in weight_decay only (HF's split into
 decayed and undecayed parameters): for a torch model the parameters of groups with weight_decay 0
 are left undecayed by name, and the others share one weight_decay. Anything else (amsgrad, per-group
@@ -70,10 +70,18 @@ def optimizer_spec(optimizer, model=None):
         spec = dict(type="Adagrad", lr_decay=g["lr_decay"], eps=g["eps"], weight_decay=weight_decay,
                     initial_accumulator_value=g.get("initial_accumulator_value", 0.0),
                     maximize=bool(g.get("maximize", False)))
+    elif name == "Adafactor" and "decay_rate" in g:  # transformers.optimization.Adafactor
+        eps = g.get("eps", (1e-30, 1e-3))
+        spec = dict(type="Adafactor", eps1=eps[0], eps2=eps[1], clip_threshold=g.get("clip_threshold", 1.0),
+                    decay_rate=g["decay_rate"], beta1=g.get("beta1"), weight_decay=weight_decay,
+                    scale_parameter=bool(g.get("scale_parameter", True)),
+                    relative_step=bool(g.get("relative_step", True)), warmup_init=bool(g.get("warmup_init", False)))
     else:
         raise Unsupported(f"optimizers: {name} is not one of the optimizers Kiln runs (torch.optim.AdamW, Adam, SGD, "
-                          "Adagrad; or TrainingArguments.optim)")
-    spec["lr"] = float(g.get("initial_lr", g["lr"]))
+                          "Adagrad, transformers' Adafactor; or TrainingArguments.optim)")
+    lr = g.get("initial_lr", g["lr"])
+    if lr is not None:  # None: Adafactor's relative_step, which computes its own
+        spec["lr"] = float(lr)
     names = _parameter_names(model)
     if names is not None:
         spec["no_weight_decay"] = [names[id(p)] for grp in groups if float(grp.get("weight_decay", 0.0)) == 0.0

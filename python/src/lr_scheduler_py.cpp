@@ -89,6 +89,19 @@ void set_optimizer(trainer::ModelSource& s, const py::dict& o) {
       s.adagrad.epsilon = number(o, "eps", s.adagrad.epsilon);
       s.adagrad.maximize = flag(o, "maximize");
       break;
+    case training::OptimType::Adafactor: {
+      auto& a = s.adafactor;
+      if (o.contains("eps1")) a.eps1 = number(o, "eps1", a.eps1);
+      a.eps2 = number(o, "eps2", a.eps2);
+      a.clip_threshold = number(o, "clip_threshold", a.clip_threshold);
+      a.decay_rate = number(o, "decay_rate", a.decay_rate);
+      if (o.contains("beta1") && !o["beta1"].is_none()) a.beta1 = o["beta1"].cast<float>();
+      a.weight_decay = number(o, "weight_decay", 0);
+      a.scale_parameter = flag(o, "scale_parameter");
+      a.relative_step = flag(o, "relative_step");
+      a.warmup_init = flag(o, "warmup_init");
+      break;
+    }
     case training::OptimType::Lamb:
       throw Unsupported("optimizers: LAMB is chosen with TrainingArguments(lamb=True)");
   }

@@ -184,6 +184,11 @@ struct Planner {
       const std::string name = named ? node.outputs[i] : fmt::format("{}::unused_output_{}", node.label(), i);
       TensorMeta m = metas[i];
       m.value = Tensor();
+      if (!named && !m.dynamic && numel(m.shape) == 0) {  // an omitted output with no elements: one empty tensor
+        m.value = Tensor::empty(m.dtype, m.shape);
+        step.outputs.push_back(add_value({name, PlannedValue::Kind::Constant, m, -1, -1}));
+        continue;
+      }
       const int id = add_value({name, PlannedValue::Kind::Arena, m, -1, -1});
       step.outputs.push_back(id);
       if (m.dynamic) {

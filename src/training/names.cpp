@@ -24,8 +24,11 @@ const NameTable<LossType>& loss_names() {
 }
 
 const NameTable<OptimType>& optim_names() {
-  static const NameTable<OptimType> t = {
-      {"AdamW", OptimType::AdamW}, {"SGD", OptimType::SGD}, {"Lamb", OptimType::Lamb}, {"Adagrad", OptimType::Adagrad}};
+  static const NameTable<OptimType> t = {{"AdamW", OptimType::AdamW},
+                                         {"SGD", OptimType::SGD},
+                                         {"Lamb", OptimType::Lamb},
+                                         {"Adagrad", OptimType::Adagrad},
+                                         {"Adafactor", OptimType::Adafactor}};
   return t;
 }
 

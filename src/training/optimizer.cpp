@@ -3,6 +3,7 @@
 // writes every element once and allocates nothing. The update kernels are elementwise and declare
 // that they may write over those inputs (Kernel::output_may_overwrite), which the Session checks.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -26,7 +27,7 @@ using Shard = std::map<std::string, std::pair<int64_t, int64_t>>;  // parameter 
 struct BoundUpdate {
   size_t node = 0;
   std::string param;
-  std::vector<std::string> slots;
+  std::vector<NodeSlot> slots;
 };
 
 // What a graph input of the optimizer model is fed, or which tensor a graph output is written to.
@@ -125,13 +126,18 @@ struct Optimizer::Impl {
 
   Tensor& slot(const std::string& name, const std::string& param) { return state.optimizer_state().slots[name][param]; }
 
+  // The shape of an update's k-th slot: for the parameter (or its range's length).
+  Shape slot_shape_of(const BoundUpdate& b, size_t k) const {
+    return slot_shape(*op, b.slots[k].name, update_shape(b.param));
+  }
+
   BoundUpdate bind_node(size_t i, std::set<std::string>& seen) {
     const Node& n = model().graph.nodes[i];
     const UpdateOp* u = update_op_for_node(n);
     if (u == nullptr)
       throw Unsupported(
           fmt::format("{}: {} of domain '{}' is not an update op Kiln's Optimizer runs "
-                      "(ai.kiln AdamWStep, SGDStep, LambStep, AdagradStep)",
+                      "(ai.kiln AdamWStep, SGDStep, LambStep, AdagradStep, AdafactorStep)",
                       where(), n.label(), n.domain));
     if (op != nullptr && u != op)
       throw InvalidModel(fmt::format("{} mixes {} and {} nodes", where(), op->op_type, u->op_type));
@@ -148,9 +154,17 @@ struct Optimizer::Impl {
     if (!seen.insert(b.param).second)
       throw InvalidModel(fmt::format("{} updates parameter '{}' twice", where(), b.param));
     b.slots = node_slots(n, *op);
-    if (n.outputs.size() != 1 + b.slots.size())
-      throw InvalidModel(
-          fmt::format("{}: {} has {} outputs; expected {}", where(), n.label(), n.outputs.size(), 1 + b.slots.size()));
+    // Output 1 + i is slot i's new value: there exactly when its input is.
+    for (size_t i = 0; i + 1 < std::max(n.outputs.size(), 1 + op->slots.size()); ++i) {
+      const size_t in = kUpdateFirstSlot + i;
+      const bool has_in = in < n.inputs.size() && !n.inputs[in].empty();
+      const bool has_out = 1 + i < n.outputs.size() && !n.outputs[1 + i].empty();
+      if (i >= op->slots.size() || has_in != has_out)
+        throw InvalidModel(fmt::format("{}: {} has {} outputs for its {} slots ({}); output {} {}", where(), n.label(),
+                                       n.outputs.size(), b.slots.size(), fmt::join(op->slots, ", "), 1 + i,
+                                       has_out ? "has no slot input" : "is missing"));
+    }
+    if (n.outputs[0].empty()) throw InvalidModel(fmt::format("{}: {} has no X_new output", where(), n.label()));
     return b;
   }
 
@@ -165,6 +179,11 @@ struct Optimizer::Impl {
       if (op == nullptr)
         throw InvalidModel(fmt::format("{}: no optimizer type in its metadata ('{}')", where(), kOptimizerTypeKey));
     }
+    if (shard && !op->elementwise())
+      throw Unsupported(
+          fmt::format("{}: {} keeps statistics over whole rows and columns of each parameter, which ZeRO's element "
+                      "ranges would cut; run {} without ZeRO",
+                      where(), op->type, op->type));
     if (shard && op->type == "Lamb")  // LAMB's trust ratio needs the norms of whole parameters
       for (const auto& [param, range] : *shard)
         if (range.first != 0 || range.second != numel(state.parameter(param).shape()))
@@ -197,8 +216,9 @@ struct Optimizer::Impl {
       claim(reads, n.inputs[3], {Binding::Kind::Grad, u, 0});
       claim(writes, n.outputs[0], {Binding::Kind::Data, u, 0});
       for (size_t k = 0; k < updates[u].slots.size(); ++k) {
-        claim(reads, n.inputs[kUpdateFirstSlot + k], {Binding::Kind::Slot, u, k});
-        claim(writes, n.outputs[1 + k], {Binding::Kind::Slot, u, k});
+        const size_t at = updates[u].slots[k].position;
+        claim(reads, n.inputs[kUpdateFirstSlot + at], {Binding::Kind::Slot, u, k});
+        claim(writes, n.outputs[1 + at], {Binding::Kind::Slot, u, k});
       }
     }
     for (const ValueInfo& v : g.inputs) {
@@ -250,10 +270,11 @@ struct Optimizer::Impl {
       }
     }
     for (const BoundUpdate& b : updates)
-      for (const auto& name : b.slots) {
+      for (size_t k = 0; k < b.slots.size(); ++k) {
+        const std::string& name = b.slots[k].name;
         const Tensor& t = slot(name, b.param);
         const Parameter& p = state.parameter(b.param);
-        const Shape shape = update_shape(b.param);
+        const Shape shape = slot_shape_of(b, k);
         if (t.defined() && (t.dtype() != p.dtype() || t.shape() != shape))
           throw ShapeError(fmt::format("optimizer state '{}' of parameter '{}' is {} but the {} is {}{}", name, b.param,
                                        t.describe(), shard ? "shard's range" : "parameter", dtype_name(p.dtype()),
@@ -275,6 +296,8 @@ struct Optimizer::Impl {
       std::vector<std::optional<TensorMeta>> metas{TensorMeta::of(lr), TensorMeta::of(step)};
       for (size_t i = 2; i < n.inputs.size(); ++i)
         metas.push_back(n.inputs[i].empty() ? std::nullopt : std::optional<TensorMeta>(param_meta));
+      for (size_t k = 0; k < b.slots.size(); ++k)
+        metas[kUpdateFirstSlot + b.slots[k].position]->shape = slot_shape_of(b, k);
       try {
         infer_node(n, opset, metas);
       } catch (Error& e) {
@@ -326,8 +349,8 @@ struct Optimizer::Impl {
       }
       t.slots.resize(b.slots.size());
       for (size_t k = 0; k < b.slots.size(); ++k) {
-        Tensor& slot_tensor = slots[b.slots[k]][b.param];
-        if (!slot_tensor.defined()) slot_tensor = Tensor::zeros(p.dtype(), update_shape(b.param));
+        Tensor& slot_tensor = slots[b.slots[k].name][b.param];
+        if (!slot_tensor.defined()) slot_tensor = Tensor::zeros(p.dtype(), slot_shape_of(b, k));
         t.slots[k] = &slot_tensor;
       }
     }
@@ -421,8 +444,9 @@ PlanStats Optimizer::plan() {
     } else if (b.kind == Binding::Kind::Step) {
       metas[g.inputs[i].name] = TensorMeta{DType::Int64, {}, false, Tensor()};
     } else {
-      const std::string& param = m.updates[b.update].param;
-      metas[g.inputs[i].name] = TensorMeta{m.state.parameter(param).dtype(), m.update_shape(param), false, Tensor()};
+      const BoundUpdate& u = m.updates[b.update];
+      const Shape shape = b.kind == Binding::Kind::Slot ? m.slot_shape_of(u, b.slot) : m.update_shape(u.param);
+      metas[g.inputs[i].name] = TensorMeta{m.state.parameter(u.param).dtype(), shape, false, Tensor()};
     }
   }
   return m.session.plan_shapes(metas);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 
 #include "ir/graph_editor.h"
@@ -12,14 +13,39 @@ namespace kiln::training {
 
 namespace {
 
+// Adafactor's factored second moment: the row statistics drop the last axis, the column ones the
+// second-to-last (transformers' exp_avg_sq_row / exp_avg_sq_col).
+Shape adafactor_slot_shape(const std::string& slot, const Shape& param) {
+  Shape s = param;
+  if (slot == "exp_avg_sq_row") s.pop_back();
+  else if (slot == "exp_avg_sq_col") s.erase(s.end() - 2);
+  return s;
+}
+
 const std::vector<UpdateOp>& update_ops() {
   static const std::vector<UpdateOp> ops = {
       {"AdamW", "AdamWStep", {"exp_avg", "exp_avg_sq"}},
       {"SGD", "SGDStep", {"momentum_buffer"}},
       {"Lamb", "LambStep", {"exp_avg", "exp_avg_sq"}},
       {"Adagrad", "AdagradStep", {"sum"}},
+      {"Adafactor",
+       "AdafactorStep",
+       {"exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_sq", "exp_avg"},
+       &adafactor_slot_shape},
   };
   return ops;
+}
+
+// The slots a parameter of this shape gets.
+std::vector<std::string> parameter_slots(OptimType type, const UpdateOp& op, const ArtifactOptions& o,
+                                         const Shape& shape) {
+  if (type == OptimType::SGD && o.sgd.momentum == 0) return {};
+  if (type != OptimType::Adafactor) return op.slots;
+  std::vector<std::string> slots;
+  if (shape.size() >= 2) slots = {"exp_avg_sq_row", "exp_avg_sq_col"};
+  else slots = {"exp_avg_sq"};
+  if (o.adafactor.beta1) slots.push_back("exp_avg");
+  return slots;
 }
 
 std::map<std::string, Attribute> attributes(OptimType type, const ArtifactOptions& o) {
@@ -49,6 +75,19 @@ std::map<std::string, Attribute> attributes(OptimType type, const ArtifactOption
             {"initial_accumulator_value", Attribute::of_float(a.initial_accumulator_value)},
             {"epsilon", Attribute::of_float(a.epsilon)},
             {"maximize", Attribute::of_int(a.maximize ? 1 : 0)}};
+  }
+  if (type == OptimType::Adafactor) {
+    const AdafactorOptions& a = o.adafactor;
+    std::map<std::string, Attribute> out = {{"eps1", Attribute::of_float(a.eps1)},
+                                            {"eps2", Attribute::of_float(a.eps2)},
+                                            {"clip_threshold", Attribute::of_float(a.clip_threshold)},
+                                            {"decay_rate", Attribute::of_float(a.decay_rate)},
+                                            {"weight_decay", Attribute::of_float(a.weight_decay)},
+                                            {"scale_parameter", Attribute::of_int(a.scale_parameter ? 1 : 0)},
+                                            {"relative_step", Attribute::of_int(a.relative_step ? 1 : 0)},
+                                            {"warmup_init", Attribute::of_int(a.warmup_init ? 1 : 0)}};
+    if (a.beta1) out["beta1"] = Attribute::of_float(*a.beta1);
+    return out;
   }
   const SGDOptions& s = o.sgd;
   if (s.nesterov && (s.momentum <= 0 || s.dampening != 0))
@@ -86,13 +125,17 @@ const UpdateOp* update_op_for_node(const Node& node) {
   return nullptr;
 }
 
-std::vector<std::string> node_slots(const Node& node, const UpdateOp& op) {
-  std::vector<std::string> slots;
+std::vector<NodeSlot> node_slots(const Node& node, const UpdateOp& op) {
+  std::vector<NodeSlot> slots;
   for (size_t i = 0; i < op.slots.size(); ++i) {
     const size_t in = kUpdateFirstSlot + i;
-    if (in < node.inputs.size() && !node.inputs[in].empty()) slots.push_back(op.slots[i]);
+    if (in < node.inputs.size() && !node.inputs[in].empty()) slots.push_back({i, op.slots[i]});
   }
   return slots;
+}
+
+Shape slot_shape(const UpdateOp& op, const std::string& slot, const Shape& param) {
+  return op.slot_shape ? op.slot_shape(slot, param) : param;
 }
 
 Model build_optimizer_model(OptimType type, const std::vector<OptimizerParameter>& params,
@@ -102,8 +145,6 @@ Model build_optimizer_model(OptimType type, const std::vector<OptimizerParameter
   const UpdateOp& op = *update_op_for_type(to_string(type));
   const auto attrs = attributes(type, options);
   const std::set<std::string> no_decay(options.no_weight_decay.begin(), options.no_weight_decay.end());
-  std::vector<std::string> slots = op.slots;
-  if (type == OptimType::SGD && options.sgd.momentum == 0) slots.clear();
 
   Model m;
   m.ir_version = 8;
@@ -135,12 +176,25 @@ Model build_optimizer_model(OptimType type, const std::vector<OptimizerParameter
     if (no_decay.count(p.name)) n.attrs["weight_decay"] = Attribute::of_float(0.f);
     n.inputs = {"learning_rate", "step", claim(p.name), claim(p.name + "_grad")};
     n.outputs = {claim(p.name + ".new")};
-    for (const auto& s : slots) {
+    g.inputs.push_back(typed(p.name, p.dtype, p.shape));
+    g.inputs.push_back(typed(p.name + "_grad", p.dtype, p.shape));
+    g.outputs.push_back(typed(p.name + ".new", p.dtype, p.shape));
+    const auto slots = parameter_slots(type, op, options, p.shape);
+    for (size_t i = 0; i < op.slots.size(); ++i) {
+      const std::string& s = op.slots[i];
+      if (std::find(slots.begin(), slots.end(), s) == slots.end()) {  // positional: an absent slot is ""
+        n.inputs.emplace_back();
+        n.outputs.emplace_back();
+        continue;
+      }
+      const Shape shape = slot_shape(op, s, p.shape);
       n.inputs.push_back(claim(p.name + "." + s));
       n.outputs.push_back(claim(p.name + "." + s + ".new"));
+      g.inputs.push_back(typed(n.inputs.back(), p.dtype, shape));
+      g.outputs.push_back(typed(n.outputs.back(), p.dtype, shape));
     }
-    for (size_t i = 2; i < n.inputs.size(); ++i) g.inputs.push_back(typed(n.inputs[i], p.dtype, p.shape));
-    for (const auto& o : n.outputs) g.outputs.push_back(typed(o, p.dtype, p.shape));
+    while (n.inputs.back().empty()) n.inputs.pop_back();  // no trailing empty names
+    while (n.outputs.back().empty()) n.outputs.pop_back();
     g.nodes.push_back(std::move(n));
   }
   m.metadata[kOptimizerTypeKey] = op.type;

@@ -4,6 +4,10 @@
 //
 //   inputs:  learning_rate (float []), step (int64 []), X, G, slot_0, slot_1, ...
 //   outputs: X_new, slot_0_new, slot_1_new, ...    (output 0 replaces input 2, output k input 3 + k)
+//
+// Slots are positional: a slot a node does not have is an empty name (SGD without momentum has
+// none; Adafactor's depend on the parameter's rank), and a slot's shape may differ from the
+// parameter's (Adafactor's factored second moments).
 #pragma once
 
 #include <string>
@@ -17,14 +21,24 @@ namespace kiln::training {
 struct UpdateOp {
   std::string type;                // "AdamW"
   std::string op_type;             // "AdamWStep" (domain ai.kiln)
-  std::vector<std::string> slots;  // "exp_avg", "exp_avg_sq"
+  std::vector<std::string> slots;  // "exp_avg", "exp_avg_sq": slot i is input 4 + i, output 1 + i
+  // The shape of a slot for a parameter of shape `param`; nullptr: the parameter's.
+  Shape (*slot_shape)(const std::string& slot, const Shape& param) = nullptr;
+  // The elements of each slot are the parameter's own (ZeRO can cut them into ranges).
+  bool elementwise() const { return slot_shape == nullptr; }
 };
 
 // The update op of an optimizer type, or of an op type; nullptr when there is none.
 const UpdateOp* update_op_for_type(const std::string& type);
 const UpdateOp* update_op_for_node(const Node& node);
-// The slots an SGD node actually has (none without momentum).
-std::vector<std::string> node_slots(const Node& node, const UpdateOp& op);
+
+struct NodeSlot {
+  size_t position;  // index into UpdateOp::slots
+  std::string name;
+};
+// The slots a node has (its non-empty slot inputs), in order.
+std::vector<NodeSlot> node_slots(const Node& node, const UpdateOp& op);
+Shape slot_shape(const UpdateOp& op, const std::string& slot, const Shape& param);
 
 inline constexpr size_t kUpdateFirstSlot = 4;  // inputs before the slots: lr, step, X, G
 

@@ -204,3 +204,31 @@ def test_the_on_device_api_under_mpirun_trains_as_one_process(tmp_path, n, zero_
     assert_close(ranks[0]["weights"], one["weights"], "weights")
     owned = [r["owned"] for r in ranks]
     assert sum(owned) == one["total"] if zero_stage else owned == [one["total"]] * n
+
+
+def test_an_evaluation_loop_override_is_refused_under_mpirun(tmp_path):
+    """A subclass's prediction_step runs HF's Python evaluation loop on one process: a distributed
+    run refuses it at construction, on every rank, naming why."""
+    script = tmp_path / "override.py"
+    script.write_text(f"""import sys
+sys.path.insert(0, {str(HERE)!r})
+import numpy as np
+from kiln_package import import_kiln
+kiln = import_kiln()
+
+class Custom(kiln.Trainer):
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+
+items = [{{"input": np.zeros((1, 28, 28), np.float32), "labels": 1}}] * 8
+args = kiln.TrainingArguments({str(tmp_path / "run")!r}, max_steps=1, report_to=[], disable_tqdm=True)
+try:
+    Custom(model="lenet", args=args, train_dataset=items)
+except NotImplementedError as e:
+    print("refused:", e)
+""")
+    proc = mpirun(2, sys.executable, script)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # Both ranks print it (their lines may interleave).
+    assert proc.stdout.count("prediction_step override runs on one process; this run is distributed") == 2, \
+        proc.stdout

@@ -41,7 +41,6 @@ def test_v4_aliases_take_effect():
     ("torch_compile", True, "torch.compile is PyTorch's compiler"),
     ("auto_find_batch_size", True, "give per_device_train_batch_size"),
     ("fsdp", "full_shard", "shard the optimizer state with deepspeed"),
-    ("adafactor", True, "Adafactor is not built"),
     ("past_index", 1, "mems"),
     ("save_safetensors", False, "safetensors only"),
     ("eval_do_concat_batches", False, "concatenated arrays"),

@@ -349,10 +349,10 @@ TEST(TrainingArgumentsCli, BadValues) {
             "argument --eval_strategy: sometimes is not a valid IntervalStrategy, please select one of ['no', 'steps', "
             "'epoch']");
   EXPECT_EQ(error_message<InvalidArgument>([] {
-              TrainingArguments::parse_args({"--optim", "adafactor"});
+              TrainingArguments::parse_args({"--optim", "lion"});
             }),
-            "argument --optim: adafactor is not a valid OptimizerNames, please select one of ['adamw_torch', "
-            "'adamw_torch_fused', 'adamw_hf', 'sgd', 'adagrad']");
+            "argument --optim: lion is not a valid OptimizerNames, please select one of ['adamw_torch', "
+            "'adamw_torch_fused', 'adamw_hf', 'sgd', 'adagrad', 'adafactor']");
   EXPECT_EQ(error_message<InvalidArgument>([] {
               TrainingArguments::parse_args({"--lr_scheduler_kwargs", "num_cycles=2"});
             }),

@@ -216,6 +216,37 @@ TEST(DataParallel, ZeroInAWorldOfOneOwnsEverything) {
   expect_error<InvalidArgument>([&] { DataParallel(*r.module, dist::single_process(), o); }, "stages are 0 to 3");
 }
 
+// Adafactor's slots: a matrix's second moment factored (its shape less the last axis, and less the
+// second-to-last), a vector's whole; ZeRO's element ranges would cut the rows and columns.
+TEST(OptimizerShard, AdafactorKeepsFactoredSlotsOfWholeParameters) {
+  const auto dir = kiln::testing::write_bn_mlp_artifacts("adafactor_slots", OptimType::Adafactor);
+  TrainRun r(dir);
+  const std::string path = (dir / "optimizer_model.onnx").string();
+  Optimizer optimizer(path, *r.module);
+  const auto& slots = r.state.optimizer_state().slots;
+  int matrices = 0;
+  for (const auto& name : trainable_names(r)) {
+    const Shape shape = r.state.parameter(name).data().shape();
+    if (shape.size() >= 2) {
+      ++matrices;
+      EXPECT_EQ(slots.at("exp_avg_sq_row").at(name).shape(), Shape(shape.begin(), shape.end() - 1)) << name;
+      Shape col = shape;
+      col.erase(col.end() - 2);
+      EXPECT_EQ(slots.at("exp_avg_sq_col").at(name).shape(), col) << name;
+      EXPECT_FALSE(slots.at("exp_avg_sq").count(name)) << name;
+    } else {
+      EXPECT_EQ(slots.at("exp_avg_sq").at(name).shape(), shape) << name;
+      EXPECT_FALSE(slots.at("exp_avg_sq_row").count(name)) << name;
+    }
+  }
+  EXPECT_GT(matrices, 0);
+  (*r.module)(r.batch(3));
+  optimizer.step();
+  EXPECT_EQ(optimizer.step_count(), 1);
+  const std::string first = trainable_names(r).front();
+  expect_error<Unsupported>([&] { Optimizer(path, *r.module, {{first, 0, 2}}); }, "run Adafactor without ZeRO");
+}
+
 Node batch_norm(bool sync) {
   Node n;
   n.op_type = "BatchNormalization";

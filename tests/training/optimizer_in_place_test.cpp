@@ -43,11 +43,11 @@ using kiln::testing::class_labels;
 using kiln::testing::random_tensor;
 
 TEST(OptimizerInPlace, StepsUpdateInPlaceAndAllocateNothingAfterTheFirst) {
-  for (OptimType type : {OptimType::AdamW, OptimType::SGD}) {
+  for (OptimType type : {OptimType::AdamW, OptimType::SGD, OptimType::Adafactor}) {
     ArtifactOptions options;
-    options.sgd.momentum = 0.9f;  // SGD with a slot too
-    const auto dir = kiln::testing::write_bn_mlp_artifacts(type == OptimType::AdamW ? "in_place_adamw" : "in_place_sgd",
-                                                           type, options);
+    options.sgd.momentum = 0.9f;     // SGD with a slot too
+    options.adafactor.beta1 = 0.9f;  // Adafactor with every kind of slot
+    const auto dir = kiln::testing::write_bn_mlp_artifacts("in_place_" + to_string(type), type, options);
     CheckpointState state = CheckpointState::load_checkpoint((dir / "checkpoint").string());
     Module module((dir / "training_model.onnx").string(), state, (dir / "eval_model.onnx").string());
     Optimizer optimizer((dir / "optimizer_model.onnx").string(), module);

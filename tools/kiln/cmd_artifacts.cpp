@@ -44,7 +44,9 @@ Action setup(CLI::App& app) {
   app.add_option("--loss", a->loss,
                  "CrossEntropyLoss, MSELoss, BCEWithLogitsLoss, L1Loss, or none (the model outputs the loss)")
       ->required();
-  app.add_option("--optimizer", a->optimizer, "AdamW, SGD, or none (no optimizer model)")->required();
+  app.add_option("--optimizer", a->optimizer,
+                 "AdamW, SGD, Lamb, Adagrad, Adafactor (transformers' defaults), or none (no optimizer model)")
+      ->required();
   app.add_option("--out", a->out, "The artifact directory (created if needed)")->required();
   app.add_option("--requires-grad", a->requires_grad,
                  "Trainable parameters, comma separated (default: every floating-point initializer "

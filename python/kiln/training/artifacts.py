@@ -21,11 +21,13 @@ class LossType(Enum):
 
 
 class OptimType(Enum):
-    """torch.optim.AdamW / torch.optim.SGD, with their exact update, and LAMB with poptorch.optim.LAMB's
-    defaults (docs/ops.md: ai.kiln.LambStep)."""
+    """torch.optim.AdamW / SGD / Adagrad, with their exact update, LAMB with poptorch.optim.LAMB's
+    defaults and Adafactor with transformers' (docs/ops.md: ai.kiln.LambStep, AdafactorStep)."""
     AdamW = 1
     SGD = 2
     Lamb = 3
+    Adagrad = 4
+    Adafactor = 5
 
 
 def _names(value, what, kind="parameter") -> list[str]:
@@ -108,7 +110,8 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None,
     if not isinstance(mixed_precision, str):
         raise TypeError(f"mixed_precision must be a str ('bf16', 'no') or None, not {type(mixed_precision).__name__}")
     if optimizer is not None and not isinstance(optimizer, OptimType):
-        raise TypeError(f"optimizer must be an OptimType (AdamW, SGD, Lamb) or None, not {optimizer!r}")
+        raise TypeError("optimizer must be an OptimType (AdamW, SGD, Lamb, Adagrad, Adafactor) or None, "
+                        f"not {optimizer!r}")
 
     from kiln.training import onnxblock
 

@@ -245,9 +245,9 @@ void read_optimizer(const ConfigReader& r, const Json& c, const TrainingArgument
   if (type != "adam" && type != "adamw")
     throw Unsupported(fmt::format("{}: optimizer.type '{}': Kiln's DeepSpeed runs Adam / AdamW (set optim for SGD)",
                                   r.source(), o.value("type", "")));
-  if (a.optim == OptimizerName::sgd)
-    throw InvalidArgument(
-        fmt::format("{}: optimizer.type {} but the TrainingArguments' optim is sgd", r.source(), o["type"].dump()));
+  if (a.optim == OptimizerName::sgd || a.optim == OptimizerName::adagrad || a.optim == OptimizerName::adafactor)
+    throw InvalidArgument(fmt::format("{}: optimizer.type {} but the TrainingArguments' optim is {}", r.source(),
+                                      o["type"].dump(), to_string(a.optim)));
   if (!o.contains("params")) return;
   const Json& p = o["params"];
   const std::string w = "optimizer.params.";

@@ -111,7 +111,7 @@ std::vector<CompatField> v4_fields() {
       {"fsdp_min_num_params", K::Int, 0, R::Refused, "FSDP shards PyTorch modules"},
       {"fsdp_transformer_layer_cls_to_wrap", K::OptStr, nullptr, R::Refused, "FSDP shards PyTorch modules"},
       {"mp_parameters", K::Str, "", R::NoEffect, "SageMaker's model-parallel settings"},
-      {"adafactor", K::Bool, false, R::Refused, "Adafactor is not built (optim: adamw_torch, adamw_hf, sgd, lamb)"},
+      {"adafactor", K::Bool, false, R::Read, "v4: True replaces optim with \"adafactor\""},
       {"dispatch_batches", K::OptBool, nullptr, R::NoEffect, "Accelerate's batch dispatching"},
       {"split_batches", K::OptBool, nullptr, R::NoEffect, "Accelerate's batch splitting"},
       {"save_safetensors", K::Bool, true, R::Refused, "Kiln writes safetensors only (no pytorch_model.bin)"},
@@ -177,6 +177,7 @@ void apply_compat(TrainingArguments& a) {
   if (const Json& v = a.compat("per_gpu_eval_batch_size"); !v.is_null())
     a.per_device_eval_batch_size = v.get<int64_t>();
   if (const std::string b = a.compat("fp16_backend").get<std::string>(); b != "auto") a.half_precision_backend = b;
+  if (a.compat("adafactor").get<bool>()) a.optim = OptimizerName::adafactor;  // HF's __post_init__
   check_choice(a, "train_sampling_strategy", {"random", "sequential", "group_by_length"});
   if (!a.compat("optim_args").is_null() && a.optim != OptimizerName::adagrad)
     throw Unsupported(

@@ -53,12 +53,13 @@ struct EnumTable<SchedulerType> {
 template <>
 struct EnumTable<OptimizerName> {
   static constexpr std::string_view type = "OptimizerNames";
-  static constexpr std::array<std::pair<OptimizerName, std::string_view>, 5> entries{{
+  static constexpr std::array<std::pair<OptimizerName, std::string_view>, 6> entries{{
       {OptimizerName::adamw_torch, "adamw_torch"},
       {OptimizerName::adamw_torch_fused, "adamw_torch_fused"},
       {OptimizerName::adamw_hf, "adamw_hf"},
       {OptimizerName::sgd, "sgd"},
       {OptimizerName::adagrad, "adagrad"},
+      {OptimizerName::adafactor, "adafactor"},
   }};
 };
 

@@ -231,7 +231,7 @@ void check_sizes(const TrainingArguments& a) {
 void check_optimizer(const TrainingArguments& a) {
   if (!(a.learning_rate >= 0)) fail(fmt::format("Invalid learning rate: {}", a.learning_rate));
   if (!(a.weight_decay >= 0)) fail(fmt::format("Invalid weight_decay value: {}", a.weight_decay));
-  if (a.optim == OptimizerName::sgd) return;
+  if (a.optim == OptimizerName::sgd || a.optim == OptimizerName::adafactor) return;
   if (a.optim == OptimizerName::adagrad) {
     detail::adagrad_options(a);  // optim_args: the names and values torch.optim.Adagrad takes
     return;

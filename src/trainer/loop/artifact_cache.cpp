@@ -55,6 +55,17 @@ json options_json(const training::ArtifactOptions& o) {
                o.lamb.weight_decay, o.lamb.bias_correction, o.lamb.max_weight_norm};
   j["adagrad"] = {o.adagrad.lr_decay, o.adagrad.weight_decay, o.adagrad.initial_accumulator_value, o.adagrad.epsilon,
                   o.adagrad.maximize};
+  const auto& f = o.adafactor;
+  j["adafactor"] = {f.eps1,
+                    f.eps2,
+                    f.clip_threshold,
+                    f.decay_rate,
+                    f.beta1 ? *f.beta1 : -1.0f,
+                    f.weight_decay,
+                    f.beta1.has_value(),
+                    f.scale_parameter,
+                    f.relative_step,
+                    f.warmup_init};
   j["learning_rate"] = o.learning_rate;
   j["label_smoothing"] = o.label_smoothing;
   j["no_weight_decay"] = o.no_weight_decay;

@@ -72,8 +72,14 @@ training::ArtifactOptions optimizer_options(const TrainingArguments& args, const
   } else if (optim == "adagrad") {  // HF: torch.optim.Adagrad(lr, weight_decay, **optim_args)
     o.optimizer = training::OptimType::Adagrad;
     o.adagrad = detail::adagrad_options(args);
+  } else if (optim == "adafactor") {  // HF: Adafactor(lr, weight_decay, scale_parameter=False, relative_step=False)
+    o.optimizer = training::OptimType::Adafactor;
+    o.adafactor.weight_decay = static_cast<float>(args.weight_decay);
+    o.adafactor.scale_parameter = false;
+    o.adafactor.relative_step = false;
   } else {
-    throw Unsupported(fmt::format("optim '{}': Kiln's Trainer runs adamw_torch, adamw_hf, sgd and adagrad", optim));
+    throw Unsupported(
+        fmt::format("optim '{}': Kiln's Trainer runs adamw_torch, adamw_hf, sgd, adagrad and adafactor", optim));
   }
   o.no_weight_decay = training::no_weight_decay_parameters(forward);
   return o;
@@ -87,6 +93,7 @@ void apply_override(const ModelSource& source, training::ArtifactOptions& o) {
   o.sgd = source.sgd;
   o.lamb = source.lamb;
   o.adagrad = source.adagrad;
+  o.adafactor = source.adafactor;
   if (source.no_weight_decay) o.no_weight_decay = *source.no_weight_decay;
   if (source.learning_rate) o.learning_rate = static_cast<float>(*source.learning_rate);
 }

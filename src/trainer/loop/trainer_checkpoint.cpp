@@ -409,9 +409,16 @@ void load_checkpoint_files(Trainer::Impl& m, TrainerState& state, const std::str
   for (const auto& slot_name : opt.slots)
     for (const auto& r : ranges) {
       const training::Parameter& p = m.state->parameter(r.name);
-      Tensor values = assemble(opt, slot_name, r, p.dtype(), folder);
-      Tensor& slot = o.slots[slot_name][r.name];
-      if (!m.dist.sharded()) values = values.reshape(p.shape());
+      const auto held = o.slots.find(slot_name);
+      // A slot this parameter does not have (Adafactor keeps a vector's second moment whole and a
+      // matrix's factored).
+      if (held == o.slots.end() || !held->second.count(r.name)) continue;
+      Tensor& slot = held->second[r.name];
+      // A slot of its own shape (Adafactor's factored moments; never sharded) is read whole.
+      training::ParameterRange want = r;
+      if (slot.defined() && slot.numel() != r.end - r.begin) want = {r.name, 0, slot.numel()};
+      Tensor values = assemble(opt, slot_name, want, p.dtype(), folder);
+      if (!m.dist.sharded()) values = values.reshape(slot.defined() ? slot.shape() : p.shape());
       if (slot.defined() && slot.shape() != values.shape())
         throw CorruptFile(fmt::format("checkpoint '{}': optimizer state '{}.{}' is {} but the run's is {}", folder,
                                       slot_name, r.name, values.describe(), slot.describe()));
