@@ -106,6 +106,12 @@ struct ArtifactOptions {
   AdagradOptions adagrad;
   AdafactorOptions adafactor;
   float learning_rate = 1e-3f;  // the optimizer's initial learning rate (kept in the optimizer model)
+  // > 1: the training model computes the language-model head and its cross-entropy as one
+  // ai.kiln.LinearCrossEntropy over this many blocks of the vocabulary, so that the logits and their
+  // gradient never exist whole, and returns no logits (IPUConfig's embedding_serialization_factor /
+  // projection_serialization_factor; src/training/serialized_head.h says what it recognises). The
+  // eval model is unchanged. Unsupported when the model has no such head.
+  int64_t lm_head_chunks = 1;
   // CrossEntropyLoss with label smoothing (torch's label_smoothing, HF's label_smoothing_factor):
   // (1 - e) * NLL + e * mean over classes of -log p, averaged over the rows not ignored.
   float label_smoothing = 0.0f;

@@ -24,6 +24,7 @@
 // IncompatibleIPUConfigError / ValueError do.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -91,6 +92,12 @@ struct IPUConfig {
   // The stages of a training replica, and the ranks a run needs: stages x replication_factor.
   int64_t stages() const;
   int64_t ranks() const { return stages() * replication_factor; }
+  // The vocabulary blocks of the LM head in training (ArtifactOptions::lm_head_chunks): the larger of
+  // embedding_serialization_factor and projection_serialization_factor, which on a CPU both mean
+  // the head's product with its loss (the embedding lookup itself is whole either way).
+  int64_t lm_head_chunks() const {
+    return std::max(embedding_serialization_factor.value_or(1), projection_serialization_factor.value_or(1));
+  }
   // layers_per_ipu for a model of `layers` layers, its -1 wildcards filled with an equal share of the
   // rest; InvalidArgument naming layers_per_ipu when the counts do not add up or do not divide.
   std::vector<int64_t> layers_per_stage(int64_t layers) const;

@@ -21,6 +21,7 @@
 #include "training/inference_mode.h"
 #include "training/losses.h"
 #include "training/optimizer_model.h"
+#include "training/serialized_head.h"
 
 namespace kiln::training {
 
@@ -126,8 +127,14 @@ void set_outputs(Graph& g, const std::string& loss, const ArtifactOptions& optio
 }
 
 // Training model: gradients of the trainable parameters, and updated running statistics.
-Model training_model(const Model& base, const std::string& loss, const ParameterSelection& params,
+Model training_model(const Model& forward_with_loss, const std::string& loss, const ParameterSelection& params,
                      const ArtifactOptions& options) {
+  Model serialized;
+  if (options.lm_head_chunks > 1) {
+    serialized = forward_with_loss;
+    serialize_lm_head(serialized, options.lm_head_chunks);
+  }
+  const Model& base = options.lm_head_chunks > 1 ? serialized : forward_with_loss;
   GradientOptions go;
   go.loss = loss;
   go.recompute = options.recompute;

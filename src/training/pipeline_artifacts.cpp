@@ -310,6 +310,7 @@ Artifacts stage_artifacts(const LossModel& lm, const Stage& st, const ParameterS
   ArtifactOptions o = options;
   o.loss = LossType::None;
   o.additional_output_names.clear();
+  if (!st.last()) o.lm_head_chunks = 1;  // the head is the last stage's
   if (st.last()) {
     o.loss_input_names = {lm.loss};
     for (size_t k = 1; k < lm.model.graph.outputs.size(); ++k)

@@ -2,8 +2,8 @@
 IPUTrainingArguments' defaults, LAMB through the on-device API against a torch implementation of the
 paper, IPUTrainer with device_iterations (the same training, the callbacks of output_mode), with
 pad_on_batch_axis (the same losses as an unpadded run), compile_only, the example script and the
-`kiln train` flags, and the clear errors of what Kiln does not run (embedding serialization,
-generation). Pipelined stages: test_pipeline.py."""
+`kiln train` flags, and the clear errors of what Kiln does not run (serialized splits per stage,
+generation). The LM-head serialization: test_serialized_head.py. Pipelined stages: test_pipeline.py."""
 import json
 
 import numpy as np
@@ -261,8 +261,8 @@ def test_rank_counts_and_what_kiln_does_not_run_are_clear_errors(tmp_path):
     args = ipu_args(tmp_path, "pipe", max_steps=2)
     with pytest.raises(kiln.InvalidArgument, match=r"replication_factor=1 x 2 stage\(s\) = 2 ranks, but the run has 1"):
         IPUTrainer(model=path, ipu_config=IPUConfig(layers_per_ipu=[1, 1]), args=args, train_dataset=blobs(32, 1))
-    with pytest.raises(kiln.Unsupported, match="embedding_serialization_factor=2"):
-        IPUTrainer(model=path, ipu_config=IPUConfig(embedding_serialization_factor=2), args=args,
+    with pytest.raises(kiln.Unsupported, match="serialized_.*_splits_per_ipu place chunks on pipeline stages"):
+        IPUTrainer(model=path, ipu_config=IPUConfig(serialized_projection_splits_per_ipu=[1]), args=args,
                    train_dataset=blobs(32, 1))
     with pytest.raises(kiln.InvalidArgument, match="replication_factor=2 x 1 stage"):
         IPUTrainer(model=path, ipu_config=IPUConfig(replication_factor=2), args=args, train_dataset=blobs(32, 1))

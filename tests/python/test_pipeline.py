@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from kiln_cli import build_dir
 
@@ -82,6 +83,16 @@ def test_two_stages_by_two_replicas_train_as_one_process(tmp_path, references, m
     otherwise amplify on parameters whose gradient is nearly zero (docs/distributed.md)."""
     got = run(tmp_path, 4, model, [2, 2], 4, 2, "--arg", "adam_epsilon=1e-4")
     assert_same_training(got, references[model, 8])
+
+
+def test_a_serialized_lm_head_in_the_last_stage_trains_as_one_process(tmp_path, references):
+    """embedding_serialization_factor: the last stage's head and loss in vocabulary blocks
+    (docs/ipu.md), the same training as the whole head in one process."""
+    got = run(tmp_path, 2, "gpt2", [2, 2], 4, 1, "--arg", "adam_epsilon=1e-4",
+              "--arg", 'ipu_config_overrides="embedding_serialization_factor=4"')
+    assert_same_training(got, references["gpt2", 4])
+    last = onnx.load(str(tmp_path / "run" / "artifacts" / "stage-1" / "training_model.onnx"))
+    assert [n.op_type for n in last.graph.node].count("LinearCrossEntropy") == 1
 
 
 def test_gpipe_schedule_trains_as_1f1b(tmp_path, references):

@@ -147,8 +147,12 @@ TEST(IPUConfig, ArgumentsTakeTheConfig) {
   c = IPUConfig::from_dict(Json::parse(R"({"layers_per_ipu": [2, 2], "replication_factor": 2})"));
   EXPECT_NO_THROW(apply_ipu_config(f32, c, 4));  // 2 stages x 2 replicas
   expect_error<InvalidArgument>([&] { apply_ipu_config(f32, c, 2); }, "= 4 ranks, but the run has 2");
-  c = IPUConfig::from_dict(Json::parse(R"({"embedding_serialization_factor": 4})"));
-  expect_error<Unsupported>([&] { apply_ipu_config(f32, c, 1); }, "embedding_serialization_factor=4");
+  c = IPUConfig::from_dict(
+      Json::parse(R"({"embedding_serialization_factor": 4, "projection_serialization_factor": 2})"));
+  EXPECT_NO_THROW(apply_ipu_config(f32, c, 1));  // the LM head in 4 blocks (tests/training/serialized_head_test.cpp)
+  EXPECT_EQ(c.lm_head_chunks(), 4);
+  c = IPUConfig::from_dict(Json::parse(R"({"serialized_embedding_splits_per_ipu": [1]})"));
+  expect_error<Unsupported>([&] { apply_ipu_config(f32, c, 1); }, "serialized_*_splits_per_ipu");
   expect_error<InvalidArgument>(
       [] {
         TrainingArguments::parse_args({"--output_dir", "x", "--fp32", "--bf16"});

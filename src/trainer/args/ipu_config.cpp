@@ -485,14 +485,6 @@ std::optional<IPUConfig> ipu_config(const TrainingArguments& args) {
 }
 
 TrainingArguments apply_ipu_config(TrainingArguments args, const IPUConfig& c, int world_size) {
-  for (const auto& [key, v] : {std::pair<const char*, std::optional<int64_t>>{"embedding_serialization_factor",
-                                                                              c.embedding_serialization_factor},
-                               {"projection_serialization_factor", c.projection_serialization_factor}})
-    if (v && *v > 1)
-      throw Unsupported(
-          fmt::format("IPUConfig: {}={}: Kiln does not split embeddings or projections into chunks yet "
-                      "(use 1)",
-                      key, *v));
   if (c.serialized_embedding_splits_per_ipu || c.serialized_projection_splits_per_ipu)
     throw Unsupported(
         "IPUConfig: serialized_*_splits_per_ipu place chunks on pipeline stages, which Kiln does not run");

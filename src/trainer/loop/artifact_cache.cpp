@@ -68,6 +68,7 @@ json options_json(const training::ArtifactOptions& o) {
                     f.warmup_init};
   j["learning_rate"] = o.learning_rate;
   j["label_smoothing"] = o.label_smoothing;
+  j["lm_head_chunks"] = o.lm_head_chunks;
   j["no_weight_decay"] = o.no_weight_decay;
   j["nominal_checkpoint"] = o.nominal_checkpoint;
   j["prefix"] = o.prefix;

@@ -108,6 +108,11 @@ std::string prepare_artifacts(const ModelSource& source, const TrainingArguments
       throw Unsupported(
           "pipeline stages are cut from the forward model: give the Trainer the ONNX model (or a built-in model), "
           "not an artifacts folder");
+    if (ipu && ipu->lm_head_chunks() > 1)
+      throw Unsupported(fmt::format(
+          "IPUConfig: embedding / projection_serialization_factor={} rewrites the training model when Kiln generates "
+          "it: give the Trainer the ONNX model (or a built-in model), not an artifacts folder",
+          ipu->lm_head_chunks()));
     *logits_output = source.logits_output;
     return source.path_or_name;
   }
@@ -130,6 +135,7 @@ std::string prepare_artifacts(const ModelSource& source, const TrainingArguments
     o.recompute.boundaries = it->get<std::vector<std::string>>();
   o.mixed_precision = args.bf16 ? DType::BFloat16 : args.fp16 ? DType::Float16 : DType::Float32;
   o.label_smoothing = static_cast<float>(args.label_smoothing_factor);
+  if (ipu) o.lm_head_chunks = ipu->lm_head_chunks();
   if (o.label_smoothing != 0 && o.loss != training::LossType::CrossEntropyLoss)
     throw InvalidArgument(fmt::format("label_smoothing_factor {} needs the CrossEntropyLoss; the model's loss is {}",
                                       args.label_smoothing_factor, training::to_string(o.loss)));
