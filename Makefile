@@ -62,6 +62,7 @@ bench: build
 	-/usr/bin/python3 bench/device_iterations.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/dataloader_workers.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/compile_cache.py --build-dir $(BUILD)
+	-/usr/bin/python3 bench/serialized_head.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/scaling_projection.py
 	/usr/bin/python3 bench/trainer_speed.py --build-dir $(BUILD)
 

@@ -3,8 +3,10 @@
 --max_steps 1` (load, build the artifacts -- the gradient graph, eval and optimizer models, initial
 checkpoint --, plan, one step, a 16-example evaluation) without the cache, and with a warm one
 (the artifacts linked from the cache instead of built). Models: the zoo's ResNet-18 (11.2 M
-parameters, 28x28 inputs) and a BERT-mini-sized encoder (4 layers, d 256, seq 128). Median of
---rounds runs of each; wall seconds of the whole process.
+parameters, 28x28 inputs), a BERT-mini-sized encoder (4 layers, d 256, seq 128) and the bench's
+GPT-2-style decoder (4 layers, d 256, vocabulary 8192, tied LM head, seq 128; exported from torch
+with Hugging Face's causal-LM loss, trained with --loss none). Median of --rounds runs of each;
+wall seconds of the whole process.
 
     /usr/bin/python3 bench/compile_cache.py [--build-dir build] [--rounds 3]
 """
@@ -22,7 +24,36 @@ MODELS = {
     "resnet18": ('{"num_channels": 1, "num_labels": 10}', "input"),
     "bert": ('{"vocab_size": 8192, "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, '
              '"intermediate_size": 1024, "max_position_embeddings": 128, "num_labels": 2}', "input_ids"),
+    "gpt2": (None, "input_ids"),  # an ONNX file: export_gpt2
 }
+
+
+def export_gpt2(folder):
+    """The bench's GPT-2-style model with HF's causal-LM loss (outputs loss, logits) as ONNX."""
+    import sys
+    sys.path.insert(0, str(REPO / "tests" / "python"))
+    import torch
+    import torch.nn.functional as F
+    from zoo_models import GPT2
+
+    class CausalLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.gpt = GPT2(vocab=8192, max_len=128, dim=256, heads=4, layers=4)
+
+        def forward(self, input_ids, labels):
+            logits = self.gpt(input_ids)
+            shift = logits[..., :-1, :].contiguous()
+            return F.cross_entropy(shift.view(-1, shift.size(-1)), labels[..., 1:].contiguous().view(-1)), logits
+
+    path = folder / "gpt2.onnx"
+    ids = torch.zeros(2, 128, dtype=torch.int64)
+    torch.onnx.export(CausalLM(), (ids, ids), path, input_names=["input_ids", "labels"],
+                      output_names=["loss", "logits"], opset_version=17, do_constant_folding=False,
+                      dynamic_axes={"input_ids": {0: "batch"}, "labels": {0: "batch"}, "logits": {0: "batch"}},
+                      training=torch.onnx.TrainingMode.TRAINING)
+    return path
 
 
 def write_data(folder, model):
@@ -30,6 +61,9 @@ def write_data(folder, model):
     path = folder / f"{model}.npz"
     if model == "resnet18":
         np.savez(path, input=rng.standard_normal((16, 1, 28, 28)).astype(np.float32), labels=rng.integers(0, 10, 16))
+    elif model == "gpt2":
+        ids = rng.integers(0, 8192, (16, 128))
+        np.savez(path, input_ids=ids, labels=ids)
     else:
         ids = rng.integers(1, 8192, (16, 128))
         np.savez(path, input_ids=ids, attention_mask=np.ones_like(ids), token_type_ids=np.zeros_like(ids),
@@ -38,9 +72,12 @@ def write_data(folder, model):
 
 
 def run(kiln, model, data, out, cache):
-    args = [str(kiln), "train", "--model", model, "--model-config", MODELS[model][0], "--train-data", str(data),
-            "--eval-data", str(data), "--output_dir", str(out), "--max_steps", "1", "--save_strategy", "no",
-            "--disable_tqdm", "true", "--per_device_train_batch_size", "8"]
+    config = MODELS[model][0]
+    chosen = ["--model", model, "--model-config", config] if config else \
+        ["--model", str(data.parent / f"{model}.onnx"), "--loss", "none", "--metrics", "none"]
+    args = [str(kiln), "train", *chosen, "--train-data", str(data), "--eval-data", str(data), "--output_dir",
+            str(out), "--max_steps", "1", "--save_strategy", "no", "--disable_tqdm", "true",
+            "--per_device_train_batch_size", "8"]
     if cache:
         args += ["--ipu_config_overrides", f"executable_cache_dir={cache}"]
     start = time.perf_counter()
@@ -60,6 +97,8 @@ def main():
         scratch = Path(scratch)
         for model in MODELS:
             data = write_data(scratch, model)
+            if MODELS[model][0] is None:
+                export_gpt2(scratch)
             cache = scratch / f"cache-{model}"
             run(kiln, model, data, scratch / "fill", cache)  # fills the cache
             cold = statistics.median(run(kiln, model, data, scratch / f"c{i}", None) for i in range(a.rounds))

@@ -49,3 +49,21 @@ def test_json_lines_errors(tmp_path):
     assert_cli_error(run_kiln("train", "--model", "bert", "--model-config", BERT, "--train-data",
                               tmp_path / "text.jsonl", "--output_dir", tmp_path / "out", "--remove_unused_columns",
                               "false"), "column 'text' holds a string")
+
+
+def test_metrics_flag_names_the_evaluation_metrics_or_none(tmp_path):
+    """--metrics: accuracy is the default; a comma list of others, or none (a language model, whose
+    labels are one per token, has no per-example accuracy)."""
+    write_task(tmp_path / "train.jsonl", 64, 0)
+    common = ["train", "--model", "bert", "--model-config", BERT, "--train-data", tmp_path / "train.jsonl",
+              "--eval-data", tmp_path / "train.jsonl", "--max_steps", "2", "--save_strategy", "no",
+              "--disable_tqdm", "true"]
+    proc = run_kiln(*common, "--output_dir", tmp_path / "a", "--metrics", "f1_macro,precision_macro", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads((tmp_path / "a" / "eval_results.json").read_text())
+    assert "eval_f1_macro" in metrics and "eval_precision_macro" in metrics and "eval_accuracy" not in metrics
+    proc = run_kiln(*common, "--output_dir", tmp_path / "b", "--metrics", "none", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads((tmp_path / "b" / "eval_results.json").read_text())
+    assert "eval_loss" in metrics and not any(k.startswith("eval_f1") or k == "eval_accuracy" for k in metrics)
+    assert_cli_error(run_kiln(*common, "--output_dir", tmp_path / "c", "--metrics", "acuracy"), "acuracy")

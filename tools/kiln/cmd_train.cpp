@@ -22,9 +22,22 @@ namespace {
 
 struct TrainOptions {
   std::string model = "lenet", loss = "CrossEntropyLoss", train_data = "fashion-mnist:train",
-              eval_data = "fashion-mnist:test", label_column = "label", model_config;
+              eval_data = "fashion-mnist:test", label_column = "label", model_config, metrics = "accuracy";
   int64_t pad_token_id = 0;
 };
+
+// --metrics: classification metric names, comma-separated, or "none" (a language model's labels
+// are not class ids per example).
+trainer::ComputeMetrics metrics_of(const std::string& names) {
+  if (names == "none" || names.empty()) return nullptr;
+  std::vector<std::string> list;
+  for (size_t at = 0; at <= names.size();) {
+    const size_t comma = std::min(names.find(',', at), names.size());
+    list.push_back(names.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return trainer::classification_metrics(list);
+}
 
 bool remove_unused_columns(const trainer::TrainingArguments& args) {
   return args.compat("remove_unused_columns").get<bool>();
@@ -43,6 +56,10 @@ void add_common(CLI::App& app, TrainOptions& o) {
                  "fashion-mnist:test, IMAGES,LABELS (IDX), FILE.npz, FILE.csv or FILE.jsonl")
       ->capture_default_str();
   app.add_option("--label-column", o.label_column, "The label column of CSV data")->capture_default_str();
+  app.add_option("--metrics", o.metrics,
+                 "The evaluation's metrics (kiln/metrics.h), comma-separated: accuracy, f1_macro, precision_micro, "
+                 "mse, r2, top5_accuracy, ...; or none")
+      ->capture_default_str();
   app.add_option("--pad-token-id", o.pad_token_id, "The pad token of JSON Lines data (labels are padded with -100)")
       ->capture_default_str();
   app.allow_extras();  // TrainingArguments flags (--learning_rate 3e-4 ...)
@@ -52,8 +69,7 @@ void run_train(CLI::App& app, const TrainOptions& o) {
   trainer::TrainingArguments args = cli_training_arguments(app.remaining());
   auto train = load_dataset(o.train_data, o.label_column, o.pad_token_id, remove_unused_columns(args));
   auto eval = load_dataset(o.eval_data, o.label_column, o.pad_token_id, remove_unused_columns(args));
-  trainer::Trainer t(model_source(o.model, o.loss, o.model_config), args, train, eval,
-                     trainer::classification_metrics({"accuracy"}));
+  trainer::Trainer t(model_source(o.model, o.loss, o.model_config), args, train, eval, metrics_of(o.metrics));
   const auto stop = std::make_shared<StopOnSignal>();
   t.add_callback(stop);
   const trainer::TrainOutput out = t.train(args.resume_from_checkpoint.value_or(""));
@@ -89,8 +105,7 @@ Action setup_train(CLI::App& app) {
 void run_evaluate(CLI::App& app, const TrainOptions& o, bool predict, const std::string& out_dir) {
   trainer::TrainingArguments args = cli_training_arguments(app.remaining());
   auto data = load_dataset(o.eval_data, o.label_column, o.pad_token_id, remove_unused_columns(args));
-  trainer::Trainer t(model_source(o.model, o.loss, o.model_config), args, nullptr, data,
-                     trainer::classification_metrics({"accuracy"}));
+  trainer::Trainer t(model_source(o.model, o.loss, o.model_config), args, nullptr, data, metrics_of(o.metrics));
   if (args.resume_from_checkpoint) t.load_model_weights(*args.resume_from_checkpoint);
   if (!predict) {
     t.log_metrics("eval", t.evaluate());
@@ -137,7 +152,7 @@ void run_hpsearch(CLI::App& app, const TrainOptions& o, const SearchOptions& s) 
   auto eval = load_dataset(o.eval_data, o.label_column, o.pad_token_id, remove_unused_columns(args));
   const auto make = [&](const trainer::TrainingArguments& a) {
     return std::make_unique<trainer::Trainer>(model_source(o.model, o.loss, o.model_config), a, train, eval,
-                                              trainer::classification_metrics({"accuracy"}));
+                                              metrics_of(o.metrics));
   };
   const auto report = [](const trainer::HpTrial& t) {
     fmt::print("trial {}: {} objective {:.6g}\n", t.number, t.params.dump(), t.objective);
