@@ -80,6 +80,31 @@ KILN_API KilnStatus* KilnLoadCheckpoint(const char* checkpoint_path, KilnCheckpo
 KILN_API KilnStatus* KilnSaveCheckpoint(KilnCheckpointState* state, const char* checkpoint_path,
                                         bool include_optimizer_state);
 KILN_API void KilnReleaseCheckpointState(KilnCheckpointState* state);
+/* A checkpoint from its file's bytes (copied). */
+KILN_API KilnStatus* KilnLoadCheckpointFromBuffer(const void* checkpoint_buffer, size_t num_bytes,
+                                                  KilnCheckpointState** out);
+
+/* Properties kept with the checkpoint: an int64, a float or a string. */
+typedef enum KilnPropertyType {
+  KILN_INT_PROPERTY = 0,
+  KILN_FLOAT_PROPERTY = 1,
+  KILN_STRING_PROPERTY = 2
+} KilnPropertyType;
+/* property_value: an int64_t*, a float*, or the NUL-terminated string itself. */
+KILN_API KilnStatus* KilnAddProperty(KilnCheckpointState* state, const char* property_name, KilnPropertyType type,
+                                     const void* property_value);
+/* *property_value: a malloc'ed int64_t, float or NUL-terminated string (free it with KilnFree). */
+KILN_API KilnStatus* KilnGetProperty(const KilnCheckpointState* state, const char* property_name,
+                                     KilnPropertyType* type, void** property_value);
+
+/* A parameter's element type and shape: rank in *rank, and its dims when dims_len >= rank. */
+KILN_API KilnStatus* KilnGetParameterTypeAndShape(const KilnCheckpointState* state, const char* parameter_name,
+                                                  KilnElementType* type, size_t* rank, int64_t* dims, size_t dims_len);
+/* Copies the value into the parameter (its dtype and shape must match). */
+KILN_API KilnStatus* KilnUpdateParameter(KilnCheckpointState* state, const char* parameter_name,
+                                         const KilnValue* value);
+/* A copy of the parameter. */
+KILN_API KilnStatus* KilnGetParameter(const KilnCheckpointState* state, const char* parameter_name, KilnValue** out);
 
 /* ---- Training sessions ---------------------------------------------------------------------- */
 typedef struct KilnSessionOptions KilnSessionOptions; /* reserved: pass NULL */
@@ -130,6 +155,21 @@ KILN_API KilnStatus* KilnExportModelForInferencing(KilnTrainingSession* session,
                                                    size_t graph_outputs_len, const char* const* graph_output_names);
 /* Seeds Kiln's random draws (Dropout masks of sessions created afterwards). */
 KILN_API KilnStatus* KilnSetSeed(int64_t seed);
+
+/* ---- Inference ------------------------------------------------------------------------------ */
+typedef struct KilnSession KilnSession;
+/* options: reserved, pass NULL. Calls to one session are serialised. */
+KILN_API KilnStatus* KilnCreateSession(const char* model_path, const KilnSessionOptions* options, KilnSession** out);
+KILN_API KilnStatus* KilnSessionGetInputCount(const KilnSession* session, size_t* out);
+KILN_API KilnStatus* KilnSessionGetOutputCount(const KilnSession* session, size_t* out);
+KILN_API KilnStatus* KilnSessionGetInputName(const KilnSession* session, size_t index, char** out);
+KILN_API KilnStatus* KilnSessionGetOutputName(const KilnSession* session, size_t index, char** out);
+/* Runs the model on inputs fed by name; outputs (new values the caller releases) in the order of
+ * output_names. */
+KILN_API KilnStatus* KilnRun(KilnSession* session, const char* const* input_names, const KilnValue* const* inputs,
+                             size_t input_len, const char* const* output_names, size_t output_names_len,
+                             KilnValue** outputs);
+KILN_API void KilnReleaseSession(KilnSession* session);
 
 /* ---- Artifacts ------------------------------------------------------------------------------ */
 /* ONNX Runtime's generate_artifacts: training, eval and optimizer models and the checkpoint in

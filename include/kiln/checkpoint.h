@@ -18,9 +18,11 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
+#include "kiln/safetensors.h"
 #include "kiln/tensor.h"
 
 namespace kiln::training {
@@ -96,6 +98,8 @@ class CheckpointState {
   // Throws IOError when the file cannot be read and CorruptFile (naming the file and the byte
   // offset or key) when it is truncated, corrupted or not a Kiln checkpoint.
   static CheckpointState load_checkpoint(const std::string& path);
+  // The same from a checkpoint file's bytes (ONNX Runtime's LoadCheckpointFromBuffer).
+  static CheckpointState load_checkpoint_from_buffer(std::string_view bytes);
   static void save_checkpoint(const CheckpointState& state, const std::string& path,
                               bool include_optimizer_state = false);
 
@@ -118,6 +122,7 @@ class CheckpointState {
   bool is_nominal() const;
 
  private:
+  static CheckpointState from_file(SafetensorsFile file, const std::string& source);
   std::map<std::string, Parameter> parameters_;
   std::vector<std::string> order_;
   PropertyBag properties_;

@@ -7,10 +7,13 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <new>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <variant>
 #include <vector>
 
 #include "kiln/artifacts.h"
@@ -18,6 +21,7 @@
 #include "kiln/error.h"
 #include "kiln/onnx_io.h"
 #include "kiln/random.h"
+#include "kiln/session.h"
 #include "kiln/training.h"
 
 struct KilnStatus {
@@ -31,6 +35,10 @@ struct KilnValue {
 
 struct KilnCheckpointState {
   kiln::training::CheckpointState state;
+};
+
+struct KilnSession {
+  kiln::Session session;
 };
 
 struct KilnTrainingSession {
@@ -240,6 +248,138 @@ KilnStatus* KilnSaveCheckpoint(KilnCheckpointState* state, const char* checkpoin
 }
 
 void KilnReleaseCheckpointState(KilnCheckpointState* state) { delete state; }
+
+KilnStatus* KilnLoadCheckpointFromBuffer(const void* checkpoint_buffer, size_t num_bytes, KilnCheckpointState** out) {
+  return guarded([&] {
+    if (checkpoint_buffer == nullptr && num_bytes > 0) throw kiln::InvalidArgument("checkpoint_buffer is NULL");
+    auto state = std::make_unique<KilnCheckpointState>(
+        KilnCheckpointState{kiln::training::CheckpointState::load_checkpoint_from_buffer(
+            std::string_view(static_cast<const char*>(checkpoint_buffer), num_bytes))});
+    need(out, "out") = state.release();
+  });
+}
+
+KilnStatus* KilnAddProperty(KilnCheckpointState* state, const char* property_name, KilnPropertyType type,
+                            const void* property_value) {
+  return guarded([&] {
+    auto& bag = need(state, "state").state.properties();
+    const std::string name = need_string(property_name, "property_name");
+    if (property_value == nullptr) throw kiln::InvalidArgument("property_value is NULL");
+    if (type == KILN_INT_PROPERTY) bag.set(name, *static_cast<const int64_t*>(property_value));
+    else if (type == KILN_FLOAT_PROPERTY) bag.set(name, *static_cast<const float*>(property_value));
+    else if (type == KILN_STRING_PROPERTY) bag.set(name, std::string(static_cast<const char*>(property_value)));
+    else
+      throw kiln::InvalidArgument(fmt::format("property type {} is not int, float or string", static_cast<int>(type)));
+  });
+}
+
+KilnStatus* KilnGetProperty(const KilnCheckpointState* state, const char* property_name, KilnPropertyType* type,
+                            void** property_value) {
+  return guarded([&] {
+    const kiln::training::PropertyValue& v =
+        need(state, "state").state.properties().get(need_string(property_name, "property_name"));
+    KilnPropertyType& t = need(type, "type");
+    void*& out = need(property_value, "property_value");
+    if (const auto* i = std::get_if<int64_t>(&v)) {
+      auto* p = static_cast<int64_t*>(std::malloc(sizeof(int64_t)));
+      if (p == nullptr) throw std::bad_alloc();
+      *p = *i;
+      t = KILN_INT_PROPERTY;
+      out = p;
+    } else if (const auto* f = std::get_if<float>(&v)) {
+      auto* p = static_cast<float*>(std::malloc(sizeof(float)));
+      if (p == nullptr) throw std::bad_alloc();
+      *p = *f;
+      t = KILN_FLOAT_PROPERTY;
+      out = p;
+    } else if (const auto* str = std::get_if<std::string>(&v)) {  // get_if: no std::bad_variant_access exported
+      t = KILN_STRING_PROPERTY;
+      out = copy_string(*str);
+    }
+  });
+}
+
+KilnStatus* KilnGetParameterTypeAndShape(const KilnCheckpointState* state, const char* parameter_name,
+                                         KilnElementType* type, size_t* rank, int64_t* dims, size_t dims_len) {
+  return guarded([&] {
+    const auto& p = need(state, "state").state.parameter(need_string(parameter_name, "parameter_name"));
+    need(type, "type") = static_cast<KilnElementType>(kiln::dtype_to_onnx(p.dtype()));
+    need(rank, "rank") = p.shape().size();
+    if (dims != nullptr && dims_len >= p.shape().size())
+      for (size_t i = 0; i < p.shape().size(); ++i) dims[i] = p.shape()[i];
+  });
+}
+
+KilnStatus* KilnUpdateParameter(KilnCheckpointState* state, const char* parameter_name, const KilnValue* value) {
+  return guarded([&] {
+    need(state, "state")
+        .state.parameter(need_string(parameter_name, "parameter_name"))
+        .set_data(need(value, "value").tensor);
+  });
+}
+
+KilnStatus* KilnGetParameter(const KilnCheckpointState* state, const char* parameter_name, KilnValue** out) {
+  return guarded([&] {
+    const auto& p = need(state, "state").state.parameter(need_string(parameter_name, "parameter_name"));
+    need(out, "out") = new KilnValue{p.data().clone()};
+  });
+}
+
+KilnStatus* KilnCreateSession(const char* model_path, const KilnSessionOptions* options, KilnSession** out) {
+  return guarded([&] {
+    if (options != nullptr) throw kiln::InvalidArgument("session options are reserved: pass NULL");
+    need(out, "out") = new KilnSession{kiln::Session(kiln::load_model(need_string(model_path, "model_path")))};
+  });
+}
+
+KilnStatus* KilnSessionGetInputCount(const KilnSession* session, size_t* out) {
+  return guarded([&] { need(out, "out") = need(session, "session").session.inputs().size(); });
+}
+
+KilnStatus* KilnSessionGetOutputCount(const KilnSession* session, size_t* out) {
+  return guarded([&] { need(out, "out") = need(session, "session").session.outputs().size(); });
+}
+
+KilnStatus* KilnSessionGetInputName(const KilnSession* session, size_t index, char** out) {
+  return guarded([&] {
+    const auto& v = need(session, "session").session.inputs();
+    if (index >= v.size())
+      throw kiln::InvalidArgument(fmt::format("index {} is past the model's {} inputs", index, v.size()));
+    need(out, "out") = copy_string(v[index].name);
+  });
+}
+
+KilnStatus* KilnSessionGetOutputName(const KilnSession* session, size_t index, char** out) {
+  return guarded([&] {
+    const auto& v = need(session, "session").session.outputs();
+    if (index >= v.size())
+      throw kiln::InvalidArgument(fmt::format("index {} is past the model's {} outputs", index, v.size()));
+    need(out, "out") = copy_string(v[index].name);
+  });
+}
+
+KilnStatus* KilnRun(KilnSession* session, const char* const* input_names, const KilnValue* const* inputs,
+                    size_t input_len, const char* const* output_names, size_t output_names_len, KilnValue** outputs) {
+  return guarded([&] {
+    KilnSession& s = need(session, "session");
+    if ((input_names == nullptr || inputs == nullptr) && input_len > 0)
+      throw kiln::InvalidArgument("input_names or inputs is NULL");
+    if ((output_names == nullptr || outputs == nullptr) && output_names_len > 0)
+      throw kiln::InvalidArgument("output_names or outputs is NULL");
+    std::map<std::string, kiln::Tensor> feeds;
+    for (size_t i = 0; i < input_len; ++i)
+      feeds[need_string(input_names[i], "an input name")] = need(inputs[i], "an input").tensor;
+    std::vector<std::string> wanted;
+    for (size_t i = 0; i < output_names_len; ++i) wanted.emplace_back(need_string(output_names[i], "an output name"));
+    const auto results = s.session.run(feeds, wanted);
+    std::vector<kiln::Tensor> ordered;
+    ordered.reserve(wanted.size());
+    for (const auto& name : wanted) ordered.push_back(results.at(name));
+    give_outputs(ordered, output_names_len, outputs);
+  });
+}
+
+void KilnReleaseSession(KilnSession* session) { delete session; }
 
 KilnStatus* KilnCreateTrainingSession(const KilnSessionOptions* options, KilnCheckpointState* state,
                                       const char* train_model_path, const char* eval_model_path,

@@ -240,7 +240,14 @@ const std::string* find_meta(const std::map<std::string, std::string>& meta, con
 }  // namespace
 
 CheckpointState CheckpointState::load_checkpoint(const std::string& path) {
-  SafetensorsFile file = read_safetensors(path);
+  return from_file(read_safetensors(path), path);
+}
+
+CheckpointState CheckpointState::load_checkpoint_from_buffer(std::string_view bytes) {
+  return from_file(parse_safetensors(bytes, "checkpoint buffer"), "checkpoint buffer");
+}
+
+CheckpointState CheckpointState::from_file(SafetensorsFile file, const std::string& path) {
   const auto& meta = file.metadata;
   const std::string* fmt_value = find_meta(meta, format::kFormatKey);
   if (fmt_value == nullptr || *fmt_value != format::kFormatValue)
