@@ -32,6 +32,14 @@ TEST(GradientRules, UnaryMath) {
   both({op("Elu", 1, 1, {{"alpha", Attribute::of_float(0.7f)}}), {random_tensor({3, 4}, ++seed)}, {0}, 17, seed});
 }
 
+// Piecewise-constant ops: a zero gradient, as PyTorch's (the finite differences are zero away from
+// the steps, where the inputs are).
+TEST(GradientRules, FloorCeilRoundAndSignHaveZeroGradients) {
+  uint64_t seed = 40;
+  for (const char* type : {"Floor", "Ceil", "Round", "Sign"})
+    both({op(type, 1), {floats({-1.75, -0.4, 0.3, 1.2, 1.65, 2.35})}, {0}, 17, ++seed});
+}
+
 TEST(GradientRules, ClipWithBoundsAsInputs) {
   GradCheck c{op("Clip", 3),
               {random_tensor({4, 5}, 30, -2.0, 2.0), Tensor::scalar<double>(-0.5), Tensor::scalar<double>(0.7)},
