@@ -2,9 +2,11 @@
 // d(operand) is another Einsum: the other operands and the output gradient (under the output's
 // labels) contracted to the operand's labels. Labels only that operand has (summed away in the
 // forward) are put back by broadcasting; ellipsis dims the operand broadcast are summed back by
-// the builder. Two rare forms are Unsupported: an operand with a repeated label (a diagonal, as in
-// "ii->i") and an operand whose ellipsis is not at the start of its term ("i...j") and broadcasts
-// against another operand's or is summed away.
+// the builder. An operand with a repeated label (a diagonal, as in "ii->i") gets the gradient of
+// its diagonal (the term with each label once) placed back on the diagonal: unsqueezed at each
+// repeat and multiplied by the mask where the repeated axes' indices agree. Unsupported: a repeated
+// label together with an ellipsis, and an operand whose ellipsis is not at the start of its term
+// ("i...j") and broadcasts against another operand's or is summed away.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -74,6 +76,54 @@ ParsedEquation parse_equation(const std::string& raw) {
   return p;
 }
 
+// `grad` (over `full`'s labels each once, in order) placed on the diagonal of an operand `x` whose
+// term `full` repeats labels: an axis unsqueezed at each repeat, times the mask where the indices
+// of the repeat and of the label's first axis agree.
+std::string onto_diagonal(GradContext& g, std::string grad, const std::string& full, const std::string& x) {
+  const int64_t rank = static_cast<int64_t>(full.size());
+  const DType dtype = g.dtype(x).value_or(DType::Float32);
+  const auto ints = [&](const std::vector<int64_t>& v) {
+    return g.constant(Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v));
+  };
+  std::vector<int64_t> repeats;
+  for (int64_t d = 0; d < rank; ++d)
+    if (full.find(full[static_cast<size_t>(d)]) != static_cast<size_t>(d)) repeats.push_back(d);
+  grad = g.opset() < 13 ? g.emit("Unsqueeze", {grad}, {{"axes", Attribute::of_ints(repeats)}})
+                        : g.emit("Unsqueeze", {grad, ints(repeats)});
+  const std::string shape = g.emit("Shape", {x});
+  for (int64_t d : repeats) {
+    const int64_t first = static_cast<int64_t>(full.find(full[static_cast<size_t>(d)]));
+    const std::string n = g.emit("Gather", {shape, g.constant(Tensor::scalar<int64_t>(first))});
+    const std::string range =
+        g.emit("Range", {g.constant(Tensor::scalar<int64_t>(0)), n, g.constant(Tensor::scalar<int64_t>(1))});
+    const auto along = [&](int64_t axis) {
+      std::vector<int64_t> dims(static_cast<size_t>(rank), 1);
+      dims[static_cast<size_t>(axis)] = -1;
+      return g.emit("Reshape", {range, ints(dims)});
+    };
+    const std::string same = g.emit("Equal", {along(first), along(d)});
+    grad = g.emit("Mul", {grad, g.emit("Cast", {same}, {{"to", Attribute::of_int(dtype_to_onnx(dtype))}})});
+  }
+  return grad;
+}
+
+// An ellipsis at the start lines up with numpy broadcasting, so Expand and the builder's reduction
+// handle it (true). Elsewhere only the exact case is handled: no other operand has an ellipsis (none
+// broadcasts against it) and the output keeps it (so the gradient has its dims); else Unsupported.
+bool ellipsis_is_leading(const ParsedEquation& eq, size_t k, const std::string& term, const std::string& equation) {
+  const size_t ell = term.find(kEllipsis);
+  if (ell == std::string::npos || ell == 0) return true;
+  bool others_have_ellipsis = false;
+  for (size_t j = 0; j < eq.inputs.size(); ++j)
+    if (j != k && eq.inputs[j].find(kEllipsis) != std::string::npos) others_have_ellipsis = true;
+  if (others_have_ellipsis || eq.output.find(kEllipsis) == std::string::npos)
+    throw Unsupported(
+        fmt::format("Einsum: gradient of input {} of '{}': its ellipsis is not at the start of its "
+                    "term '{}' and is broadcast or summed away; this form has no gradient rule yet",
+                    k, equation, unparse(term)));
+  return false;
+}
+
 void einsum_grad(GradContext& g) {
   const std::string equation = g.node.attr_string("equation");
   const ParsedEquation eq = parse_equation(equation);
@@ -82,26 +132,18 @@ void einsum_grad(GradContext& g) {
                                    eq.inputs.size(), g.num_inputs()));
   for (size_t k = 0; k < g.num_inputs(); ++k) {
     if (!g.needs(k)) continue;
-    const std::string& term = eq.inputs[k];
-    for (char c : term)
-      if (std::count(term.begin(), term.end(), c) > 1)
-        throw Unsupported(
-            fmt::format("Einsum: gradient of input {} of '{}': its term '{}' repeats a label (a diagonal); "
-                        "this form has no gradient rule yet",
-                        k, equation, unparse(term)));
-    // An ellipsis at the start lines up with numpy broadcasting, so Expand and the builder's
-    // reduction handle it. Elsewhere only the exact case is handled: no other operand has an
-    // ellipsis (none broadcasts against it) and the output keeps it (so the gradient has its dims).
-    const size_t ell = term.find(kEllipsis);
-    const bool leading = ell == std::string::npos || ell == 0;
-    bool others_have_ellipsis = false;
-    for (size_t j = 0; j < eq.inputs.size(); ++j)
-      if (j != k && eq.inputs[j].find(kEllipsis) != std::string::npos) others_have_ellipsis = true;
-    if (!leading && (others_have_ellipsis || eq.output.find(kEllipsis) == std::string::npos))
+    const std::string& full = eq.inputs[k];
+    std::string term;  // the operand's labels, each once (its diagonal's, when one repeats)
+    for (char c : full)
+      if (c == kEllipsis || term.find(c) == std::string::npos) term += c;
+    const bool diagonal = term.size() != full.size();
+    if (diagonal && full.find(kEllipsis) != std::string::npos)
       throw Unsupported(
-          fmt::format("Einsum: gradient of input {} of '{}': its ellipsis is not at the start of its "
-                      "term '{}' and is broadcast or summed away; this form has no gradient rule yet",
-                      k, equation, unparse(term)));
+          fmt::format("Einsum: gradient of input {} of '{}': its term '{}' repeats a label and has an "
+                      "ellipsis; this form has no gradient rule yet",
+                      k, equation, unparse(full)));
+    const size_t ell = term.find(kEllipsis);
+    const bool leading = ellipsis_is_leading(eq, k, term, equation);
 
     // The contraction's inputs: the other operands and the output gradient.
     std::vector<std::string> values, terms;
@@ -142,8 +184,14 @@ void einsum_grad(GradContext& g) {
         grad =
             g.emit("Unsqueeze",
                    {grad, g.constant(Tensor::from_vector<int64_t>({static_cast<int64_t>(missing.size())}, missing))});
-      grad = g.emit("Expand", {grad, g.emit("Shape", {g.I(k)})});
+      // The operand's shape, or its diagonal's.
+      const std::string of =
+          diagonal
+              ? g.emit("Einsum", {g.I(k)}, {{"equation", Attribute::of_string(unparse(full) + "->" + unparse(term))}})
+              : g.I(k);
+      grad = g.emit("Expand", {grad, g.emit("Shape", {of})});
     }
+    if (diagonal) grad = onto_diagonal(g, grad, full, g.I(k));
     g.set_GI(k, grad, leading ? Broadcast::Maybe : Broadcast::No);
   }
 }

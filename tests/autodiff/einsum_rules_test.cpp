@@ -52,15 +52,21 @@ TEST(EinsumGradients, OneAndThreeOperands) {
         960});
 }
 
-// A repeated label in the other operand is a trace the forward kernel computes; differentiating
-// the operand with the repeated label is Unsupported, with the term named.
+// A repeated label: the trace or diagonal of the operand that repeats it, differentiated through
+// both operands (its gradient is the diagonal's put back on the diagonal), at opset 17 and 12; with
+// an ellipsis too it is Unsupported, with the term named.
 TEST(EinsumGradients, RepeatedLabels) {
-  both({einsum("ii,j->j", 2), {random_tensor({3, 3}, 970), random_tensor({4}, 971)}, {1}, 17, 970});
+  both({einsum("ii,j->j", 2), {random_tensor({3, 3}, 970), random_tensor({4}, 971)}, {0, 1}, 17, 970});
+  both({einsum("ii->i", 1), {random_tensor({3, 3}, 972)}, {0}, 17, 972});
+  both({einsum("ii", 1), {random_tensor({4, 4}, 976)}, {0}, 17, 976});
+  both({einsum("iji,jk->ik", 2), {random_tensor({3, 2, 3}, 977), random_tensor({2, 4}, 978)}, {0, 1}, 17, 977});
+  both({einsum("iijj->ij", 1), {random_tensor({2, 2, 3, 3}, 979)}, {0}, 17, 979});
+  both({einsum("ii->i", 1), {random_tensor({3, 3}, 980)}, {0}, 12, 980});
   expect_error<Unsupported>(
       [&] {
-        check_gradient({einsum("ii->i", 1), {random_tensor({3, 3}, 972)}, {0}, 17, 972});
+        check_gradient({einsum("...ii->...i", 1), {random_tensor({2, 3, 3}, 981)}, {0}, 17, 981});
       },
-      "'ii'");
+      "'...ii'");
   EXPECT_THROW(check_gradient({einsum("i...j->ij", 1), {random_tensor({2, 3, 4}, 973)}, {0}, 17, 973}), Unsupported);
   EXPECT_THROW(
       check_gradient(
