@@ -9,7 +9,9 @@
 // zeroed (a scatter of zeros) and updates' gradient is dY gathered at them. With "add" data's
 // gradient is dY unchanged. Repeated indices under "none" are undefined in ONNX (the kernel lets the
 // last write win); the rule then gives every repeated update the gradient of the surviving one.
-// mul/max/min reductions have no rule yet.
+// With "max" / "min" (opset 18) the gradient of a position goes to those of data and its updates
+// that equal the result, split evenly among ties (torch's scatter_reduce amax / amin with
+// include_self). "mul" has no rule yet (its updates' gradient divides by them).
 #include <fmt/format.h>
 
 #include "autodiff/registry.h"
@@ -33,14 +35,32 @@ void scatter_back(GradContext& g, const char* op, const char* attr) {
 void gather_elements_grad(GradContext& g) { scatter_back(g, "GatherElementsGrad", "axis"); }
 void gather_nd_grad(GradContext& g) { scatter_back(g, "GatherNDGrad", "batch_dims"); }
 
+// max / min: dY shared among data and the updates that equal the result at each position.
+void extremum_grad(GradContext& g, const std::string& scatter, const std::string& gather,
+                   const std::map<std::string, Attribute>& axis) {
+  const DType t = g.dtype(g.I(0)).value_or(DType::Float32);
+  const auto as_float = [&](const std::string& v) {
+    return g.emit("Cast", {v}, {{"to", Attribute::of_int(dtype_to_onnx(t))}});
+  };
+  const std::string kept = as_float(g.emit("Equal", {g.I(0), g.O(0)}));
+  const std::string won = as_float(g.emit("Equal", {g.I(2), g.emit(gather, {g.O(0), g.I(1)}, axis)}));
+  std::map<std::string, Attribute> add = axis;
+  add["reduction"] = Attribute::of_string("add");
+  const std::string ties = g.emit("Add", {kept, g.emit(scatter, {zeros_like(g, g.I(0)), g.I(1), won}, add)});
+  const std::string share = g.emit("Div", {g.GO(0), ties});
+  if (g.needs(0)) g.set_GI(0, g.emit("Mul", {share, kept}));
+  if (g.needs(2)) g.set_GI(2, g.emit("Mul", {g.emit(gather, {share, g.I(1)}, axis), won}));
+}
+
 // scatter: the forward op that writes zeros into dY; gather: the op reading dY at the indices.
 void scatter_grad(GradContext& g, const std::string& scatter, const std::string& gather) {
   const std::string reduction = g.node.attr_string("reduction", "none");
-  if (reduction != "none" && reduction != "add")
-    throw Unsupported(
-        fmt::format("gradient of {} with reduction '{}' is not implemented (none, add)", g.node.op_type, reduction));
   std::map<std::string, Attribute> axis;
   if (g.node.has_attr("axis")) axis["axis"] = Attribute::of_int(g.node.attr_int("axis"));
+  if (reduction == "max" || reduction == "min") return extremum_grad(g, scatter, gather, axis);
+  if (reduction != "none" && reduction != "add")
+    throw Unsupported(fmt::format("gradient of {} with reduction '{}' is not implemented (none, add, max, min)",
+                                  g.node.op_type, reduction));
   if (g.needs(0)) {
     if (reduction == "add") g.set_GI(0, g.GO(0));
     else g.set_GI(0, g.emit(scatter, {g.GO(0), g.I(1), zeros_like(g, g.I(2))}, axis));

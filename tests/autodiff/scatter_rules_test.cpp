@@ -39,6 +39,18 @@ TEST(ScatterGradients, ScatterNDNoneAndAdd) {
        {{"reduction", s("add")}}, 44);
 }
 
+// max / min (opset 18), with repeated indices: the gradient goes to whichever of data and the
+// updates holds the result at each position (random values: no ties, where the result is not
+// differentiable).
+TEST(ScatterGradients, MaxAndMinReductionsWithRepeats) {
+  for (const char* r : {"max", "min"}) {
+    both("ScatterElements", {random_tensor({2, 3}, 48), ints({1, 1, 0, 2, 2, 2}, {2, 3}), random_tensor({2, 3}, 49)},
+         {0, 2}, {{"axis", i(-1)}, {"reduction", s(r)}}, 48, 18);
+    both("ScatterND", {random_tensor({3, 4}, 50), ints({1, 2, 0, 0, 1, 2}, {3, 2}), random_tensor({3}, 51)}, {0, 2},
+         {{"reduction", s(r)}}, 50, 18);
+  }
+}
+
 TEST(ScatterGradients, MulReductionIsRefusedByName) {
   GradCheck c{node("ScatterElements", {Tensor(), Tensor(), Tensor()}, {{"reduction", s("mul")}}),
               {random_tensor({2, 3}, 46), ints({0, 1, 1}, {1, 3}), random_tensor({1, 3}, 47)},
