@@ -51,14 +51,15 @@ TEST(ScatterGradients, MaxAndMinReductionsWithRepeats) {
   }
 }
 
-TEST(ScatterGradients, MulReductionIsRefusedByName) {
-  GradCheck c{node("ScatterElements", {Tensor(), Tensor(), Tensor()}, {{"reduction", s("mul")}}),
-              {random_tensor({2, 3}, 46), ints({0, 1, 1}, {1, 3}), random_tensor({1, 3}, 47)},
-              {0},
-              17,
-              46};
-  c.node.inputs = {"a", "b", "c"};
-  expect_error<Unsupported>([&] { check_gradient(c); }, "reduction 'mul'");
+// mul (opset 16), with repeated indices: each factor's gradient is the product of the others
+// (random values: no zeros here; zeros are checked against torch in test_scatter_reduce_grad.py).
+TEST(ScatterGradients, MulReductionWithRepeats) {
+  both("ScatterElements",
+       {random_tensor({2, 3}, 52, 0.5, 1.5), ints({1, 1, 0, 2, 2, 2}, {2, 3}), random_tensor({2, 3}, 53, 0.5, 1.5)},
+       {0, 2}, {{"axis", i(-1)}, {"reduction", s("mul")}}, 52, 16);
+  both("ScatterND",
+       {random_tensor({3, 4}, 54, -1.5, 1.5), ints({1, 2, 0, 0, 1, 2}, {3, 2}), random_tensor({3}, 55, -1.5, 1.5)},
+       {0, 2}, {{"reduction", s("mul")}}, 54, 16);
 }
 
 }  // namespace
