@@ -64,27 +64,30 @@ int64_t raw_item_length(const py::object& sequence, size_t index, const std::str
   return static_cast<int64_t>(py::len(item[py::str(input_column)]));
 }
 
-// A Python sequence (len + __getitem__) of dicts, read item by item under the GIL.
-class PythonDataset final : public data::Dataset {
+// What the Python sequence datasets share: the sequence (len + __getitem__), its length, whether
+// it is a stream read in order, and the item lengths group_by_length reads.
+class PythonSequenceDataset : public data::Dataset {
  public:
-  explicit PythonDataset(const py::object& sequence)
+  explicit PythonSequenceDataset(const py::object& sequence)
       : sequence_(hold(sequence)), size_(py::len(sequence)), sequential_(is_stream(sequence)) {}
   size_t size() const override { return size_; }
-  data::Example get(size_t index) const override {
+  int64_t item_length(size_t index, const std::string& length_column, const std::string& input_column) const override {
+    return raw_item_length(*sequence_, index, length_column, input_column);
+  }
+  bool sequential() const override { return sequential_; }
+
+ protected:
+  // Item `index` (the caller holds the GIL); the user's exception carries the item's index.
+  py::object item(size_t index) const {
     if (index >= size_)
       throw InvalidArgument(fmt::format("dataset index {} is out of range for {} items", index, size_));
-    py::gil_scoped_acquire gil;
     try {
-      return example_from_py((*sequence_)[py::int_(index)], index);
+      return (*sequence_)[py::int_(index)];
     } catch (py::error_already_set& e) {  // the item's index on the user's own exception (a worker's too)
       note(e, fmt::format("while Kiln loaded item {} of the dataset", index));
       throw;
     }
   }
-  int64_t item_length(size_t index, const std::string& length_column, const std::string& input_column) const override {
-    return raw_item_length(*sequence_, index, length_column, input_column);
-  }
-  bool sequential() const override { return sequential_; }
 
  private:
   PyRef sequence_;
@@ -92,18 +95,30 @@ class PythonDataset final : public data::Dataset {
   bool sequential_;
 };
 
+// A Python sequence of dicts, read item by item under the GIL.
+class PythonDataset final : public PythonSequenceDataset {
+ public:
+  using PythonSequenceDataset::PythonSequenceDataset;
+  data::Example get(size_t index) const override {
+    py::gil_scoped_acquire gil;
+    const py::object it = item(index);
+    try {
+      return example_from_py(it, index);
+    } catch (py::error_already_set& e) {
+      note(e, fmt::format("while Kiln loaded item {} of the dataset", index));
+      throw;
+    }
+  }
+};
+
 // A Python sequence batched by a Python data_collator, as Hugging Face's DataLoader does: the
 // collator gets the raw items (dicts that may hold strings, or lists of different lengths) and
 // returns a mapping of arrays or torch tensors (a BatchEncoding too), each with the batch first.
 // The loader's own collate is not used. get(i) is the batch of item i alone, without its batch axis.
-class CollatedPythonDataset final : public data::Dataset {
+class CollatedPythonDataset final : public PythonSequenceDataset {
  public:
   CollatedPythonDataset(const py::object& sequence, const py::object& collator)
-      : sequence_(hold(sequence)),
-        collator_(hold(collator)),
-        size_(py::len(sequence)),
-        sequential_(is_stream(sequence)) {}
-  size_t size() const override { return size_; }
+      : PythonSequenceDataset(sequence), collator_(hold(collator)) {}
   data::Example get(size_t index) const override {
     data::Example batch = get_batch({index}, data::default_collate);
     for (auto& [name, t] : batch) {
@@ -112,17 +127,13 @@ class CollatedPythonDataset final : public data::Dataset {
     }
     return batch;
   }
-  int64_t item_length(size_t index, const std::string& length_column, const std::string& input_column) const override {
-    return raw_item_length(*sequence_, index, length_column, input_column);
-  }
-  bool sequential() const override { return sequential_; }
   // The columns of the first batch made (the collator runs once for them when none was yet).
   std::vector<std::string> columns() const override {
     {
       const std::lock_guard lock(mutex_);
       if (!columns_.empty()) return columns_;
     }
-    if (size_ == 0) return {};
+    if (size() == 0) return {};
     return data::Dataset::columns();  // get(0) records them
   }
   data::Example get_batch(const std::vector<size_t>& indices, const data::Collator& /*collate*/) const override {
@@ -137,15 +148,7 @@ class CollatedPythonDataset final : public data::Dataset {
   data::Example collate(const std::vector<size_t>& indices) const {
     py::gil_scoped_acquire gil;
     py::list items;
-    for (size_t i : indices) {
-      if (i >= size_) throw InvalidArgument(fmt::format("dataset index {} is out of range for {} items", i, size_));
-      try {
-        items.append((*sequence_)[py::int_(i)]);
-      } catch (py::error_already_set& e) {
-        note(e, fmt::format("while Kiln loaded item {} of the dataset", i));
-        throw;
-      }
-    }
+    for (size_t i : indices) items.append(item(i));
     const py::object out = (*collator_)(items);
     if (!py::isinstance<py::dict>(out) && !py::hasattr(out, "keys"))
       throw TypeError(
@@ -169,10 +172,7 @@ class CollatedPythonDataset final : public data::Dataset {
     return batch;
   }
 
-  PyRef sequence_;
   PyRef collator_;
-  size_t size_;
-  bool sequential_;
   mutable std::mutex mutex_;
   mutable std::vector<std::string> columns_;
 };
