@@ -93,3 +93,20 @@ def test_without_a_head_and_its_cross_entropy_it_is_a_clear_error(tmp_path):
                                   ipu_config_overrides="embedding_serialization_factor=2")
     with pytest.raises(kiln.Unsupported, match="the model has no SoftmaxCrossEntropyLoss"):
         kiln.Trainer(model=Regression(), args=args, train_dataset=data).train()
+
+
+def test_an_artifacts_folder_cannot_be_serialized_after_the_fact(tmp_path):
+    """The serialization rewrites the training model when Kiln generates it: a folder of artifacts
+    generated before is refused, naming what to give instead."""
+    from kiln.training import artifacts
+    model = CausalLM()
+    path = tmp_path / "lm.onnx"
+    ids = torch.zeros(2, SEQ, dtype=torch.int64)
+    torch.onnx.export(model, (ids, ids), path, input_names=["input_ids", "labels"], output_names=["loss", "logits"],
+                      opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
+    artifacts.generate_artifacts(str(path), loss=None, optimizer=artifacts.OptimType.AdamW,
+                                 artifact_directory=tmp_path / "art")
+    args = kiln.TrainingArguments(str(tmp_path / "run"), max_steps=1, report_to=[], disable_tqdm=True,
+                                  ipu_config_overrides="embedding_serialization_factor=2")
+    with pytest.raises(kiln.Unsupported, match="give the Trainer the ONNX model"):
+        kiln.Trainer(model=str(tmp_path / "art"), args=args, train_dataset=items())

@@ -45,8 +45,8 @@ inline Attrs attrs_of(const Node& n, const char* op) {
 // The sizes of a (X, W, labels) triple: R rows of d features, V classes.
 struct Geometry {
   int64_t rows = 0, features = 0, classes = 0;
-  int64_t chunk() const { return (classes + chunks - 1) / chunks; }
   int64_t chunks = 1;
+  int64_t chunk() const { return (classes + chunks - 1) / chunks; }  // a block's width
 };
 
 // X [..., d], W [V, d] (trans_b) or [d, V], labels int32/int64 of X's shape less its last axis.
