@@ -15,12 +15,16 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev
   python3-dev pybind11-dev python3-numpy
   openmpi-bin libopenmpi-dev
+  libsentencepiece-dev
   dataset-fashion-mnist
 )
 if $for_tests; then
   packages+=(
     python3-pytest python3-onnx python3-torch python3-torchvision python3-sklearn
     python3-protobuf python3-crc32c python3-optuna
+    # tokenizers and text metrics: references (SentencePiece, nltk's BLEU, the regex module for
+    # GPT-2's pre-tokenizer pattern) and real English text (the fortunes)
+    python3-sentencepiece python3-nltk python3-regex fortunes
     clang-format clang-tidy
     # clang's sanitizers, libFuzzer and OpenMP runtime, and llvm-symbolizer for their reports
     clang-14 libclang-rt-14-dev libomp-14-dev llvm-14

@@ -18,6 +18,8 @@
 #include "kiln/session.h"
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
+#include "kiln/text_metrics.h"
+#include "kiln/tokenizers.h"
 #include "kiln/trainer.h"
 #include "kiln/training.h"
 #include "kiln/training_args.h"

@@ -17,5 +17,6 @@ void register_data(py::module_& m);
 void register_trainer(py::module_& m);
 // kiln::nn (nn_module.cpp, nn_layers.cpp, nn_zoo.cpp): the submodule kiln._kiln.nn.
 void register_nn(py::module_& m);
+void register_text(py::module_& m);
 
 }  // namespace kiln::python

@@ -14,4 +14,5 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::register_data(m);
   kiln::python::register_trainer(m);
   kiln::python::register_nn(m);
+  kiln::python::register_text(m);
 }
