@@ -52,7 +52,8 @@ conformance: build
 
 # bench/bench.py prints every table of issue 17 in one run (bench/README.md), then the AdamW step,
 # ORTModule against PyTorch, data parallelism over MPI with its projected scaling, pipeline stages
-# and device_iterations (issue 21), and the Trainer's speed; a failing script does not stop the others.
+# and device_iterations (issue 21), text generation with and without the KV cache (issue 23), and the
+# Trainer's speed; a failing script does not stop the others.
 bench: build
 	-/usr/bin/python3 bench/bench.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/optimizer_step.py --build-dir $(BUILD)
@@ -63,6 +64,7 @@ bench: build
 	-/usr/bin/python3 bench/dataloader_workers.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/compile_cache.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/serialized_head.py --build-dir $(BUILD)
+	-/usr/bin/python3 bench/generation.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/scaling_projection.py
 	/usr/bin/python3 bench/trainer_speed.py --build-dir $(BUILD)
 

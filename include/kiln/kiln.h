@@ -7,6 +7,7 @@
 #include "kiln/data.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/generation.h"
 #include "kiln/grad_scaler.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"

@@ -15,4 +15,5 @@ PYBIND11_MODULE(_kiln, m) {
   kiln::python::register_trainer(m);
   kiln::python::register_nn(m);
   kiln::python::register_text(m);
+  kiln::python::register_generation(m);
 }

@@ -15,9 +15,7 @@
 
 namespace kiln::python {
 
-namespace {
-
-Model load_any(const py::object& model, bool check = true) {
+Model load_any(const py::object& model, bool check) {
   LoadOptions options;
   options.run_checker = check;
   if (py::isinstance<py::bytes>(model)) {
@@ -29,6 +27,8 @@ Model load_any(const py::object& model, bool check = true) {
   py::gil_scoped_release release;
   return load_model(path, options);
 }
+
+namespace {
 
 std::vector<std::string> names(const std::vector<ValueInfo>& vs) {
   std::vector<std::string> n;

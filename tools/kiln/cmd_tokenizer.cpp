@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "kiln/error.h"
 #include "kiln/tokenizers.h"
+#include "options.h"
 
 namespace kiln::cli {
 namespace {
@@ -32,25 +33,6 @@ void train(const TrainArgs& a) {
   fs::remove(model);
   std::cout << fmt::format("kiln: trained a {} SentencePiece model of {} pieces on '{}' into '{}'\n",
                            a.options.model_type, tok->vocab_size(), a.corpus, a.output);
-}
-
-std::vector<int64_t> parse_ids(const std::string& text) {
-  std::vector<int64_t> ids;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(start, end - start);
-    try {
-      size_t used = 0;
-      ids.push_back(std::stoll(item, &used));
-      if (used != item.size()) throw std::invalid_argument(item);
-    } catch (const std::exception&) {
-      throw InvalidArgument(fmt::format("--ids: '{}' is not an integer (ids are comma-separated)", item));
-    }
-    start = end + 1;
-  }
-  return ids;
 }
 
 Action setup(CLI::App& app) {
@@ -92,7 +74,7 @@ Action setup(CLI::App& app) {
     } else if (e->parsed()) {
       encode();
     } else if (d->parsed()) {
-      std::cout << text::load_tokenizer(*dir)->decode(parse_ids(*input), flags->second) << "\n";
+      std::cout << text::load_tokenizer(*dir)->decode(parse_ids(*input, "--ids"), flags->second) << "\n";
     }
   };
 }

@@ -58,4 +58,22 @@ std::map<std::string, TensorMeta> example_feeds(const Model& m, const std::map<s
   return feeds;
 }
 
+std::vector<int64_t> parse_ids(const std::string& text, const std::string& flag) {
+  std::vector<int64_t> ids;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    try {
+      size_t used = 0;
+      ids.push_back(std::stoll(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw InvalidArgument(fmt::format("{}: '{}' is not an integer (ids are comma-separated)", flag, item));
+    }
+    start = end + 1;
+  }
+  return ids;
+}
+
 }  // namespace kiln::cli

@@ -53,6 +53,8 @@ struct ZooEntry {
   std::function<DynamicAxes(const Config&)> dynamic_axes;
   // The dtype of each input of example_inputs, in order (token ids are int64); unset: all float32.
   std::function<std::vector<DType>(const Config&)> input_dtypes;
+  // The output names export gives; unset: "logits" (the entry's one output).
+  std::function<std::vector<std::string>(const Config&)> output_names;
 };
 
 void register_model(ZooEntry entry);
@@ -64,7 +66,7 @@ ModulePtr create_model(const std::string& name, const Config& overrides = Config
 InputShapes example_inputs(const std::string& name, const Config& overrides = Config::object());
 DynamicAxes dynamic_axes(const std::string& name, const Config& overrides = Config::object());
 // What export needs besides shapes: the inputs' dtypes (the entry's input_dtypes, else float32)
-// and the output name "logits".
+// and the output names (the entry's output_names, else "logits").
 ExportOptions export_options(const std::string& name, const Config& overrides = Config::object());
 // The model as a trainable ONNX file's content: create + to_onnx with the entry's inputs and
 // dynamic axes, in training mode (what `kiln train --model NAME` trains).

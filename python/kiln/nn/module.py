@@ -394,6 +394,12 @@ class Module:
         return [o._v if o is not None else _nn._none() for o in outs]
 
     # ---- Export -------------------------------------------------------------------------------
+    def generate(self, input_ids=None, **kwargs):
+        """Text generation from a zoo causal LM (kiln.generation.generate: HF's GenerationConfig
+        names; a KV cache through the model's decoder-with-past export)."""
+        from kiln.generation import generate
+        return generate(self, input_ids, **kwargs)
+
     def export(self, path, input_shapes, dynamic_axes=None, *, input_dtypes=None, output_names=None, opset=17):
         """torch.onnx.export's role: forward traced once over inputs of these shapes, written to `path`
         with initializers named by the state_dict keys. input_shapes: {"input": (1, 1, 28, 28), ...}

@@ -39,6 +39,7 @@ struct Gpt2Config {
   std::string activation_function;
   double resid_pdrop, embd_pdrop, attn_pdrop, layer_norm_epsilon, initializer_range;
   bool scale_attn_weights, scale_attn_by_inverse_layer_idx;
+  bool with_past;  // Kiln's key: the decoder-with-past graph generation runs with a KV cache
 
   static Gpt2Config from(const Config& c) {
     Gpt2Config g;
@@ -58,6 +59,7 @@ struct Gpt2Config {
     g.initializer_range = config_double(c, kModel, "initializer_range");
     g.scale_attn_weights = config_bool(c, kModel, "scale_attn_weights");
     g.scale_attn_by_inverse_layer_idx = config_bool(c, kModel, "scale_attn_by_inverse_layer_idx");
+    g.with_past = config_bool(c, kModel, "with_past");
     return g;
   }
 };
@@ -85,7 +87,9 @@ class Conv1D : public Module {
   int64_t nf_, nx_;
 };
 
-// inputs {hidden [B, S, E]} -> [B, S, E]
+// inputs {hidden [B, S, E]} -> [B, S, E]; with the cache, inputs {hidden, past key [B, H, P, d],
+// past value, additive mask [B, 1, 1, P + S]} -> {output, present key [B, H, P + S, d], present
+// value}: the keys and values of this call appended to the past ones, as HF's layer_past.
 class GPT2Attention : public Module {
  public:
   GPT2Attention(const Gpt2Config& c, int64_t layer_idx) : heads_(c.n_head), embed_(c.n_embd) {
@@ -105,11 +109,23 @@ class GPT2Attention : public Module {
     const std::vector<int64_t> part{qkv.dim(0), qkv.dim(1), embed_};
     auto parts = t.op_multi("Split", {qkv}, {{"axis", Attribute::of_int(2)}},
                             {{qkv.dtype, part}, {qkv.dtype, part}, {qkv.dtype, part}});
-    const Var q = split_heads(t, parts[0], heads_), k = split_heads(t, parts[1], heads_),
-              v = split_heads(t, parts[2], heads_);
-    const Var context =
-        eager_attention(t, q, k, v, {.divisors = divisors_, .causal = true, .dropout = attn_dropout_.get()});
-    return {resid_dropout_->call(t, c_proj_->call(t, merge_heads(t, context)))};
+    const Var q = split_heads(t, parts[0], heads_);
+    Var k = split_heads(t, parts[1], heads_), v = split_heads(t, parts[2], heads_);
+    EagerAttention a{.divisors = divisors_, .causal = true, .dropout = attn_dropout_.get()};
+    if (inputs.size() == 4) {
+      auto append = [&](const Var& past, const Var& now) {
+        return t.op("Concat", {past, now}, {{"axis", Attribute::of_int(2)}}, now.dtype,
+                    {now.dim(0), now.dim(1), -1, now.dim(3)});
+      };
+      k = append(inputs[1], k);
+      v = append(inputs[2], v);
+      a.keys_past = true;
+      a.additive_mask = inputs[3];
+    }
+    const Var context = eager_attention(t, q, k, v, a);
+    const Var out = resid_dropout_->call(t, c_proj_->call(t, merge_heads(t, context)));
+    if (inputs.size() == 4) return {out, k, v};
+    return {out};
   }
   std::string type_name() const override { return "GPT2Attention"; }
 
@@ -147,10 +163,15 @@ class GPT2Block : public Module {
     ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(shape, c.layer_norm_epsilon));
     mlp_ = register_module("mlp", std::make_shared<GPT2MLP>(c));
   }
+  // inputs {x} -> {y}, or with the cache {x, past key, past value, mask} -> {y, present key, present value}
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
     const Var& x = inputs.at(0);
-    const Var h = attn::binary(t, "Add", attn_->call(t, ln_1_->call(t, x)), x);
-    return {attn::binary(t, "Add", h, mlp_->call(t, ln_2_->call(t, h)))};
+    std::vector<Var> attn_inputs = inputs;
+    attn_inputs[0] = ln_1_->call(t, x);
+    std::vector<Var> out = attn_->call(t, attn_inputs);
+    const Var h = attn::binary(t, "Add", out[0], x);
+    out[0] = attn::binary(t, "Add", h, mlp_->call(t, ln_2_->call(t, h)));
+    return out;
   }
   std::string type_name() const override { return "GPT2Block"; }
 
@@ -158,10 +179,12 @@ class GPT2Block : public Module {
   ModulePtr ln_1_, attn_, ln_2_, mlp_;
 };
 
-// inputs {input_ids} -> {hidden states after ln_f}
+// inputs {input_ids} -> {hidden states after ln_f}; with_past: inputs {input_ids [B, S],
+// attention_mask [B, P + S], position_ids [B, S], then each layer's past key and value [B, H, P, d]}
+// -> {hidden states, then each layer's present key and value [B, H, P + S, d]}.
 class GPT2Model : public Module {
  public:
-  explicit GPT2Model(const Gpt2Config& c) : n_positions_(c.n_positions) {
+  explicit GPT2Model(const Gpt2Config& c) : n_positions_(c.n_positions), with_past_(c.with_past) {
     wte_ = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd));
     wpe_ = register_module("wpe", std::make_shared<Embedding>(c.n_positions, c.n_embd));
     hf_normal_init(*wte_, c.initializer_range);
@@ -172,24 +195,52 @@ class GPT2Model : public Module {
     ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(std::vector<int64_t>{c.n_embd}, c.layer_norm_epsilon));
   }
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
-    if (inputs.size() != 1)
-      throw InvalidArgument(fmt::format("gpt2: forward takes input_ids only, got {} inputs", inputs.size()));
+    const size_t expected = with_past_ ? 3 + 2 * h_->size() : 1;
+    if (inputs.size() != expected)
+      throw InvalidArgument(fmt::format("gpt2: forward takes {} inputs ({}), got {}", expected,
+                                        with_past_ ? "input_ids, attention_mask, position_ids and each layer's past "
+                                                     "key and value"
+                                                   : "input_ids",
+                                        inputs.size()));
     const Var& ids = inputs[0];
     if (ids.rank() != 2 || (ids.dtype != DType::Int64 && ids.dtype != DType::Int32))
       throw TypeError(fmt::format("gpt2: input '{}' must be int64 [batch, sequence], got {} of rank {}", ids.name,
                                   dtype_name(ids.dtype), ids.rank()));
     if (ids.dim(1) > n_positions_)
       throw ShapeError(fmt::format("gpt2: sequence length {} exceeds n_positions {}", ids.dim(1), n_positions_));
-    Var h = attn::binary(t, "Add", wte_->call(t, ids), wpe_->call(t, position_ids(t, ids)));
+    const Var positions = with_past_ ? inputs[2] : position_ids(t, ids);
+    Var h = attn::binary(t, "Add", wte_->call(t, ids), wpe_->call(t, positions));
     h = drop_->call(t, h);
-    for (size_t i = 0; i < h_->size(); ++i) h = (*h_)[i]->call(t, h);
-    return {ln_f_->call(t, h)};
+    if (!with_past_) {
+      for (size_t i = 0; i < h_->size(); ++i) h = (*h_)[i]->call(t, h);
+      return {ln_f_->call(t, h)};
+    }
+    const Var mask = additive_mask(t, inputs[1]);
+    std::vector<Var> out(1);
+    for (size_t i = 0; i < h_->size(); ++i) {
+      const std::vector<Var> block = (*h_)[i]->call(t, {h, inputs[3 + 2 * i], inputs[4 + 2 * i], mask});
+      h = block[0];
+      out.push_back(block[1]);
+      out.push_back(block[2]);
+    }
+    out[0] = ln_f_->call(t, h);
+    return out;
   }
   std::string type_name() const override { return "GPT2Model"; }
   const std::shared_ptr<Embedding>& wte() const { return wte_; }
 
  private:
+  // HF's GPT-2: (1 - mask[:, None, None, :]) * finfo(float32).min.
+  static Var additive_mask(Tracer& t, const Var& mask) {
+    const Var m = t.op("Cast", {mask}, {{"to", Attribute::of_int(static_cast<int64_t>(dtype_to_onnx(DType::Float32)))}},
+                       DType::Float32, mask.shape);
+    const Var inverted =
+        attn::binary(t, "Sub", t.constant_scalar(1.0, DType::Float32, "one"), attn::unsqueeze(t, m, {1, 2}));
+    return attn::binary(t, "Mul", inverted, t.constant_scalar(float32_lowest(), DType::Float32, "mask_value"));
+  }
+
   int64_t n_positions_;
+  bool with_past_;
   std::shared_ptr<Embedding> wte_, wpe_;
   ModulePtr drop_, ln_f_;
   std::shared_ptr<ModuleList> h_;
@@ -225,7 +276,9 @@ class GPT2LMHeadModel : public Module {
     lm_head_ = register_module("lm_head", std::make_shared<TiedLMHead>(transformer->wte()));
   }
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
-    return {lm_head_->call(t, transformer_->call(t, inputs).at(0))};
+    std::vector<Var> out = transformer_->call(t, inputs);
+    out[0] = lm_head_->call(t, out[0]);
+    return out;
   }
   std::string type_name() const override { return "GPT2LMHeadModel"; }
 
@@ -234,6 +287,39 @@ class GPT2LMHeadModel : public Module {
 };
 
 int64_t example_length(const Config& c) { return std::min<int64_t>(16, config_int(c, kModel, "n_positions")); }
+
+// The decoder-with-past graph's inputs and outputs, in optimum's names.
+InputShapes example_inputs(const Config& c) {
+  const int64_t s = example_length(c);
+  if (!config_bool(c, kModel, "with_past")) return {{"input_ids", {2, s}}};
+  const int64_t past = 3, heads = config_int(c, kModel, "n_head"), dim = config_int(c, kModel, "n_embd") / heads;
+  InputShapes in = {{"input_ids", {2, s}}, {"attention_mask", {2, past + s}}, {"position_ids", {2, s}}};
+  for (int64_t i = 0; i < config_int(c, kModel, "n_layer", 0); ++i)
+    for (const char* kind : {"key", "value"})
+      in.push_back({fmt::format("past_key_values.{}.{}", i, kind), {2, heads, past, dim}});
+  return in;
+}
+
+std::vector<std::string> output_names(const Config& c) {
+  std::vector<std::string> out = {"logits"};
+  if (config_bool(c, kModel, "with_past"))
+    for (int64_t i = 0; i < config_int(c, kModel, "n_layer", 0); ++i)
+      for (const char* kind : {"key", "value"}) out.push_back(fmt::format("present.{}.{}", i, kind));
+  return out;
+}
+
+DynamicAxes dynamic_axes(const Config& c) {
+  DynamicAxes axes = {{"input_ids", {{0, "batch"}, {1, "sequence"}}}, {"logits", {{0, "batch"}, {1, "sequence"}}}};
+  if (!config_bool(c, kModel, "with_past")) return axes;
+  axes["attention_mask"] = {{0, "batch"}, {1, "total_sequence"}};
+  axes["position_ids"] = {{0, "batch"}, {1, "sequence"}};
+  for (int64_t i = 0; i < config_int(c, kModel, "n_layer", 0); ++i)
+    for (const char* kind : {"key", "value"}) {
+      axes[fmt::format("past_key_values.{}.{}", i, kind)] = {{0, "batch"}, {2, "past_sequence"}};
+      axes[fmt::format("present.{}.{}", i, kind)] = {{0, "batch"}, {2, "total_sequence"}};
+    }
+  return axes;
+}
 
 struct Registrar {
   Registrar() {
@@ -253,13 +339,17 @@ struct Registrar {
                         {"layer_norm_epsilon", 1e-5},
                         {"initializer_range", 0.02},
                         {"scale_attn_weights", true},
-                        {"scale_attn_by_inverse_layer_idx", false}};
+                        {"scale_attn_by_inverse_layer_idx", false},
+                        {"with_past", false}};
     e.create = [](const Config& c) -> ModulePtr { return std::make_shared<GPT2LMHeadModel>(Gpt2Config::from(c)); };
-    e.example_inputs = [](const Config& c) { return InputShapes{{"input_ids", {2, example_length(c)}}}; };
-    e.dynamic_axes = [](const Config&) {
-      return DynamicAxes{{"input_ids", {{0, "batch"}, {1, "sequence"}}}, {"logits", {{0, "batch"}, {1, "sequence"}}}};
+    e.example_inputs = example_inputs;
+    e.dynamic_axes = dynamic_axes;
+    e.output_names = output_names;
+    e.input_dtypes = [](const Config& c) {
+      std::vector<DType> d(example_inputs(c).size(), DType::Float32);
+      for (size_t i = 0; i < std::min<size_t>(3, d.size()); ++i) d[i] = DType::Int64;
+      return d;
     };
-    e.input_dtypes = [](const Config&) { return std::vector<DType>{DType::Int64}; };
     register_model(std::move(e));
   }
 } registrar;

@@ -89,9 +89,9 @@ DynamicAxes dynamic_axes(const std::string& name, const Config& overrides) {
 ExportOptions export_options(const std::string& name, const Config& overrides) {
   const ZooEntry e = entry_for(name);
   ExportOptions o;
-  o.output_names = {"logits"};
+  const Config config = config_for(name, overrides);
+  o.output_names = e.output_names ? e.output_names(config) : std::vector<std::string>{"logits"};
   if (e.input_dtypes) {
-    const Config config = config_for(name, overrides);
     o.input_dtypes = e.input_dtypes(config);
     const size_t inputs = e.example_inputs(config).size();
     if (o.input_dtypes.size() != inputs)

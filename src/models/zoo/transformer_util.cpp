@@ -130,21 +130,37 @@ Var merge_heads(Tracer& t, const Var& x) {
 
 double float32_lowest() { return static_cast<double>(std::numeric_limits<float>::lowest()); }
 
+namespace {
+
+// True where key position j comes after query i (HF's causal `bias` buffer, negated), for lengths
+// known only at run time: [S, S], or with `keys_past` [S, L] with query i at position L - S + i.
+Var causal_after(Tracer& t, const Var& q, const Var& k, bool keys_past) {
+  auto length = [&](const Var& x) {
+    return t.op("Shape", {x}, {{"start", Attribute::of_int(2)}, {"end", Attribute::of_int(3)}}, DType::Int64, {1});
+  };
+  const Var zero = t.constant(Tensor::scalar<int64_t>(0), "zero");
+  const Var one = t.constant(Tensor::scalar<int64_t>(1), "one");
+  auto range = [&](const Var& len, int64_t dim) {
+    return t.op("Range", {zero, attn::squeeze(t, len, {0}), one}, {}, DType::Int64, {dim});
+  };
+  const Var qlen = length(q);
+  const Var rq = range(qlen, q.dim(2));
+  if (!keys_past)
+    return t.op("Less", {attn::unsqueeze(t, rq, {1}), attn::unsqueeze(t, rq, {0})}, {}, DType::Bool,
+                {q.dim(2), q.dim(2)});
+  const Var klen = length(k);
+  const Var shifted = attn::binary(t, "Add", attn::unsqueeze(t, rq, {1}), attn::binary(t, "Sub", klen, qlen));
+  return t.op("Less", {shifted, attn::unsqueeze(t, range(klen, k.dim(2)), {0})}, {}, DType::Bool, {q.dim(2), k.dim(2)});
+}
+
+}  // namespace
+
 Var eager_attention(Tracer& t, const Var& q, const Var& k, const Var& v, const EagerAttention& a) {
   Var scores = attn::matmul(t, q, attn::transpose(t, k, {0, 1, 3, 2}));  // [B, H, S, S]
   for (double d : a.divisors) scores = attn::binary(t, "Div", scores, t.constant_scalar(d, scores.dtype, "scale"));
-  if (a.causal) {
-    // True above the diagonal: key position j after query position i (HF's causal `bias` buffer,
-    // negated), for a sequence length known only at run time.
-    const Var len =
-        t.op("Shape", {q}, {{"start", Attribute::of_int(2)}, {"end", Attribute::of_int(3)}}, DType::Int64, {1});
-    const Var zero = t.constant(Tensor::scalar<int64_t>(0), "zero");
-    const Var one = t.constant(Tensor::scalar<int64_t>(1), "one");
-    const Var range = t.op("Range", {zero, attn::squeeze(t, len, {0}), one}, {}, DType::Int64, {q.dim(2)});
-    const Var after = t.op("Less", {attn::unsqueeze(t, range, {1}), attn::unsqueeze(t, range, {0})}, {}, DType::Bool,
-                           {q.dim(2), q.dim(2)});
-    scores = attn::where(t, after, t.constant_scalar(float32_lowest(), scores.dtype, "mask_value"), scores);
-  }
+  if (a.causal)
+    scores = attn::where(t, causal_after(t, q, k, a.keys_past),
+                         t.constant_scalar(float32_lowest(), scores.dtype, "mask_value"), scores);
   if (a.additive_mask) scores = attn::binary(t, "Add", scores, *a.additive_mask);
   Var probs = t.op("Softmax", {scores}, {{"axis", Attribute::of_int(-1)}}, scores.dtype, scores.shape);
   if (a.dropout != nullptr) probs = a.dropout->call(t, probs);

@@ -42,12 +42,15 @@ Var merge_heads(Tracer& t, const Var& x);
 
 // HF's eager attention over q, k, v [B, H, S, d]: scores = q k^T divided by each of `divisors` in
 // turn (HF's GPT-2 divides twice when scaling by the layer index);
-// causal: positions after the query set to float32's lowest value (HF's mask_value); then the
-// additive mask ([B, 1, 1, S]) if given; softmax over the keys; `dropout` (a module called on the
+// causal: positions after the query set to float32's lowest value (HF's mask_value): with
+// `keys_past` the keys are L >= S long and query i sits at position L - S + i (a decoder's cached
+// keys come first, HF's causal bias sliced [L - S : L, :L]); then the additive mask ([B, 1, 1, L])
+// if given; softmax over the keys; `dropout` (a module called on the
 // probabilities, HF's attn_dropout); @ v.
 struct EagerAttention {
   std::vector<double> divisors;
   bool causal = false;
+  bool keys_past = false;
   std::optional<Var> additive_mask;
   Module* dropout = nullptr;
 };

@@ -1,0 +1,164 @@
+"""Text generation with Hugging Face's GenerationConfig names (kiln/generation.h): greedy search,
+sampling (temperature, top_k, top_p, seeded) and beam search, over a causal LM's ONNX model, with a
+KV cache when the model takes past_key_values (optimum's decoder-with-past layout, or a zoo gpt2
+exported with with_past=True).
+
+    from kiln.generation import GenerationConfig, generate
+    out = generate("gpt2_with_past.onnx", input_ids, attention_mask=mask, max_new_tokens=32, num_beams=4)
+    net = kiln.nn.zoo.create_model("gpt2", ...); net.generate(input_ids, max_new_tokens=20)
+
+input_ids may be a list of prompts (lists of ids, any lengths) or a left-padded [B, S] array with its
+attention_mask; the result is HF's: [B * num_return_sequences, L] ids (a numpy array, or a torch
+tensor when input_ids was one), the prompt left-padded, rows that ended early padded with the pad
+token. `return_dict_in_generate=True` gives an object with .sequences and, for beams,
+.sequences_scores.
+"""
+import json
+import os
+import tempfile
+
+from kiln._core import core as _native
+
+__all__ = ["GenerationConfig", "GenerateOutput", "generate", "CausalLM"]
+
+_DEFAULTS = dict(max_length=20, max_new_tokens=None, min_length=0, min_new_tokens=None, do_sample=False,
+                 num_beams=1, num_return_sequences=1, early_stopping=False, length_penalty=1.0, temperature=1.0,
+                 top_k=50, top_p=1.0, repetition_penalty=1.0, no_repeat_ngram_size=0, eos_token_id=None,
+                 pad_token_id=None, bos_token_id=None, forced_bos_token_id=None, forced_eos_token_id=None,
+                 use_cache=True, seed=0)
+
+
+class GenerationConfig:
+    """transformers' GenerationConfig: its field names and defaults (the ones Kiln implements;
+    others are kept as attributes and ignored, as HF keeps unknown ones)."""
+
+    def __init__(self, **kwargs):
+        for k, v in _DEFAULTS.items():
+            setattr(self, k, kwargs.pop(k, v))
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+
+    def to_dict(self):
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def update(self, **kwargs):
+        """Sets the known fields among kwargs; returns the rest (HF's update)."""
+        rest = {}
+        for k, v in kwargs.items():
+            if k in _DEFAULTS or hasattr(self, k):
+                setattr(self, k, v)
+            else:
+                rest[k] = v
+        return rest
+
+    def validate(self):
+        _native.validate_generation_config(self._native_dict())
+
+    def _native_dict(self):
+        return {k: v for k, v in self.to_dict().items() if k in _DEFAULTS and v is not None}
+
+    @classmethod
+    def from_pretrained(cls, folder, config_file_name="generation_config.json"):
+        path = os.path.join(folder, config_file_name) if os.path.isdir(folder) else folder
+        with open(path, encoding="utf-8") as f:
+            return cls(**json.load(f))
+
+    def save_pretrained(self, folder, config_file_name="generation_config.json"):
+        self.validate()
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".generation_config.")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(folder, config_file_name))
+
+    def __repr__(self):
+        return f"GenerationConfig({json.dumps(self.to_dict())})"
+
+
+class GenerateOutput:
+    def __init__(self, sequences, sequences_scores=None):
+        self.sequences = sequences
+        self.sequences_scores = sequences_scores
+
+    def __getitem__(self, key):
+        return getattr(self, key)
+
+
+class CausalLM:
+    """A causal LM's ONNX model (a path or bytes) ready to generate from."""
+
+    def __init__(self, model, num_threads=0, cache_block=64):
+        self._lm = _native.CausalLM(model, num_threads, cache_block)
+
+    @property
+    def has_cache_inputs(self):
+        return self._lm.has_cache_inputs
+
+
+def _prompts(input_ids, attention_mask):
+    if hasattr(input_ids, "detach"):
+        input_ids = input_ids.detach().cpu().numpy()
+    if hasattr(attention_mask, "detach"):
+        attention_mask = attention_mask.detach().cpu().numpy()
+    if hasattr(input_ids, "ndim"):
+        if input_ids.ndim == 1:
+            input_ids = input_ids[None]
+        rows = input_ids.tolist()
+        if attention_mask is None:
+            return rows
+        return [[int(t) for t, m in zip(r, mr) if m] for r, mr in zip(rows, attention_mask.tolist())]
+    if input_ids and isinstance(input_ids[0], int):
+        return [list(input_ids)]
+    if attention_mask is not None:
+        return [[int(t) for t, m in zip(r, mr) if m] for r, mr in zip(input_ids, attention_mask)]
+    return [list(map(int, r)) for r in input_ids]
+
+
+def _causal_lm(model, num_threads):
+    if isinstance(model, CausalLM):
+        return model
+    if hasattr(model, "_zoo_name"):  # a kiln.nn zoo module: its decoder-with-past graph, its weights
+        return CausalLM(_with_past_bytes(model), num_threads)
+    return CausalLM(model, num_threads)
+
+
+def _with_past_bytes(module):
+    from kiln.nn import zoo
+    if module._zoo_name != "gpt2":
+        raise NotImplementedError(f"generate: the zoo's {module._zoo_name!r} has no decoder-with-past export; "
+                                  "export an ONNX causal LM and pass its path")
+    config = dict(module._zoo_config, with_past=True)
+    past = zoo.create_model("gpt2", **config)
+    past.load_state_dict(module.state_dict())
+    past.eval()
+    names = [n for n, _ in zoo.example_inputs("gpt2", **config)]
+    dtypes = ["int64"] * 3 + ["float32"] * (len(names) - 3)
+    outputs = ["logits"] + [f"present.{i}.{k}" for i in range(config["n_layer"]) for k in ("key", "value")]
+    return past.to_onnx_bytes(zoo.example_inputs("gpt2", **config), zoo.dynamic_axes("gpt2", **config),
+                              input_dtypes=dtypes, output_names=outputs)
+
+
+def generate(model, input_ids=None, attention_mask=None, generation_config=None, return_dict_in_generate=False,
+             num_threads=0, **kwargs):
+    """Generates continuations of the prompts (see the module's docstring)."""
+    config = GenerationConfig(**(generation_config.to_dict() if generation_config is not None else {}))
+    unknown = config.update(**kwargs)
+    if unknown:
+        raise TypeError(f"generate: unknown arguments {sorted(unknown)}")
+    lm = _causal_lm(model, num_threads)
+    prompts = _prompts(input_ids, attention_mask)
+    native = config._native_dict()
+    if isinstance(native.get("eos_token_id"), int):
+        native["eos_token_id"] = [native["eos_token_id"]]
+    out = _native.generate(lm._lm, prompts, native)
+    import numpy as np
+    sequences = np.asarray(out["sequences"], dtype=np.int64)
+    if hasattr(input_ids, "detach"):
+        import torch
+        sequences = torch.from_numpy(sequences)
+    if return_dict_in_generate:
+        scores = np.asarray(out["sequences_scores"]) if out["sequences_scores"] else None
+        return GenerateOutput(sequences, scores)
+    return sequences

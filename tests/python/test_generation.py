@@ -1,0 +1,321 @@
+"""Generation (kiln/generation.h) against Hugging Face's algorithms written out in PyTorch below
+(transformers' _sample / greedy search, _beam_search with BeamSearchScorer and BeamHypotheses,
+4.36's length accounting, and the logits processors), over a GPT-2 in torch with HF's layer_past,
+attention_mask and position_ids (modeling_gpt2.py's eager attention):
+
+- the zoo's gpt2 with the torch model's weights, exported with and without past (Kiln's KV cache,
+  and full recomputation), and the torch model itself exported by torch.onnx with
+  past_key_values.N.key / present.N.key (optimum's layout) all give the reference's sequences and
+  beam scores (1e-5) for left-padded batches of prompts;
+- sampling: seeded (the same seed, the same tokens), each token within top_k / the top_p nucleus of
+  the reference's distribution, top_k=1 is greedy.
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+from gpt2_with_past import TorchGPT2
+from kiln_package import import_kiln
+
+import_kiln()
+import kiln  # noqa: E402
+from kiln.generation import CausalLM, GenerationConfig, generate  # noqa: E402
+from kiln.nn import zoo  # noqa: E402
+
+CONFIG = {"vocab_size": 61, "n_positions": 128, "n_embd": 32, "n_layer": 2, "n_head": 4, "resid_pdrop": 0.0,
+          "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+PROMPTS = [[3, 14, 15, 9, 26], [5, 35], [8, 9, 7, 9]]
+
+
+# ------------------------------------------------------------------ HF's algorithms, in torch
+def left_pad(prompts, pad, copies):
+    width = max(map(len, prompts))
+    ids = [[pad] * (width - len(p)) + p for p in prompts for _ in range(copies)]
+    mask = [[0] * (width - len(p)) + [1] * len(p) for p in prompts for _ in range(copies)]
+    return torch.tensor(ids), torch.tensor(mask)
+
+
+def last_logits(model, ids, mask):
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    with torch.no_grad():
+        return model(ids, mask, positions, *model.empty_past(ids.shape[0]))[0][:, -1, :].double()
+
+
+def processors(scores, ids, cfg, prompt):
+    scores = scores.clone()
+    cur_len = ids.shape[1]
+    if cfg.get("repetition_penalty", 1.0) != 1.0:
+        p = cfg["repetition_penalty"]
+        score = torch.gather(scores, 1, ids)
+        scores.scatter_(1, ids, torch.where(score < 0, score * p, score / p))
+    n = cfg.get("no_repeat_ngram_size", 0)
+    if n and cur_len + 1 >= n:
+        for r, row in enumerate(ids.tolist()):
+            for i in range(len(row) - n + 1):
+                if row[i:i + n - 1] == row[cur_len - n + 1:]:
+                    scores[r, row[i + n - 1]] = -math.inf
+    if cur_len - prompt < cfg.get("min_new_tokens", 0):
+        for e in cfg.get("eos_token_id", []):
+            scores[:, e] = -math.inf
+    return scores
+
+
+def reference_greedy(model, prompts, cfg):
+    pad = cfg.get("pad_token_id", 0)
+    ids, mask = left_pad(prompts, pad, 1)
+    prompt, eos = ids.shape[1], cfg.get("eos_token_id", [])
+    unfinished = torch.ones(ids.shape[0], dtype=torch.bool)
+    while ids.shape[1] < prompt + cfg["max_new_tokens"]:
+        scores = processors(last_logits(model, ids, mask), ids, cfg, prompt)
+        nxt = scores.argmax(-1)
+        if eos:
+            nxt = torch.where(unfinished, nxt, torch.full_like(nxt, pad))
+        ids, mask = torch.cat([ids, nxt[:, None]], 1), torch.cat([mask, torch.ones_like(nxt)[:, None]], 1)
+        unfinished &= ~torch.isin(nxt, torch.tensor(eos, dtype=torch.long))
+        if not unfinished.any():
+            break
+    return ids.tolist()
+
+
+class Hyps:
+    def __init__(self, n, lp, early, max_length):
+        self.n, self.lp, self.early, self.max_length, self.beams, self.worst = n, lp, early, max_length, [], 1e9
+
+    def add(self, hyp, logprobs, generated_len):
+        score = logprobs / generated_len ** self.lp
+        if len(self.beams) < self.n or score > self.worst:
+            self.beams.append((score, hyp))
+            if len(self.beams) > self.n:
+                ranked = sorted([(s, i) for i, (s, _) in enumerate(self.beams)])
+                del self.beams[ranked[0][1]]
+                self.worst = ranked[1][0]
+            else:
+                self.worst = min(score, self.worst)
+
+    def is_done(self, best, cur_len, prompt):
+        if len(self.beams) < self.n:
+            return False
+        if self.early is True:
+            return True
+        length = self.max_length - prompt if self.early == "never" and self.lp > 0 else cur_len - prompt
+        return self.worst >= best / length ** self.lp
+
+
+def reference_beam_search(model, prompts, cfg):
+    nb, pad, eos = cfg["num_beams"], cfg.get("pad_token_id", 0), cfg.get("eos_token_id", [])
+    ids, mask = left_pad(prompts, pad, nb)
+    batch, prompt = len(prompts), ids.shape[1]
+    max_length = prompt + cfg["max_new_tokens"]
+    hyps = [Hyps(nb, cfg.get("length_penalty", 1.0), cfg.get("early_stopping", False), max_length)
+            for _ in range(batch)]
+    done = [False] * batch
+    beam_scores = torch.zeros(batch, nb, dtype=torch.float64)
+    beam_scores[:, 1:] = -1e9
+    beam_scores = beam_scores.view(-1)
+    while True:
+        cur_len = ids.shape[1] + 1
+        scores = processors(torch.log_softmax(last_logits(model, ids, mask), -1), ids, cfg, prompt)
+        scores = (scores + beam_scores[:, None]).view(batch, -1)
+        vocab = scores.shape[1] // nb
+        top, tokens = torch.topk(scores, max(2, 1 + len(eos)) * nb, dim=1)
+        nxt_scores = torch.zeros(batch, nb, dtype=torch.float64)
+        nxt_tokens = torch.full((batch, nb), pad)
+        nxt_idx = torch.zeros(batch, nb, dtype=torch.long)
+        for i in range(batch):
+            if done[i]:
+                continue
+            k = 0
+            for rank, (t, s) in enumerate(zip(tokens[i].tolist(), top[i].tolist())):
+                src, tok = i * nb + t // vocab, t % vocab
+                if tok in eos:
+                    if rank >= nb:
+                        continue
+                    hyps[i].add(ids[src].tolist(), s, cur_len - prompt)
+                else:
+                    nxt_scores[i, k], nxt_tokens[i, k], nxt_idx[i, k] = s, tok, src
+                    k += 1
+                if k == nb:
+                    break
+            done[i] = done[i] or hyps[i].is_done(top[i].max().item(), cur_len, prompt)
+        beam_scores, idx = nxt_scores.view(-1), nxt_idx.view(-1)
+        ids = torch.cat([ids[idx], nxt_tokens.view(-1, 1)], 1)
+        mask = torch.cat([mask[idx], torch.ones(batch * nb, 1, dtype=torch.long)], 1)
+        if all(done) or ids.shape[1] >= max_length:
+            break
+    for i in range(batch):
+        if not done[i]:
+            for k in range(nb):
+                hyps[i].add(ids[i * nb + k].tolist(), beam_scores[i * nb + k].item(), ids.shape[1] - prompt)
+    seqs, best = [], []
+    for h in hyps:
+        ranked = sorted(h.beams, key=lambda x: x[0])
+        for _ in range(cfg.get("num_return_sequences", 1)):
+            s, hyp = ranked.pop()
+            seqs.append(hyp)
+            best.append(s)
+    width = min(max(map(len, seqs)) + 1, max_length)
+    out = [s + ([eos[0] if eos else pad] + [pad] * (width - len(s) - 1) if len(s) < width else []) for s in seqs]
+    return out, best
+
+
+# ------------------------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gen")
+    torch_model = TorchGPT2(CONFIG).eval()
+    weights = torch_model.to_zoo()
+    net = zoo.create_model("gpt2", **CONFIG)
+    net.load_state_dict(weights)
+    net.eval()
+    # torch's own export of the decoder with past (optimum's names), dynamic batch and lengths.
+    names = ["input_ids", "attention_mask", "position_ids"] + [
+        f"past_key_values.{i}.{k}" for i in range(CONFIG["n_layer"]) for k in ("key", "value")]
+    outputs = ["logits"] + [f"present.{i}.{k}" for i in range(CONFIG["n_layer"]) for k in ("key", "value")]
+    ids = torch.tensor([[1, 2]])
+    past = [torch.zeros(1, CONFIG["n_head"], 3, CONFIG["n_embd"] // CONFIG["n_head"])] * (2 * CONFIG["n_layer"])
+    axes = {"input_ids": {0: "b", 1: "s"}, "attention_mask": {0: "b", 1: "t"}, "position_ids": {0: "b", 1: "s"},
+            "logits": {0: "b", 1: "s"}}
+    axes.update({n: {0: "b", 2: "p"} for n in names[3:]})
+    axes.update({n: {0: "b", 2: "t"} for n in outputs[1:]})
+    path = folder / "torch_with_past.onnx"
+    torch.onnx.export(torch_model, (ids, torch.ones(1, 5, dtype=torch.long), torch.tensor([[3, 4]]), *past), path,
+                      input_names=names, output_names=outputs, dynamic_axes=axes, opset_version=17)
+    return {"torch": torch_model, "zoo": net, "torch_onnx": CausalLM(str(path), 2)}
+
+
+def all_lms(models):
+    return {"zoo with past": models["zoo"], "torch export with past": models["torch_onnx"]}
+
+
+GREEDY_CASES = [
+    dict(max_new_tokens=12),
+    dict(max_new_tokens=10, repetition_penalty=1.4, no_repeat_ngram_size=2, min_new_tokens=4),
+]
+
+
+@pytest.mark.parametrize("cfg", GREEDY_CASES)
+def test_greedy_matches_hugging_faces_algorithm(models, cfg):
+    cfg = dict(cfg, pad_token_id=0)
+    plain = reference_greedy(models["torch"], PROMPTS, cfg)
+    # An eos the reference reaches early in one row: the rows then end, padded.
+    eos = plain[0][len(PROMPTS[0]) + 2]
+    cfg["eos_token_id"] = [eos]
+    want = reference_greedy(models["torch"], PROMPTS, cfg)
+    for name, lm in all_lms(models).items():
+        for use_cache in (True, False):
+            got = generate(lm, PROMPTS, use_cache=use_cache, **cfg)
+            assert got.tolist() == want, (name, use_cache)
+
+
+@pytest.mark.parametrize("early_stopping", [False, True, "never"])
+def test_beam_search_matches_hugging_faces_algorithm(models, early_stopping):
+    cfg = dict(max_new_tokens=9, num_beams=4, num_return_sequences=2, length_penalty=0.8,
+               early_stopping=early_stopping, pad_token_id=0, no_repeat_ngram_size=3)
+    probe, _ = reference_beam_search(models["torch"], PROMPTS, cfg)
+    cfg["eos_token_id"] = [probe[2][len(PROMPTS[0]) + 1]]  # an eos some beams reach
+    want, want_scores = reference_beam_search(models["torch"], PROMPTS, cfg)
+    for name, lm in all_lms(models).items():
+        for use_cache in (True, False):
+            out = generate(lm, PROMPTS, use_cache=use_cache, return_dict_in_generate=True, **cfg)
+            assert out.sequences.tolist() == want, (name, use_cache)
+            np.testing.assert_allclose(out.sequences_scores, want_scores, rtol=1e-5, atol=1e-6)
+
+
+def test_cache_runs_one_token_per_call_and_plans_per_block(models):
+    net = models["zoo"]
+    lm = kiln.generation._causal_lm(net, 2)
+    assert lm.has_cache_inputs
+    out = kiln._kiln.generate(lm._lm, PROMPTS, {"max_new_tokens": 70})
+    assert out["model_calls"] == 70  # the prompt's run, then one call per new token but the last
+    assert len(out["sequences"][0]) == 5 + 70
+
+
+def test_sampling_is_seeded_and_stays_in_the_allowed_tokens(models):
+    cfg = dict(do_sample=True, max_new_tokens=15, top_k=5, temperature=0.7, seed=3, num_return_sequences=2)
+    a = generate(models["zoo"], PROMPTS, **cfg)
+    assert a.tolist() == generate(models["zoo"], PROMPTS, **cfg).tolist()
+    assert a.tolist() != generate(models["zoo"], PROMPTS, **dict(cfg, seed=4)).tolist()
+    assert a.shape[0] == 2 * len(PROMPTS)
+    width = max(map(len, PROMPTS))
+    for row, prompt in zip(a.tolist(), [p for p in PROMPTS for _ in range(2)]):
+        pad = width - len(prompt)
+        for t in range(width, len(row)):
+            logits = last_logits(models["torch"], torch.tensor([row[pad:t]]), torch.ones(1, t - pad, dtype=torch.long))
+            assert row[t] in torch.topk(logits[0], 5).indices.tolist()
+    # top_p: each token inside the nucleus of its step.
+    b = generate(models["zoo"], PROMPTS, do_sample=True, max_new_tokens=10, top_k=0, top_p=0.6, seed=1)
+    for row, prompt in zip(b.tolist(), PROMPTS):
+        pad = width - len(prompt)
+        for t in range(width, len(row)):
+            probs = torch.softmax(last_logits(models["torch"], torch.tensor([row[pad:t]]),
+                                              torch.ones(1, t - pad, dtype=torch.long))[0], -1)
+            ranked = torch.sort(probs, descending=True)
+            nucleus = ranked.indices[:int((ranked.values.cumsum(0) < 0.6).sum()) + 1].tolist()
+            assert row[t] in nucleus
+    greedy = generate(models["zoo"], PROMPTS, max_new_tokens=8)
+    top1 = generate(models["zoo"], PROMPTS, max_new_tokens=8, do_sample=True, top_k=1, seed=9)
+    assert top1.tolist() == greedy.tolist()
+
+
+def test_hugging_face_inputs_and_config_files(models, tmp_path):
+    ids = torch.tensor([[0, 0, 3, 14], [5, 35, 8, 9]])
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    out = generate(models["zoo"], ids, attention_mask=mask, max_new_tokens=4)
+    assert isinstance(out, torch.Tensor)
+    assert out.tolist() == generate(models["zoo"], [[3, 14], [5, 35, 8, 9]], max_new_tokens=4).tolist()
+    config = GenerationConfig(max_new_tokens=6, num_beams=2, eos_token_id=7, pad_token_id=0)
+    config.save_pretrained(tmp_path)
+    loaded = GenerationConfig.from_pretrained(tmp_path)
+    assert loaded.num_beams == 2 and loaded.eos_token_id == 7
+    assert generate(models["zoo"], PROMPTS, generation_config=loaded).tolist() == generate(
+        models["zoo"], PROMPTS, max_new_tokens=6, num_beams=2, eos_token_id=7, pad_token_id=0).tolist()
+    assert models["zoo"].generate(PROMPTS, max_new_tokens=3).shape == (3, 8)
+
+
+def test_clear_errors(models, tmp_path):
+    with pytest.raises(kiln.InvalidArgument, match="num_return_sequences"):
+        generate(models["zoo"], PROMPTS, num_beams=2, num_return_sequences=3)
+    with pytest.raises(kiln.InvalidArgument, match="top_p"):
+        generate(models["zoo"], PROMPTS, do_sample=True, top_p=0.0)
+    with pytest.raises(kiln.InvalidArgument, match="index 999"):  # the embedding names the bad id
+        generate(models["zoo"], [[1, 999]], max_new_tokens=2)
+    with pytest.raises(kiln.InvalidArgument, match="nothing to generate"):
+        generate(models["zoo"], [list(range(25))])  # HF's default max_length 20
+    with pytest.raises(kiln.Unsupported, match="beam sampling"):
+        generate(models["zoo"], PROMPTS, num_beams=2, do_sample=True)
+    with pytest.raises(TypeError, match="unknown arguments"):
+        generate(models["zoo"], PROMPTS, max_new_token=3)
+    classifier = zoo.create_model("bert", vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=16)
+    path = tmp_path / "bert.onnx"
+    classifier.export(path, zoo.example_inputs("bert", vocab_size=50, hidden_size=32, num_hidden_layers=1,
+                                               num_attention_heads=2, intermediate_size=64,
+                                               max_position_embeddings=16), input_dtypes=["int64"] * 3)
+    with pytest.raises(kiln.InvalidArgument, match="token_type_ids"):
+        CausalLM(str(path))
+
+
+def test_cli_generates_what_the_api_does(models, kiln, tmp_path):
+    import json
+    import subprocess
+    config = dict(CONFIG, with_past=True)
+    past = zoo.create_model("gpt2", **config)
+    past.load_state_dict(models["torch"].to_zoo())
+    past.eval()
+    outputs = ["logits"] + [f"present.{i}.{k}" for i in range(CONFIG["n_layer"]) for k in ("key", "value")]
+    path = tmp_path / "gpt2_with_past.onnx"
+    past.export(path, zoo.example_inputs("gpt2", **config), zoo.dynamic_axes("gpt2", **config),
+                input_dtypes=["int64"] * 3 + ["float32"] * (2 * CONFIG["n_layer"]), output_names=outputs)
+    want = generate(models["zoo"], PROMPTS, max_new_tokens=6, num_beams=3, num_return_sequences=2)
+    width = max(map(len, PROMPTS))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"num_beams": 3, "max_new_tokens": 2}))
+    args = [str(kiln), "generate", str(path), "--generation-config", str(tmp_path / "generation_config.json"),
+            "--max-new-tokens", "6", "--num-return-sequences", "2"]
+    for p in PROMPTS:
+        args += ["--input-ids", ",".join(map(str, p))]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout.split()
+    assert [list(map(int, line.split(","))) for line in out] == [row[width:] for row in want.tolist()]
+    bad = subprocess.run([str(kiln), "generate", str(path), "--input-ids", "1,2", "--top-p", "2", "--do-sample"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "top_p" in bad.stderr
