@@ -1,7 +1,6 @@
-// Text generation from causal language models, with Hugging Face's GenerationConfig names and
-// defaults: greedy search, multinomial sampling and beam search, the logits processors
-// (repetition_penalty, no_repeat_ngram_size, min lengths, forced bos / eos tokens) and sampling
-// warpers (temperature, top_k, top_p).
+// Text generation from causal language models and encoder-decoder models, with Hugging Face's GenerationConfig names
+// and defaults: greedy search, multinomial sampling and beam search, the logits processors (repetition_penalty,
+// no_repeat_ngram_size, min lengths, forced bos / eos tokens) and sampling warpers (temperature, top_k, top_p).
 //
 //   kiln::generation::CausalLM lm(kiln::load_model("gpt2_with_past.onnx"));
 //   kiln::generation::GenerationConfig g;
@@ -60,6 +59,7 @@ struct GenerationConfig {
   std::vector<int64_t> eos_token_id;  // one or several; empty: generate to the length limit
   std::optional<int64_t> pad_token_id;
   std::optional<int64_t> bos_token_id;
+  std::optional<int64_t> decoder_start_token_id;
   std::optional<int64_t> forced_bos_token_id;
   std::optional<int64_t> forced_eos_token_id;
   bool use_cache = true;
@@ -83,26 +83,65 @@ struct GenerateOutput {
   int64_t model_calls = 0;    // forward runs, the prompt's included
 };
 
-class CausalLM {
+// What the searches drive: rows of tokens that grow one token a step.
+class LanguageModel {
+ public:
+  virtual ~LanguageModel() = default;
+  // Runs the (left-padded) rows [N rows of one length] with their masks; returns the last
+  // position's logits [N, V]. `use_cache`: keep the keys and values (a model with past inputs).
+  virtual Tensor start(const std::vector<std::vector<int64_t>>& ids, const std::vector<std::vector<int64_t>>& mask,
+                       bool use_cache) = 0;
+  // Appends one token to every row; returns the new last logits [N, V].
+  virtual Tensor step(const std::vector<int64_t>& tokens) = 0;
+  // Row r takes the state (tokens, mask, cache) of row source[r] (beam search's reordering).
+  virtual void reorder(const std::vector<int64_t>& source) = 0;
+  virtual int64_t calls() const = 0;  // model runs so far
+};
+
+class CausalLM final : public LanguageModel {
  public:
   // `num_threads` 0: all cores. `cache_block`: positions the KV cache grows by.
   explicit CausalLM(Model model, int num_threads = 0, int64_t cache_block = 64);
-  ~CausalLM();
+  ~CausalLM() override;
   CausalLM(CausalLM&&) noexcept;
   CausalLM& operator=(CausalLM&&) noexcept;
 
   bool has_cache_inputs() const;
   int64_t num_layers() const;  // layers with past inputs (0 without)
 
-  // Runs the (left-padded) prompts [N rows of one length] with their masks; returns the last
-  // position's logits [N, V]. `use_cache`: keep the keys and values (a model with past inputs).
   Tensor start(const std::vector<std::vector<int64_t>>& ids, const std::vector<std::vector<int64_t>>& mask,
-               bool use_cache);
-  // Appends one token to every row; returns the new last logits [N, V].
-  Tensor step(const std::vector<int64_t>& tokens);
-  // Row r takes the state (tokens, mask, cache) of row source[r] (beam search's reordering).
-  void reorder(const std::vector<int64_t>& source);
-  int64_t calls() const;
+               bool use_cache) override;
+  Tensor step(const std::vector<int64_t>& tokens) override;
+  void reorder(const std::vector<int64_t>& source) override;
+  int64_t calls() const override;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// An encoder-decoder model (T5, BART, Marian) as optimum exports it: an encoder (input_ids,
+// attention_mask -> last_hidden_state, its first output) and a decoder (input_ids,
+// encoder_hidden_states, encoder_attention_mask -> logits); or one model taking input_ids,
+// attention_mask and decoder_input_ids (torch.onnx's export of the whole module), whose encoder then
+// reruns at every step. The encoder runs once per prompt batch; the decoder reruns its whole
+// sequence for every token (no KV cache for encoder-decoder models yet).
+class Seq2SeqLM final : public LanguageModel {
+ public:
+  Seq2SeqLM(Model encoder, Model decoder, int num_threads = 0);
+  explicit Seq2SeqLM(Model whole, int num_threads = 0);
+  ~Seq2SeqLM() override;
+  Seq2SeqLM(Seq2SeqLM&&) noexcept;
+  Seq2SeqLM& operator=(Seq2SeqLM&&) noexcept;
+
+  // The source sentences (right-padded here), each row repeated `copies` times as the decoder's
+  // rows will be (beams, num_return_sequences).
+  void encode(const std::vector<std::vector<int64_t>>& prompts, int64_t pad, int64_t copies);
+  Tensor start(const std::vector<std::vector<int64_t>>& ids, const std::vector<std::vector<int64_t>>& mask,
+               bool use_cache) override;
+  Tensor step(const std::vector<int64_t>& tokens) override;
+  void reorder(const std::vector<int64_t>& source) override;
+  int64_t calls() const override;
 
  private:
   struct State;
@@ -111,6 +150,11 @@ class CausalLM {
 
 // Generates from `prompts` (token ids, unpadded, of any lengths; left-padded here).
 GenerateOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                        const GenerationConfig& config);
+// Generates target sequences for the source `prompts`: the decoder starts from
+// decoder_start_token_id (else bos_token_id; InvalidArgument without either); the sequences
+// returned are the decoder's, that start token first (prompt_length 1), as Hugging Face's.
+GenerateOutput generate(Seq2SeqLM& model, const std::vector<std::vector<int64_t>>& prompts,
                         const GenerationConfig& config);
 
 }  // namespace kiln::generation

@@ -7,6 +7,9 @@ exported with with_past=True).
     out = generate("gpt2_with_past.onnx", input_ids, attention_mask=mask, max_new_tokens=32, num_beams=4)
     net = kiln.nn.zoo.create_model("gpt2", ...); net.generate(input_ids, max_new_tokens=20)
 
+An encoder-decoder model is a Seq2SeqLM (optimum's encoder + decoder files, or one whole model): the
+decoder starts from decoder_start_token_id and the sequences are the decoder's.
+
 input_ids may be a list of prompts (lists of ids, any lengths) or a left-padded [B, S] array with its
 attention_mask; the result is HF's: [B * num_return_sequences, L] ids (a numpy array, or a torch
 tensor when input_ids was one), the prompt left-padded, rows that ended early padded with the pad
@@ -19,12 +22,13 @@ import tempfile
 
 from kiln._core import core as _native
 
-__all__ = ["GenerationConfig", "GenerateOutput", "generate", "CausalLM"]
+__all__ = ["GenerationConfig", "GenerateOutput", "generate", "CausalLM", "Seq2SeqLM"]
 
 _DEFAULTS = dict(max_length=20, max_new_tokens=None, min_length=0, min_new_tokens=None, do_sample=False,
                  num_beams=1, num_return_sequences=1, early_stopping=False, length_penalty=1.0, temperature=1.0,
                  top_k=50, top_p=1.0, repetition_penalty=1.0, no_repeat_ngram_size=0, eos_token_id=None,
-                 pad_token_id=None, bos_token_id=None, forced_bos_token_id=None, forced_eos_token_id=None,
+                 pad_token_id=None, bos_token_id=None, decoder_start_token_id=None, forced_bos_token_id=None,
+                 forced_eos_token_id=None,
                  use_cache=True, seed=0)
 
 
@@ -97,6 +101,14 @@ class CausalLM:
         return self._lm.has_cache_inputs
 
 
+class Seq2SeqLM:
+    """An encoder-decoder model: optimum's encoder and decoder files (paths or bytes), or one model
+    taking input_ids, attention_mask and decoder_input_ids (decoder=None)."""
+
+    def __init__(self, encoder, decoder=None, num_threads=0):
+        self._lm = _native.Seq2SeqLM(encoder, decoder, num_threads)
+
+
 def _prompts(input_ids, attention_mask):
     if hasattr(input_ids, "detach"):
         input_ids = input_ids.detach().cpu().numpy()
@@ -117,7 +129,7 @@ def _prompts(input_ids, attention_mask):
 
 
 def _causal_lm(model, num_threads):
-    if isinstance(model, CausalLM):
+    if isinstance(model, (CausalLM, Seq2SeqLM)):
         return model
     if hasattr(model, "_zoo_name"):  # a kiln.nn zoo module: its decoder-with-past graph, its weights
         return CausalLM(_with_past_bytes(model), num_threads)
@@ -152,7 +164,10 @@ def generate(model, input_ids=None, attention_mask=None, generation_config=None,
     native = config._native_dict()
     if isinstance(native.get("eos_token_id"), int):
         native["eos_token_id"] = [native["eos_token_id"]]
-    out = _native.generate(lm._lm, prompts, native)
+    if isinstance(lm, Seq2SeqLM):
+        out = _native.generate_seq2seq(lm._lm, prompts, native)
+    else:
+        out = _native.generate(lm._lm, prompts, native)
     import numpy as np
     sequences = np.asarray(out["sequences"], dtype=np.int64)
     if hasattr(input_ids, "detach"):

@@ -19,6 +19,15 @@ GenerationConfig config_of(const py::dict& d) {
   return GenerationConfig::from_json(json);
 }
 
+py::dict output_dict(const generation::GenerateOutput& out) {
+  py::dict d;
+  d["sequences"] = out.sequences;
+  d["sequences_scores"] = out.sequences_scores;
+  d["prompt_length"] = out.prompt_length;
+  d["model_calls"] = out.model_calls;
+  return d;
+}
+
 }  // namespace
 
 void register_generation(py::module_& m) {
@@ -38,12 +47,27 @@ void register_generation(py::module_& m) {
           py::gil_scoped_release release;
           out = generation::generate(lm, prompts, c);
         }
-        py::dict d;
-        d["sequences"] = out.sequences;
-        d["sequences_scores"] = out.sequences_scores;
-        d["prompt_length"] = out.prompt_length;
-        d["model_calls"] = out.model_calls;
-        return d;
+        return output_dict(out);
+      },
+      py::arg("model"), py::arg("prompts"), py::arg("config"));
+  py::class_<generation::Seq2SeqLM, std::shared_ptr<generation::Seq2SeqLM>>(m, "Seq2SeqLM")
+      .def(py::init([](const py::object& encoder, const py::object& decoder, int num_threads) {
+             if (decoder.is_none())
+               return std::make_shared<generation::Seq2SeqLM>(load_any(encoder, false), num_threads);
+             return std::make_shared<generation::Seq2SeqLM>(load_any(encoder, false), load_any(decoder, false),
+                                                            num_threads);
+           }),
+           py::arg("encoder"), py::arg("decoder") = py::none(), py::arg("num_threads") = 0);
+  m.def(
+      "generate_seq2seq",
+      [](generation::Seq2SeqLM& lm, const std::vector<std::vector<int64_t>>& prompts, const py::dict& config) {
+        const GenerationConfig c = config_of(config);
+        generation::GenerateOutput out;
+        {
+          py::gil_scoped_release release;
+          out = generation::generate(lm, prompts, c);
+        }
+        return output_dict(out);
       },
       py::arg("model"), py::arg("prompts"), py::arg("config"));
   m.def("validate_generation_config", [](const py::dict& config) { return config_of(config).to_json(); });

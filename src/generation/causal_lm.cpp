@@ -6,6 +6,7 @@
 #include <cstring>
 #include <regex>
 
+#include "generation/model_io.h"
 #include "kiln/error.h"
 #include "kiln/generation.h"
 #include "kiln/session.h"
@@ -13,6 +14,8 @@
 namespace kiln::generation {
 
 namespace {
+
+using detail::rows_tensor;
 
 // The feeds a causal LM's inputs are, found by name.
 struct Inputs {
@@ -73,15 +76,6 @@ Inputs find_inputs(const Session& s) {
   if (!f.past.empty() && (f.mask < 0 || f.positions < 0))
     throw InvalidArgument("CausalLM: a model with past inputs needs attention_mask and position_ids inputs");
   return f;
-}
-
-Tensor rows_tensor(const std::vector<std::vector<int64_t>>& rows, size_t from, size_t width) {
-  Tensor t = Tensor::empty(DType::Int64, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(width)});
-  int64_t* p = t.data<int64_t>();
-  for (const auto& r : rows)
-    p = std::copy(r.begin() + static_cast<std::ptrdiff_t>(from), r.begin() + static_cast<std::ptrdiff_t>(from + width),
-                  p);
-  return t;
 }
 
 // Hugging Face's position ids for a left-padded batch: the count of real tokens before each one
@@ -190,21 +184,7 @@ struct CausalLM::State {
     cache[k] = Tensor::zeros(f.past_dtype[k], s);
   }
 
-  Tensor last_logits(const Tensor& logits) const {
-    if (logits.shape().size() != 3 || logits.shape()[0] != rows())
-      throw ShapeError(fmt::format("CausalLM: logits must be [batch {}, sequence, vocab], got {}", rows(),
-                                   to_string(logits.shape())));
-    const int64_t s = logits.shape()[1], v = logits.shape()[2];
-    Tensor out = Tensor::empty(DType::Float32, {rows(), v});
-    if (logits.dtype() != DType::Float32)
-      throw Unsupported(
-          fmt::format("CausalLM: logits of {} (generation reads float32 logits)", dtype_name(logits.dtype())));
-    const Tensor& l = logits;
-    for (int64_t r = 0; r < rows(); ++r)
-      std::memcpy(out.data<float>() + r * v, l.data<float>() + (r * s + s - 1) * v,
-                  static_cast<size_t>(v) * sizeof(float));
-    return out;
-  }
+  Tensor last_logits(const Tensor& logits) const { return detail::last_position(logits, rows(), "CausalLM"); }
 };
 
 CausalLM::CausalLM(Model model, int num_threads, int64_t cache_block) {

@@ -87,6 +87,7 @@ GenerationConfig GenerationConfig::from_json(const std::string& text) {
   read(j, "no_repeat_ngram_size", c.no_repeat_ngram_size);
   read(j, "pad_token_id", c.pad_token_id);
   read(j, "bos_token_id", c.bos_token_id);
+  read(j, "decoder_start_token_id", c.decoder_start_token_id);
   read(j, "forced_bos_token_id", c.forced_bos_token_id);
   read(j, "forced_eos_token_id", c.forced_eos_token_id);
   read(j, "use_cache", c.use_cache);
@@ -128,6 +129,7 @@ std::string GenerationConfig::to_json() const {
   else if (!eos_token_id.empty()) j["eos_token_id"] = eos_token_id;
   for (auto [key, value] : {std::pair{"pad_token_id", pad_token_id},
                             {"bos_token_id", bos_token_id},
+                            {"decoder_start_token_id", decoder_start_token_id},
                             {"forced_bos_token_id", forced_bos_token_id},
                             {"forced_eos_token_id", forced_eos_token_id}})
     if (value) j[key] = *value;

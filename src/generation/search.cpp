@@ -58,7 +58,7 @@ void check_vocab(const Tensor& logits, const std::vector<std::vector<int64_t>>& 
             fmt::format("generate: prompt {} holds token {}, outside the vocabulary of {}", r, id, v));
 }
 
-GenerateOutput sample_or_greedy(CausalLM& lm, const std::vector<std::vector<int64_t>>& prompts,
+GenerateOutput sample_or_greedy(LanguageModel& lm, const std::vector<std::vector<int64_t>>& prompts,
                                 const GenerationConfig& c, int64_t pad) {
   Batch b = left_pad(prompts, pad, c.num_return_sequences);
   const Limits limits = detail::limits_of(c, b.prompt);
@@ -182,8 +182,8 @@ GenerateOutput finalize(std::vector<Hypotheses>& hyps, const std::vector<bool>& 
   return out;
 }
 
-GenerateOutput beam_search(CausalLM& lm, const std::vector<std::vector<int64_t>>& prompts, const GenerationConfig& c,
-                           int64_t pad) {
+GenerateOutput beam_search(LanguageModel& lm, const std::vector<std::vector<int64_t>>& prompts,
+                           const GenerationConfig& c, int64_t pad) {
   const int64_t nb = c.num_beams, batch = static_cast<int64_t>(prompts.size());
   Batch b = left_pad(prompts, pad, nb);
   const Limits limits = detail::limits_of(c, b.prompt);
@@ -244,24 +244,49 @@ GenerateOutput beam_search(CausalLM& lm, const std::vector<std::vector<int64_t>>
   return out;
 }
 
+// HF: with an eos token and no pad token, the eos pads.
+int64_t pad_of(const GenerationConfig& c) {
+  return c.pad_token_id.value_or(c.eos_token_id.empty() ? 0 : c.eos_token_id[0]);
+}
+
+GenerateOutput search(LanguageModel& lm, const std::vector<std::vector<int64_t>>& prompts, const GenerationConfig& c) {
+  return c.num_beams > 1 ? beam_search(lm, prompts, c, pad_of(c)) : sample_or_greedy(lm, prompts, c, pad_of(c));
+}
+
+void check_length(const GenerationConfig& c, int64_t longest) {
+  const Limits limits = detail::limits_of(c, longest);
+  if (limits.max_length <= longest)
+    throw InvalidArgument(
+        fmt::format("generate: the prompt has {} tokens and max_length is {}: nothing to generate "
+                    "(set max_new_tokens)",
+                    longest, limits.max_length));
+}
+
 }  // namespace
 
 GenerateOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                         const GenerationConfig& config) {
   config.validate();
   if (prompts.empty()) throw InvalidArgument("generate: no prompts");
-  // HF: with an eos token and no pad token, the eos pads.
-  const int64_t pad = config.pad_token_id.value_or(config.eos_token_id.empty() ? 0 : config.eos_token_id[0]);
   int64_t longest = 0;
   for (const auto& p : prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
-  const Limits limits = detail::limits_of(config, longest);
-  if (limits.max_length <= longest)
+  check_length(config, longest);
+  return search(model, prompts, config);
+}
+
+GenerateOutput generate(Seq2SeqLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                        const GenerationConfig& config) {
+  config.validate();
+  if (prompts.empty()) throw InvalidArgument("generate: no prompts");
+  const std::optional<int64_t> start =
+      config.decoder_start_token_id ? config.decoder_start_token_id : config.bos_token_id;
+  if (!start)
     throw InvalidArgument(
-        fmt::format("generate: the prompt has {} tokens and max_length is {}: nothing to generate "
-                    "(set max_new_tokens)",
-                    longest, limits.max_length));
-  return config.num_beams > 1 ? beam_search(model, prompts, config, pad)
-                              : sample_or_greedy(model, prompts, config, pad);
+        "generate: an encoder-decoder model needs decoder_start_token_id (or bos_token_id) to start "
+        "the decoder from");
+  check_length(config, 1);
+  model.encode(prompts, pad_of(config), config.num_beams > 1 ? config.num_beams : config.num_return_sequences);
+  return search(model, std::vector<std::vector<int64_t>>(prompts.size(), {*start}), config);
 }
 
 }  // namespace kiln::generation

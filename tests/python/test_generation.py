@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn as nn
 from gpt2_with_past import TorchGPT2
 from kiln_package import import_kiln
 
@@ -61,13 +62,16 @@ def processors(scores, ids, cfg, prompt):
     return scores
 
 
-def reference_greedy(model, prompts, cfg):
+def reference_greedy(model, prompts, cfg, start=None):
+    """HF's greedy search; `start`: (last-logits function, first decoder ids, their mask) for an
+    encoder-decoder model."""
     pad = cfg.get("pad_token_id", 0)
-    ids, mask = left_pad(prompts, pad, 1)
+    last = (lambda ids, mask: last_logits(model, ids, mask)) if start is None else start[0]
+    ids, mask = left_pad(prompts, pad, 1) if start is None else start[1:]
     prompt, eos = ids.shape[1], cfg.get("eos_token_id", [])
     unfinished = torch.ones(ids.shape[0], dtype=torch.bool)
     while ids.shape[1] < prompt + cfg["max_new_tokens"]:
-        scores = processors(last_logits(model, ids, mask), ids, cfg, prompt)
+        scores = processors(last(ids, mask), ids, cfg, prompt)
         nxt = scores.argmax(-1)
         if eos:
             nxt = torch.where(unfinished, nxt, torch.full_like(nxt, pad))
@@ -102,9 +106,10 @@ class Hyps:
         return self.worst >= best / length ** self.lp
 
 
-def reference_beam_search(model, prompts, cfg):
+def reference_beam_search(model, prompts, cfg, start=None):
     nb, pad, eos = cfg["num_beams"], cfg.get("pad_token_id", 0), cfg.get("eos_token_id", [])
-    ids, mask = left_pad(prompts, pad, nb)
+    last = (lambda ids, mask: last_logits(model, ids, mask)) if start is None else start[0]
+    ids, mask = left_pad(prompts, pad, nb) if start is None else start[1:]
     batch, prompt = len(prompts), ids.shape[1]
     max_length = prompt + cfg["max_new_tokens"]
     hyps = [Hyps(nb, cfg.get("length_penalty", 1.0), cfg.get("early_stopping", False), max_length)
@@ -115,7 +120,7 @@ def reference_beam_search(model, prompts, cfg):
     beam_scores = beam_scores.view(-1)
     while True:
         cur_len = ids.shape[1] + 1
-        scores = processors(torch.log_softmax(last_logits(model, ids, mask), -1), ids, cfg, prompt)
+        scores = processors(torch.log_softmax(last(ids, mask), -1), ids, cfg, prompt)
         scores = (scores + beam_scores[:, None]).view(batch, -1)
         vocab = scores.shape[1] // nb
         top, tokens = torch.topk(scores, max(2, 1 + len(eos)) * nb, dim=1)
@@ -319,3 +324,141 @@ def test_cli_generates_what_the_api_does(models, kiln, tmp_path):
     bad = subprocess.run([str(kiln), "generate", str(path), "--input-ids", "1,2", "--top-p", "2", "--do-sample"],
                          capture_output=True, text=True)
     assert bad.returncode == 1 and "top_p" in bad.stderr
+
+
+# ------------------------------------------------------------------------ encoder-decoder models
+class TorchSeq2Seq(nn.Module):
+    """A BART-like encoder-decoder (shared embedding and tied head with a logits bias, learned
+    positions, a post-LayerNorm encoder layer, a decoder layer with causal self-attention and
+    cross-attention)."""
+
+    def __init__(self, vocab=53, d=32, heads=4):
+        super().__init__()
+        torch.manual_seed(1)
+        self.heads, self.scale = heads, 1.0 / math.sqrt(d // heads)
+        self.embed = nn.Parameter(torch.randn(vocab, d))
+        self.bias = nn.Parameter(torch.randn(vocab) * 0.1)
+        self.enc_pos, self.dec_pos = nn.Parameter(torch.randn(64, d) * 0.3), nn.Parameter(torch.randn(64, d) * 0.3)
+        self.w = nn.ParameterList([nn.Parameter(torch.randn(d, d) * 0.3) for _ in range(12)])
+        self.norms = nn.ModuleList([nn.LayerNorm(d) for _ in range(5)])
+        self.fc = nn.ModuleList([nn.Linear(d, 2 * d), nn.Linear(2 * d, d), nn.Linear(d, 2 * d), nn.Linear(2 * d, d)])
+
+    def attention(self, x, kv, additive, w):
+        b, t, d = x.shape
+        split = lambda z: z.view(b, z.shape[1], self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
+        q, k, v = split(x @ self.w[w]), split(kv @ self.w[w + 1]), split(kv @ self.w[w + 2])
+        scores = q @ k.transpose(-1, -2) * self.scale + additive
+        return (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(b, t, d) @ self.w[w + 3]
+
+    def encode(self, input_ids, attention_mask):
+        x = self.embed[input_ids] + self.enc_pos[:input_ids.shape[1]]
+        additive = (1.0 - attention_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+        x = self.norms[0](x + self.attention(x, x, additive, 0))
+        return self.norms[1](x + self.fc[1](torch.relu(self.fc[0](x))))
+
+    def decode(self, decoder_ids, hidden, attention_mask):
+        t = decoder_ids.shape[1]
+        y = self.embed[decoder_ids] + self.dec_pos[:t]
+        causal = torch.triu(torch.full((t, t), torch.finfo(torch.float32).min), diagonal=1)
+        y = self.norms[2](y + self.attention(y, y, causal, 4))
+        cross = (1.0 - attention_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+        y = self.norms[3](y + self.attention(y, hidden, cross, 8))
+        y = self.norms[4](y + self.fc[3](torch.relu(self.fc[2](y))))
+        return y @ self.embed.T + self.bias
+
+    def forward(self, input_ids, attention_mask, decoder_input_ids):
+        return self.decode(decoder_input_ids, self.encode(input_ids, attention_mask), attention_mask)
+
+
+class _Encoder(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids, attention_mask):
+        return self.m.encode(input_ids, attention_mask)
+
+
+class _Decoder(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask):
+        return self.m.decode(input_ids, encoder_hidden_states, encoder_attention_mask)
+
+
+SOURCES = [[4, 9, 17, 2], [11, 2], [30, 31, 32, 33, 2]]
+
+
+@pytest.fixture(scope="module")
+def seq2seq(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("s2s")
+    m = TorchSeq2Seq().eval()
+    ids, mask, dec = torch.tensor([[4, 9, 2]]), torch.ones(1, 3, dtype=torch.long), torch.tensor([[0, 7]])
+    axes = {"input_ids": {0: "b", 1: "s"}, "attention_mask": {0: "b", 1: "s"}, "decoder_input_ids": {0: "b", 1: "t"},
+            "logits": {0: "b", 1: "t"}}
+    torch.onnx.export(m, (ids, mask, dec), folder / "whole.onnx", input_names=["input_ids", "attention_mask",
+                      "decoder_input_ids"], output_names=["logits"], dynamic_axes=axes, opset_version=17)
+    torch.onnx.export(_Encoder(m), (ids, mask), folder / "encoder_model.onnx",
+                      input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
+                      dynamic_axes={"input_ids": {0: "b", 1: "s"}, "attention_mask": {0: "b", 1: "s"},
+                                    "last_hidden_state": {0: "b", 1: "s"}}, opset_version=17)
+    hidden = m.encode(ids, mask).detach()
+    torch.onnx.export(_Decoder(m), (dec, hidden, mask), folder / "decoder_model.onnx",
+                      input_names=["input_ids", "encoder_hidden_states", "encoder_attention_mask"],
+                      output_names=["logits"],
+                      dynamic_axes={"input_ids": {0: "b", 1: "t"}, "encoder_hidden_states": {0: "b", 1: "s"},
+                                    "encoder_attention_mask": {0: "b", 1: "s"}, "logits": {0: "b", 1: "t"}},
+                      opset_version=17)
+    lms = {"optimum's encoder + decoder": kiln.generation.Seq2SeqLM(str(folder / "encoder_model.onnx"),
+                                                                    str(folder / "decoder_model.onnx"), 2),
+           "whole model": kiln.generation.Seq2SeqLM(str(folder / "whole.onnx"), None, 2)}
+    return m, lms, folder
+
+
+def seq2seq_start(m, copies, start_id):
+    """The reference's (last-logits function, decoder ids, mask) for SOURCES, right-padded."""
+    width = max(map(len, SOURCES))
+    src = torch.tensor([s + [0] * (width - len(s)) for s in SOURCES])
+    src_mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in SOURCES])
+
+    def last(ids, mask):
+        rows = torch.arange(ids.shape[0]) // copies
+        with torch.no_grad():
+            return m(src[rows], src_mask[rows], ids)[:, -1, :].double()
+
+    n = len(SOURCES) * copies
+    return last, torch.full((n, 1), start_id), torch.ones(n, 1, dtype=torch.long)
+
+
+def test_encoder_decoder_greedy_and_beams_match_hugging_faces_algorithm(seq2seq):
+    m, lms, _ = seq2seq
+    greedy = dict(max_new_tokens=8, pad_token_id=0, decoder_start_token_id=2, repetition_penalty=1.2)
+    probe = reference_greedy(None, SOURCES, greedy, seq2seq_start(m, 1, 2))
+    greedy["eos_token_id"] = [probe[0][3]]
+    want = reference_greedy(None, SOURCES, greedy, seq2seq_start(m, 1, 2))
+    beams = dict(max_new_tokens=7, num_beams=3, num_return_sequences=2, pad_token_id=0, decoder_start_token_id=2,
+                 length_penalty=1.1)
+    probe, _ = reference_beam_search(None, SOURCES, beams, seq2seq_start(m, 3, 2))
+    beams["eos_token_id"] = [probe[1][2]]
+    want_beams, want_scores = reference_beam_search(None, SOURCES, beams, seq2seq_start(m, 3, 2))
+    for name, lm in lms.items():
+        assert generate(lm, SOURCES, **greedy).tolist() == want, name
+        out = generate(lm, SOURCES, return_dict_in_generate=True, **beams)
+        assert out.sequences.tolist() == want_beams, name
+        np.testing.assert_allclose(out.sequences_scores, want_scores, rtol=1e-5, atol=1e-6)
+    with pytest.raises(kiln.InvalidArgument, match="decoder_start_token_id"):
+        generate(lms["whole model"], SOURCES, max_new_tokens=3)
+
+
+def test_cli_generates_with_an_encoder_decoder(seq2seq, kiln):
+    import subprocess
+    _, lms, folder = seq2seq
+    want = generate(lms["whole model"], SOURCES, max_new_tokens=6, decoder_start_token_id=2, num_beams=2)
+    args = [str(kiln), "generate", str(folder / "decoder_model.onnx"), "--encoder", str(folder / "encoder_model.onnx"),
+            "--decoder-start-token-id", "2", "--max-new-tokens", "6", "--num-beams", "2"]
+    for source in SOURCES:
+        args += ["--input-ids", ",".join(map(str, source))]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout.split()
+    assert [list(map(int, line.split(","))) for line in out] == [row[1:] for row in want.tolist()]

@@ -4,6 +4,8 @@
 //   kiln generate gpt2_with_past.onnx --tokenizer tok/ --prompt "Once upon a time" --max-new-tokens 40
 //   kiln generate model.onnx --input-ids 464,3290 --num-beams 4 --num-return-sequences 2
 //   kiln generate model.onnx --tokenizer tok/ --input-file prompts.txt --do-sample --top-p 0.9 --seed 1
+//   kiln generate decoder_model.onnx --encoder encoder_model.onnx --tokenizer tok/ --prompt "..."
+//                 --decoder-start-token-id 0 --num-beams 4   (an encoder-decoder: one command line)
 //
 // Every prompt line prints its sequences, one per line: the new text (or ids) only.
 #include <fmt/format.h>
@@ -23,7 +25,8 @@ namespace kiln::cli {
 namespace {
 
 struct Args {
-  std::string model, tokenizer, input_file, config_file;
+  std::string model, encoder, tokenizer, input_file, config_file;
+  bool seq2seq = false;
   std::vector<std::string> prompts;
   std::vector<std::string> input_ids;
   generation::GenerationConfig g;
@@ -54,7 +57,8 @@ generation::GenerationConfig config_of(Args& a, const CLI::App& app, const text:
         {"--top-p", [&](G& c) { c.top_p = a.g.top_p; }},
         {"--repetition-penalty", [&](G& c) { c.repetition_penalty = a.g.repetition_penalty; }},
         {"--no-repeat-ngram-size", [&](G& c) { c.no_repeat_ngram_size = a.g.no_repeat_ngram_size; }},
-        {"--seed", [&](G& c) { c.seed = a.g.seed; }}};
+        {"--seed", [&](G& c) { c.seed = a.g.seed; }},
+        {"--decoder-start-token-id", [&](G& c) { c.decoder_start_token_id = a.g.decoder_start_token_id; }}};
     for (const auto& [flag, copy] : flags)
       if (app.count(flag) > 0) copy(g);
   }
@@ -90,10 +94,20 @@ void run(Args& a, const CLI::App& app) {
   for (const std::string& ids : a.input_ids) prompts.push_back(parse_ids(ids, "--input-ids"));
   if (prompts.empty()) throw InvalidArgument("nothing to generate from: give --prompt, --input-file or --input-ids");
   const generation::GenerationConfig g = config_of(a, app, tok.get());
-  generation::CausalLM lm(load_model(a.model), a.threads);
-  const generation::GenerateOutput out = generation::generate(lm, prompts, g);
+  generation::GenerateOutput out;
+  if (!a.encoder.empty()) {
+    generation::Seq2SeqLM lm(load_model(a.encoder), load_model(a.model), a.threads);
+    out = generation::generate(lm, prompts, g);
+  } else if (a.seq2seq) {
+    generation::Seq2SeqLM lm(load_model(a.model), a.threads);
+    out = generation::generate(lm, prompts, g);
+  } else {
+    generation::CausalLM lm(load_model(a.model), a.threads);
+    out = generation::generate(lm, prompts, g);
+  }
   for (const auto& seq : out.sequences) {
-    const std::vector<int64_t> fresh(seq.begin() + out.prompt_length, seq.end());
+    const std::vector<int64_t> fresh(seq.begin() + out.prompt_length,
+                                     seq.end());  // an encoder-decoder's start token too
     if (tok) {
       std::cout << tok->decode(fresh, a.skip_special_tokens) << "\n";
     } else {
@@ -109,6 +123,13 @@ Action setup(CLI::App& app) {
   generation::GenerationConfig& g = a->g;
   app.add_option("model", a->model, "A causal LM's ONNX model (with past_key_values inputs for the KV cache)")
       ->required();
+  app.add_option("--encoder", a->encoder,
+                 "An encoder-decoder model's encoder (optimum's encoder_model.onnx); MODEL "
+                 "is then its decoder");
+  app.add_flag("--seq2seq", a->seq2seq,
+               "MODEL is a whole encoder-decoder model (input_ids, attention_mask, "
+               "decoder_input_ids -> logits)");
+  app.add_option("--decoder-start-token-id", g.decoder_start_token_id, "Where an encoder-decoder's decoder starts");
   app.add_option("--tokenizer", a->tokenizer, "A tokenizer folder (text in and out)");
   app.add_option("--prompt", a->prompts, "A prompt (repeat for a batch)");
   app.add_option("--input-file", a->input_file, "Prompts, one a line");

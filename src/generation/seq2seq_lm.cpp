@@ -1,0 +1,182 @@
+// Seq2SeqLM (kiln/generation.h): an encoder-decoder model in optimum's two files or as one model.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "generation/model_io.h"
+#include "kiln/error.h"
+#include "kiln/generation.h"
+#include "kiln/session.h"
+
+namespace kiln::generation {
+
+namespace {
+
+// Which graph input plays which part, by name; anything else is refused.
+struct Roles {
+  std::string ids, mask, hidden, decoder_ids, decoder_mask;
+};
+
+Roles roles_of(const Session& s, bool whole, const char* what) {
+  Roles r;
+  // name -> the part it plays, for a whole model and for optimum's decoder
+  const std::vector<std::pair<const char*, std::string Roles::*>> parts =
+      whole
+          ? std::vector<std::pair<const char*, std::string Roles::*>>{{"input_ids", &Roles::ids},
+                                                                      {"attention_mask", &Roles::mask},
+                                                                      {"decoder_input_ids", &Roles::decoder_ids},
+                                                                      {"decoder_attention_mask", &Roles::decoder_mask}}
+          : std::vector<std::pair<const char*, std::string Roles::*>>{{"input_ids", &Roles::decoder_ids},
+                                                                      {"decoder_input_ids", &Roles::decoder_ids},
+                                                                      {"encoder_hidden_states", &Roles::hidden},
+                                                                      {"encoder_attention_mask", &Roles::mask},
+                                                                      {"attention_mask", &Roles::mask}};
+  for (const ValueInfo& v : s.inputs()) {
+    auto it = std::find_if(parts.begin(), parts.end(), [&](const auto& p) { return v.name == p.first; });
+    if (it == parts.end())
+      throw InvalidArgument(fmt::format("Seq2SeqLM: {} input '{}' is not one generation feeds ({})", what, v.name,
+                                        whole ? "input_ids, attention_mask, decoder_input_ids, decoder_attention_mask"
+                                              : "input_ids, encoder_hidden_states, encoder_attention_mask"));
+    r.*(it->second) = v.name;
+  }
+  if (r.decoder_ids.empty() || (whole ? r.ids.empty() : r.hidden.empty()))
+    throw InvalidArgument(
+        fmt::format("Seq2SeqLM: the {} needs {}", what,
+                    whole ? "input_ids and decoder_input_ids" : "input_ids and encoder_hidden_states"));
+  return r;
+}
+
+std::string logits_name(const Session& s) {
+  for (const ValueInfo& v : s.outputs())
+    if (v.name == "logits") return v.name;
+  return s.outputs().at(0).name;
+}
+
+// Rows [N, ...] of `t` picked by `source` (rows may repeat).
+Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& source) {
+  Shape shape = t.shape();
+  shape[0] = static_cast<int64_t>(source.size());
+  Tensor out = Tensor::empty(t.dtype(), shape);
+  const Tensor in = t.contiguous();
+  const size_t row = t.shape()[0] ? in.nbytes() / static_cast<size_t>(t.shape()[0]) : 0;
+  for (size_t r = 0; r < source.size(); ++r)
+    std::memcpy(static_cast<char*>(out.raw_data()) + r * row,
+                static_cast<const char*>(in.raw_data()) + static_cast<size_t>(source[r]) * row, row);
+  return out;
+}
+
+}  // namespace
+
+struct Seq2SeqLM::State {
+  std::optional<Session> encoder;
+  Session decoder;
+  Roles roles;
+  std::string encoder_ids, encoder_mask, logits;
+  std::vector<std::vector<int64_t>> source_ids, source_mask, ids;
+  Tensor hidden;  // the encoder's output, one row per decoder row
+  int64_t calls = 0;
+
+  explicit State(Session dec) : decoder(std::move(dec)) {}
+
+  Tensor run() {
+    const size_t n = ids.size(), length = ids[0].size();
+    std::map<std::string, Tensor> feeds;
+    feeds[roles.decoder_ids] = detail::rows_tensor(ids, 0, length);
+    if (!roles.mask.empty()) feeds[roles.mask] = detail::rows_tensor(source_mask, 0, source_mask[0].size());
+    if (!roles.decoder_mask.empty())
+      feeds[roles.decoder_mask] =
+          detail::rows_tensor(std::vector<std::vector<int64_t>>(n, std::vector<int64_t>(length, 1)), 0, length);
+    if (encoder) feeds[roles.hidden] = hidden;
+    else feeds[roles.ids] = detail::rows_tensor(source_ids, 0, source_ids[0].size());
+    const auto out = decoder.run(feeds, {logits});
+    ++calls;
+    return detail::last_position(out.at(logits), static_cast<int64_t>(n), "Seq2SeqLM");
+  }
+};
+
+Seq2SeqLM::Seq2SeqLM(Model encoder, Model decoder, int num_threads) {
+  state_ = std::make_unique<State>(Session(std::move(decoder), SessionOptions{num_threads}));
+  state_->encoder.emplace(std::move(encoder), SessionOptions{num_threads});
+  state_->roles = roles_of(state_->decoder, false, "decoder");
+  for (const ValueInfo& v : state_->encoder->inputs()) {
+    if (v.name == "input_ids") state_->encoder_ids = v.name;
+    else if (v.name == "attention_mask") state_->encoder_mask = v.name;
+    else throw InvalidArgument(fmt::format("Seq2SeqLM: encoder input '{}' is not input_ids or attention_mask", v.name));
+  }
+  if (state_->encoder_ids.empty()) throw InvalidArgument("Seq2SeqLM: the encoder has no input 'input_ids'");
+  state_->logits = logits_name(state_->decoder);
+}
+
+Seq2SeqLM::Seq2SeqLM(Model whole, int num_threads) {
+  state_ = std::make_unique<State>(Session(std::move(whole), SessionOptions{num_threads}));
+  state_->roles = roles_of(state_->decoder, true, "model");
+  state_->logits = logits_name(state_->decoder);
+}
+
+Seq2SeqLM::~Seq2SeqLM() = default;
+Seq2SeqLM::Seq2SeqLM(Seq2SeqLM&&) noexcept = default;
+Seq2SeqLM& Seq2SeqLM::operator=(Seq2SeqLM&&) noexcept = default;
+int64_t Seq2SeqLM::calls() const { return state_->calls; }
+
+void Seq2SeqLM::encode(const std::vector<std::vector<int64_t>>& prompts, int64_t pad, int64_t copies) {
+  State& s = *state_;
+  size_t width = 0;
+  for (const auto& p : prompts) width = std::max(width, p.size());
+  std::vector<std::vector<int64_t>> ids, mask;
+  std::vector<int64_t> source;
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    if (prompts[r].empty()) throw InvalidArgument(fmt::format("generate: source {} is empty", r));
+    std::vector<int64_t> row = prompts[r], m(prompts[r].size(), 1);
+    row.resize(width, pad);
+    m.resize(width, 0);
+    ids.push_back(std::move(row));
+    mask.push_back(std::move(m));
+    for (int64_t c = 0; c < copies; ++c) source.push_back(static_cast<int64_t>(r));
+  }
+  if (s.encoder) {
+    std::map<std::string, Tensor> feeds{{s.encoder_ids, detail::rows_tensor(ids, 0, width)}};
+    if (!s.encoder_mask.empty()) feeds[s.encoder_mask] = detail::rows_tensor(mask, 0, width);
+    const auto out = s.encoder->run(feeds, {s.encoder->outputs().at(0).name});
+    ++s.calls;
+    s.hidden = gather_rows(out.begin()->second, source);
+  }
+  s.source_ids.clear();
+  s.source_mask.clear();
+  for (int64_t r : source) {
+    s.source_ids.push_back(ids[static_cast<size_t>(r)]);
+    s.source_mask.push_back(mask[static_cast<size_t>(r)]);
+  }
+}
+
+Tensor Seq2SeqLM::start(const std::vector<std::vector<int64_t>>& ids, const std::vector<std::vector<int64_t>>&, bool) {
+  State& s = *state_;
+  if (ids.size() != s.source_ids.size())
+    throw InvalidArgument(
+        fmt::format("Seq2SeqLM: {} decoder rows for {} encoded rows (encode first)", ids.size(), s.source_ids.size()));
+  s.ids = ids;
+  return s.run();
+}
+
+Tensor Seq2SeqLM::step(const std::vector<int64_t>& tokens) {
+  State& s = *state_;
+  for (size_t r = 0; r < tokens.size(); ++r) s.ids.at(r).push_back(tokens[r]);
+  return s.run();
+}
+
+void Seq2SeqLM::reorder(const std::vector<int64_t>& source) {
+  State& s = *state_;
+  std::vector<std::vector<int64_t>> ids, src, mask;
+  for (int64_t r : source) {
+    ids.push_back(s.ids.at(static_cast<size_t>(r)));
+    src.push_back(s.source_ids.at(static_cast<size_t>(r)));
+    mask.push_back(s.source_mask.at(static_cast<size_t>(r)));
+  }
+  s.ids = std::move(ids);
+  s.source_ids = std::move(src);
+  s.source_mask = std::move(mask);
+  if (s.hidden.defined()) s.hidden = gather_rows(s.hidden, source);
+}
+
+}  // namespace kiln::generation
