@@ -124,11 +124,16 @@ class CausalLM final : public LanguageModel {
 // attention_mask -> last_hidden_state, its first output) and a decoder (input_ids,
 // encoder_hidden_states, encoder_attention_mask -> logits); or one model taking input_ids,
 // attention_mask and decoder_input_ids (torch.onnx's export of the whole module), whose encoder then
-// reruns at every step. The encoder runs once per prompt batch; the decoder reruns its whole
-// sequence for every token (no KV cache for encoder-decoder models yet).
+// reruns at every step. The encoder runs once per prompt batch. With optimum's third file, the
+// decoder with past (input_ids [B, 1], encoder_attention_mask, past_key_values.N.decoder.key /
+// .value and .encoder.key / .value -> logits, present.N.decoder.key / .value), whose cache the
+// decoder's first run fills (its present.N.decoder.* and present.N.encoder.* outputs), each new
+// token runs alone; the cache grows by one position a step (no decoder mask to hide a block), so
+// that model is planned again for every length. Without it the decoder reruns its whole sequence.
 class Seq2SeqLM final : public LanguageModel {
  public:
   Seq2SeqLM(Model encoder, Model decoder, int num_threads = 0);
+  Seq2SeqLM(Model encoder, Model decoder, Model decoder_with_past, int num_threads = 0);
   explicit Seq2SeqLM(Model whole, int num_threads = 0);
   ~Seq2SeqLM() override;
   Seq2SeqLM(Seq2SeqLM&&) noexcept;

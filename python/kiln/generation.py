@@ -102,11 +102,12 @@ class CausalLM:
 
 
 class Seq2SeqLM:
-    """An encoder-decoder model: optimum's encoder and decoder files (paths or bytes), or one model
-    taking input_ids, attention_mask and decoder_input_ids (decoder=None)."""
+    """An encoder-decoder model: optimum's encoder and decoder files (paths or bytes), with its
+    decoder_with_past file for a KV cache, or one model taking input_ids, attention_mask and
+    decoder_input_ids (decoder=None)."""
 
-    def __init__(self, encoder, decoder=None, num_threads=0):
-        self._lm = _native.Seq2SeqLM(encoder, decoder, num_threads)
+    def __init__(self, encoder, decoder=None, decoder_with_past=None, num_threads=0):
+        self._lm = _native.Seq2SeqLM(encoder, decoder, decoder_with_past, num_threads)
 
 
 def _prompts(input_ids, attention_mask):

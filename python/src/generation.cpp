@@ -51,13 +51,18 @@ void register_generation(py::module_& m) {
       },
       py::arg("model"), py::arg("prompts"), py::arg("config"));
   py::class_<generation::Seq2SeqLM, std::shared_ptr<generation::Seq2SeqLM>>(m, "Seq2SeqLM")
-      .def(py::init([](const py::object& encoder, const py::object& decoder, int num_threads) {
-             if (decoder.is_none())
-               return std::make_shared<generation::Seq2SeqLM>(load_any(encoder, false), num_threads);
-             return std::make_shared<generation::Seq2SeqLM>(load_any(encoder, false), load_any(decoder, false),
-                                                            num_threads);
-           }),
-           py::arg("encoder"), py::arg("decoder") = py::none(), py::arg("num_threads") = 0);
+      .def(py::init(
+               [](const py::object& encoder, const py::object& decoder, const py::object& with_past, int num_threads) {
+                 if (decoder.is_none())
+                   return std::make_shared<generation::Seq2SeqLM>(load_any(encoder, false), num_threads);
+                 if (with_past.is_none())
+                   return std::make_shared<generation::Seq2SeqLM>(load_any(encoder, false), load_any(decoder, false),
+                                                                  num_threads);
+                 return std::make_shared<generation::Seq2SeqLM>(load_any(encoder, false), load_any(decoder, false),
+                                                                load_any(with_past, false), num_threads);
+               }),
+           py::arg("encoder"), py::arg("decoder") = py::none(), py::arg("decoder_with_past") = py::none(),
+           py::arg("num_threads") = 0);
   m.def(
       "generate_seq2seq",
       [](generation::Seq2SeqLM& lm, const std::vector<std::vector<int64_t>>& prompts, const py::dict& config) {

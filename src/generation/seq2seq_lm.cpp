@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <regex>
 
 #include "generation/model_io.h"
 #include "kiln/error.h"
@@ -69,9 +70,65 @@ Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& source) {
 
 }  // namespace
 
+// optimum's decoder_with_past_model: each layer's cached self-attention keys and values (which grow
+// by a token a step) and cross-attention keys and values (fixed), as inputs past_key_values.N.
+// {decoder,encoder}.{key,value}, from the first decoder run's present.N.* outputs.
+struct PastNames {
+  std::vector<std::string> inputs;  // with_past's inputs: per layer decoder key, value, encoder key, value
+  std::vector<std::string> first;   // the decoder's outputs that fill them
+  std::vector<std::string> grown;   // with_past's outputs that replace the decoder part
+  std::string ids, mask, hidden;    // with_past's other inputs (hidden: unused by optimum, fed if present)
+};
+
+PastNames past_names(const Session& decoder, const Session& with_past) {
+  PastNames p;
+  size_t layers = 0;
+  const std::regex name(R"(past_key_values\.(\d+)\.(decoder|encoder)\.(key|value))");
+  for (const ValueInfo& v : with_past.inputs()) {
+    std::smatch m;
+    if (std::regex_match(v.name, m, name)) layers = std::max(layers, static_cast<size_t>(std::stoul(m[1].str())) + 1);
+    else if (v.name == "input_ids" || v.name == "decoder_input_ids") p.ids = v.name;
+    else if (v.name == "encoder_attention_mask" || v.name == "attention_mask") p.mask = v.name;
+    else if (v.name == "encoder_hidden_states") p.hidden = v.name;
+    else
+      throw InvalidArgument(
+          fmt::format("Seq2SeqLM: decoder-with-past input '{}' is not one generation feeds (input_ids, "
+                      "encoder_attention_mask, past_key_values.N.decoder/encoder.key/value)",
+                      v.name));
+  }
+  if (p.ids.empty() || layers == 0)
+    throw InvalidArgument("Seq2SeqLM: the decoder with past needs input_ids and past_key_values.N.* inputs");
+  auto has = [](const std::vector<ValueInfo>& list, const std::string& n) {
+    return std::any_of(list.begin(), list.end(), [&](const ValueInfo& v) { return v.name == n; });
+  };
+  for (size_t l = 0; l < layers; ++l)
+    for (const char* part : {"decoder", "encoder"})
+      for (const char* kind : {"key", "value"}) {
+        const std::string in = fmt::format("past_key_values.{}.{}.{}", l, part, kind);
+        const std::string out = fmt::format("present.{}.{}.{}", l, part, kind);
+        if (!has(with_past.inputs(), in) || !has(decoder.outputs(), out))
+          throw InvalidArgument(
+              fmt::format("Seq2SeqLM: the decoder with past takes '{}', which the decoder must "
+                          "return as '{}' (optimum's decoder_model with past outputs)",
+                          in, out));
+        p.inputs.push_back(in);
+        p.first.push_back(out);
+        if (std::string(part) == "decoder") {
+          if (!has(with_past.outputs(), out))
+            throw InvalidArgument(fmt::format("Seq2SeqLM: the decoder with past must return '{}'", out));
+          p.grown.push_back(out);
+        }
+      }
+  return p;
+}
+
 struct Seq2SeqLM::State {
   std::optional<Session> encoder;
   Session decoder;
+  std::optional<Session> with_past;
+  PastNames past;
+  std::vector<Tensor> cache;  // as past.inputs
+  bool cached = false;
   Roles roles;
   std::string encoder_ids, encoder_mask, logits;
   std::vector<std::vector<int64_t>> source_ids, source_mask, ids;
@@ -80,7 +137,27 @@ struct Seq2SeqLM::State {
 
   explicit State(Session dec) : decoder(std::move(dec)) {}
 
+  // The decoder with past on each row's last token; the decoder part of the cache grows by it.
+  Tensor run_cached() {
+    const size_t n = ids.size();
+    std::map<std::string, Tensor> feeds;
+    std::vector<std::vector<int64_t>> last;
+    for (const auto& r : ids) last.push_back({r.back()});
+    feeds[past.ids] = detail::rows_tensor(last, 0, 1);
+    if (!past.mask.empty()) feeds[past.mask] = detail::rows_tensor(source_mask, 0, source_mask[0].size());
+    if (!past.hidden.empty()) feeds[past.hidden] = hidden;
+    for (size_t k = 0; k < cache.size(); ++k) feeds[past.inputs[k]] = cache[k];
+    std::vector<std::string> wanted = past.grown;
+    wanted.push_back(logits);
+    auto out = with_past->run(feeds, wanted);
+    ++calls;
+    for (size_t k = 0, g = 0; k < cache.size(); ++k)
+      if (past.inputs[k].find(".decoder.") != std::string::npos) cache[k] = std::move(out.at(past.grown[g++]));
+    return detail::last_position(out.at(logits), static_cast<int64_t>(n), "Seq2SeqLM");
+  }
+
   Tensor run() {
+    if (cached && !cache.empty()) return run_cached();
     const size_t n = ids.size(), length = ids[0].size();
     std::map<std::string, Tensor> feeds;
     feeds[roles.decoder_ids] = detail::rows_tensor(ids, 0, length);
@@ -90,8 +167,14 @@ struct Seq2SeqLM::State {
           detail::rows_tensor(std::vector<std::vector<int64_t>>(n, std::vector<int64_t>(length, 1)), 0, length);
     if (encoder) feeds[roles.hidden] = hidden;
     else feeds[roles.ids] = detail::rows_tensor(source_ids, 0, source_ids[0].size());
-    const auto out = decoder.run(feeds, {logits});
+    std::vector<std::string> wanted{logits};
+    if (cached) wanted.insert(wanted.end(), past.first.begin(), past.first.end());
+    auto out = decoder.run(feeds, wanted);
     ++calls;
+    if (cached) {  // the first run fills the cache; the next ones go through the decoder with past
+      cache.clear();
+      for (const std::string& name : past.first) cache.push_back(std::move(out.at(name)));
+    }
     return detail::last_position(out.at(logits), static_cast<int64_t>(n), "Seq2SeqLM");
   }
 };
@@ -107,6 +190,12 @@ Seq2SeqLM::Seq2SeqLM(Model encoder, Model decoder, int num_threads) {
   }
   if (state_->encoder_ids.empty()) throw InvalidArgument("Seq2SeqLM: the encoder has no input 'input_ids'");
   state_->logits = logits_name(state_->decoder);
+}
+
+Seq2SeqLM::Seq2SeqLM(Model encoder, Model decoder, Model decoder_with_past, int num_threads)
+    : Seq2SeqLM(std::move(encoder), std::move(decoder), num_threads) {
+  state_->with_past.emplace(std::move(decoder_with_past), SessionOptions{num_threads});
+  state_->past = past_names(state_->decoder, *state_->with_past);
 }
 
 Seq2SeqLM::Seq2SeqLM(Model whole, int num_threads) {
@@ -150,8 +239,11 @@ void Seq2SeqLM::encode(const std::vector<std::vector<int64_t>>& prompts, int64_t
   }
 }
 
-Tensor Seq2SeqLM::start(const std::vector<std::vector<int64_t>>& ids, const std::vector<std::vector<int64_t>>&, bool) {
+Tensor Seq2SeqLM::start(const std::vector<std::vector<int64_t>>& ids, const std::vector<std::vector<int64_t>>&,
+                        bool use_cache) {
   State& s = *state_;
+  s.cached = use_cache && s.with_past.has_value();
+  s.cache.clear();
   if (ids.size() != s.source_ids.size())
     throw InvalidArgument(
         fmt::format("Seq2SeqLM: {} decoder rows for {} encoded rows (encode first)", ids.size(), s.source_ids.size()));
@@ -177,6 +269,7 @@ void Seq2SeqLM::reorder(const std::vector<int64_t>& source) {
   s.source_ids = std::move(src);
   s.source_mask = std::move(mask);
   if (s.hidden.defined()) s.hidden = gather_rows(s.hidden, source);
+  for (Tensor& c : s.cache) c = gather_rows(c, source);
 }
 
 }  // namespace kiln::generation

@@ -343,31 +343,47 @@ class TorchSeq2Seq(nn.Module):
         self.norms = nn.ModuleList([nn.LayerNorm(d) for _ in range(5)])
         self.fc = nn.ModuleList([nn.Linear(d, 2 * d), nn.Linear(2 * d, d), nn.Linear(d, 2 * d), nn.Linear(2 * d, d)])
 
-    def attention(self, x, kv, additive, w):
+    def heads_of(self, z):
+        return z.view(z.shape[0], z.shape[1], self.heads, -1).transpose(1, 2)
+
+    def attend(self, x, k, v, additive, w):
         b, t, d = x.shape
-        split = lambda z: z.view(b, z.shape[1], self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
-        q, k, v = split(x @ self.w[w]), split(kv @ self.w[w + 1]), split(kv @ self.w[w + 2])
-        scores = q @ k.transpose(-1, -2) * self.scale + additive
+        scores = self.heads_of(x @ self.w[w]) @ k.transpose(-1, -2) * self.scale + additive
         return (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(b, t, d) @ self.w[w + 3]
 
     def encode(self, input_ids, attention_mask):
         x = self.embed[input_ids] + self.enc_pos[:input_ids.shape[1]]
         additive = (1.0 - attention_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
-        x = self.norms[0](x + self.attention(x, x, additive, 0))
+        x = self.norms[0](x + self.attend(x, self.heads_of(x @ self.w[1]), self.heads_of(x @ self.w[2]), additive, 0))
         return self.norms[1](x + self.fc[1](torch.relu(self.fc[0](x))))
 
-    def decode(self, decoder_ids, hidden, attention_mask):
-        t = decoder_ids.shape[1]
-        y = self.embed[decoder_ids] + self.dec_pos[:t]
-        causal = torch.triu(torch.full((t, t), torch.finfo(torch.float32).min), diagonal=1)
-        y = self.norms[2](y + self.attention(y, y, causal, 4))
+    def finish(self, y, ek, ev, attention_mask):
         cross = (1.0 - attention_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
-        y = self.norms[3](y + self.attention(y, hidden, cross, 8))
+        y = self.norms[3](y + self.attend(y, ek, ev, cross, 8))
         y = self.norms[4](y + self.fc[3](torch.relu(self.fc[2](y))))
         return y @ self.embed.T + self.bias
 
+    def decode_full(self, decoder_ids, hidden, attention_mask):
+        """logits and the caches: self-attention keys and values, cross-attention keys and values."""
+        t = decoder_ids.shape[1]
+        y = self.embed[decoder_ids] + self.dec_pos[:t]
+        k, v = self.heads_of(y @ self.w[5]), self.heads_of(y @ self.w[6])
+        causal = torch.triu(torch.full((t, t), torch.finfo(torch.float32).min), diagonal=1)
+        y = self.norms[2](y + self.attend(y, k, v, causal, 4))
+        ek, ev = self.heads_of(hidden @ self.w[9]), self.heads_of(hidden @ self.w[10])
+        return self.finish(y, ek, ev, attention_mask), k, v, ek, ev
+
+    def decode_step(self, input_ids, attention_mask, past_k, past_v, ek, ev):
+        """One new token over the cached keys and values (optimum's decoder with past)."""
+        p = past_k.shape[2]
+        y = self.embed[input_ids] + self.dec_pos[p:p + 1]
+        k = torch.cat([past_k, self.heads_of(y @ self.w[5])], 2)
+        v = torch.cat([past_v, self.heads_of(y @ self.w[6])], 2)
+        y = self.norms[2](y + self.attend(y, k, v, 0.0, 4))
+        return self.finish(y, ek, ev, attention_mask), k, v
+
     def forward(self, input_ids, attention_mask, decoder_input_ids):
-        return self.decode(decoder_input_ids, self.encode(input_ids, attention_mask), attention_mask)
+        return self.decode_full(decoder_input_ids, self.encode(input_ids, attention_mask), attention_mask)[0]
 
 
 class _Encoder(nn.Module):
@@ -385,7 +401,16 @@ class _Decoder(nn.Module):
         self.m = m
 
     def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask):
-        return self.m.decode(input_ids, encoder_hidden_states, encoder_attention_mask)
+        return self.m.decode_full(input_ids, encoder_hidden_states, encoder_attention_mask)
+
+
+class _DecoderWithPast(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids, encoder_attention_mask, past_k, past_v, enc_k, enc_v):
+        return self.m.decode_step(input_ids, encoder_attention_mask, past_k, past_v, enc_k, enc_v)
 
 
 SOURCES = [[4, 9, 17, 2], [11, 2], [30, 31, 32, 33, 2]]
@@ -405,15 +430,27 @@ def seq2seq(tmp_path_factory):
                       dynamic_axes={"input_ids": {0: "b", 1: "s"}, "attention_mask": {0: "b", 1: "s"},
                                     "last_hidden_state": {0: "b", 1: "s"}}, opset_version=17)
     hidden = m.encode(ids, mask).detach()
+    present = ["present.0.decoder.key", "present.0.decoder.value", "present.0.encoder.key", "present.0.encoder.value"]
+    cache_axes = {n: {0: "b", 2: "t" if ".decoder." in n else "s"} for n in present}
     torch.onnx.export(_Decoder(m), (dec, hidden, mask), folder / "decoder_model.onnx",
                       input_names=["input_ids", "encoder_hidden_states", "encoder_attention_mask"],
-                      output_names=["logits"],
+                      output_names=["logits"] + present,
                       dynamic_axes={"input_ids": {0: "b", 1: "t"}, "encoder_hidden_states": {0: "b", 1: "s"},
-                                    "encoder_attention_mask": {0: "b", 1: "s"}, "logits": {0: "b", 1: "t"}},
+                                    "encoder_attention_mask": {0: "b", 1: "s"}, "logits": {0: "b", 1: "t"},
+                                    **cache_axes}, opset_version=17)
+    _, k, v, ek, ev = m.decode_full(dec, hidden, mask)
+    past = [n.replace("present", "past_key_values") for n in present]
+    past_axes = {n: {0: "b", 2: "p" if ".decoder." in n else "s"} for n in past}
+    torch.onnx.export(_DecoderWithPast(m), (dec[:, -1:], mask, k.detach(), v.detach(), ek.detach(), ev.detach()),
+                      folder / "decoder_with_past_model.onnx",
+                      input_names=["input_ids", "encoder_attention_mask"] + past, output_names=["logits"] + present[:2],
+                      dynamic_axes={"input_ids": {0: "b"}, "encoder_attention_mask": {0: "b", 1: "s"},
+                                    "logits": {0: "b"}, **past_axes, **{n: {0: "b", 2: "t"} for n in present[:2]}},
                       opset_version=17)
-    lms = {"optimum's encoder + decoder": kiln.generation.Seq2SeqLM(str(folder / "encoder_model.onnx"),
-                                                                    str(folder / "decoder_model.onnx"), 2),
-           "whole model": kiln.generation.Seq2SeqLM(str(folder / "whole.onnx"), None, 2)}
+    files = [str(folder / f) for f in ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")]
+    lms = {"optimum's encoder + decoder": kiln.generation.Seq2SeqLM(files[0], files[1], num_threads=2),
+           "optimum's three files (KV cache)": kiln.generation.Seq2SeqLM(*files, num_threads=2),
+           "whole model": kiln.generation.Seq2SeqLM(str(folder / "whole.onnx"), num_threads=2)}
     return m, lms, folder
 
 
@@ -457,7 +494,8 @@ def test_cli_generates_with_an_encoder_decoder(seq2seq, kiln):
     _, lms, folder = seq2seq
     want = generate(lms["whole model"], SOURCES, max_new_tokens=6, decoder_start_token_id=2, num_beams=2)
     args = [str(kiln), "generate", str(folder / "decoder_model.onnx"), "--encoder", str(folder / "encoder_model.onnx"),
-            "--decoder-start-token-id", "2", "--max-new-tokens", "6", "--num-beams", "2"]
+            "--decoder-with-past", str(folder / "decoder_with_past_model.onnx"), "--decoder-start-token-id", "2",
+            "--max-new-tokens", "6", "--num-beams", "2"]
     for source in SOURCES:
         args += ["--input-ids", ",".join(map(str, source))]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout.split()

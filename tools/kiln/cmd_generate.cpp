@@ -25,7 +25,7 @@ namespace kiln::cli {
 namespace {
 
 struct Args {
-  std::string model, encoder, tokenizer, input_file, config_file;
+  std::string model, encoder, with_past, tokenizer, input_file, config_file;
   bool seq2seq = false;
   std::vector<std::string> prompts;
   std::vector<std::string> input_ids;
@@ -93,9 +93,13 @@ void run(Args& a, const CLI::App& app) {
   for (const std::string& t : texts) prompts.push_back(tok->encode(t, false).ids);
   for (const std::string& ids : a.input_ids) prompts.push_back(parse_ids(ids, "--input-ids"));
   if (prompts.empty()) throw InvalidArgument("nothing to generate from: give --prompt, --input-file or --input-ids");
+  if (!a.with_past.empty() && a.encoder.empty()) throw InvalidArgument("--decoder-with-past needs --encoder");
   const generation::GenerationConfig g = config_of(a, app, tok.get());
   generation::GenerateOutput out;
-  if (!a.encoder.empty()) {
+  if (!a.encoder.empty() && !a.with_past.empty()) {
+    generation::Seq2SeqLM lm(load_model(a.encoder), load_model(a.model), load_model(a.with_past), a.threads);
+    out = generation::generate(lm, prompts, g);
+  } else if (!a.encoder.empty()) {
     generation::Seq2SeqLM lm(load_model(a.encoder), load_model(a.model), a.threads);
     out = generation::generate(lm, prompts, g);
   } else if (a.seq2seq) {
@@ -126,6 +130,8 @@ Action setup(CLI::App& app) {
   app.add_option("--encoder", a->encoder,
                  "An encoder-decoder model's encoder (optimum's encoder_model.onnx); MODEL "
                  "is then its decoder");
+  app.add_option("--decoder-with-past", a->with_past,
+                 "With --encoder: optimum's decoder_with_past_model.onnx, for the KV cache");
   app.add_flag("--seq2seq", a->seq2seq,
                "MODEL is a whole encoder-decoder model (input_ids, attention_mask, "
                "decoder_input_ids -> logits)");
