@@ -17,6 +17,7 @@ import json
 import os
 
 from kiln._core import core
+from kiln.seq2seq_trainer import Seq2SeqFields, Seq2SeqTrainer
 from kiln.trainer import Trainer
 from kiln.training_args import TrainingArguments
 
@@ -112,37 +113,9 @@ class IPUTrainingArguments(TrainingArguments):
         super().__init__(output_dir, **kwargs)
 
 
-class IPUSeq2SeqTrainingArguments(IPUTrainingArguments):
-    """optimum.graphcore.IPUSeq2SeqTrainingArguments. Generation during evaluation (predict_with_generate)
-    needs Kiln's generation engine, which is not built yet: True is a NotImplementedError."""
-
-    _SEQ2SEQ_DEFAULTS = {"predict_with_generate": False, "generation_max_length": None,
-                         "generation_num_beams": None, "generation_config": None}
-
-    def __init__(self, output_dir=None, **kwargs):
-        seq2seq = {k: kwargs.pop(k) for k in list(kwargs) if k in self._SEQ2SEQ_DEFAULTS}
-        super().__init__(output_dir, **kwargs)
-        object.__setattr__(self, "_seq2seq", dict(self._SEQ2SEQ_DEFAULTS))
-        for key, value in seq2seq.items():
-            self.__setattr__(key, value)
-
-    def __getattr__(self, name):
-        extra = self.__dict__.get("_seq2seq")
-        if extra is not None and name in extra:
-            return extra[name]
-        return super().__getattr__(name)
-
-    def __setattr__(self, name, value):
-        if name in self._SEQ2SEQ_DEFAULTS:
-            if name == "predict_with_generate" and value:
-                raise NotImplementedError("predict_with_generate=True: Kiln has no text generation yet; evaluate "
-                                          "with the loss and logits (predict_with_generate=False)")
-            self._seq2seq[name] = value
-            return
-        super().__setattr__(name, value)
-
-    def to_dict(self):
-        return {**super().to_dict(), **self._seq2seq}
+class IPUSeq2SeqTrainingArguments(Seq2SeqFields, IPUTrainingArguments):
+    """optimum.graphcore.IPUSeq2SeqTrainingArguments: IPUTrainingArguments with transformers'
+    Seq2SeqTrainingArguments fields (predict_with_generate: kiln/seq2seq_trainer.py)."""
 
 
 class IPUTrainer(Trainer):
@@ -175,22 +148,10 @@ class IPUTrainer(Trainer):
         self.args = args  # the user's object, as optimum keeps it
 
 
-class IPUSeq2SeqTrainer(IPUTrainer):
-    """optimum.graphcore.IPUSeq2SeqTrainer: IPUTrainer; generation keywords of evaluate / predict need
-    Kiln's generation engine, which is not built yet (NotImplementedError)."""
-
-    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval", **gen_kwargs):
-        _no_generation(gen_kwargs)
-        return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
-
-    def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test", **gen_kwargs):
-        _no_generation(gen_kwargs)
-        return super().predict(test_dataset, ignore_keys, metric_key_prefix)
-
-
-def _no_generation(gen_kwargs):
-    if gen_kwargs:
-        raise NotImplementedError(f"generation keywords {sorted(gen_kwargs)}: Kiln has no text generation yet")
+class IPUSeq2SeqTrainer(Seq2SeqTrainer, IPUTrainer):
+    """optimum.graphcore.IPUSeq2SeqTrainer: IPUTrainer with Seq2SeqTrainer's generation in evaluate /
+    predict (predict_with_generate runs HF's Python evaluation loop, which pipelined and distributed
+    runs refuse)."""
 
 
 def _plain(value):
