@@ -133,8 +133,28 @@ def _causal_lm(model, num_threads):
     if isinstance(model, (CausalLM, Seq2SeqLM)):
         return model
     if hasattr(model, "_zoo_name"):  # a kiln.nn zoo module: its decoder-with-past graph, its weights
-        return CausalLM(_with_past_bytes(model), num_threads)
+        return _zoo_causal_lm(model, num_threads)
     return CausalLM(model, num_threads)
+
+
+def _zoo_causal_lm(module, num_threads):
+    """The module's decoder-with-past CausalLM, kept on the module while its weights (by a hash of
+    their bytes) and the thread count stay the same: a Seq2SeqTrainer evaluation generates batch
+    after batch with one export and one set of plans."""
+    import hashlib
+
+    import numpy as np
+    digest = hashlib.blake2b(digest_size=16)
+    for name, value in sorted(module.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(np.asarray(value)).tobytes())
+    key = (digest.hexdigest(), num_threads)
+    cached = module.__dict__.get("_kiln_generation_lm")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    lm = CausalLM(_with_past_bytes(module), num_threads)
+    object.__setattr__(module, "_kiln_generation_lm", (key, lm))
+    return lm
 
 
 def _with_past_bytes(module):
