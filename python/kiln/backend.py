@@ -156,9 +156,11 @@ def _node_model(node: NodeProto, feeds: Mapping[str, np.ndarray], outputs_info: 
                              producer_name="kiln.backend.run_node")
 
 
-def _infer_output_types(model: ModelProto, node: NodeProto, feeds: Mapping[str, np.ndarray]) -> None:
+def _infer_output_types(model: ModelProto, node: NodeProto, feeds: Mapping[str, np.ndarray]) -> bool:
     """Types the graph outputs of a run_node model by ONNX's shape inference; an ONNX model needs
-    a type and a shape (rank) for each graph output."""
+    a type and a shape (rank) for each graph output. Returns True when ONNX gave some output of a
+    standard op its element type only (Compress, whose rank ONNX 1.12 does not infer): the model is
+    then run without ONNX's checker, Kiln's own inference giving the shape."""
     def untyped(graph: onnx.GraphProto) -> list:
         return [o.name for o in graph.output
                 if not o.type.HasField("tensor_type") or not o.type.tensor_type.HasField("shape")]
@@ -175,12 +177,18 @@ def _infer_output_types(model: ModelProto, node: NodeProto, feeds: Mapping[str, 
             if value.dtype.kind in "iu" and value.size <= 1024)
         inferred = onnx.shape_inference.infer_shapes(constant)
     missing = untyped(inferred.graph)
+    typed_only = [o.name for o in inferred.graph.output if o.name in missing and o.type.HasField("tensor_type")]
+    if missing and node.domain in ("", "ai.onnx") and typed_only == missing:
+        for output, typed in zip(model.graph.output, inferred.graph.output):
+            output.type.CopyFrom(typed.type)
+        return True
     if missing:
         raise ValueError(f"kiln.backend.run_node: ONNX cannot infer the type and rank of output(s) "
                          f"{', '.join(missing)} of {node.op_type} node '{node.name}'; pass outputs_info "
                          f"(a (dtype, shape) pair per output)")
     for output, typed in zip(model.graph.output, inferred.graph.output):
         output.type.CopyFrom(typed.type)
+    return False
 
 
 class KilnBackend(Backend):
@@ -241,9 +249,8 @@ class KilnBackend(Backend):
         context.ir_version = model.ir_version
         context.opset_imports = {opset.domain: opset.version for opset in model.opset_import}
         onnx.checker.check_node(node, context)
-        if outputs_info is None:
-            _infer_output_types(model, node, feeds)
-        session = _kiln.Session(model.SerializeToString(), num_threads=options["num_threads"])
+        unchecked = _infer_output_types(model, node, feeds) if outputs_info is None else False
+        session = _kiln.Session(model.SerializeToString(), num_threads=options["num_threads"], check=not unchecked)
         return KilnBackendRep(session, list(feeds)).run(feeds)
 
     @classmethod
