@@ -28,6 +28,18 @@ py::dict output_dict(const generation::GenerateOutput& out) {
   return d;
 }
 
+// generation::generate over either model kind, the GIL released while it runs.
+template <class LM>
+py::dict generate_with(LM& lm, const std::vector<std::vector<int64_t>>& prompts, const py::dict& config) {
+  const GenerationConfig c = config_of(config);
+  generation::GenerateOutput out;
+  {
+    py::gil_scoped_release release;
+    out = generation::generate(lm, prompts, c);
+  }
+  return output_dict(out);
+}
+
 }  // namespace
 
 void register_generation(py::module_& m) {
@@ -38,18 +50,7 @@ void register_generation(py::module_& m) {
            py::arg("model"), py::arg("num_threads") = 0, py::arg("cache_block") = 64)
       .def_property_readonly("has_cache_inputs", &CausalLM::has_cache_inputs)
       .def_property_readonly("num_layers", &CausalLM::num_layers);
-  m.def(
-      "generate",
-      [](CausalLM& lm, const std::vector<std::vector<int64_t>>& prompts, const py::dict& config) {
-        const GenerationConfig c = config_of(config);
-        generation::GenerateOutput out;
-        {
-          py::gil_scoped_release release;
-          out = generation::generate(lm, prompts, c);
-        }
-        return output_dict(out);
-      },
-      py::arg("model"), py::arg("prompts"), py::arg("config"));
+  m.def("generate", &generate_with<CausalLM>, py::arg("model"), py::arg("prompts"), py::arg("config"));
   py::class_<generation::Seq2SeqLM, std::shared_ptr<generation::Seq2SeqLM>>(m, "Seq2SeqLM")
       .def(py::init(
                [](const py::object& encoder, const py::object& decoder, const py::object& with_past, int num_threads) {
@@ -63,18 +64,8 @@ void register_generation(py::module_& m) {
                }),
            py::arg("encoder"), py::arg("decoder") = py::none(), py::arg("decoder_with_past") = py::none(),
            py::arg("num_threads") = 0);
-  m.def(
-      "generate_seq2seq",
-      [](generation::Seq2SeqLM& lm, const std::vector<std::vector<int64_t>>& prompts, const py::dict& config) {
-        const GenerationConfig c = config_of(config);
-        generation::GenerateOutput out;
-        {
-          py::gil_scoped_release release;
-          out = generation::generate(lm, prompts, c);
-        }
-        return output_dict(out);
-      },
-      py::arg("model"), py::arg("prompts"), py::arg("config"));
+  m.def("generate_seq2seq", &generate_with<generation::Seq2SeqLM>, py::arg("model"), py::arg("prompts"),
+        py::arg("config"));
   m.def("validate_generation_config", [](const py::dict& config) { return config_of(config).to_json(); });
 }
 

@@ -31,6 +31,7 @@ BpeTokenizer::BpeTokenizer(BpeModel model) : model_(std::move(model)) {
     id_to_token_[static_cast<size_t>(a.id)] = a.content;
     special_ids_[static_cast<size_t>(a.id)] = a.special;
     added_ids_[static_cast<size_t>(a.id)] = true;
+    added_ids_by_content_.emplace(a.content, a.id);
   }
   std::sort(model_.added.begin(), model_.added.end(),
             [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
@@ -38,8 +39,7 @@ BpeTokenizer::BpeTokenizer(BpeModel model) : model_(std::move(model)) {
 }
 
 std::optional<int64_t> BpeTokenizer::token_to_id(const std::string& token) const {
-  for (const AddedToken& a : model_.added)
-    if (a.content == token) return a.id;
+  if (auto added = added_ids_by_content_.find(token); added != added_ids_by_content_.end()) return added->second;
   auto it = model_.vocab.find(token);
   if (it == model_.vocab.end()) return std::nullopt;
   return it->second;

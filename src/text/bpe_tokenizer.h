@@ -58,6 +58,7 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<std::string> id_to_token_;
   std::vector<bool> special_ids_;
   std::vector<bool> added_ids_;
+  std::unordered_map<std::string, int64_t> added_ids_by_content_;  // the first listed wins, as the scan did
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<std::string>> cache_;
 };

@@ -500,3 +500,28 @@ def test_cli_generates_with_an_encoder_decoder(seq2seq, kiln):
         args += ["--input-ids", ",".join(map(str, source))]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout.split()
     assert [list(map(int, line.split(","))) for line in out] == [row[1:] for row in want.tolist()]
+
+
+def test_models_with_inputs_generation_cannot_feed_are_refused(seq2seq):
+    from onnx import TensorProto, helper
+    _, lms, folder = seq2seq
+    # A past input without its present output, and past inputs without position_ids.
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"])
+    logits = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", "s", 4])
+    key, value = (helper.make_tensor_value_info(f"past_key_values.0.{k}", TensorProto.FLOAT, ["b", 2, "p", 3])
+                  for k in ("key", "value"))
+    node = helper.make_node("Identity", ["input_ids"], ["logits"])
+    model = helper.make_model(helper.make_graph([node], "g", [ids, key], [logits]))
+    with pytest.raises(kiln.InvalidArgument, match="every layer needs both past_key_values.N.key and .value"):
+        CausalLM(model.SerializeToString())
+    model = helper.make_model(helper.make_graph([node], "g", [ids, key, value], [logits]))
+    with pytest.raises(kiln.InvalidArgument, match="'past_key_values.0.key' and 'present.0.key'"):
+        CausalLM(model.SerializeToString())
+    # An encoder-decoder whose parts are swapped: the encoder's inputs are not a decoder's.
+    swapped = "decoder input 'attention_mask'|needs input_ids and encoder_hidden_states"
+    with pytest.raises(kiln.InvalidArgument, match=swapped):
+        kiln.generation.Seq2SeqLM(str(folder / "decoder_model.onnx"), str(folder / "encoder_model.onnx"))
+    # The decoder with past must match the decoder's present outputs.
+    with pytest.raises(kiln.InvalidArgument, match="decoder with past"):
+        kiln.generation.Seq2SeqLM(str(folder / "encoder_model.onnx"), str(folder / "decoder_model.onnx"),
+                                  str(folder / "encoder_model.onnx"))
