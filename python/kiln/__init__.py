@@ -62,6 +62,7 @@ _LAZY = {
     "AutoModel": "kiln.nn.pretrained",
     "AutoModelForSequenceClassification": "kiln.nn.pretrained",
     "AutoModelForCausalLM": "kiln.nn.pretrained",
+    "AutoModelForSeq2SeqLM": "kiln.nn.pretrained",
     "AutoModelForImageClassification": "kiln.nn.pretrained",
     "BestRun": "kiln.hp_search",
     "IPUConfig": "kiln.graphcore",

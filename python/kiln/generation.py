@@ -132,15 +132,19 @@ def _prompts(input_ids, attention_mask):
 def _causal_lm(model, num_threads):
     if isinstance(model, (CausalLM, Seq2SeqLM)):
         return model
-    if hasattr(model, "_zoo_name"):  # a kiln.nn zoo module: its decoder-with-past graph, its weights
-        return _zoo_causal_lm(model, num_threads)
+    if hasattr(model, "_zoo_name"):  # a kiln.nn zoo module: its generation graphs, its weights
+        return _zoo_lm(model, num_threads)
     return CausalLM(model, num_threads)
 
 
-def _zoo_causal_lm(module, num_threads):
-    """The module's decoder-with-past CausalLM, kept on the module while its weights (by a hash of
-    their bytes) and the thread count stay the same: a Seq2SeqTrainer evaluation generates batch
-    after batch with one export and one set of plans."""
+_SEQ2SEQ_ZOO = ("bart", "t5")  # encoder-decoder entries: optimum's three parts, by their "part" key
+
+
+def _zoo_lm(module, num_threads):
+    """The module's CausalLM (its decoder-with-past graph) or Seq2SeqLM (encoder, decoder and
+    decoder-with-past graphs), kept on the module while its weights (by a hash of their bytes) and
+    the thread count stay the same: a Seq2SeqTrainer evaluation generates batch after batch with
+    one export and one set of plans."""
     import hashlib
 
     import numpy as np
@@ -152,31 +156,43 @@ def _zoo_causal_lm(module, num_threads):
     cached = module.__dict__.get("_kiln_generation_lm")
     if cached is not None and cached[0] == key:
         return cached[1]
-    lm = CausalLM(_with_past_bytes(module), num_threads)
+    name = module._zoo_name
+    if name in _SEQ2SEQ_ZOO:
+        parts = [_zoo_bytes(module, part=p) for p in ("encoder", "decoder", "decoder_with_past")]
+        lm = Seq2SeqLM(*parts, num_threads=num_threads)
+    elif name == "gpt2":
+        lm = CausalLM(_zoo_bytes(module, with_past=True), num_threads)
+    else:
+        raise NotImplementedError(f"generate: the zoo's {name!r} is not a language model; export an ONNX causal LM "
+                                  "and pass its path")
     object.__setattr__(module, "_kiln_generation_lm", (key, lm))
     return lm
 
 
-def _with_past_bytes(module):
-    from kiln.nn import zoo
-    if module._zoo_name != "gpt2":
-        raise NotImplementedError(f"generate: the zoo's {module._zoo_name!r} has no decoder-with-past export; "
-                                  "export an ONNX causal LM and pass its path")
-    config = dict(module._zoo_config, with_past=True)
-    past = zoo.create_model("gpt2", **config)
-    past.load_state_dict(module.state_dict())
-    past.eval()
-    names = [n for n, _ in zoo.example_inputs("gpt2", **config)]
-    dtypes = ["int64"] * 3 + ["float32"] * (len(names) - 3)
-    outputs = ["logits"] + [f"present.{i}.{k}" for i in range(config["n_layer"]) for k in ("key", "value")]
-    return past.to_onnx_bytes(zoo.example_inputs("gpt2", **config), zoo.dynamic_axes("gpt2", **config),
-                              input_dtypes=dtypes, output_names=outputs)
+def _zoo_bytes(module, **config):
+    return _native.nn.zoo_export_bytes(module._zoo_name, dict(module._zoo_config, **config), module._cmod)
+
+
+_TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "forced_eos_token_id")
+
+
+def from_model_config(config):
+    """HF's GenerationConfig.from_model_config: the token ids a model's config names."""
+    return GenerationConfig(**{k: config[k] for k in _TOKEN_FIELDS if config.get(k) is not None})
+
+
+def _model_generation_defaults(model):
+    """The model's own generation_config (a zoo encoder-decoder's token ids), as HF's generate
+    starts from model.generation_config."""
+    own = getattr(model, "generation_config", None)
+    return own.to_dict() if isinstance(own, GenerationConfig) else {}
 
 
 def generate(model, input_ids=None, attention_mask=None, generation_config=None, return_dict_in_generate=False,
              num_threads=0, **kwargs):
     """Generates continuations of the prompts (see the module's docstring)."""
-    config = GenerationConfig(**(generation_config.to_dict() if generation_config is not None else {}))
+    config = GenerationConfig(**(generation_config.to_dict() if generation_config is not None
+                                 else _model_generation_defaults(model)))
     unknown = config.update(**kwargs)
     if unknown:
         raise TypeError(f"generate: unknown arguments {sorted(unknown)}")

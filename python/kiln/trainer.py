@@ -359,6 +359,8 @@ def _is_tokenizer(obj):
 
 def _forward_parameters(module):
     """The names forward takes, or None when it takes *args / **kwargs only."""
+    if getattr(module, "_forward_names", None) is not None:  # zoo encoder-decoders: HF's argument names
+        return list(module._forward_names)
     try:
         params = inspect.signature(module.forward).parameters.values()
     except (TypeError, ValueError):
@@ -368,6 +370,8 @@ def _forward_parameters(module):
 
 
 def _required_parameters(module):
+    if getattr(module, "_forward_names", None) is not None:
+        return [n for n in module._forward_names if n != "labels"]
     try:
         params = inspect.signature(module.forward).parameters.values()
     except (TypeError, ValueError):

@@ -2,10 +2,12 @@
 // JSON (HF's field names), converted by py_json.cpp.
 #include <pybind11/stl.h>
 
+#include <map>
 #include <optional>
 
 #include "kiln/nn/backbone.h"
 #include "kiln/nn/zoo.h"
+#include "kiln/onnx_io.h"
 #include "nn_bindings.h"
 #include "trainer_bindings.h"
 
@@ -30,6 +32,20 @@ void register_nn_zoo(py::module_& nn) {
   });
   nn.def("zoo_dynamic_axes", [](const std::string& name, const py::dict& overrides) {
     return nn::zoo::dynamic_axes(name, config_from_py(overrides));
+  });
+  // The zoo model of this config holding `weights`' state_dict, exported in eval mode with the
+  // entry's inputs, dtypes, dynamic axes and output names (generation's decoder-with-past and
+  // encoder-decoder parts of a model being trained).
+  nn.def("zoo_export_bytes", [](const std::string& name, const py::dict& overrides, nn::Module& weights) {
+    const nn::zoo::Config config = config_from_py(overrides);
+    nn::ModulePtr m = nn::zoo::create_model(name, config);
+    std::map<std::string, Tensor> state;
+    for (const auto& [key, value] : weights.state_dict()) state.emplace(key, value);
+    m->load_state_dict(state, true);
+    m->eval();
+    return py::bytes(
+        serialize_model(m->to_onnx(nn::zoo::example_inputs(name, config), nn::zoo::dynamic_axes(name, config),
+                                   nn::zoo::export_options(name, config))));
   });
 
   py::class_<nn::Backbone, nn::Module, std::shared_ptr<nn::Backbone>>(nn, "_Backbone")

@@ -374,8 +374,8 @@ size_t forward_identities(Model& model) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (dropped.count(i)) continue;
     Node& n = g.nodes[i];
-    for (auto& o : n.outputs)
-      if (const auto it = rename.find(o); it != rename.end()) o = it->second;
+    for (auto& o : n.outputs)  // through chains of Identities (x -> y -> z: x becomes z)
+      for (auto it = rename.find(o); it != rename.end(); it = rename.find(o)) o = it->second;
     kept.push_back(std::move(n));
   }
   g.nodes = std::move(kept);

@@ -12,6 +12,11 @@ namespace kiln::training {
 void to_inference_mode(Graph& g) {
   std::set<std::string> removed;
   for (Node& n : g.nodes) {
+    if (n.domain == kKilnDomain && n.op_type == "StopGradient") {  // a gradient marker: Identity here
+      n.domain.clear();
+      n.op_type = "Identity";
+      continue;
+    }
     if (!n.domain.empty()) continue;
     if (n.op_type == "BatchNormalization" && n.attr_int("training_mode", 0) != 0) {
       n.attrs["training_mode"] = Attribute::of_int(0);

@@ -149,3 +149,26 @@ TEST(GeluFusion, SessionsFuseAndGradientsAreBuiltFromTheFusedNode) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// forward_identities: a chain of Identities after a node (an eval-mode Dropout, then the Identity an
+// exporter adds to name the graph output) collapses onto the producer, which then writes the
+// graph output itself.
+TEST(ForwardIdentities, ChainsEndAtTheGraphOutput) {
+  GraphBuilder b("identities", 1);
+  const std::string x = b.input("x", DType::Float32, {2, 3});
+  const std::string relu = b.op("Relu", {x});
+  b.output(b.op("Identity", {b.op("Identity", {relu})}), "y", DType::Float32, {2, 3});
+  Model m = b.build();
+  EXPECT_GE(forward_identities(m), 2u);  // the builder may name the output with one more
+  ASSERT_EQ(m.graph.nodes.size(), 1u);
+  EXPECT_EQ(m.graph.nodes[0].outputs, std::vector<std::string>{"y"});
+  const Tensor in = Tensor::from_vector<float>({2, 3}, {-1.f, 2.f, -3.f, 4.f, 0.f, 6.f});
+  const Tensor y = Session(b.build()).run({{"x", in}}).at("y");
+  EXPECT_EQ(std::vector<float>(y.data<float>(), y.data<float>() + 6), (std::vector<float>{0, 2, 0, 4, 0, 6}));
+}
+
+}  // namespace
+}  // namespace kiln

@@ -134,7 +134,8 @@ def test_folder_errors(tmp_path):
     (tmp_path / "empty" / "config.json").write_text("{\"model_type\": ")
     with pytest.raises(kiln.CorruptFile, match="not valid JSON"):
         kiln.AutoModel.from_pretrained(tmp_path / "empty")
-    (tmp_path / "empty" / "config.json").write_text(json.dumps({"model_type": "t5", "architectures": ["T5Model"]}))
+    unknown = {"model_type": "llama", "architectures": ["LlamaModel"]}
+    (tmp_path / "empty" / "config.json").write_text(json.dumps(unknown))
     with pytest.raises(NotImplementedError, match="not a model Kiln's zoo has"):
         kiln.AutoModel.from_pretrained(tmp_path / "empty")
     (tmp_path / "empty" / "config.json").write_text(json.dumps({"model_type": "gpt2", **GPT2}))

@@ -83,6 +83,11 @@ class Embedding : public Module {
   int64_t num_embeddings() const { return num_embeddings_; }
   int64_t embedding_dim() const { return embedding_dim_; }
   std::optional<int64_t> padding_idx() const { return padding_idx_; }
+  // Hugging Face's `embed_tokens.weight = shared.weight`: this module's weight becomes `owner`'s
+  // (one storage, both keys in the state_dict) and traces as the owner's initializer, so an
+  // exported model holds the matrix once and trains it with the sum of every use's gradient.
+  // ShapeError unless the shapes agree.
+  void share_weight(std::shared_ptr<Embedding> owner);
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override;
   std::string type_name() const override { return "Embedding"; }
   std::string extra_repr() const override;
@@ -90,6 +95,7 @@ class Embedding : public Module {
  private:
   int64_t num_embeddings_, embedding_dim_;
   std::optional<int64_t> padding_idx_;
+  std::shared_ptr<Embedding> weight_owner_;
 };
 
 // ---- Convolutions --------------------------------------------------------------------------------

@@ -83,6 +83,9 @@ class Tracer {
   std::vector<Var> op_multi(const std::string& op_type, const std::vector<Var>& inputs,
                             std::map<std::string, Attribute> attrs,
                             std::vector<std::pair<DType, std::vector<int64_t>>> outputs);
+  // x's value with no gradient behind it (ai.kiln.StopGradient, torch's detach()): the gradient
+  // graph sends nothing back through it.
+  Var stop_gradient(const Var& x);
   // An empty optional input (ONNX's "").
   static Var none();
   // A constant (a Constant node: not in the state_dict, and never trained — artifact generation

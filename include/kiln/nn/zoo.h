@@ -26,8 +26,15 @@
 //   bert           HF BertForSequenceClassification     HF BertConfig names
 //   gpt2           HF GPT2LMHeadModel keys (lm_head.weight  HF GPT2Config names
 //                  shares transformer.wte.weight's storage; one initializer when exported)
+//   bart           HF BartForConditionalGeneration keys    HF BartConfig names, and "part"
+//                  (model.shared, both embed_tokens and lm_head one storage and one initializer)
+//   t5             HF T5ForConditionalGeneration keys      HF T5Config names, and "part"
+//                  (shared = encoder/decoder.embed_tokens; lm_head tied by tie_word_embeddings)
 // Inputs: "pixel_values" [B, C, H, W] for image models (mlp/lenet: "input"), "input_ids" (+
-// "attention_mask", "token_type_ids" for bert) for text models; output "logits". As built-in models
+// "attention_mask", "token_type_ids" for bert) for text models; output "logits". The encoder-decoders
+// take input_ids, attention_mask and decoder_input_ids (and labels, then returning the loss first),
+// or export optimum's encoder / decoder / decoder-with-past graphs by their "part" key
+// (src/models/zoo/seq2seq_util.h). As built-in models
 // of the Trainer and `kiln train --model NAME` (make_builtin_model), an image model's input is named
 // "input", the column name Kiln's datasets use.
 #pragma once

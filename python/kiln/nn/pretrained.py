@@ -6,12 +6,13 @@
     backbone = kiln.AutoBackbone.from_pretrained("my-resnet", out_indices=(2, 3, 4))
 
 The config's `architectures` (else its `model_type`) chooses the zoo entry: BertForSequenceClassification
-(bert), GPT2LMHeadModel (gpt2), ResNetForImageClassification (resnet: resnet18/34/50 by the config),
+(bert), GPT2LMHeadModel (gpt2), BartForConditionalGeneration (bart), T5ForConditionalGeneration (t5),
+ResNetForImageClassification (resnet: resnet18/34/50 by the config),
 ConvNextForImageClassification (convnext), ViTForImageClassification (vit), and Kiln's KilnMLP /
 KilnLeNet. The config's fields the zoo entry has are read (HF's names); its other fields (id2label,
 torch_dtype, transformers_version, ...) are kept in `model.config` and written back, and `id2label`
 sets num_labels. Keyword arguments override the config (num_labels=3). The weights are the zoo's
-state_dict keys: HF's own for bert and gpt2 (an HF folder of those loads as it is; GPT-2's attention
+state_dict keys: HF's own for bert, gpt2, bart and t5 (an HF folder of those loads as it is; GPT-2's attention
 mask buffers are skipped and the tied lm_head.weight may be absent), torchvision's for the vision
 models (docs/nn.md#the-zoo). A name that is not a local folder is an OSError: Kiln downloads nothing.
 """
@@ -31,6 +32,8 @@ CONFIG_NAME, WEIGHTS_NAME = "config.json", "model.safetensors"
 ARCHITECTURES = {
     "BertForSequenceClassification": ("bert", "sequence-classification"),
     "GPT2LMHeadModel": ("gpt2", "causal-lm"),
+    "BartForConditionalGeneration": ("bart", "seq2seq-lm"),
+    "T5ForConditionalGeneration": ("t5", "seq2seq-lm"),
     "ResNetForImageClassification": ("resnet", "image-classification"),
     "ConvNextForImageClassification": ("convnext", "image-classification"),
     "ViTForImageClassification": ("vit", "image-classification"),
@@ -38,8 +41,9 @@ ARCHITECTURES = {
     "KilnLeNet": ("kiln-lenet", "image-classification"),
 }
 _ARCHITECTURE_OF = {model_type: arch for arch, (model_type, _) in ARCHITECTURES.items()}
-_MODEL_TYPE_OF = {"bert": "bert", "gpt2": "gpt2", "resnet18": "resnet", "resnet34": "resnet", "resnet50": "resnet",
-                  "convnext_tiny": "convnext", "vit": "vit", "mlp": "kiln-mlp", "lenet": "kiln-lenet"}
+_MODEL_TYPE_OF = {"bert": "bert", "gpt2": "gpt2", "bart": "bart", "t5": "t5", "resnet18": "resnet",
+                  "resnet34": "resnet", "resnet50": "resnet", "convnext_tiny": "convnext", "vit": "vit",
+                  "mlp": "kiln-mlp", "lenet": "kiln-lenet"}
 # GPT-2 checkpoints written by older transformers hold the attention masks as buffers.
 _SKIPPED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
 
@@ -256,6 +260,11 @@ class AutoModel(_AutoModel):
 
 class AutoModelForSequenceClassification(_AutoModel):
     _task = "sequence-classification"
+
+
+class AutoModelForSeq2SeqLM(_AutoModel):
+    """HF's: the encoder-decoders (bart, t5)."""
+    _task = "seq2seq-lm"
 
 
 class AutoModelForCausalLM(_AutoModel):

@@ -17,6 +17,15 @@ from kiln.nn.var import onnx_dtype
 
 def _input_columns(module, columns, label_names):
     features = [c for c in columns if c not in label_names]
+    forward_names = getattr(module, "_forward_names", None)  # zoo encoder-decoders: HF's argument names
+    if forward_names is not None:
+        named = [n for n in forward_names if n in columns]
+        required = [n for n in forward_names if n != "labels"]
+        if all(n in named for n in required):
+            return named
+        raise InvalidArgument(f"Trainer(model={module._get_name()}): forward takes {', '.join(forward_names)}; the "
+                              f"dataset has {columns}. DataCollatorForSeq2Seq(tokenizer, model=model) makes "
+                              "decoder_input_ids from the labels.")
     try:
         params = [p for p in inspect.signature(module.forward).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -48,7 +57,8 @@ def export_for_trainer(module, dataset, label_names, path):
     was_training = module.training
     module.train(True)
     try:
-        module.export(path, shapes, {n: {0: "batch"} for n in names}, input_dtypes=dtypes)
+        output_names = module._output_names(names) if hasattr(module, "_output_names") else None
+        module.export(path, shapes, {n: {0: "batch"} for n in names}, input_dtypes=dtypes, output_names=output_names)
     finally:
         module.train(was_training)
     from kiln._core import core

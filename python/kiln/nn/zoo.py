@@ -28,7 +28,37 @@ def create_model(name, **config):
     module = _wrap(_nn.zoo_create(name, config))
     module._zoo_name = name  # for save_pretrained (kiln/nn/pretrained.py)
     module._zoo_config = config_for(name, **config)
+    if name in _SEQ2SEQ and module._zoo_config["part"] == "model":
+        _make_seq2seq(module)
     return module
+
+
+_SEQ2SEQ = ("bart", "t5")
+
+
+def _make_seq2seq(module):
+    """What HF's encoder-decoder models offer the Trainer and DataCollatorForSeq2Seq: forward's
+    argument names (labels last: the model then returns its loss first, as HF's),
+    prepare_decoder_input_ids_from_labels, and a generation_config with the config's token ids."""
+    import numpy as np
+    config = module._zoo_config
+    pad, start = config["pad_token_id"], config["decoder_start_token_id"]
+
+    def prepare_decoder_input_ids_from_labels(labels):
+        """HF's shift_tokens_right: decoder_start_token_id, then labels[:, :-1], -100 as pad."""
+        labels = np.asarray(labels.detach().cpu().numpy() if hasattr(labels, "detach") else labels)
+        shifted = np.empty_like(labels)
+        shifted[:, 0] = start
+        shifted[:, 1:] = labels[:, :-1]
+        shifted[shifted == -100] = pad
+        return shifted
+
+    from kiln.generation import from_model_config
+    object.__setattr__(module, "generation_config", from_model_config(config))
+    object.__setattr__(module, "prepare_decoder_input_ids_from_labels", prepare_decoder_input_ids_from_labels)
+    object.__setattr__(module, "_forward_names", ["input_ids", "attention_mask", "decoder_input_ids", "labels"])
+    object.__setattr__(module, "_output_names",
+                       lambda inputs: ["loss", "logits"] if "labels" in inputs else ["logits"])
 
 
 def from_pretrained(folder, **overrides):

@@ -99,6 +99,16 @@ void Embedding::reset_parameters() {
   for (int64_t j = 0; j < embedding_dim_; ++j) row[j] = 0.f;
 }
 
+void Embedding::share_weight(std::shared_ptr<Embedding> owner) {
+  if (!owner || owner.get() == this) throw InvalidArgument("Embedding::share_weight: needs another Embedding");
+  if (owner->num_embeddings_ != num_embeddings_ || owner->embedding_dim_ != embedding_dim_)
+    throw ShapeError(fmt::format("Embedding::share_weight: this embedding is ({}, {}), the owner's ({}, {})",
+                                 num_embeddings_, embedding_dim_, owner->num_embeddings_, owner->embedding_dim_));
+  while (owner->weight_owner_) owner = owner->weight_owner_;
+  get_parameter("weight") = owner->get_parameter("weight");
+  weight_owner_ = std::move(owner);
+}
+
 std::vector<Var> Embedding::forward(Tracer& t, const std::vector<Var>& inputs) {
   const Var& idx = detail::single_input(*this, inputs);
   if (idx.dtype != DType::Int64 && idx.dtype != DType::Int32)
@@ -106,19 +116,15 @@ std::vector<Var> Embedding::forward(Tracer& t, const std::vector<Var>& inputs) {
         fmt::format("Embedding: expected indices '{}' to have one of the following scalar types: "
                     "int64, int32; but got {}{}",
                     idx.name, dtype_name(idx.dtype), shape_text(idx.shape)));
-  const Var w = t.parameter(*this, "weight");
+  const Var w = t.parameter(weight_owner_ ? *weight_owner_ : *this, "weight");
   std::vector<int64_t> out_shape = idx.shape;
   out_shape.push_back(embedding_dim_);
   const Var rows = t.op("Gather", {w, idx}, {{"axis", Attribute::of_int(0)}}, w.dtype, out_shape);
-  if (!padding_idx_) return {rows};
-  // torch never sends a gradient to the padding row. Positions holding padding_idx therefore read
-  // the row's value as a constant (taken when tracing), so the generated training graph leaves
-  // the row out of the gradient; the forward is unchanged. (The row then changes only through
-  // weight decay, which keeps torch's default zero row at zero.)
-  const Tensor weight = get_parameter("weight").contiguous();
-  Tensor row = Tensor::empty(weight.dtype(), {embedding_dim_});
-  const size_t offset = size_t(*padding_idx_ * embedding_dim_) * dtype_size(weight.dtype());
-  std::memcpy(row.raw_data(), static_cast<const char*>(weight.raw_data()) + offset, row.nbytes());
+  if (!padding_idx_ || !training()) return {rows};
+  // torch never sends a gradient to the padding row: in training mode the rows read at positions
+  // holding padding_idx pass through ai.kiln.StopGradient, so the generated training graph leaves
+  // the row out of the gradient (it still changes through other uses of a tied matrix, such as a
+  // language model's head, and the forward reads its current value).
   std::vector<int64_t> mask_shape = idx.shape;
   mask_shape.push_back(1);
   const Var pad = t.op("Equal",
@@ -127,7 +133,7 @@ std::vector<Var> Embedding::forward(Tracer& t, const std::vector<Var>& inputs) {
                                         "padding_idx")},
                        {}, DType::Bool, idx.shape);
   const Var mask = t.op("Unsqueeze", {pad, t.constant_ints({-1}, "axes")}, {}, DType::Bool, mask_shape);
-  return {t.op("Where", {mask, t.constant(row, "padding_row"), rows}, {}, w.dtype, out_shape)};
+  return {t.op("Where", {mask, t.stop_gradient(rows), rows}, {}, w.dtype, out_shape)};
 }
 
 std::string Embedding::extra_repr() const {

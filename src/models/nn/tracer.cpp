@@ -177,6 +177,22 @@ std::vector<Var> Tracer::op_multi(const std::string& op_type, const std::vector<
   return result;
 }
 
+Var Tracer::stop_gradient(const Var& x) {
+  const std::string base = fmt::format("{}/StopGradient", scope());
+  s_->check_inputs({x}, base);
+  Node n;
+  n.domain = kKilnDomain;
+  n.op_type = "StopGradient";
+  n.name = s_->unique(fmt::format("{}_{}", base, s_->counters[base]++));
+  n.inputs = {x.name};
+  n.outputs = {s_->unique(fmt::format("{}_output_0", n.name))};
+  s_->dtypes[n.outputs[0]] = x.dtype;
+  s_->model.opsets[kKilnDomain] = 1;
+  Var out{n.outputs[0], x.dtype, x.shape};
+  s_->edit.add_node(std::move(n));
+  return out;
+}
+
 Var Tracer::none() { return Var{"", DType::Float32, {}}; }
 
 Var Tracer::constant(const Tensor& value, const std::string& hint) {

@@ -68,20 +68,12 @@ struct BertConfig {
 // Linears and embeddings drawn as HF's BertPreTrainedModel._init_weights (LayerNorm: torch's
 // ones / zeros already).
 std::shared_ptr<Linear> hf_linear(int64_t in, int64_t out, const BertConfig& c) {
-  auto l = std::make_shared<Linear>(in, out);
-  hf_normal_init(*l, c.initializer_range);
-  return l;
+  return transformers::hf_linear(in, out, c.initializer_range);
 }
 
 std::shared_ptr<Embedding> hf_embedding(int64_t n, int64_t dim, const BertConfig& c,
                                         std::optional<int64_t> padding_idx = {}) {
-  auto e = std::make_shared<Embedding>(n, dim, padding_idx);
-  hf_normal_init(*e, c.initializer_range);
-  if (padding_idx) {
-    float* row = e->get_parameter("weight").data<float>() + *padding_idx * dim;
-    for (int64_t j = 0; j < dim; ++j) row[j] = 0.f;
-  }
-  return e;
+  return transformers::hf_embedding(n, dim, c.initializer_range, padding_idx);
 }
 
 // inputs {input_ids, token_type_ids}: LayerNorm(word + token_type + position), then dropout.
@@ -257,13 +249,7 @@ class BertModel : public Module {
       if (v.rank() != 2 || (v.dtype != DType::Int64 && v.dtype != DType::Int32))
         throw TypeError(fmt::format("bert: input '{}' must be int64 [batch, sequence], got {} of rank {}", v.name,
                                     dtype_name(v.dtype), v.rank()));
-    // HF's get_extended_attention_mask: (1 - mask[:, None, None, :]) * finfo(float32).min
-    const Var mask =
-        t.op("Cast", {inputs[1]}, {{"to", Attribute::of_int(static_cast<int64_t>(dtype_to_onnx(DType::Float32)))}},
-             DType::Float32, inputs[1].shape);
-    Var extended =
-        attn::binary(t, "Sub", t.constant_scalar(1.0, DType::Float32, "one"), attn::unsqueeze(t, mask, {1, 2}));
-    extended = attn::binary(t, "Mul", extended, t.constant_scalar(float32_lowest(), DType::Float32, "mask_value"));
+    const Var extended = padding_mask(t, inputs[1]);  // HF's get_extended_attention_mask
     const Var embedded = embeddings_->call(t, {inputs[0], inputs[2]}).at(0);
     const Var sequence = encoder_->call(t, {embedded, extended}).at(0);
     return {sequence, pooler_->call(t, sequence)};

@@ -113,12 +113,8 @@ class GPT2Attention : public Module {
     Var k = split_heads(t, parts[1], heads_), v = split_heads(t, parts[2], heads_);
     EagerAttention a{.divisors = divisors_, .causal = true, .dropout = attn_dropout_.get()};
     if (inputs.size() == 4) {
-      auto append = [&](const Var& past, const Var& now) {
-        return t.op("Concat", {past, now}, {{"axis", Attribute::of_int(2)}}, now.dtype,
-                    {now.dim(0), now.dim(1), -1, now.dim(3)});
-      };
-      k = append(inputs[1], k);
-      v = append(inputs[2], v);
+      k = append_past(t, inputs[1], k);
+      v = append_past(t, inputs[2], v);
       a.keys_past = true;
       a.additive_mask = inputs[3];
     }
@@ -215,7 +211,7 @@ class GPT2Model : public Module {
       for (size_t i = 0; i < h_->size(); ++i) h = (*h_)[i]->call(t, h);
       return {ln_f_->call(t, h)};
     }
-    const Var mask = additive_mask(t, inputs[1]);
+    const Var mask = padding_mask(t, inputs[1]);
     std::vector<Var> out(1);
     for (size_t i = 0; i < h_->size(); ++i) {
       const std::vector<Var> block = (*h_)[i]->call(t, {h, inputs[3 + 2 * i], inputs[4 + 2 * i], mask});
@@ -230,15 +226,6 @@ class GPT2Model : public Module {
   const std::shared_ptr<Embedding>& wte() const { return wte_; }
 
  private:
-  // HF's GPT-2: (1 - mask[:, None, None, :]) * finfo(float32).min.
-  static Var additive_mask(Tracer& t, const Var& mask) {
-    const Var m = t.op("Cast", {mask}, {{"to", Attribute::of_int(static_cast<int64_t>(dtype_to_onnx(DType::Float32)))}},
-                       DType::Float32, mask.shape);
-    const Var inverted =
-        attn::binary(t, "Sub", t.constant_scalar(1.0, DType::Float32, "one"), attn::unsqueeze(t, m, {1, 2}));
-    return attn::binary(t, "Mul", inverted, t.constant_scalar(float32_lowest(), DType::Float32, "mask_value"));
-  }
-
   int64_t n_positions_;
   bool with_past_;
   std::shared_ptr<Embedding> wte_, wpe_;
@@ -246,34 +233,12 @@ class GPT2Model : public Module {
   std::shared_ptr<ModuleList> h_;
 };
 
-// torch's Linear(n_embd, vocab_size, bias=False) whose weight is the word embedding's (HF's
-// tie_weights): registered as a parameter sharing the embedding's storage, and traced as the
-// embedding's own initializer so that the exported model holds the matrix once.
-class TiedLMHead : public Module {
- public:
-  explicit TiedLMHead(std::shared_ptr<Embedding> wte) : wte_(std::move(wte)) {
-    register_parameter("weight", wte_->get_parameter("weight"));
-  }
-  std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
-    const Var& x = inputs.at(0);
-    const Var w = t.parameter(*wte_, "weight");  // [vocab, n_embd]
-    return {attn::matmul(t, x, attn::transpose(t, w, {1, 0}))};
-  }
-  std::string type_name() const override { return "Linear"; }
-  std::string extra_repr() const override {
-    return fmt::format("in_features={}, out_features={}, bias=False", wte_->embedding_dim(), wte_->num_embeddings());
-  }
-
- private:
-  std::shared_ptr<Embedding> wte_;
-};
-
 class GPT2LMHeadModel : public Module {
  public:
   explicit GPT2LMHeadModel(const Gpt2Config& c) {
     auto transformer = register_module("transformer", std::make_shared<GPT2Model>(c));
     transformer_ = transformer;
-    lm_head_ = register_module("lm_head", std::make_shared<TiedLMHead>(transformer->wte()));
+    lm_head_ = register_module("lm_head", std::make_shared<TiedLinear>(transformer->wte()));
   }
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
     std::vector<Var> out = transformer_->call(t, inputs);

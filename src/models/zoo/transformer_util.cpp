@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -101,6 +102,55 @@ void hf_normal_init(Module& m, double std) {
   }
 }
 
+std::shared_ptr<Linear> hf_linear(int64_t in, int64_t out, double std, bool bias) {
+  auto l = std::make_shared<Linear>(in, out, bias);
+  hf_normal_init(*l, std);
+  return l;
+}
+
+std::shared_ptr<Embedding> hf_embedding(int64_t n, int64_t dim, double std, std::optional<int64_t> padding_idx) {
+  auto e = std::make_shared<Embedding>(n, dim, padding_idx);
+  hf_normal_init(*e, std);
+  if (padding_idx) {
+    float* row = e->get_parameter("weight").data<float>() + *e->padding_idx() * dim;
+    std::fill(row, row + dim, 0.f);
+  }
+  return e;
+}
+
+TiedLinear::TiedLinear(std::shared_ptr<Embedding> embedding, double scale)
+    : embedding_(std::move(embedding)), scale_(scale) {
+  register_parameter("weight", embedding_->get_parameter("weight"));
+}
+
+std::vector<Var> TiedLinear::forward(Tracer& t, const std::vector<Var>& inputs) {
+  Var x = inputs.at(0);
+  if (scale_ != 1.0) x = attn::binary(t, "Mul", x, t.constant_scalar(scale_, x.dtype, "scale"));
+  const Var w = t.parameter(*embedding_, "weight");  // [vocab, dim]
+  return {attn::matmul(t, x, attn::transpose(t, w, {1, 0}))};
+}
+
+std::string TiedLinear::extra_repr() const {
+  return fmt::format("in_features={}, out_features={}, bias=False", embedding_->embedding_dim(),
+                     embedding_->num_embeddings());
+}
+
+Var padding_mask(Tracer& t, const Var& mask) {
+  const Var m = t.op("Cast", {mask}, {{"to", Attribute::of_int(static_cast<int64_t>(dtype_to_onnx(DType::Float32)))}},
+                     DType::Float32, mask.shape);
+  const Var inverted =
+      attn::binary(t, "Sub", t.constant_scalar(1.0, DType::Float32, "one"), attn::unsqueeze(t, m, {1, 2}));
+  return attn::binary(t, "Mul", inverted, t.constant_scalar(float32_lowest(), DType::Float32, "mask_value"));
+}
+
+Var lm_loss(Tracer& t, const Var& logits, const Var& labels) {
+  const Var flat_logits = attn::reshape(t, logits, {-1, logits.dim(2)});
+  const Var flat_labels = attn::reshape(t, labels, {-1});
+  return t.op("SoftmaxCrossEntropyLoss", {flat_logits, flat_labels},
+              {{"reduction", Attribute::of_string("mean")}, {"ignore_index", Attribute::of_int(-100)}}, logits.dtype,
+              {});
+}
+
 Var select_token(Tracer& t, const Var& x, int64_t index) {
   return t.op("Gather", {x, t.constant(Tensor::scalar<int64_t>(index), "token_index")},
               {{"axis", Attribute::of_int(1)}}, x.dtype, {x.dim(0), x.dim(2)});
@@ -126,6 +176,11 @@ Var merge_heads(Tracer& t, const Var& x) {
   const int64_t width = x.dim(1) == -1 || x.dim(3) == -1 ? -1 : x.dim(1) * x.dim(3);
   if (width == -1) throw ShapeError(fmt::format("{}: merging heads needs static head count and size", t.scope()));
   return attn::reshape(t, attn::transpose(t, x, {0, 2, 1, 3}), {0, 0, width});
+}
+
+Var append_past(Tracer& t, const Var& past, const Var& now) {
+  return t.op("Concat", {past, now}, {{"axis", Attribute::of_int(2)}}, now.dtype,
+              {now.dim(0), now.dim(1), -1, now.dim(3)});
 }
 
 double float32_lowest() { return static_cast<double>(std::numeric_limits<float>::lowest()); }

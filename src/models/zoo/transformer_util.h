@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "kiln/nn/layers.h"
 #include "kiln/nn/zoo.h"
 
 namespace kiln::nn::zoo::transformers {
@@ -31,6 +33,33 @@ ModulePtr make_activation(const std::string& model, const std::string& key, cons
 
 // Hugging Face's _init_weights for a Linear / Conv1D / Embedding: weight ~ N(0, std), bias zero.
 void hf_normal_init(Module& m, double std);
+// A Linear / an Embedding drawn that way (the embedding's padding row zero, as HF's _init_weights).
+std::shared_ptr<Linear> hf_linear(int64_t in, int64_t out, double std, bool bias = true);
+std::shared_ptr<Embedding> hf_embedding(int64_t n, int64_t dim, double std, std::optional<int64_t> padding_idx = {});
+
+// torch's Linear(dim, vocab, bias=False) whose weight is the word embedding's (HF's tie_weights):
+// registered as a parameter sharing the embedding's storage, and traced as the embedding's own
+// initializer so that the exported model holds the matrix once. `scale` (T5's d_model ** -0.5 on
+// tied heads) multiplies the input first when not 1.
+class TiedLinear : public Module {
+ public:
+  explicit TiedLinear(std::shared_ptr<Embedding> embedding, double scale = 1.0);
+  std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override;
+  std::string type_name() const override { return "Linear"; }
+  std::string extra_repr() const override;
+
+ private:
+  std::shared_ptr<Embedding> embedding_;
+  double scale_;
+};
+
+// HF's inverted attention mask: (1 - mask[:, None, None, :]) * float32 lowest, for a 0/1 mask
+// [B, L] of any integer or float dtype -> float32 [B, 1, 1, L].
+Var padding_mask(Tracer& t, const Var& mask);
+
+// HF's language-model loss: CrossEntropyLoss(logits.view(-1, V), labels.view(-1)) with
+// ignore_index -100 and the mean over the other positions; logits [B, T, V], labels [B, T] -> [].
+Var lm_loss(Tracer& t, const Var& logits, const Var& labels);
 
 // x[:, index] of [B, S, D] -> [B, D].
 Var select_token(Tracer& t, const Var& x, int64_t index);
@@ -55,6 +84,10 @@ struct EagerAttention {
   Module* dropout = nullptr;
 };
 Var eager_attention(Tracer& t, const Var& q, const Var& k, const Var& v, const EagerAttention& a);
+
+// A layer's cached keys or values [B, H, P, d] with this call's [B, H, S, d] after them (HF's
+// torch.cat([past_key, key], dim=2)).
+Var append_past(Tracer& t, const Var& past, const Var& now);
 
 // float32's lowest value, torch.finfo(torch.float32).min: what HF fills masked scores with.
 double float32_lowest();

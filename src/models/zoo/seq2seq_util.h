@@ -1,0 +1,66 @@
+// What the zoo's encoder-decoder entries (bart, t5) share: the graph a config exports ("part":
+// the whole model, or optimum's encoder / decoder / decoder-with-past files that generation runs
+// with a KV cache), its inputs, outputs and dynamic axes in optimum's names, and HF's
+// shift_tokens_right.
+//
+//   part "model"             input_ids, attention_mask, decoder_input_ids [, labels]
+//                            -> logits [, with labels: loss first]
+//   part "encoder"           input_ids, attention_mask -> last_hidden_state
+//   part "decoder"           input_ids (the decoder's), encoder_attention_mask, encoder_hidden_states
+//                            -> logits, present.N.decoder.key/value, present.N.encoder.key/value
+//   part "decoder_with_past" input_ids [B, 1...], encoder_attention_mask,
+//                            past_key_values.N.decoder.key/value, past_key_values.N.encoder.key/value
+//                            -> logits, present.N.decoder.key/value
+// Keys and values are [B, heads, length, head_dim].
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/nn/zoo.h"
+
+namespace kiln::nn::zoo::seq2seq {
+
+enum class Part { Model, Encoder, Decoder, DecoderWithPast };
+
+// The config's "part"; InvalidArgument naming the model and the known parts otherwise.
+Part part_of(const Config& c, const std::string& model);
+
+struct Dims {
+  int64_t decoder_layers, heads, head_dim, d_model;
+};
+
+InputShapes example_inputs(Part part, const Dims& d);
+std::vector<DType> input_dtypes(Part part, const Dims& d);
+std::vector<std::string> output_names(Part part, const Dims& d);
+DynamicAxes dynamic_axes(Part part, const Dims& d);
+// How many inputs forward takes in `part` (the model part also takes labels as a fourth).
+size_t input_count(Part part, const Dims& d);
+
+// Checks forward's inputs for `part` (count; token ids and masks integer [B, L]; keys, values and
+// hidden states float); errors name the model and the input.
+void check_inputs(const std::string& model, Part part, const Dims& d, const std::vector<Var>& inputs);
+
+// forward of an encoder-decoder for `part`, its inputs checked: the encoder called with {input_ids,
+// additive mask}, the decoder with {decoder ids, additive encoder mask, encoder hidden states} (or
+// the cache inputs), `head` turning the decoder's hidden states into logits; with labels, HF's
+// loss first.
+std::vector<Var> forward_part(Tracer& t, const std::string& model, Part part, const Dims& d,
+                              const std::vector<Var>& inputs, Module& encoder, Module& decoder,
+                              const std::function<Var(const Var&)>& head);
+
+// x.shape[axis] as int64 [1], read at run time.
+Var dim_of(Tracer& t, const Var& x, int64_t axis);
+
+// Entry helpers: the part's example inputs, dtypes, outputs and axes read from a config by `dims`.
+template <class DimsOf>
+void describe_parts(ZooEntry& e, const std::string& model, DimsOf dims) {
+  e.example_inputs = [model, dims](const Config& c) { return example_inputs(part_of(c, model), dims(c)); };
+  e.input_dtypes = [model, dims](const Config& c) { return input_dtypes(part_of(c, model), dims(c)); };
+  e.output_names = [model, dims](const Config& c) { return output_names(part_of(c, model), dims(c)); };
+  e.dynamic_axes = [model, dims](const Config& c) { return dynamic_axes(part_of(c, model), dims(c)); };
+}
+
+}  // namespace kiln::nn::zoo::seq2seq
