@@ -11,7 +11,7 @@ CMAKE_FLAGS := $(if $(CI),-DKILN_WERROR=ON,)
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= true
 
-.PHONY: all setup setup-test configure build demo test test-large lint format conformance bench asan tsan fuzz gauntlet clean
+.PHONY: all setup setup-test configure build demo test test-large lint format conformance bench translation asan tsan fuzz gauntlet clean
 
 all: build
 
@@ -67,6 +67,13 @@ bench: build
 	-/usr/bin/python3 bench/generation.py --build-dir $(BUILD)
 	-/usr/bin/python3 bench/scaling_projection.py
 	/usr/bin/python3 bench/trainer_speed.py --build-dir $(BUILD)
+
+# English -> Spanish translation on the Bibles Debian ships (examples/translation; figures in
+# docs/text.md): about 30 minutes on 2 cores.
+translation: build
+	PYTHONPATH=$(BUILD)/python /usr/bin/python3 examples/translation/run_translation.py \
+	    --output_dir $(BUILD)/translation --books Matthew-Revelation --vocab_size 2000 --max_length 48 \
+	    --d_model 128 --layers 2 --max_steps 4000 --warmup_steps 200 --learning_rate 2e-3
 
 # Sanitizers (clang 14; docs/reliability.md). asan: AddressSanitizer + UBSan over every C++ test and
 # the ONNX conformance cases. tsan: ThreadSanitizer over the tests that run threads at once.

@@ -25,6 +25,8 @@ if $for_tests; then
     # tokenizers and text metrics: references (SentencePiece, nltk's BLEU, the regex module for
     # GPT-2's pre-tokenizer pattern) and real English text (the fortunes)
     python3-sentencepiece python3-nltk python3-regex fortunes
+    # the translation example's verse-aligned Bibles (English, Spanish) and their reader
+    diatheke sword-text-web sword-text-sparv
     clang-format clang-tidy
     # clang's sanitizers, libFuzzer and OpenMP runtime, and llvm-symbolizer for their reports
     clang-14 libclang-rt-14-dev libomp-14-dev llvm-14

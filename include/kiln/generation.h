@@ -147,6 +147,9 @@ class Seq2SeqLM final : public LanguageModel {
   Tensor step(const std::vector<int64_t>& tokens) override;
   void reorder(const std::vector<int64_t>& source) override;
   int64_t calls() const override;
+  // The plans the decoder with past holds (its Session keeps the 8 latest): with Kiln's block
+  // cache one per 64 positions generated, without it one per length.
+  size_t decoder_with_past_plans() const;
 
  private:
   struct State;

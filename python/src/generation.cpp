@@ -63,7 +63,8 @@ void register_generation(py::module_& m) {
                                                                 load_any(with_past, false), num_threads);
                }),
            py::arg("encoder"), py::arg("decoder") = py::none(), py::arg("decoder_with_past") = py::none(),
-           py::arg("num_threads") = 0);
+           py::arg("num_threads") = 0)
+      .def_property_readonly("decoder_with_past_plans", &generation::Seq2SeqLM::decoder_with_past_plans);
   m.def("generate_seq2seq", &generate_with<generation::Seq2SeqLM>, py::arg("model"), py::arg("prompts"),
         py::arg("config"));
   m.def("validate_generation_config", [](const py::dict& config) { return config_of(config).to_json(); });

@@ -78,6 +78,8 @@ struct PastNames {
   std::vector<std::string> first;   // the decoder's outputs that fill them
   std::vector<std::string> grown;   // with_past's outputs that replace the decoder part
   std::string ids, mask, hidden;    // with_past's other inputs (hidden: unused by optimum, fed if present)
+  // Kiln's additions (the zoo's bart and t5): with both, the self-attention cache is kept in blocks.
+  std::string decoder_mask, positions;
 };
 
 PastNames past_names(const Session& decoder, const Session& with_past) {
@@ -90,14 +92,20 @@ PastNames past_names(const Session& decoder, const Session& with_past) {
     else if (v.name == "input_ids" || v.name == "decoder_input_ids") p.ids = v.name;
     else if (v.name == "encoder_attention_mask" || v.name == "attention_mask") p.mask = v.name;
     else if (v.name == "encoder_hidden_states") p.hidden = v.name;
+    else if (v.name == "decoder_attention_mask") p.decoder_mask = v.name;
+    else if (v.name == "decoder_position_ids") p.positions = v.name;
     else
       throw InvalidArgument(
           fmt::format("Seq2SeqLM: decoder-with-past input '{}' is not one generation feeds (input_ids, "
-                      "encoder_attention_mask, past_key_values.N.decoder/encoder.key/value)",
+                      "encoder_attention_mask, past_key_values.N.decoder/encoder.key/value, "
+                      "decoder_attention_mask with decoder_position_ids)",
                       v.name));
   }
   if (p.ids.empty() || layers == 0)
     throw InvalidArgument("Seq2SeqLM: the decoder with past needs input_ids and past_key_values.N.* inputs");
+  if (p.decoder_mask.empty() != p.positions.empty())
+    throw InvalidArgument(
+        "Seq2SeqLM: the decoder with past takes decoder_attention_mask and decoder_position_ids together, or neither");
   auto has = [](const std::vector<ValueInfo>& list, const std::string& n) {
     return std::any_of(list.begin(), list.end(), [&](const ValueInfo& v) { return v.name == n; });
   };
@@ -122,6 +130,35 @@ PastNames past_names(const Session& decoder, const Session& with_past) {
   return p;
 }
 
+namespace {
+
+constexpr int64_t kCacheBlock = 64;  // self-attention cache slots added at a time (one plan per block)
+
+// x[:, :, from : from + count] of [B, H, L, d] into y[:, :, to : to + count] (float32, contiguous).
+void copy_slots(const Tensor& x, int64_t from, Tensor& y, int64_t to, int64_t count) {
+  const Shape& xs = x.shape();
+  const Shape& ys = y.shape();
+  const int64_t rows = xs[0] * xs[1], d = xs[3];
+  const float* src = x.data<float>();
+  float* dst = y.data<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst + (r * ys[2] + to) * d, src + (r * xs[2] + from) * d,
+                static_cast<size_t>(count * d) * sizeof(float));
+}
+
+// `filled` slots of x [B, H, *, d] in a zeroed block cache of `capacity` slots.
+Tensor with_capacity(const Tensor& x, int64_t filled, int64_t capacity) {
+  const Tensor in = x.contiguous();
+  if (in.dtype() != DType::Float32)
+    throw Unsupported(
+        fmt::format("Seq2SeqLM: a block cache holds float32 keys and values, got {}", dtype_name(in.dtype())));
+  Tensor out = Tensor::zeros(DType::Float32, {in.shape()[0], in.shape()[1], capacity, in.shape()[3]});
+  copy_slots(in, 0, out, 0, filled);
+  return out;
+}
+
+}  // namespace
+
 struct Seq2SeqLM::State {
   std::optional<Session> encoder;
   Session decoder;
@@ -129,6 +166,7 @@ struct Seq2SeqLM::State {
   PastNames past;
   std::vector<Tensor> cache;  // as past.inputs
   bool cached = false;
+  int64_t filled = 0;  // block cache: the decoder positions held (slots 0 .. filled - 1)
   Roles roles;
   std::string encoder_ids, encoder_mask, logits;
   std::vector<std::vector<int64_t>> source_ids, source_mask, ids;
@@ -137,7 +175,18 @@ struct Seq2SeqLM::State {
 
   explicit State(Session dec) : decoder(std::move(dec)) {}
 
-  // The decoder with past on each row's last token; the decoder part of the cache grows by it.
+  bool blocked() const { return !past.decoder_mask.empty(); }
+
+  // Before a step: room in the block cache for the new token's keys and values.
+  void reserve() {
+    for (size_t k = 0; k < cache.size(); ++k)
+      if (past.inputs[k].find(".decoder.") != std::string::npos && cache[k].shape()[2] <= filled)
+        cache[k] = with_capacity(cache[k], filled, cache[k].shape()[2] + kCacheBlock);
+  }
+
+  // The decoder with past on each row's last token; the decoder part of the cache grows by it (in
+  // blocks: the token's keys and values go into the next free slot, and the shapes fed stay the
+  // same for a block of steps).
   Tensor run_cached() {
     const size_t n = ids.size();
     std::map<std::string, Tensor> feeds;
@@ -146,13 +195,31 @@ struct Seq2SeqLM::State {
     feeds[past.ids] = detail::rows_tensor(last, 0, 1);
     if (!past.mask.empty()) feeds[past.mask] = detail::rows_tensor(source_mask, 0, source_mask[0].size());
     if (!past.hidden.empty()) feeds[past.hidden] = hidden;
+    if (blocked()) {
+      reserve();
+      const int64_t capacity = cache[0].shape()[2];
+      std::vector<int64_t> row(static_cast<size_t>(capacity + 1), 0);
+      std::fill(row.begin(), row.begin() + filled, 1);
+      row.back() = 1;
+      feeds[past.decoder_mask] = detail::rows_tensor(std::vector<std::vector<int64_t>>(n, row), 0, row.size());
+      feeds[past.positions] = detail::rows_tensor(std::vector<std::vector<int64_t>>(n, {filled}), 0, 1);
+    }
     for (size_t k = 0; k < cache.size(); ++k) feeds[past.inputs[k]] = cache[k];
     std::vector<std::string> wanted = past.grown;
     wanted.push_back(logits);
     auto out = with_past->run(feeds, wanted);
     ++calls;
-    for (size_t k = 0, g = 0; k < cache.size(); ++k)
-      if (past.inputs[k].find(".decoder.") != std::string::npos) cache[k] = std::move(out.at(past.grown[g++]));
+    for (size_t k = 0, g = 0; k < cache.size(); ++k) {
+      if (past.inputs[k].find(".decoder.") == std::string::npos) continue;
+      Tensor present = std::move(out.at(past.grown[g++]));
+      if (!blocked()) {
+        cache[k] = std::move(present);
+        continue;
+      }
+      const Tensor grown = present.contiguous();
+      copy_slots(grown, grown.shape()[2] - 1, cache[k], filled, 1);  // the new token: after the block
+    }
+    if (blocked()) ++filled;
     return detail::last_position(out.at(logits), static_cast<int64_t>(n), "Seq2SeqLM");
   }
 
@@ -173,7 +240,13 @@ struct Seq2SeqLM::State {
     ++calls;
     if (cached) {  // the first run fills the cache; the next ones go through the decoder with past
       cache.clear();
-      for (const std::string& name : past.first) cache.push_back(std::move(out.at(name)));
+      filled = static_cast<int64_t>(length);
+      for (size_t k = 0; k < past.first.size(); ++k) {
+        Tensor present = std::move(out.at(past.first[k]));
+        if (blocked() && past.inputs[k].find(".decoder.") != std::string::npos)
+          present = with_capacity(present, filled, (filled / kCacheBlock + 1) * kCacheBlock);
+        cache.push_back(std::move(present));
+      }
     }
     return detail::last_position(out.at(logits), static_cast<int64_t>(n), "Seq2SeqLM");
   }
@@ -208,6 +281,7 @@ Seq2SeqLM::~Seq2SeqLM() = default;
 Seq2SeqLM::Seq2SeqLM(Seq2SeqLM&&) noexcept = default;
 Seq2SeqLM& Seq2SeqLM::operator=(Seq2SeqLM&&) noexcept = default;
 int64_t Seq2SeqLM::calls() const { return state_->calls; }
+size_t Seq2SeqLM::decoder_with_past_plans() const { return state_->with_past ? state_->with_past->num_plans() : 0; }
 
 void Seq2SeqLM::encode(const std::vector<std::vector<int64_t>>& prompts, int64_t pad, int64_t copies) {
   State& s = *state_;

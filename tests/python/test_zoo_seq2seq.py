@@ -116,7 +116,9 @@ def test_exported_parts_use_optimums_names_and_pass_the_checker(case):
             assert outputs == ["logits"] + [f"present.{i}.{p}.{k}" for i in range(layers)
                                             for p in ("decoder", "encoder") for k in ("key", "value")]
         else:
-            assert inputs == ["input_ids", "encoder_attention_mask"] + [
+            # Kiln's two additions to optimum's layout: the block cache's mask and the positions.
+            assert inputs == ["input_ids", "encoder_attention_mask", "decoder_attention_mask",
+                              "decoder_position_ids"] + [
                 f"past_key_values.{i}.{p}.{k}" for i in range(layers) for p in ("decoder", "encoder")
                 for k in ("key", "value")]
             assert outputs == ["logits"] + [f"present.{i}.decoder.{k}" for i in range(layers) for k in ("key", "value")]
@@ -327,3 +329,25 @@ def test_save_pretrained_folders_load_back_through_auto_model_for_seq2seq_lm(tmp
         assert again.generation_config.decoder_start_token_id == CASES[case][1]["decoder_start_token_id"]
     with pytest.raises(kiln.errors.InvalidArgument, match="not a causal-lm model"):
         kiln.AutoModelForCausalLM.from_pretrained(tmp_path / "bart")
+
+
+@pytest.mark.parametrize("case", ["bart", "t5"])
+def test_the_block_cache_plans_once_per_block_past_64_tokens(case):
+    """70 new tokens: the zoo's decoder with past is fed a 64-slot block, then a 128-slot one (two
+    plans), and the tokens still equal torch's greedy loop over its growing cache."""
+    name, config, make = CASES[case]
+    if name == "bart":
+        config = dict(config, max_position_embeddings=80)
+    CASES["_long"] = (name, config, make)
+    try:
+        ref, model = reference("_long")
+    finally:
+        del CASES["_long"]
+    b = batch(config, seed=9, source=6, rows=2)
+    steps = 70
+    got = model.generate(b["input_ids"], attention_mask=b["attention_mask"], max_new_tokens=steps, eos_token_id=None,
+                         forced_eos_token_id=None)
+    want = torch_greedy(ref, b["input_ids"], b["attention_mask"], config["decoder_start_token_id"], steps)
+    np.testing.assert_array_equal(got, want)
+    lm = model.__dict__["_kiln_generation_lm"][1]
+    assert lm._lm.decoder_with_past_plans == 2

@@ -82,7 +82,8 @@ int64_t head_dim(int64_t d, int64_t heads) { return d / heads; }  // HF's embed_
 
 // HF's BartAttention. Inputs and outputs by kind (keys and values [B, H, L, d]):
 //   EncoderSelf {h, additive mask} -> {out}
-//   DecoderSelf {h} -> {out, k, v}; with the cache {h, past k, past v} -> {out, k, v} (past + new)
+//   DecoderSelf {h} -> {out, k, v} (causal); with the cache {h, past k, past v, additive mask
+//               [B, 1, S, P + S]} -> {out, k, v} (past + new)
 //   Cross       {h, encoder h, additive mask} -> {out, k, v}; with the cache {h, k, v, mask} -> {out}
 class BartAttention : public Module {
  public:
@@ -114,11 +115,11 @@ class BartAttention : public Module {
       if (kind_ == AttentionKind::Cross) a.additive_mask = inputs.at(2);
     }
     if (kind_ == AttentionKind::DecoderSelf) {
-      a.causal = true;
-      if (inputs.size() == 3) {
+      a.causal = inputs.size() == 1;
+      if (inputs.size() == 4) {  // a block cache: its own mask hides unfilled slots and later keys
         k = append_past(t, inputs[1], k);
         v = append_past(t, inputs[2], v);
-        a.keys_past = true;
+        a.additive_mask = inputs[3];
       }
     }
     const Var out = out_proj_->call(t, merge_heads(t, eager_attention(t, q, k, v, a)));
@@ -183,7 +184,7 @@ class BartEncoderLayer : public Module {
 };
 
 // inputs {h, encoder mask, encoder h} -> {h, k, v, cross k, cross v};
-// with the cache {h, encoder mask, past k, past v, cross k, cross v} -> {h, k, v}
+// with the cache {h, encoder mask, past k, past v, cross k, cross v, self-attention mask} -> {h, k, v}
 class BartDecoderLayer : public Module {
  public:
   explicit BartDecoderLayer(const BartConfig& c) {
@@ -202,9 +203,9 @@ class BartDecoderLayer : public Module {
   }
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
     const Var& h = inputs.at(0);
-    const bool cached = inputs.size() == 6;
+    const bool cached = inputs.size() == 7;
     const std::vector<Var> self =
-        self_attn_->call(t, cached ? std::vector<Var>{h, inputs[2], inputs[3]} : std::vector<Var>{h});
+        self_attn_->call(t, cached ? std::vector<Var>{h, inputs[2], inputs[3], inputs[6]} : std::vector<Var>{h});
     const Var a = add_norm(t, dropout_, self_attn_layer_norm_, h, self[0]);
     const std::vector<Var> cross = encoder_attn_->call(
         t, cached ? std::vector<Var>{a, inputs[4], inputs[5], inputs[1]} : std::vector<Var>{a, inputs[2], inputs[1]});
@@ -220,8 +221,8 @@ class BartDecoderLayer : public Module {
   FeedForward ff_;
 };
 
-// BartLearnedPositionalEmbedding: weight [max_position_embeddings + 2, d]; inputs {ids} or {ids,
-// past length [1]} -> the rows of positions past .. past + S - 1 (offset by 2), [S, d].
+// BartLearnedPositionalEmbedding: weight [max_position_embeddings + 2, d]; inputs {ids} -> the rows
+// of positions 0 .. S - 1 (offset by 2), [S, d]; {ids, position ids [B, S]} -> their rows, [B, S, d].
 class BartLearnedPositionalEmbedding : public Module {
  public:
   BartLearnedPositionalEmbedding(int64_t max_positions, int64_t d, double std) : max_positions_(max_positions) {
@@ -233,14 +234,18 @@ class BartLearnedPositionalEmbedding : public Module {
     if (ids.dim(1) > max_positions_)
       throw ShapeError(
           fmt::format("bart: sequence length {} exceeds max_position_embeddings {}", ids.dim(1), max_positions_));
-    Var start = t.constant_ints({kPositionOffset}, "offset");
-    if (inputs.size() == 2) start = attn::binary(t, "Add", start, inputs[1]);
+    const Var w = t.parameter(*this, "weight");
+    if (inputs.size() == 2) {
+      const Var rows =
+          attn::binary(t, "Add", inputs[1], t.constant(Tensor::scalar<int64_t>(kPositionOffset), "offset"));
+      return {t.op("Gather", {w, rows}, {{"axis", Attribute::of_int(0)}}, w.dtype, {ids.dim(0), ids.dim(1), w.dim(1)})};
+    }
+    const Var start = t.constant_ints({kPositionOffset}, "offset");
     const Var end = attn::binary(t, "Add", start, seq2seq::dim_of(t, ids, 1));
     const Var positions =
         t.op("Range",
              {attn::squeeze(t, start, {0}), attn::squeeze(t, end, {0}), t.constant(Tensor::scalar<int64_t>(1), "one")},
              {}, DType::Int64, {ids.dim(1)});
-    const Var w = t.parameter(*this, "weight");
     return {t.op("Gather", {w, positions}, {{"axis", Attribute::of_int(0)}}, w.dtype, {ids.dim(1), w.dim(1)})};
   }
   std::string type_name() const override { return "BartLearnedPositionalEmbedding"; }
@@ -268,10 +273,10 @@ struct Embeddings {
                                  std::make_shared<LayerNorm>(std::vector<int64_t>{c.d_model}, 1e-5));
     dropout = stack.register_module("dropout", std::make_shared<Dropout>(c.dropout));
   }
-  Var run(Tracer& t, const Var& ids, std::optional<Var> past_length = {}) const {
+  Var run(Tracer& t, const Var& ids, std::optional<Var> position_ids = {}) const {
     Var x = tokens->call(t, ids);
     if (scale != 1.0) x = attn::binary(t, "Mul", x, t.constant_scalar(scale, x.dtype, "embed_scale"));
-    const Var p = past_length ? positions->call(t, {ids, *past_length}).at(0) : positions->call(t, ids);
+    const Var p = position_ids ? positions->call(t, {ids, *position_ids}).at(0) : positions->call(t, ids);
     return dropout->call(t, norm->call(t, attn::binary(t, "Add", x, p)));
   }
 };
@@ -298,7 +303,8 @@ class BartEncoder : public Module {
 };
 
 // inputs {decoder ids, encoder mask (additive), encoder h} -> {h, per layer k, v, cross k, cross v};
-// with the cache {ids, encoder mask, per layer past k, past v, cross k, cross v} -> {h, per layer k, v}
+// with the cache {ids, encoder mask, decoder mask [B, P + S], position ids [B, S], per layer past k,
+// past v, cross k, cross v} -> {h, per layer k, v}
 class BartDecoder : public Module {
  public:
   BartDecoder(const BartConfig& c, const std::shared_ptr<Embedding>& shared) {
@@ -308,13 +314,20 @@ class BartDecoder : public Module {
     embeddings_.finish(*this, c);
   }
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
-    const bool cached = inputs.size() == 2 + 4 * layers_->size();
-    Var h = cached ? embeddings_.run(t, inputs[0], seq2seq::dim_of(t, inputs[2], 2)) : embeddings_.run(t, inputs[0]);
+    const bool cached = inputs.size() == 4 + 4 * layers_->size();
+    Var h = cached ? embeddings_.run(t, inputs[0], inputs[3]) : embeddings_.run(t, inputs[0]);
+    std::optional<seq2seq::CachedSelfAttention> self;
+    if (cached) self = seq2seq::cached_self_attention(t, inputs[2], inputs[3], inputs[4]);
     std::vector<Var> out(1);
     for (size_t i = 0; i < layers_->size(); ++i) {
       std::vector<Var> in = {h, inputs[1]};
-      if (cached) in.insert(in.end(), inputs.begin() + 2 + 4 * i, inputs.begin() + 6 + 4 * i);
-      else in.push_back(inputs[2]);
+      if (cached) {
+        in.insert(in.end(), inputs.begin() + 4 + 4 * static_cast<std::ptrdiff_t>(i),
+                  inputs.begin() + 8 + 4 * static_cast<std::ptrdiff_t>(i));
+        in.push_back(self->additive_mask);
+      } else {
+        in.push_back(inputs[2]);
+      }
       std::vector<Var> layer = (*layers_)[i]->call(t, in);
       h = layer[0];
       out.insert(out.end(), layer.begin() + 1, layer.end());

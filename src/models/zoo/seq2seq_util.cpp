@@ -52,7 +52,10 @@ InputShapes example_inputs(Part part, const Dims& d) {
     case Part::DecoderWithPast:
       break;
   }
-  InputShapes in = {{"input_ids", {kBatch, 1}}, {"encoder_attention_mask", {kBatch, kSource}}};
+  InputShapes in = {{"input_ids", {kBatch, 1}},
+                    {"encoder_attention_mask", {kBatch, kSource}},
+                    {"decoder_attention_mask", {kBatch, kPast + 1}},
+                    {"decoder_position_ids", {kBatch, 1}}};
   for (const std::string& n : cache_names("past_key_values", d, true))
     in.push_back({n, {kBatch, d.heads, n.find("decoder") != std::string::npos ? kPast : kSource, d.head_dim}});
   return in;
@@ -60,7 +63,7 @@ InputShapes example_inputs(Part part, const Dims& d) {
 
 std::vector<DType> input_dtypes(Part part, const Dims& d) {
   std::vector<DType> types(example_inputs(part, d).size(), DType::Float32);
-  const size_t ints = part == Part::Model ? 3 : 2;
+  const size_t ints = part == Part::Model ? 3 : part == Part::DecoderWithPast ? 4 : 2;
   for (size_t i = 0; i < ints; ++i) types[i] = DType::Int64;
   return types;
 }
@@ -96,8 +99,9 @@ DynamicAxes dynamic_axes(Part part, const Dims& d) {
     case Part::DecoderWithPast:
       break;
   }
-  axes["input_ids"] = axes["logits"] = {batch, {1, target}};
+  axes["input_ids"] = axes["logits"] = axes["decoder_position_ids"] = {batch, {1, target}};
   axes["encoder_attention_mask"] = {batch, {1, source}};
+  axes["decoder_attention_mask"] = {batch, {1, "total_decoder_sequence_length"}};
   for (const std::string& n : cache_names("past_key_values", d, true))
     axes[n] = {batch, {2, n.find("decoder") != std::string::npos ? "past_decoder_sequence_length" : source}};
   for (const std::string& n : cache_names("present", d, false)) axes[n] = {batch, {2, "total_decoder_sequence_length"}};
@@ -146,6 +150,30 @@ std::vector<Var> forward_part(Tracer& t, const std::string& model, Part part, co
   const Var logits = head(decoder.call(t, std::vector<Var>{inputs[2], mask, encoded}).at(0));
   if (inputs.size() == 4) return {transformers::lm_loss(t, logits, inputs[3]), logits};
   return {logits};
+}
+
+CachedSelfAttention cached_self_attention(Tracer& t, const Var& decoder_mask, const Var& positions,
+                                          const Var& past_key) {
+  const Var zero = t.constant(Tensor::scalar<int64_t>(0), "zero"), one = t.constant(Tensor::scalar<int64_t>(1), "one");
+  const Var past = attn::squeeze(t, dim_of(t, past_key, 2), {0});
+  const Var slots = t.op("Range", {zero, past, one}, {}, DType::Int64, {past_key.dim(2)});  // [P]
+  const Var batch = dim_of(t, positions, 0);
+  const Var expanded = t.op("Expand",
+                            {attn::unsqueeze(t, slots, {0}), t.op("Concat", {batch, dim_of(t, past_key, 2)},
+                                                                  {{"axis", Attribute::of_int(0)}}, DType::Int64, {2})},
+                            {}, DType::Int64, {positions.dim(0), past_key.dim(2)});
+  CachedSelfAttention c;
+  c.key_positions =
+      t.op("Concat", {expanded, positions}, {{"axis", Attribute::of_int(1)}}, DType::Int64, {positions.dim(0), -1});
+  const std::vector<int64_t> bsk{positions.dim(0), positions.dim(1), -1};
+  const Var after = t.op("Greater", {attn::unsqueeze(t, c.key_positions, {1}), attn::unsqueeze(t, positions, {2})}, {},
+                         DType::Bool, bsk);
+  const Var causal =
+      attn::where(t, after, t.constant_scalar(transformers::float32_lowest(), DType::Float32, "mask_value"),
+                  t.constant_scalar(0.0, DType::Float32, "zero_f"));
+  c.additive_mask =
+      attn::binary(t, "Add", attn::unsqueeze(t, causal, {1}), transformers::padding_mask(t, decoder_mask));
+  return c;
 }
 
 Var dim_of(Tracer& t, const Var& x, int64_t axis) {

@@ -8,9 +8,14 @@
 //   part "encoder"           input_ids, attention_mask -> last_hidden_state
 //   part "decoder"           input_ids (the decoder's), encoder_attention_mask, encoder_hidden_states
 //                            -> logits, present.N.decoder.key/value, present.N.encoder.key/value
-//   part "decoder_with_past" input_ids [B, 1...], encoder_attention_mask,
+//   part "decoder_with_past" input_ids [B, S], encoder_attention_mask, decoder_attention_mask
+//                            [B, P + S], decoder_position_ids [B, S],
 //                            past_key_values.N.decoder.key/value, past_key_values.N.encoder.key/value
 //                            -> logits, present.N.decoder.key/value
+// decoder_attention_mask and decoder_position_ids are Kiln's additions to optimum's layout: the
+// cached keys may be a block with unfilled slots (mask 0), the new tokens' keys come after them
+// (at P ..), and each new token's true position is given, so generation keeps one shape, and one
+// plan, for a whole block of steps (docs/generation.md). Cached slot j holds position j.
 // Keys and values are [B, heads, length, head_dim].
 #pragma once
 
@@ -50,6 +55,15 @@ void check_inputs(const std::string& model, Part part, const Dims& d, const std:
 std::vector<Var> forward_part(Tracer& t, const std::string& model, Part part, const Dims& d,
                               const std::vector<Var>& inputs, Module& encoder, Module& decoder,
                               const std::function<Var(const Var&)>& head);
+
+// The decoder-with-past's self-attention over a block cache: the keys' positions [B, P + S] (slot j
+// of the past at j, the new tokens at `positions`) and the additive mask [B, 1, S, P + S] hiding the
+// keys after each query's position and the slots decoder_mask marks 0.
+struct CachedSelfAttention {
+  Var key_positions, additive_mask;
+};
+CachedSelfAttention cached_self_attention(Tracer& t, const Var& decoder_mask, const Var& positions,
+                                          const Var& past_key);
 
 // x.shape[axis] as int64 [1], read at run time.
 Var dim_of(Tracer& t, const Var& x, int64_t axis);

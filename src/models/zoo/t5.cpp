@@ -165,15 +165,21 @@ class T5Attention : public Module {
       return {out, k, v};
     }
     Var k = split_heads(t, k_->call(t, h), heads_), v = split_heads(t, v_->call(t, h), heads_);
-    const size_t plain = has_bias_ ? 1 : 2;  // inputs without a cache
-    if (kind_ == AttentionKind::DecoderSelf && inputs.size() > plain) {
+    // A block cache: past keys and values, then (first block) the query and key positions and the
+    // mask hiding later and unfilled keys, which the bias passed on includes.
+    const bool cached = kind_ == AttentionKind::DecoderSelf && inputs.size() == (has_bias_ ? 6U : 4U);
+    if (cached) {
       k = append_past(t, inputs[1], k);
       v = append_past(t, inputs[2], v);
-      a.keys_past = true;
     }
-    a.causal = kind_ == AttentionKind::DecoderSelf;
-    Var bias = has_bias_ ? position_bias(t, q, k) : inputs.back();
-    if (has_bias_ && kind_ == AttentionKind::EncoderSelf) bias = attn::binary(t, "Add", bias, inputs.at(1));
+    a.causal = kind_ == AttentionKind::DecoderSelf && !cached;
+    Var bias = inputs.back();
+    if (has_bias_ && cached) {
+      bias = attn::binary(t, "Add", bias_of(t, relative_rows(t, inputs[3], inputs[4])), inputs[5]);
+    } else if (has_bias_) {
+      bias = position_bias(t, q, k);
+      if (kind_ == AttentionKind::EncoderSelf) bias = attn::binary(t, "Add", bias, inputs.at(1));
+    }
     a.additive_mask = bias;
     const Var out = o_->call(t, merge_heads(t, eager_attention(t, q, k, v, a)));
     if (kind_ == AttentionKind::EncoderSelf) return {out, bias};
@@ -184,17 +190,27 @@ class T5Attention : public Module {
  private:
   // compute_bias: [1, H, Q, K] for queries at positions K - Q .. K - 1 (the last of K).
   Var position_bias(Tracer& t, const Var& q, const Var& k) {
-    const int64_t range = std::max(max_distance_, buckets_);
-    const bool bidirectional = kind_ == AttentionKind::EncoderSelf;
-    const std::vector<int64_t> table = bucket_table(bidirectional, buckets_, max_distance_, range);
     const Var zero = t.constant(Tensor::scalar<int64_t>(0), "zero"),
               one = t.constant(Tensor::scalar<int64_t>(1), "one");
     const Var qlen = attn::squeeze(t, seq2seq::dim_of(t, q, 2), {0}),
               klen = attn::squeeze(t, seq2seq::dim_of(t, k, 2), {0});
     const Var context = t.op("Range", {attn::binary(t, "Sub", klen, qlen), klen, one}, {}, DType::Int64, {q.dim(2)});
     const Var memory = t.op("Range", {zero, klen, one}, {}, DType::Int64, {k.dim(2)});
-    const std::vector<int64_t> qk{q.dim(2), k.dim(2)};
     const Var relative = attn::binary(t, "Sub", attn::unsqueeze(t, memory, {0}), attn::unsqueeze(t, context, {1}));
+    return attn::unsqueeze(t, bias_of(t, relative), {0});
+  }
+
+  // Each row's key positions [B, K] less its query positions [B, Q]: [B, Q, K].
+  static Var relative_rows(Tracer& t, const Var& query_positions, const Var& key_positions) {
+    return attn::binary(t, "Sub", attn::unsqueeze(t, key_positions, {1}), attn::unsqueeze(t, query_positions, {2}));
+  }
+
+  // The learned bias of relative positions [..., Q, K]: [..., H, Q, K].
+  Var bias_of(Tracer& t, const Var& relative) {
+    const int64_t range = std::max(max_distance_, buckets_);
+    const bool bidirectional = kind_ == AttentionKind::EncoderSelf;
+    const std::vector<int64_t> table = bucket_table(bidirectional, buckets_, max_distance_, range);
+    const std::vector<int64_t>& qk = relative.shape;
     const Var clamped = t.op("Clip",
                              {relative, t.constant(Tensor::scalar<int64_t>(-range), "min"),
                               t.constant(Tensor::scalar<int64_t>(range), "max")},
@@ -204,8 +220,8 @@ class T5Attention : public Module {
         t.op("Gather",
              {t.constant(Tensor::from_vector<int64_t>({static_cast<int64_t>(table.size())}, table), "buckets"), index},
              {{"axis", Attribute::of_int(0)}}, DType::Int64, qk);
-    const Var values = get_submodule("relative_attention_bias")->call(t, buckets);  // [Q, K, H]
-    return attn::unsqueeze(t, attn::transpose(t, values, {2, 0, 1}), {0});
+    const Var values = get_submodule("relative_attention_bias")->call(t, buckets);  // [..., Q, K, H]
+    return qk.size() == 2 ? attn::transpose(t, values, {2, 0, 1}) : attn::transpose(t, values, {0, 3, 1, 2});
   }
 
   int64_t heads_, buckets_, max_distance_;
@@ -289,9 +305,10 @@ class T5Block : public Module {
       const std::vector<Var> a = (*layer_)[0]->call(t, {h, inputs.at(1)});
       return {(*layer_)[1]->call(t, a[0]), a[1]};
     }
-    const bool cached = inputs.size() == (first_ ? 6U : 7U);
+    const bool cached = inputs.size() == (first_ ? 9U : 7U);
     std::vector<Var> self_in = {h};
     if (cached) self_in.insert(self_in.end(), {inputs[2], inputs[3]});
+    if (cached && first_) self_in.insert(self_in.end(), inputs.begin() + 6, inputs.end());
     if (!first_) self_in.push_back(inputs.back());
     const std::vector<Var> self = (*layer_)[0]->call(t, self_in);
     const std::vector<Var> cross =
@@ -326,15 +343,21 @@ class T5Stack : public Module {
   std::vector<Var> forward(Tracer& t, const std::vector<Var>& inputs) override {
     Var h = dropout_->call(t, get_submodule("embed_tokens")->call(t, inputs.at(0)));
     const size_t layers = block_->size();
-    const bool cached = decoder_ && inputs.size() == 2 + 4 * layers;
+    const bool cached = decoder_ && inputs.size() == 4 + 4 * layers;
     std::vector<Var> out(1);
     std::optional<Var> bias;
     for (size_t i = 0; i < layers; ++i) {
       std::vector<Var> in = {h, inputs.at(1)};
-      if (cached)
-        in.insert(in.end(), inputs.begin() + 2 + 4 * static_cast<std::ptrdiff_t>(i),
-                  inputs.begin() + 6 + 4 * static_cast<std::ptrdiff_t>(i));
-      else if (decoder_) in.push_back(inputs.at(2));
+      if (cached) {
+        in.insert(in.end(), inputs.begin() + 4 + 4 * static_cast<std::ptrdiff_t>(i),
+                  inputs.begin() + 8 + 4 * static_cast<std::ptrdiff_t>(i));
+        if (i == 0) {  // the first block makes the bias from the positions and the block cache's mask
+          const seq2seq::CachedSelfAttention self = seq2seq::cached_self_attention(t, inputs[2], inputs[3], inputs[4]);
+          in.insert(in.end(), {inputs[3], self.key_positions, self.additive_mask});
+        }
+      } else if (decoder_) {
+        in.push_back(inputs.at(2));
+      }
       if (bias) {
         if (decoder_) in.push_back(*bias);
         else in[1] = *bias;
