@@ -500,6 +500,20 @@ def test_cli_generates_with_an_encoder_decoder(seq2seq, kiln):
         args += ["--input-ids", ",".join(map(str, source))]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout.split()
     assert [list(map(int, line.split(","))) for line in out] == [row[1:] for row in want.tolist()]
+    # Refusals, by flag: a cache file without the encoder, unreadable files.
+    bad = {"--decoder-with-past needs --encoder": [str(kiln), "generate", str(folder / "decoder_model.onnx"),
+                                                   "--decoder-with-past", str(folder / "decoder_with_past_model.onnx"),
+                                                   "--input-ids", "4,5"],
+           "--input-file '.*missing.txt' cannot be read": [str(kiln), "generate", str(folder / "whole.onnx"),
+                                                            "--seq2seq", "--input-file", str(folder / "missing.txt")],
+           "--generation-config '.*missing.json' cannot be read": [str(kiln), "generate", str(folder / "whole.onnx"),
+                                                                    "--seq2seq", "--input-ids", "4,5",
+                                                                    "--generation-config",
+                                                                    str(folder / "missing.json")]}
+    import re
+    for message, command in bad.items():
+        proc = subprocess.run(command, capture_output=True, text=True)
+        assert proc.returncode != 0 and re.search(message, proc.stderr), (message, proc.stderr)
 
 
 def test_models_with_inputs_generation_cannot_feed_are_refused(seq2seq):

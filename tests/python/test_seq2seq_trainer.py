@@ -101,3 +101,11 @@ def test_without_predict_with_generate_the_native_loop_evaluates(tmp_path):
     assert not native._evaluation_overridden()
     metrics = native.evaluate()
     assert "eval_loss" in metrics and "eval_continuation_accuracy" not in metrics
+
+
+def test_unknown_generation_arguments_are_refused_by_name(tmp_path):
+    trainer, eval_items = make_trainer(tmp_path)
+    with pytest.raises(TypeError, match=r"unknown generation arguments \['num_beam'\]"):
+        trainer.evaluate(num_beam=2)
+    with pytest.raises(TypeError, match=r"unknown generation arguments \['max_tokens'\]"):
+        trainer.predict(eval_items, max_tokens=3)
