@@ -69,11 +69,11 @@ bench: build
 	/usr/bin/python3 bench/trainer_speed.py --build-dir $(BUILD)
 
 # English -> Spanish translation on the Bibles Debian ships (examples/translation; figures in
-# docs/text.md): about 30 minutes on 2 cores.
+# docs/text.md): about 32 minutes on 2 cores.
 translation: build
 	PYTHONPATH=$(BUILD)/python /usr/bin/python3 examples/translation/run_translation.py \
-	    --output_dir $(BUILD)/translation --books Matthew-Revelation --vocab_size 2000 --max_length 48 \
-	    --d_model 128 --layers 2 --max_steps 4000 --warmup_steps 200 --learning_rate 2e-3
+	    --output_dir $(BUILD)/translation --books Matthew-Revelation --vocab_size 2000 --max_length 40 \
+	    --d_model 128 --layers 2 --max_steps 7000 --warmup_steps 400 --learning_rate 1.5e-3
 
 # Sanitizers (clang 14; docs/reliability.md). asan: AddressSanitizer + UBSan over every C++ test and
 # the ONNX conformance cases. tsan: ThreadSanitizer over the tests that run threads at once.
