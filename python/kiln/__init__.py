@@ -55,6 +55,7 @@ _LAZY = {
     "ORTSeq2SeqTrainer": "kiln.seq2seq_trainer",
     "ORTSeq2SeqTrainingArguments": "kiln.seq2seq_trainer",
     "GenerationConfig": "kiln.generation",
+    "generate": "kiln.generation",
     "Dataset": "kiln.data",
     "TensorDataset": "kiln.data",
     "AutoBackbone": "kiln.nn.backbone",

@@ -159,7 +159,7 @@ def test_generation_with_the_kv_cache_equals_torch_greedy(case):
     for kwargs in ({"num_beams": 3, "max_new_tokens": 6}, {"num_beams": 2, "num_return_sequences": 2,
                                                             "max_new_tokens": 5, "no_repeat_ngram_size": 2}):
         cached = model.generate(b["input_ids"], attention_mask=b["attention_mask"], **kwargs)
-        plain = kiln.generation.generate(whole, b["input_ids"], attention_mask=b["attention_mask"],
+        plain = kiln.generate(whole, b["input_ids"], attention_mask=b["attention_mask"],
                               **dict(kwargs, decoder_start_token_id=config["decoder_start_token_id"],
                                      eos_token_id=config["eos_token_id"], pad_token_id=config["pad_token_id"],
                                      forced_eos_token_id=config.get("forced_eos_token_id")))
