@@ -137,9 +137,6 @@ def _causal_lm(model, num_threads):
     return CausalLM(model, num_threads)
 
 
-_SEQ2SEQ_ZOO = ("bart", "t5")  # encoder-decoder entries: optimum's three parts, by their "part" key
-
-
 def _zoo_lm(module, num_threads):
     """The module's CausalLM (its decoder-with-past graph) or Seq2SeqLM (encoder, decoder and
     decoder-with-past graphs), kept on the module while its weights (by a hash of their bytes) and
@@ -156,8 +153,9 @@ def _zoo_lm(module, num_threads):
     cached = module.__dict__.get("_kiln_generation_lm")
     if cached is not None and cached[0] == key:
         return cached[1]
+    from kiln.nn.zoo import SEQ2SEQ_MODELS
     name = module._zoo_name
-    if name in _SEQ2SEQ_ZOO:
+    if name in SEQ2SEQ_MODELS:  # optimum's three parts, by their "part" key
         parts = [_zoo_bytes(module, part=p) for p in ("encoder", "decoder", "decoder_with_past")]
         lm = Seq2SeqLM(*parts, num_threads=num_threads)
     elif name == "gpt2":

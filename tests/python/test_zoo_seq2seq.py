@@ -9,6 +9,7 @@ within 1e-4 relative over 8 AdamW steps.
 """
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 import torch
 from kiln_package import import_kiln
@@ -302,6 +303,8 @@ def test_bad_configs_and_inputs_are_refused_by_name(tmp_path):
         model(b["input_ids"], b["attention_mask"])
     with pytest.raises(kiln.errors.DTypeError, match="decoder_input_ids.*must be int64"):
         model(b["input_ids"], b["attention_mask"], b["decoder_input_ids"].astype(np.float32))
+    with pytest.raises(kiln.errors.ShapeError, match="input 1 .* attention_mask. must have rank 2, got 1"):
+        model(b["input_ids"], b["attention_mask"][0], b["decoder_input_ids"])
     with pytest.raises(kiln.errors.ShapeError, match="sequence length 41 exceeds max_position_embeddings 40"):
         model(np.ones((1, 41), np.int64), np.ones((1, 41), np.int64), np.ones((1, 2), np.int64))
     # The Trainer names what a dataset without decoder_input_ids lacks.
@@ -351,3 +354,19 @@ def test_the_block_cache_plans_once_per_block_past_64_tokens(case):
     np.testing.assert_array_equal(got, want)
     lm = model.__dict__["_kiln_generation_lm"][1]
     assert lm._lm.decoder_with_past_plans == 2
+
+
+def test_a_decoder_with_past_takes_kilns_two_cache_inputs_together():
+    """decoder_attention_mask without decoder_position_ids (here made a constant of the graph) is
+    refused: a block cache needs both."""
+    from kiln._core import core
+    _, model = reference("bart")
+    parts = [core.nn.zoo_export_bytes("bart", dict(BART, part=p), model._cmod)
+             for p in ("encoder", "decoder", "decoder_with_past")]
+    with_past = onnx.load_from_string(parts[2])
+    positions = next(i for i in with_past.graph.input if i.name == "decoder_position_ids")
+    with_past.graph.input.remove(positions)
+    with_past.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros((1, 1), np.int64),
+                                                                    "decoder_position_ids"))
+    with pytest.raises(kiln.errors.InvalidArgument, match="decoder_attention_mask and decoder_position_ids together"):
+        kiln.generation.Seq2SeqLM(parts[0], parts[1], with_past.SerializeToString())

@@ -80,9 +80,11 @@ class Tracer {
   // unknown rank-0 placeholders the caller must not rely on).
   Var op(const std::string& op_type, const std::vector<Var>& inputs, std::map<std::string, Attribute> attrs,
          DType dtype, std::vector<int64_t> shape);
+  // `domain`: an op of another domain (Kiln's own, "ai.kiln"), whose opset 1 the model then imports.
   std::vector<Var> op_multi(const std::string& op_type, const std::vector<Var>& inputs,
                             std::map<std::string, Attribute> attrs,
-                            std::vector<std::pair<DType, std::vector<int64_t>>> outputs);
+                            std::vector<std::pair<DType, std::vector<int64_t>>> outputs,
+                            const std::string& domain = "");
   // x's value with no gradient behind it (ai.kiln.StopGradient, torch's detach()): the gradient
   // graph sends nothing back through it.
   Var stop_gradient(const Var& x);

@@ -28,12 +28,12 @@ def create_model(name, **config):
     module = _wrap(_nn.zoo_create(name, config))
     module._zoo_name = name  # for save_pretrained (kiln/nn/pretrained.py)
     module._zoo_config = config_for(name, **config)
-    if name in _SEQ2SEQ and module._zoo_config["part"] == "model":
+    if name in SEQ2SEQ_MODELS and module._zoo_config["part"] == "model":
         _make_seq2seq(module)
     return module
 
 
-_SEQ2SEQ = ("bart", "t5")
+SEQ2SEQ_MODELS = ("bart", "t5")  # the encoder-decoder entries
 
 
 def _make_seq2seq(module):

@@ -155,13 +155,16 @@ Var Tracer::op(const std::string& op_type, const std::vector<Var>& inputs, std::
 
 std::vector<Var> Tracer::op_multi(const std::string& op_type, const std::vector<Var>& inputs,
                                   std::map<std::string, Attribute> attrs,
-                                  std::vector<std::pair<DType, std::vector<int64_t>>> outputs) {
+                                  std::vector<std::pair<DType, std::vector<int64_t>>> outputs,
+                                  const std::string& domain) {
   const std::string& path = scope();
   const std::string base = fmt::format("{}/{}", path, op_type);
   s_->check_inputs(inputs, base);
   if (outputs.empty()) throw InvalidArgument(fmt::format("{}: a node needs at least one output", base));
   Node n;
+  n.domain = domain;
   n.op_type = op_type;
+  if (!domain.empty() && !s_->model.opsets.count(domain)) s_->model.opsets[domain] = 1;
   n.name = s_->unique(fmt::format("{}_{}", base, s_->counters[base]++));
   for (const auto& v : inputs) n.inputs.push_back(v.name);
   while (!n.inputs.empty() && n.inputs.back().empty()) n.inputs.pop_back();  // trailing optionals
@@ -178,19 +181,7 @@ std::vector<Var> Tracer::op_multi(const std::string& op_type, const std::vector<
 }
 
 Var Tracer::stop_gradient(const Var& x) {
-  const std::string base = fmt::format("{}/StopGradient", scope());
-  s_->check_inputs({x}, base);
-  Node n;
-  n.domain = kKilnDomain;
-  n.op_type = "StopGradient";
-  n.name = s_->unique(fmt::format("{}_{}", base, s_->counters[base]++));
-  n.inputs = {x.name};
-  n.outputs = {s_->unique(fmt::format("{}_output_0", n.name))};
-  s_->dtypes[n.outputs[0]] = x.dtype;
-  s_->model.opsets[kKilnDomain] = 1;
-  Var out{n.outputs[0], x.dtype, x.shape};
-  s_->edit.add_node(std::move(n));
-  return out;
+  return op_multi("StopGradient", {x}, {}, {{x.dtype, x.shape}}, kKilnDomain)[0];
 }
 
 Var Tracer::none() { return Var{"", DType::Float32, {}}; }

@@ -218,14 +218,33 @@ TEST(NnLayersExport, LinearIsGemmForMatricesAndMatMulOtherwise) {
   EXPECT_NO_THROW(only_node(rank3, "Add"));
 }
 
-TEST(NnLayersExport, EmbeddingPaddingRowIsAConstantSoItGetsNoGradient) {
+TEST(NnLayersExport, EmbeddingPaddingRowsPassThroughStopGradient) {
   Embedding plain(10, 4);
   EXPECT_EQ(traced_model(plain, {2, 3}, DType::Int64).graph.nodes.size(), 2u);  // Gather, Identity to "output"
   Embedding padded(10, 4, 2);
   const Model m = traced_model(padded, {2, 3}, DType::Int64);
   const Node where = only_node(m, "Where");
+  const Node stop = only_node(m, "StopGradient");
+  EXPECT_EQ(stop.domain, kKilnDomain);
+  EXPECT_EQ(m.opsets.at(kKilnDomain), 1);
+  EXPECT_EQ(where.inputs[1], stop.outputs[0]);  // padding positions: the rows, without a gradient
+  EXPECT_EQ(stop.inputs[0], only_node(m, "Gather").outputs[0]);
   EXPECT_EQ(where.inputs[2], only_node(m, "Gather").outputs[0]);
   EXPECT_EQ(only_node(m, "Gather").inputs[0], "weight");
+}
+
+TEST(NnLayersExport, SharedEmbeddingWeightsAreOneStorageAndOneInitializer) {
+  auto owner = std::make_shared<Embedding>(10, 4);
+  Embedding tied(10, 4, 1);
+  tied.share_weight(owner);
+  EXPECT_EQ(tied.get_parameter("weight").raw_data(), owner->get_parameter("weight").raw_data());
+  const Model m = traced_model(tied, {2, 3}, DType::Int64);
+  EXPECT_EQ(m.graph.initializers.size(), 1u);
+  EXPECT_EQ(only_node(m, "Gather").inputs[0], m.graph.initializers.begin()->first);
+  expect_error<ShapeError>([&] { Embedding(10, 5).share_weight(owner); },
+                           "this embedding is (10, 5), the owner's (10, 4)");
+  auto self = std::make_shared<Embedding>(3, 2);
+  expect_error<InvalidArgument>([&] { self->share_weight(self); }, "needs another Embedding");
 }
 
 TEST(NnLayersRepr, ExtraReprIsTorchs) {
