@@ -16,36 +16,15 @@
 #include "kiln/kernel.h"
 
 namespace kiln {
+
 namespace {
+std::string describe_meta(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
+}  // namespace
 
-using dnnl_util::plain_desc;
-using dnnl_util::strided_desc;
-
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
-void check_same_dtype(const char* op, const char* what, const TensorMeta& a, const TensorMeta& b) {
-  if (a.dtype != b.dtype)
-    throw TypeError(
-        fmt::format("{}: {} must have the dtype of A, but A is {} and it is {}", op, what, describe(a), describe(b)));
-}
-
-// ---------------------------------------------------------------------------------------------
-// MatMul
-
-// A MatMul's operands seen as (batches of) matrices.
-struct MatMulShape {
-  Shape a_batch, b_batch;  // left-padded with 1s to the rank of `batch`
-  Shape batch;             // broadcast batch dims of the output
-  int64_t m = 0, k = 0, n = 0;
-  Shape out;
-  // B is one matrix for every batch: A's batch folds into M and one 2-D product does it all.
-  bool b_single() const { return numel(b_batch) == 1; }
-};
-
-MatMulShape matmul_shape(const TensorMeta& a, const TensorMeta& b) {
+MatMulShape matmul_shape(const TensorMeta& a, const TensorMeta& b, const char* op) {
   if (a.shape.empty() || b.shape.empty())
-    throw ShapeError(
-        fmt::format("MatMul: cannot multiply {} by {} (operands must have rank >= 1)", describe(a), describe(b)));
+    throw ShapeError(fmt::format("{}: cannot multiply {} by {} (operands must have rank >= 1)", op, describe_meta(a),
+                                 describe_meta(b)));
   Shape as = a.shape, bs = b.shape;
   const bool a_vec = as.size() == 1, b_vec = bs.size() == 1;
   if (a_vec) as.insert(as.begin(), 1);
@@ -55,15 +34,15 @@ MatMulShape matmul_shape(const TensorMeta& a, const TensorMeta& b) {
   r.k = as.back();
   r.n = bs.back();
   if (bs[bs.size() - 2] != r.k)
-    throw ShapeError(fmt::format("MatMul: cannot multiply {} by {} (inner dims {} vs {})", describe(a), describe(b),
-                                 r.k, bs[bs.size() - 2]));
+    throw ShapeError(fmt::format("{}: cannot multiply {} by {} (inner dims {} vs {})", op, describe_meta(a),
+                                 describe_meta(b), r.k, bs[bs.size() - 2]));
   r.a_batch.assign(as.begin(), as.end() - 2);
   r.b_batch.assign(bs.begin(), bs.end() - 2);
   try {
     r.batch = broadcast_shapes(r.a_batch, r.b_batch);
   } catch (const ShapeError&) {
-    throw ShapeError(fmt::format("MatMul: cannot multiply {} by {} (batch dims {} and {} do not broadcast)",
-                                 describe(a), describe(b), to_string(r.a_batch), to_string(r.b_batch)));
+    throw ShapeError(fmt::format("{}: cannot multiply {} by {} (batch dims {} and {} do not broadcast)", op,
+                                 describe_meta(a), describe_meta(b), to_string(r.a_batch), to_string(r.b_batch)));
   }
   r.a_batch.insert(r.a_batch.begin(), r.batch.size() - r.a_batch.size(), 1);
   r.b_batch.insert(r.b_batch.begin(), r.batch.size() - r.b_batch.size(), 1);
@@ -73,7 +52,6 @@ MatMulShape matmul_shape(const TensorMeta& a, const TensorMeta& b) {
   return r;
 }
 
-// For each output batch (row-major), the indices of the A and B matrices it multiplies.
 std::vector<std::pair<int64_t, int64_t>> batch_pairs(const MatMulShape& s) {
   const size_t r = s.batch.size();
   const Strides as = contiguous_strides(s.a_batch), bs = contiguous_strides(s.b_batch);
@@ -91,6 +69,22 @@ std::vector<std::pair<int64_t, int64_t>> batch_pairs(const MatMulShape& s) {
   }
   return pairs;
 }
+
+namespace {
+
+using dnnl_util::plain_desc;
+using dnnl_util::strided_desc;
+
+std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
+
+void check_same_dtype(const char* op, const char* what, const TensorMeta& a, const TensorMeta& b) {
+  if (a.dtype != b.dtype)
+    throw TypeError(
+        fmt::format("{}: {} must have the dtype of A, but A is {} and it is {}", op, what, describe(a), describe(b)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// MatMul
 
 // MatMul, and ai.kiln.FusedMatMul: a MatMul whose operands are read with their last two axes
 // swapped when transA / transB is set (the gradient of a MatMul needs A^T and B^T; reading them
