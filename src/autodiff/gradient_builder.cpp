@@ -9,6 +9,8 @@
 #include "autodiff/builder_state.h"
 #include "autodiff/recompute.h"
 #include "autodiff/registry.h"
+#include "autodiff/subgraph_gradient.h"
+#include "ir/subgraph.h"
 
 namespace kiln {
 
@@ -65,19 +67,19 @@ void add_loss_scale_input(GradientBuilderState& st, const std::string& name) {
   st.record(name, DType::Float32, {});
 }
 
-// Backward: seed d(loss)/d(loss) = 1 (or the loss scale), then every node in reverse order
-// through its rule.
-void run_rules(GradientBuilderState& st, const std::vector<size_t>& order, const std::string& loss,
-               const std::string& loss_scale) {
-  {
-    const Node seed_node;  // a GradContext needs a node; the seed belongs to none
-    GradContext seed(seed_node, st);
-    const DType loss_type = seed.dtype(loss).value_or(DType::Float32);
-    const std::string one =
-        loss_scale.empty() ? seed.scalar_like(1.0, loss)
-                           : seed.emit("Cast", {loss_scale}, {{"to", Attribute::of_int(dtype_to_onnx(loss_type))}});
-    st.add_contribution(loss, seed.emit("Expand", {one, seed.emit("Shape", {loss})}));
-  }
+// Backward: seed d(loss)/d(loss) = 1 (or the loss scale).
+void seed_loss(GradientBuilderState& st, const std::string& loss, const std::string& loss_scale) {
+  const Node seed_node;  // a GradContext needs a node; the seed belongs to none
+  GradContext seed(seed_node, st);
+  const DType loss_type = seed.dtype(loss).value_or(DType::Float32);
+  const std::string one = loss_scale.empty()
+                              ? seed.scalar_like(1.0, loss)
+                              : seed.emit("Cast", {loss_scale}, {{"to", Attribute::of_int(dtype_to_onnx(loss_type))}});
+  st.add_contribution(loss, seed.emit("Expand", {one, seed.emit("Shape", {loss})}));
+}
+
+// Then every node in reverse order through its rule; `loss` names the target in messages.
+void run_rules(GradientBuilderState& st, const std::vector<size_t>& order, const std::string& loss) {
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const Node n = st.model.graph.nodes[*it];  // a copy: emitting nodes grows the vector
     bool flows = false, needed = false;
@@ -150,7 +152,9 @@ GradientGraph expose_gradients(GradientBuilderState& st, const std::vector<std::
 }  // namespace
 
 GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& options) {
-  GradientBuilderState st(forward, options.mixed_precision);
+  Model lifted = forward;
+  lift_captures(lifted.graph);  // values subgraphs read become inputs of their If / Loop / Scan
+  GradientBuilderState st(lifted, options.mixed_precision);
   if (options.loss.empty()) throw InvalidArgument("no loss value named: GradientOptions::loss is empty");
   if (!st.is_value(options.loss))
     throw InvalidArgument(fmt::format("loss '{}' is not a value of the graph", options.loss));
@@ -170,12 +174,69 @@ GradientGraph build_gradient_graph(const Model& forward, const GradientOptions& 
   }
   const size_t forward_nodes = st.model.graph.nodes.size();
   if (!options.loss_scale_input.empty()) add_loss_scale_input(st, options.loss_scale_input);
-  run_rules(st, order, options.loss, options.loss_scale_input);
+  seed_loss(st, options.loss, options.loss_scale_input);
+  run_rules(st, order, options.loss);
   GradientGraph result = expose_gradients(st, params, options);
   const RecomputeReport recompute = recompute_segments(result.model, forward_nodes, params, options.recompute);
   result.recompute_boundaries = recompute.boundaries;
   result.recomputed_nodes = recompute.nodes;
   return result;
+}
+
+Graph build_subgraph_gradient(const SubgraphGradientRequest& r) {
+  Model m;
+  m.graph = *r.graph;
+  m.opsets[""] = r.opset;
+  lift_captures(m.graph);
+  const std::vector<ValueInfo> own_inputs = m.graph.inputs;
+  const std::vector<ValueInfo> outputs = m.graph.outputs;
+  // The outer values and the seeds are graph inputs while the builder runs (typed, differentiable).
+  std::set<std::string> defined;
+  for (const ValueInfo& v : m.graph.inputs) defined.insert(v.name);
+  for (const auto& [name, t] : m.graph.initializers) defined.insert(name);
+  for (const Node& n : m.graph.nodes)
+    for (const std::string& o : n.outputs) defined.insert(o);
+  for (const ValueInfo& v : r.outer)
+    if (defined.insert(v.name).second) m.graph.inputs.push_back(v);
+  for (const ValueInfo& v : r.seed_info)
+    if (!v.name.empty() && defined.insert(v.name).second) m.graph.inputs.push_back(v);
+  const size_t forward_nodes = m.graph.nodes.size();
+  GradientBuilderState st(m);
+  const std::vector<size_t> order = st.model.graph.topological_order();
+  mark_origins(st, order, r.wrt);
+  for (size_t j = 0; j < outputs.size() && j < r.seeds.size(); ++j)
+    if (!r.seeds[j].empty()) st.add_contribution(outputs[j].name, r.seeds[j]);
+  run_rules(st, order, "the subgraph's outputs");
+  Graph& g = st.model.graph;
+  std::vector<ValueInfo> grads;
+  const Node grads_node;
+  GradContext ctx(grads_node, st);
+  for (const std::string& w : r.wrt) {
+    std::string grad = st.summed_gradient(w);
+    const DType dt = st.dtype_of(w).value_or(DType::Float32);
+    if (grad.empty())
+      grad = ctx.emit("ConstantOfShape", {ctx.emit("Shape", {w})},
+                      {{"value", Attribute::of_tensor(Tensor::zeros(dt, {1}))}});
+    const std::string name = ctx.emit("Identity", {grad});
+    ValueInfo vi;
+    vi.name = name;
+    vi.dtype = dt;
+    vi.has_type = true;
+    grads.push_back(vi);
+  }
+  // The backward's names get the prefix; the forward's stay (the subgraph's own, or outer reads).
+  std::map<std::string, std::string> rename;
+  for (size_t i = forward_nodes; i < g.nodes.size(); ++i)
+    for (std::string& o : g.nodes[i].outputs)
+      if (!o.empty()) o = rename[o] = r.prefix + o;
+  for (size_t i = forward_nodes; i < g.nodes.size(); ++i)
+    for (std::string& in : g.nodes[i].inputs)
+      if (rename.count(in)) in = rename[in];
+  for (ValueInfo& v : grads) v.name = rename.count(v.name) ? rename[v.name] : v.name;
+  g.inputs = own_inputs;
+  g.outputs = grads;
+  g.value_info.clear();
+  return std::move(st.model.graph);
 }
 
 GradientKind gradient_kind(const std::string& domain, const std::string& op_type, int64_t opset) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "ir/subgraph.h"
 #include "kiln/autodiff.h"
 #include "kiln/error.h"
 
@@ -27,7 +28,9 @@ std::vector<std::string> initializers_in_use_order(const Graph& g) {
 // Values through which a gradient can reach `loss`: walking back from the loss through ops that
 // have gradients, over floating-point values only.
 std::set<std::string> gradient_reach(const Model& m, const std::string& loss) {
-  const Graph& g = m.graph;
+  Graph lifted = m.graph;
+  lift_captures(lifted);  // what If / Loop / Scan subgraphs read counts as their nodes' inputs
+  const Graph& g = lifted;
   std::map<std::string, DType> dtypes;
   for (const auto* list : {&g.inputs, &g.outputs, &g.value_info})
     for (const auto& v : *list)
@@ -87,7 +90,10 @@ bool is_running_statistic_input(const Node& n, size_t input) {
 ParameterSelection select_parameters(const Model& m, const std::string& loss,
                                      const std::vector<std::string>& requires_grad,
                                      const std::vector<std::string>& frozen_params, Purpose purpose) {
-  const Graph& g = m.graph;
+  // Values that If / Loop / Scan subgraphs read count as inputs of those nodes (ir/subgraph.h).
+  Graph lifted = m.graph;
+  lift_captures(lifted);
+  const Graph& g = lifted;
   ParameterSelection p;
   // Statistics of a training-mode BatchNormalization are buffers the forward pass updates
   // (outputs 1, 2 <- inputs 3, 4); those of an inference-mode one are constants. Neither is trained.

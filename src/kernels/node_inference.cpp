@@ -39,6 +39,10 @@ bool expands_data(const std::vector<std::optional<TensorMeta>>& inputs, const st
 
 }  // namespace
 
+const KernelDef& resolve_kernel(const Node& node, int64_t opset, const std::vector<std::optional<DType>>& dtypes) {
+  return KernelRegistry::global().resolve_node(node, opset, dtypes);
+}
+
 NodeInference infer_node(const Node& node, int64_t opset, const std::vector<std::optional<TensorMeta>>& inputs) {
   bool all_known = true, any_dynamic = false;
   std::vector<std::optional<DType>> dtypes;
@@ -50,7 +54,21 @@ NodeInference infer_node(const Node& node, int64_t opset, const std::vector<std:
     any_dynamic = any_dynamic || in->dynamic;
   }
   NodeInference r;
-  r.kernel = KernelRegistry::global().resolve_node(node, opset, dtypes).create(node);
+  try {
+    r.def = &resolve_kernel(node, opset, dtypes);
+  } catch (const Unsupported&) {
+    // A dynamic input's dtype is a guess until run time: any kernel of the op stands in until then.
+    if (!any_dynamic) throw;
+    for (const KernelDef& d : KernelRegistry::global().all())
+      if (d.domain == node.domain && d.op_type == node.op_type && d.since_version <= opset && opset <= d.end_version) {
+        r.kernel = d.create(node);
+        break;
+      }
+    if (!r.kernel) throw;
+    r.outcome = NodeInference::Outcome::Dynamic;
+    return r;
+  }
+  r.kernel = r.def->create(node);
   const InferContext ictx{node, opset, inputs};
   if (!any_dynamic) {
     try {

@@ -21,6 +21,11 @@ struct NodeInference {
   };
   Outcome outcome = Outcome::Runtime;
   std::unique_ptr<Kernel> kernel;
+  // The definition `kernel` came from. A Dynamic node's inputs may turn out to have other dtypes at
+  // run time than planned (the outputs of If / Loop / Scan, whose dtypes only running tells): the
+  // executor resolves again by the actual dtypes (resolve_kernel) and replaces the kernel when the
+  // definition differs. Null when planning found no kernel for the guessed dtypes.
+  const KernelDef* def = nullptr;
   std::vector<TensorMeta> outputs;
 };
 
@@ -28,6 +33,9 @@ struct NodeInference {
 // whose inputs are all known values and whose kernel is foldable is computed on the spot (constant
 // folding). Throws the kernel's errors (InvalidModel, ShapeError, Unsupported, ...).
 NodeInference infer_node(const Node& node, int64_t opset, const std::vector<std::optional<TensorMeta>>& inputs);
+
+// The kernel definition for `node` given its inputs' dtypes (nullopt: omitted), as infer_node picks it.
+const KernelDef& resolve_kernel(const Node& node, int64_t opset, const std::vector<std::optional<DType>>& dtypes);
 
 // The dtype and shape of every value that can be known from the feeds' dtypes and shapes alone
 // (initializers, feeds, and node outputs in topological order); values whose shapes depend on

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "core/atomic_file.h"
+#include "ir/subgraph.h"
 #include "kiln/onnx_io.h"
 #include "onnx/model_proto.h"
 #include "onnx/proto_file.h"
@@ -84,7 +85,8 @@ void attribute_to_proto(const std::string& name, const Attribute& a, onnx::Attri
   }
 }
 
-void node_to_proto(const Node& n, onnx::NodeProto* out) {
+void node_to_proto(const Node& lifted, onnx::NodeProto* out) {
+  const Node n = unlifted(lifted);  // ONNX's If / Loop / Scan read outer values by name only
   if (!n.name.empty()) out->set_name(n.name);
   out->set_op_type(n.op_type);
   if (!n.domain.empty()) out->set_domain(n.domain);

@@ -44,6 +44,7 @@ inline constexpr int kReadAfterRun = std::numeric_limits<int>::max();
 struct PlanStep {
   size_t node = 0;  // index into the graph's nodes
   std::unique_ptr<Kernel> kernel;
+  const KernelDef* def = nullptr;  // what `kernel` came from (a dynamic step checks it against its inputs)
   int64_t opset = 0;
   std::vector<int> inputs;                // value indices, -1 for an omitted input
   std::vector<int> outputs;               // value indices (every output the kernel writes)

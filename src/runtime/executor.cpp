@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "core/scratch.h"
+#include "kernels/node_inference.h"
 #include "runtime/execution_plan.h"
 
 namespace kiln {
@@ -14,6 +15,14 @@ namespace kiln {
 namespace {
 
 void run_dynamic_step(PlanStep& step, const Node& node, RunValues& values, uint64_t run_index) {
+  // The planned kernel was resolved for the dtypes planning could see; the inputs decide now.
+  std::vector<std::optional<DType>> dtypes;
+  for (int in : step.inputs) dtypes.push_back(in < 0 ? std::nullopt : std::optional<DType>(values[in].dtype()));
+  const KernelDef& def = resolve_kernel(node, step.opset, dtypes);
+  if (&def != step.def) {
+    step.kernel = def.create(node);
+    step.def = &def;
+  }
   InferContext ictx{node, step.opset, {}};
   for (int in : step.inputs) {
     if (in < 0) {

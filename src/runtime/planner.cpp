@@ -109,6 +109,7 @@ struct Planner {
     std::vector<std::optional<TensorMeta>> inputs = gather_inputs(node, step);
     NodeInference inferred = infer_node(node, step.opset, inputs);
     step.kernel = std::move(inferred.kernel);
+    step.def = inferred.def;
     switch (inferred.outcome) {
       case NodeInference::Outcome::Dynamic:  // shapes known only at run time: infer then
         step.dynamic = true;

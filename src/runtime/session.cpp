@@ -7,6 +7,8 @@
 #include <set>
 
 #include "ir/fusion.h"
+#include "ir/subgraph.h"
+#include "kernels/subgraph_runner.h"
 #include "runtime/execution_plan.h"
 #include "runtime/session_binding.h"
 
@@ -21,11 +23,32 @@ int get_num_threads() { return omp_get_max_threads(); }
 
 Session::Session(Model model, SessionOptions options) : model_(std::move(model)), options_(options) {
   if (options_.num_threads != 0) set_num_threads(options_.num_threads);
+  lift_captures(model_.graph);  // subgraphs' reads of outer values become node inputs
   if (options_.fuse) fuse(model_);
   order_ = model_.graph.topological_order();
 }
 
 Session::~Session() = default;
+
+namespace {
+
+// The kernels of If, Loop and Scan run their subgraphs as Sessions (kernels/subgraph_runner.h).
+class SessionRunner final : public SubgraphRunner {
+ public:
+  explicit SessionRunner(Model model) : session_(std::move(model)) {}
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& feeds) override { return session_.run(feeds); }
+
+ private:
+  Session session_;
+};
+
+const bool session_runner_registered = [] {
+  set_subgraph_runner_factory(
+      [](Model model) -> std::unique_ptr<SubgraphRunner> { return std::make_unique<SessionRunner>(std::move(model)); });
+  return true;
+}();
+
+}  // namespace
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 

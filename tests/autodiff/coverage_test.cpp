@@ -32,6 +32,7 @@ struct KnownGap {
 const KnownGap kKnownGaps[] = {
     {"Softmax", 1, 12, "opsets 1-12 flatten to 2-D; the rule handles opset 13's single axis"},
     {"LogSoftmax", 1, 12, "opsets 1-12 flatten to 2-D; the rule handles opset 13's single axis"},
+    {"Scan", 8, 8, "Scan-8's batch axis and sequence_lens: the forward runs; opset 9's Scan has the rule"},
 };
 
 bool known_gap(const KernelDef& d, int64_t opset) {

@@ -138,12 +138,14 @@ def test_inspect_text_on_torch_model(mlp):
     assert "parameters: 269322 (1077288 bytes in 6 initializers)" in lines
 
 
-def det_model(path):
+def unsupported_model(path):
+    """Opset 9's Upsample (deprecated since opset 10), an op Kiln does not implement."""
     graph = helper.make_graph(
-        [helper.make_node("Det", ["x"], ["d"])], "det",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
-        [helper.make_tensor_value_info("d", TensorProto.FLOAT, [])])
-    return save_model(graph, path)
+        [helper.make_node("Upsample", ["x", "scales"], ["y"])], "upsample",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 6, 6])],
+        [helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2])])
+    return save_model(graph, path, opsets=(("", 9),))
 
 
 def custom_op_model(path):
@@ -155,8 +157,8 @@ def custom_op_model(path):
 
 
 def test_inspect_lists_unsupported_ops(tmp_path):
-    info = json.loads(run_kiln("inspect", "--json", det_model(tmp_path / "det.onnx")).stdout)
-    assert info["unsupported_ops"] == [{"op": "Det", "domain": "ai.onnx", "opset": 17}]
+    info = json.loads(run_kiln("inspect", "--json", unsupported_model(tmp_path / "up.onnx")).stdout)
+    assert info["unsupported_ops"] == [{"op": "Upsample", "domain": "ai.onnx", "opset": 9}]
     assert info["all_ops_supported"] is False
     proc = run_kiln("inspect", custom_op_model(tmp_path / "custom.onnx"))
     assert proc.returncode == 0, proc.stderr
@@ -237,8 +239,9 @@ def test_missing_model(tmp_path):
 
 
 def test_op_kiln_lacks(tmp_path):
-    x = npy(tmp_path / "x.npy", np.eye(3, dtype=np.float32))
-    assert_error(run_kiln("run", det_model(tmp_path / "det.onnx"), "-i", f"x={x}"), "Det", "not implemented")
+    x = npy(tmp_path / "x.npy", np.ones((1, 1, 3, 3), np.float32))
+    assert_error(run_kiln("run", unsupported_model(tmp_path / "up.onnx"), "-i", f"x={x}"), "Upsample",
+                 "not implemented")
 
 
 def test_op_in_custom_domain(tmp_path):
@@ -380,8 +383,9 @@ def test_conformance_runner(tmp_path):
     conformance_case(root, "test_fail_int_off_by_one", i64, [big, np.array([1, 1], np.int64)],
                      [np.array([2**60, 8], np.int64)])
     conformance_case(root, "test_pass_int", i64, [big, np.array([1, 1], np.int64)], [big + 1])
-    det = onnx.load(str(det_model(tmp_path / "det.onnx")))
-    conformance_case(root, "test_skip_det", det, [np.eye(3, dtype=np.float32)], [np.float32(1.0)])
+    up = onnx.load(str(unsupported_model(tmp_path / "up.onnx")))
+    conformance_case(root, "test_skip_upsample", up, [np.ones((1, 1, 3, 3), np.float32)],
+                     [np.ones((1, 1, 6, 6), np.float32)])
 
     listing = tmp_path / "list.txt"
     proc = subprocess.run([str(runner), str(root), "--list", str(listing)], capture_output=True, text=True)
@@ -398,7 +402,7 @@ def test_conformance_runner(tmp_path):
     assert "shape [4], expected [3]" in lines["test_fail_shape"]
     assert "got 1152921504606846977, expected 1152921504606846976; 1 of 2 elements differ" in \
         lines["test_fail_int_off_by_one"]
-    assert "Det" in lines["test_skip_det"]
+    assert "Upsample" in lines["test_skip_upsample"]
 
     strict = subprocess.run([str(runner), str(root), "--strict", "--filter", "fail_shape"],
                             capture_output=True, text=True)

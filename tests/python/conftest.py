@@ -15,3 +15,10 @@ def kiln():
     exe = kiln_cli.kiln_path()
     assert exe.exists(), f"{exe} does not exist: build the kiln_cli target or set KILN_BUILD_DIR"
     return exe
+
+
+@pytest.fixture
+def ortmodule_in_kiln(monkeypatch):
+    """ORTModule must run the graph in Kiln: a test comparing it with torch would otherwise compare
+    torch with itself after a silent fallback. Use with pytestmark = pytest.mark.usefixtures(...)."""
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")

@@ -36,6 +36,9 @@ from kiln.training.ortmodule import ORTModule  # noqa: E402
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
 
+pytestmark = pytest.mark.usefixtures("ortmodule_in_kiln")
+
+
 class Recurrent(nn.Module):
     """The layer with its outputs as a flat tuple (Y, then each state)."""
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/rnn_common.h"
+#include "kernels/cpu/visit_float.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
 
@@ -23,7 +24,7 @@ class RecurrentKernel final : public Kernel {
     return out;
   }
   void compute(ComputeContext& ctx) override {
-    rnn::visit(ctx.input(0).dtype(), op_, [&](auto tag) {
+    visit_float32_64(ctx.input(0).dtype(), op_, [&](auto tag) {
       using T = decltype(tag);
       const rnn::Outputs<T> o{rnn::optional_output<T>(ctx, 0), rnn::optional_output<T>(ctx, 1),
                               K == rnn::Kind::Lstm ? rnn::optional_output<T>(ctx, 2) : nullptr};

@@ -113,14 +113,6 @@ struct Grads {
   T* dp = nullptr;
 };
 
-// Calls f(T{}) for float32 or float64 `dt`; Unsupported naming `op` otherwise.
-template <class F>
-void visit(DType dt, const char* op, F&& f) {
-  if (dt == DType::Float32) f(float{});
-  else if (dt == DType::Float64) f(double{});
-  else throw Unsupported(fmt::format("{}: {} input (float32 and float64 are supported)", op, dtype_name(dt)));
-}
-
 // Output i's buffer, or null when the node does not produce it.
 template <class T>
 T* optional_output(ComputeContext& ctx, size_t i) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/rnn_common.h"
+#include "kernels/cpu/visit_float.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
 
@@ -45,7 +46,7 @@ class RecurrentGradKernel final : public Kernel {
     return out;
   }
   void compute(ComputeContext& ctx) override {
-    rnn::visit(ctx.input(0).dtype(), op_, [&](auto tag) {
+    visit_float32_64(ctx.input(0).dtype(), op_, [&](auto tag) {
       using T = decltype(tag);
       const auto in = [&](size_t i) { return ctx.has_input(i) ? ctx.input(i).data<T>() : nullptr; };
       const auto out = [&](size_t i) { return rnn::optional_output<T>(ctx, i); };

@@ -21,4 +21,13 @@ void visit_float(DType dt, std::string_view op, F&& f) {
   });
 }
 
+// Calls f(T{}) for a float32 or float64 `dt` (the gradient kernels that accumulate in double);
+// Unsupported "OP: DTYPE inputs (float32 and float64 are supported)" otherwise.
+template <class F>
+void visit_float32_64(DType dt, std::string_view op, F&& f) {
+  if (dt == DType::Float32) f(float{});
+  else if (dt == DType::Float64) f(double{});
+  else throw Unsupported(fmt::format("{}: {} inputs (float32 and float64 are supported)", op, dtype_name(dt)));
+}
+
 }  // namespace kiln

@@ -32,7 +32,7 @@ def _fed_as_inputs(model: onnx.ModelProto, fed: set) -> onnx.ModelProto:
     gradients) as plain graph inputs, and every other initializer the nodes read as a constant: Kiln
     then runs it by position with its outputs written in place (Session.run_bound)."""
     g = model.graph
-    read = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    read = {i for n in g.node for i in _reads(n)} | {o.name for o in g.output}
     constants = [t for t in g.initializer if t.name not in fed and t.name in read]
     inputs = [i for i in g.input if i.name in fed and i.name in read]
     del g.initializer[:]
@@ -40,6 +40,28 @@ def _fed_as_inputs(model: onnx.ModelProto, fed: set) -> onnx.ModelProto:
     del g.input[:]
     g.input.extend(inputs)
     return model
+
+
+def _subgraph_reads(graph) -> list:
+    """The names a subgraph (an If branch, a Loop or Scan body) reads from the graphs around it."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    defined |= {o for n in graph.node for o in n.output}
+    reads = []
+    for n in graph.node:
+        for name in _reads(n):
+            if name and name not in defined and name not in reads:
+                reads.append(name)
+    reads += [o.name for o in graph.output if o.name not in defined and o.name not in reads]
+    return reads
+
+
+def _reads(node) -> list:
+    """A node's inputs and, for If / Loop / Scan, the outer values its subgraphs read by name."""
+    names = list(node.input)
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            names += [r for r in _subgraph_reads(a.g) if r not in names]
+    return names
 
 
 def _split(training: onnx.ModelProto, output_names: list, grad_names: list, fed: set):
@@ -59,11 +81,11 @@ def _split(training: onnx.ModelProto, output_names: list, grad_names: list, fed:
         produced = {o for n in forward_nodes + backward_nodes for o in n.output}
         known = produced | {i.name for i in g.input} | {i.name for i in g.initializer}
         for n in pending:
-            if any(i and i not in known for i in n.input):
+            if any(i and i not in known for i in _reads(n)):
                 rest.append(n)
                 continue
             moved = True
-            if any(i in tainted for i in n.input):
+            if any(i in tainted for i in _reads(n)):
                 backward_nodes.append(n)
                 tainted.update(o for o in n.output if o)
             else:
@@ -79,10 +101,10 @@ def _split(training: onnx.ModelProto, output_names: list, grad_names: list, fed:
     static = set()
     for n in forward_nodes:
         if n.op_type in ("Shape", "Size", "Constant") or all(not i or i in static or i in constant_inputs
-                                                               for i in n.input):
+                                                               for i in _reads(n)):
             static.update(o for o in n.output if o)
     constants = {o: n for n in forward_nodes if n.op_type == "Constant" for o in n.output}
-    read_by_backward = [i for n in backward_nodes for i in n.input if i in forward_out]
+    read_by_backward = [i for n in backward_nodes for i in _reads(n) if i in forward_out]
     copied = {constants[i].output[0]: constants[i] for i in read_by_backward if i in constants}
     stash = list(dict.fromkeys(i for i in read_by_backward if i not in constants))
 
