@@ -13,7 +13,7 @@ void resize_grad(GradContext& g) {
   g.set_GI(0, g.emit(kKilnDomain, "ResizeGrad", in, g.node.attrs));
 }
 
-const GradientRegistrar r_resize({"", "Resize", 1, kMaxOpset}, resize_grad);
+const GradientRegistrar r_resize({"", "Resize", 11, kMaxOpset}, resize_grad);
 
 }  // namespace
 }  // namespace kiln

@@ -199,9 +199,9 @@ def test_unknown_options_and_models_are_errors():
 
 
 def test_unsupported_ops_raise_kiln_unsupported():
-    with pytest.raises(kiln.Unsupported, match="Upsample"):
-        kiln.backend.run_node(helper.make_node("Upsample", ["x", "scales"], ["y"]),
-                              [np.ones((1, 1, 2, 2), np.float32), np.array([1, 1, 2, 2], np.float32)], opset_version=9)
+    with pytest.raises(kiln.Unsupported, match="MaxRoiPool"):
+        kiln.backend.run_node(helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[2, 2]),
+                              [np.ones((1, 1, 3, 3), np.float32), np.array([[0, 0, 0, 2, 2]], np.float32)])
 
 
 def test_run_node_types_inputs_from_numpy_and_outputs_by_inference():
