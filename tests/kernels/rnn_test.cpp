@@ -48,6 +48,23 @@ TEST(Recurrent, SequenceLengthsStopRows) {
   EXPECT_FLOAT_EQ(out[1].data<float>()[1], y[1]);  // its Y_h is its step-0 state
 }
 
+// Empty batches and sequences: empty outputs, and Y_h the initial state (zeros when none) for a
+// sequence of no steps or rows of length 0; hidden_size read from R when the attribute is absent.
+TEST(Recurrent, EmptyBatchesSequencesAndLengths) {
+  const Tensor w = Tensor::zeros(DType::Float32, {1, 15, 4}), r = Tensor::zeros(DType::Float32, {1, 15, 5});
+  auto out = run_node(rnn("GRU", 3, {}), {Tensor::zeros(DType::Float32, {3, 0, 4}), w, r});
+  EXPECT_EQ(out[0].shape(), (Shape{3, 1, 0, 5}));
+  EXPECT_EQ(out[1].shape(), (Shape{1, 0, 5}));
+  const Tensor h0 = Tensor::from_vector<float>({1, 2, 5}, std::vector<float>(10, 0.25f));
+  out = run_node(rnn("GRU", 6, {}), {Tensor::zeros(DType::Float32, {0, 2, 4}), w, r, Tensor(), Tensor(), h0});
+  EXPECT_EQ(out[0].shape(), (Shape{0, 1, 2, 5}));
+  EXPECT_EQ(as_doubles(out[1]), as_doubles(h0));
+  out = run_node(rnn("GRU", 6, {}), {Tensor::from_vector<float>({3, 2, 4}, std::vector<float>(24, 1.0f)), w, r,
+                                     Tensor(), Tensor::from_vector<int32_t>({2}, {0, 0}), h0});
+  EXPECT_EQ(as_doubles(out[1]), as_doubles(h0));
+  for (double v : as_doubles(out[0])) EXPECT_EQ(v, 0.0);
+}
+
 TEST(Recurrent, ErrorsNameTheProblem) {
   const Tensor x = f32({3, 2, 4}, std::vector<float>(24, 0.1f));
   const Tensor w = f32({1, 20, 4}, std::vector<float>(80, 0.1f)), r = f32({1, 20, 5}, std::vector<float>(100, 0.1f));

@@ -40,7 +40,23 @@ int as_int(int64_t v, const char* what) {
 
 }  // namespace
 
+namespace {
+
+// Empty products: nothing to write (m or n is 0), or C = beta * C (k is 0), which BLAS allows but
+// oneDNN's sgemm refuses. True when handled.
+template <class T>
+bool degenerate(const GemmShape& s, T beta, T* c) {
+  if (s.m > 0 && s.n > 0 && s.k > 0) return false;
+  if (s.m > 0 && s.n > 0)
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j) c[i * s.ldc + j] = beta == T(0) ? T(0) : beta * c[i * s.ldc + j];
+  return true;
+}
+
+}  // namespace
+
 void sgemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
+  if (degenerate(s, beta, c)) return;
   const dnnl_status_t status = dnnl_sgemm(s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N', s.m, s.n, s.k, alpha, a, s.lda,
                                           b, s.ldb, beta, c, s.ldc);
   if (status != dnnl_success)
@@ -49,6 +65,7 @@ void sgemm(const GemmShape& s, float alpha, const float* a, const float* b, floa
 }
 
 void dgemm(const GemmShape& s, double alpha, const double* a, const double* b, double beta, double* c) {
+  if (degenerate(s, beta, c)) return;
   static std::string error;
   static const CblasDgemm f = load_dgemm(error);
   if (f == nullptr)
