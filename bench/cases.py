@@ -1,7 +1,7 @@
 """The models bench/bench.py measures, at which sizes, and how each is built: seeded, so that the
 parent (which exports it for Kiln and ONNX Runtime) and the PyTorch worker build the same one.
 
-The architectures are those of the tests: tests/python/torch_models.py (mlp, lenet) and
+The architectures are those of the tests: tests/python/torch_models.py (mlp, lenet, lstm) and
 tests/python/zoo_models.py (resnet18, bert, gpt2; size "bench")."""
 from dataclasses import dataclass, replace
 
@@ -48,6 +48,7 @@ ROWS = {
     "resnet18-224": Case("resnet18", 8, image=224, steps=3, runs=3, warmup=2),
     "bert": Case("bert", 16, seq=128, steps=5, runs=6, warmup=2),       # 4 layers, d 256
     "gpt2": Case("gpt2", 8, seq=128, steps=5, runs=6, warmup=2),        # 4 layers, d 256, tied LM head
+    "lstm": Case("lstm", 32, steps=10, runs=20),                          # 64 steps, 128 -> 256
 }
 
 # The scaling table: (row of ROWS, its sizes); the first size is the reference of the ratios.

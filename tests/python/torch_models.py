@@ -54,11 +54,26 @@ class ViewNet(nn.Module):
         return self.fc(y.view(y.size(0), -1))
 
 
+class LSTMClassifier(nn.Module):
+    """A one-layer LSTM over 64 steps of 128 features, its last hidden state into a 10-way head:
+    exports to ONNX's LSTM (the recurrent row of bench/bench.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(128, 256, batch_first=True)
+        self.head = nn.Linear(256, 10)
+
+    def forward(self, x):
+        _, (h, _) = self.lstm(x)
+        return self.head(h[-1])
+
+
 # name -> (constructor, input shape without the batch dimension)
 MODELS = {
     "mlp": (MLP, (784,)),
     "lenet": (LeNet, (1, 28, 28)),
     "viewnet": (ViewNet, (3, 8, 8)),
+    "lstm": (LSTMClassifier, (64, 128)),
 }
 
 

@@ -66,6 +66,12 @@ struct Spec {
   }
 };
 
+// y[i] = a(clip(x[i])) for i < n (x and y may be the same). float32 Sigmoid and Tanh without clip
+// run at vector width (exp of kernels/cpu/vector_math.h, within a few ulp of the double
+// functions); the rest element by element in double.
+void activate(const Activation& a, const std::optional<double>& clip, const float* x, float* y, int64_t n);
+void activate(const Activation& a, const std::optional<double>& clip, const double* x, double* y, int64_t n);
+
 // Reads and checks the attributes; `op` names the node's op in errors ("LSTM", "LSTMGrad").
 Spec parse_spec(const Node& node, Kind kind, const char* op);
 

@@ -72,7 +72,7 @@ class Pass {
   }
   void step(int64_t t, std::vector<T>& h, std::vector<T>& c, Tape<T>* tape);
   // LSTM: gates, cell and state of one batch row (pre holds X W^T + H R^T + biases on entry).
-  void lstm_cell(T* pre, T* act, T* cb, T* hb) const;
+  void lstm_cell(T* pre, T* act, T* cb, T* hb, T* tmp) const;
   // GRU's second phase for one row: the candidate h~ and the new state.
   void gru_candidate(int64_t t, int64_t b, T* hb, Tape<T>* tape);
   void back_step(int64_t t, const Tape<T>& tape, std::vector<T>& dh, std::vector<T>& dc);
@@ -85,7 +85,7 @@ class Pass {
     const auto at = [&](const std::vector<T>& v, size_t i) { return v.empty() ? nullptr : v.data() + i; };
     return {at(tape.pre, g), at(tape.act, g), at(tape.hprev, h), at(tape.cprev, h), at(tape.cell, h), at(tape.q, h)};
   }
-  void lstm_cell_back(const Row& row, const T* dhb, T* dcb, T* dax, T* dar) const;
+  void lstm_cell_back(const Row& row, const T* dhb, T* dcb, T* dax, T* dar, T* hc) const;
   void gru_cell_back(const Row& row, const T* dhb, T* dax, T* dar, T* carry) const;
   void gru_reset_back(int64_t t, const Tape<T>& tape);
 
@@ -164,6 +164,7 @@ void Pass<T>::step(int64_t t, std::vector<T>& h, std::vector<T>& c, Tape<T>* tap
   const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, GH));
   // Phase 1: every gate but GRU's h; RNN and LSTM finish here.
   parallel_for(B_, grain, [&](int64_t b0, int64_t b1) {
+    std::vector<T> tmp(static_cast<size_t>(H));
     for (int64_t b = b0; b < b1; ++b) {
       T* y = out_.y ? out_.y + y_off(t, b) : nullptr;
       if (!active(b)) {
@@ -177,14 +178,13 @@ void Pass<T>::step(int64_t t, std::vector<T>& h, std::vector<T>& c, Tape<T>* tap
       T* hb = h.data() + b * H;
       for (int64_t j = 0; j < n_rec; ++j) pre[j] = xw[j] + hr[j];
       if (s_.kind == Kind::Rnn) {
-        const Activation& f = s_.act(dir_, 0);
-        for (int64_t j = 0; j < H; ++j) hb[j] = act[j] = T(f.f(clip(pre[j])));
+        activate(s_.act(dir_, 0), s_.clip, pre, act, H);
+        std::copy_n(act, H, hb);
       } else if (s_.kind == Kind::Lstm) {
-        lstm_cell(pre, act, c.data() + b * H, hb);
+        lstm_cell(pre, act, c.data() + b * H, hb, tmp.data());
       } else {
-        const Activation& f = s_.act(dir_, 0);
         T* q = q_.data() + b * H;
-        for (int64_t j = 0; j < 2 * H; ++j) act[j] = T(f.f(clip(pre[j])));
+        activate(s_.act(dir_, 0), s_.clip, pre, act, 2 * H);
         for (int64_t j = 0; j < H; ++j) q[j] = lbr ? hr[2 * H + j] + (rb_ ? rb_[2 * H + j] : T(0)) : act[H + j] * hb[j];
       }
       if (tape) {
@@ -205,27 +205,25 @@ void Pass<T>::step(int64_t t, std::vector<T>& h, std::vector<T>& c, Tape<T>* tap
 }
 
 template <class T>
-void Pass<T>::lstm_cell(T* pre, T* act, T* cb, T* hb) const {
+void Pass<T>::lstm_cell(T* pre, T* act, T* cb, T* hb, T* tmp) const {
   const int64_t H = H_;
   const Activation &f = s_.act(dir_, 0), &g = s_.act(dir_, 1), &hf = s_.act(dir_, 2);
-  for (int64_t j = 0; j < H; ++j) {
-    if (p_) {
+  if (p_)
+    for (int64_t j = 0; j < H; ++j) {
       pre[j] += p_[j] * cb[j];                  // i
       pre[2 * H + j] += p_[2 * H + j] * cb[j];  // f
     }
-    const double i = f.f(clip(pre[j]));
-    const double fg = s_.input_forget ? 1 - i : f.f(clip(pre[2 * H + j]));
-    const double cc = g.f(clip(pre[3 * H + j]));
-    const double cell = fg * double(cb[j]) + i * cc;
-    if (p_) pre[H + j] += T(p_[H + j] * cell);  // o
-    const double o = f.f(clip(pre[H + j]));
-    act[j] = T(i);
-    act[H + j] = T(o);
-    act[2 * H + j] = T(fg);
-    act[3 * H + j] = T(cc);
-    cb[j] = T(cell);
-    hb[j] = T(o * hf.f(clip(cell)));
-  }
+  activate(f, s_.clip, pre, act, H);  // i
+  if (s_.input_forget)
+    for (int64_t j = 0; j < H; ++j) act[2 * H + j] = T(1) - act[j];
+  else activate(f, s_.clip, pre + 2 * H, act + 2 * H, H);  // f
+  activate(g, s_.clip, pre + 3 * H, act + 3 * H, H);       // c
+  for (int64_t j = 0; j < H; ++j) cb[j] = act[2 * H + j] * cb[j] + act[j] * act[3 * H + j];
+  if (p_)
+    for (int64_t j = 0; j < H; ++j) pre[H + j] += p_[H + j] * cb[j];  // o
+  activate(f, s_.clip, pre + H, act + H, H);
+  activate(hf, s_.clip, cb, tmp, H);
+  for (int64_t j = 0; j < H; ++j) hb[j] = act[H + j] * tmp[j];
 }
 
 template <class T>
@@ -238,12 +236,10 @@ void Pass<T>::gru_candidate(int64_t t, int64_t b, T* hb, Tape<T>* tape) {
   T* pre = pre_.data() + b * GH;
   T* act = act_.data() + b * GH;
   const T* q = q_.data() + b * H;
-  for (int64_t j = 0; j < H; ++j) {
+  for (int64_t j = 0; j < H; ++j)
     pre[2 * H + j] = lbr ? xw[2 * H + j] + act[H + j] * q[j] : xw[2 * H + j] + hq_[size_t(b * H + j)];
-    const double ht = g.f(clip(pre[2 * H + j])), z = act[j];
-    act[2 * H + j] = T(ht);
-    hb[j] = T((1 - z) * ht + z * double(hb[j]));
-  }
+  activate(g, s_.clip, pre + 2 * H, act + 2 * H, H);
+  for (int64_t j = 0; j < H; ++j) hb[j] = (T(1) - act[j]) * act[2 * H + j] + act[j] * hb[j];
   if (tape) {
     std::copy_n(pre, GH, tape->pre.data() + (t * B_ + b) * GH);
     std::copy_n(act, GH, tape->act.data() + (t * B_ + b) * GH);
@@ -312,6 +308,7 @@ void Pass<T>::back_step(int64_t t, const Tape<T>& tape, std::vector<T>& dh, std:
   const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, GH));
   T* dar_t = dar_.data() + t * B_ * GH;
   parallel_for(B_, grain, [&](int64_t b0, int64_t b1) {
+    std::vector<T> tmp(static_cast<size_t>(H));
     for (int64_t b = b0; b < b1; ++b) {
       if (!active(b)) continue;
       T* dhb = dh.data() + b * H;
@@ -328,7 +325,7 @@ void Pass<T>::back_step(int64_t t, const Tape<T>& tape, std::vector<T>& dh, std:
         for (int64_t j = 0; j < H; ++j) dax[j] = dar[j] = T(double(dhb[j]) * slope(f, row.pre[j], row.act[j]));
         std::fill_n(carry, H, T(0));
       } else if (s_.kind == Kind::Lstm) {
-        lstm_cell_back(row, dhb, dc.data() + b * H, dax, dar);
+        lstm_cell_back(row, dhb, dc.data() + b * H, dax, dar, tmp.data());
         std::fill_n(carry, H, T(0));
       } else {
         gru_cell_back(row, dhb, dax, dar, carry);
@@ -345,13 +342,14 @@ void Pass<T>::back_step(int64_t t, const Tape<T>& tape, std::vector<T>& dh, std:
 }
 
 template <class T>
-void Pass<T>::lstm_cell_back(const Row& row, const T* dhb, T* dcb, T* dax, T* dar) const {
+void Pass<T>::lstm_cell_back(const Row& row, const T* dhb, T* dcb, T* dax, T* dar, T* hcs) const {
   const int64_t H = H_;
   const Activation &f = s_.act(dir_, 0), &g = s_.act(dir_, 1), &hf = s_.act(dir_, 2);
   const T *pre = row.pre, *act = row.act, *cp = row.cprev, *cell = row.cell;
+  activate(hf, s_.clip, cell, hcs, H);  // h(C), as the forward computed it
   for (int64_t j = 0; j < H; ++j) {
     const double i = act[j], o = act[H + j], fg = act[2 * H + j], cc = act[3 * H + j];
-    const double hc = hf.f(clip(cell[j]));
+    const double hc = hcs[j];
     const double dA_o = double(dhb[j]) * hc * slope(f, pre[H + j], o);
     double dct = double(dcb[j]) + double(dhb[j]) * o * slope(hf, cell[j], hc);
     if (p_) dct += dA_o * p_[H + j];

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernels/cpu/rnn_common.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace kiln::rnn {
 namespace {
@@ -121,6 +122,34 @@ double Activation::df(double x, double y) const {
       return 1 / (1 + std::exp(-x));
   }
   return 0;
+}
+
+namespace {
+
+template <class T>
+void activate_each(const Activation& a, const std::optional<double>& clip, const T* x, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = clip ? std::clamp(double(x[i]), -*clip, *clip) : double(x[i]);
+    y[i] = T(a.f(v));
+  }
+}
+
+}  // namespace
+
+void activate(const Activation& a, const std::optional<double>& clip, const float* x, float* y, int64_t n) {
+  if (clip || (a.fn != Fn::Sigmoid && a.fn != Fn::Tanh)) return activate_each(a, clip, x, y, n);
+  // sigmoid(x) = 1 / (1 + e^-x); tanh(x) = 1 - 2 / (e^2x + 1): one vector exp each.
+  const bool tanh = a.fn == Fn::Tanh;
+  for (int64_t i = 0; i < n; ++i) y[i] = tanh ? 2.0f * x[i] : -x[i];
+  vmath::exp_sum(y, n, 0.0f);
+  if (tanh)
+    for (int64_t i = 0; i < n; ++i) y[i] = 1.0f - 2.0f / (y[i] + 1.0f);
+  else
+    for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + y[i]);
+}
+
+void activate(const Activation& a, const std::optional<double>& clip, const double* x, double* y, int64_t n) {
+  activate_each(a, clip, x, y, n);
 }
 
 Spec parse_spec(const Node& node, Kind kind, const char* op) {
