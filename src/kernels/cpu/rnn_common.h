@@ -7,8 +7,9 @@
 // Semantics are ONNX's: gate orders zrh (GRU) and iofc (LSTM, peepholes iof), sequence_lens
 // stopping each batch row early (its Y rows zero past its length, Y_h its last state; a reverse
 // pass starts at its last valid step), activations with activation_alpha / activation_beta taken
-// in order by the functions that use them, clip applied to every activation's input (also the
-// LSTM's h(C); the cell state itself is not clipped), layout 0 ([S, B, ...]) and 1 ([B, S, ...]).
+// in order by the functions that use them, clip applied to the gates' pre-activations (not to the
+// LSTM's cell before h, as ONNX Runtime reads the text: tests/python/test_ort_parity_ops.py),
+// layout 0 ([S, B, ...]) and 1 ([B, S, ...]).
 #pragma once
 
 #include <fmt/format.h>

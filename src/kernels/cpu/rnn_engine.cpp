@@ -55,7 +55,6 @@ class Pass {
     return s_.layout == 0 ? ((t * D_ + dir_) * B_ + b) * H_ : ((b * S_ + t) * D_ + dir_) * H_;
   }
   int64_t st_off(int64_t b) const { return s_.layout == 0 ? (dir_ * B_ + b) * H_ : (b * D_ + dir_) * H_; }
-  double clip(double a) const { return s_.clip ? std::clamp(a, -*s_.clip, *s_.clip) : a; }
   // d act(clip(a)) / da, given y = act(clip(a)).
   double slope(const Activation& f, double a, double y) const {
     if (s_.clip && std::abs(a) > *s_.clip) return 0;
@@ -222,7 +221,7 @@ void Pass<T>::lstm_cell(T* pre, T* act, T* cb, T* hb, T* tmp) const {
   if (p_)
     for (int64_t j = 0; j < H; ++j) pre[H + j] += p_[H + j] * cb[j];  // o
   activate(f, s_.clip, pre + H, act + H, H);
-  activate(hf, s_.clip, cb, tmp, H);
+  activate(hf, std::nullopt, cb, tmp, H);  // the cell is not clipped before h, as in ONNX Runtime
   for (int64_t j = 0; j < H; ++j) hb[j] = act[H + j] * tmp[j];
 }
 
@@ -346,12 +345,12 @@ void Pass<T>::lstm_cell_back(const Row& row, const T* dhb, T* dcb, T* dax, T* da
   const int64_t H = H_;
   const Activation &f = s_.act(dir_, 0), &g = s_.act(dir_, 1), &hf = s_.act(dir_, 2);
   const T *pre = row.pre, *act = row.act, *cp = row.cprev, *cell = row.cell;
-  activate(hf, s_.clip, cell, hcs, H);  // h(C), as the forward computed it
+  activate(hf, std::nullopt, cell, hcs, H);  // h(C), as the forward computed it (no clip)
   for (int64_t j = 0; j < H; ++j) {
     const double i = act[j], o = act[H + j], fg = act[2 * H + j], cc = act[3 * H + j];
     const double hc = hcs[j];
     const double dA_o = double(dhb[j]) * hc * slope(f, pre[H + j], o);
-    double dct = double(dcb[j]) + double(dhb[j]) * o * slope(hf, cell[j], hc);
+    double dct = double(dcb[j]) + double(dhb[j]) * o * hf.df(cell[j], hc);
     if (p_) dct += dA_o * p_[H + j];
     double di = dct * cc;
     const double dfg = dct * double(cp[j]);
