@@ -147,3 +147,38 @@ def test_scan_axes_and_directions(node, tmp_path):
     feeds = {"s0": rng.standard_normal(4).astype(np.float32), "x": rng.standard_normal((4, 6)).astype(np.float32),
              "c": rng.standard_normal(4).astype(np.float32)}
     run_both(node, tmp_path, graph, feeds)
+
+
+def test_exported_control_flow(node, tmp_path):
+    """A torch.jit.script'ed `if` and a `for` over range(n), exported by torch.onnx (If and Loop
+    reading outer values), for both branches and several trip counts."""
+    import warnings
+
+    import torch
+    from test_control_flow import Gated, Repeated
+
+    torch.manual_seed(0)
+    for name, module, feeds_list in (
+            ("gated", Gated().eval(), [{"x": np.full((3, 5), s, np.float32)} for s in (1.0, -1.0)]),
+            ("repeated", Repeated().eval(),
+             [{"x": np.random.default_rng(4).random((3, 5), np.float32), "n": np.array(k, np.int64)}
+              for k in (0, 3)])):
+        path = tmp_path / f"{name}.onnx"
+        args = tuple(torch.from_numpy(v) for v in feeds_list[0].values())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, args, str(path), input_names=list(feeds_list[0]), output_names=["y"],
+                              opset_version=17)
+        for i, feeds in enumerate(feeds_list):
+            folder = tmp_path / f"{name}{i}"
+            folder.mkdir()
+            args = []
+            for key, value in feeds.items():
+                np.save(folder / f"{key}.npy", value)
+                args.append(f"{key}={folder / f'{key}.npy'}")
+            proc = subprocess.run([node, str(ORT_RUN), str(path), str(folder / "ort"), *args], capture_output=True,
+                                  text=True, cwd=REPO)
+            assert proc.returncode == 0, proc.stderr
+            want = np.load(folder / "ort" / "out_0.npy")
+            got = _kiln.Session(str(path)).run(feeds)["y"]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
