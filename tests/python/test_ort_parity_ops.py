@@ -30,20 +30,26 @@ def node():
     return exe
 
 
+def ort_outputs(node, path, feeds, folder):
+    """ONNX Runtime's outputs of the model at `path` on `feeds`, by name (files under `folder`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    args = []
+    for name, value in feeds.items():
+        np.save(folder / f"{name}.npy", value)
+        args.append(f"{name}={folder / f'{name}.npy'}")
+    proc = subprocess.run([node, str(ORT_RUN), str(path), str(folder / "ort"), *args], capture_output=True,
+                          text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    names = json.loads(proc.stdout.strip().splitlines()[-1])["outputs"]
+    return {n: np.load(folder / "ort" / f"out_{j}.npy") for j, n in enumerate(names)}
+
+
 def run_both(node, tmp_path, graph, feeds, opset=17):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     onnx.checker.check_model(model)  # (full_check's shape inference gets STFT's bins wrong in ONNX 1.12)
     path = tmp_path / "model.onnx"
     onnx.save(model, str(path))
-    args = []
-    for name, value in feeds.items():
-        np.save(tmp_path / f"{name}.npy", value)
-        args.append(f"{name}={tmp_path / f'{name}.npy'}")
-    proc = subprocess.run([node, str(ORT_RUN), str(path), str(tmp_path / "ort"), *args], capture_output=True,
-                          text=True, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr
-    names = json.loads(proc.stdout.strip().splitlines()[-1])["outputs"]
-    ort = {n: np.load(tmp_path / "ort" / f"out_{j}.npy") for j, n in enumerate(names)}
+    ort = ort_outputs(node, path, feeds, tmp_path)
     ours = _kiln.Session(str(path)).run(feeds)
     for name, want in ort.items():
         got = ours[name]
@@ -170,15 +176,6 @@ def test_exported_control_flow(node, tmp_path):
             torch.onnx.export(module, args, str(path), input_names=list(feeds_list[0]), output_names=["y"],
                               opset_version=17)
         for i, feeds in enumerate(feeds_list):
-            folder = tmp_path / f"{name}{i}"
-            folder.mkdir()
-            args = []
-            for key, value in feeds.items():
-                np.save(folder / f"{key}.npy", value)
-                args.append(f"{key}={folder / f'{key}.npy'}")
-            proc = subprocess.run([node, str(ORT_RUN), str(path), str(folder / "ort"), *args], capture_output=True,
-                                  text=True, cwd=REPO)
-            assert proc.returncode == 0, proc.stderr
-            want = np.load(folder / "ort" / "out_0.npy")
+            want = ort_outputs(node, path, feeds, tmp_path / f"{name}{i}")["y"]
             got = _kiln.Session(str(path)).run(feeds)["y"]
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
