@@ -7,7 +7,7 @@
 //
 // Writes OUT_DIR/out_{j}.npy for the j-th output of the session (in the model's output order) and
 // prints {"outputs": [names]} as one JSON line. Arrays: little-endian, C order, float32, float64,
-// int64, int32 and bool. Exit status 1 with one line on stderr on any failure.
+// int64, int32, uint8, int8 and bool. Exit status 1 with one line on stderr on any failure.
 'use strict';
 
 const fs = require('fs');
@@ -20,6 +20,8 @@ const DTYPES = {
   '<i8': [BigInt64Array, 'int64'],
   '<i4': [Int32Array, 'int32'],
   '|b1': [Uint8Array, 'bool'],
+  '|u1': [Uint8Array, 'uint8'],
+  '|i1': [Int8Array, 'int8'],
 };
 const DESCR_OF = Object.fromEntries(Object.entries(DTYPES).map(([descr, [, type]]) => [type, descr]));
 

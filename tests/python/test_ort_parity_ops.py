@@ -1,9 +1,11 @@
 """This session's ops against ONNX Runtime (onnxruntime-node through tests/python/ort_run.js), one
-model each, the same inputs: Kiln's outputs within 1e-5 of ORT's, relative to the largest element.
+model each, the same inputs: Kiln's float outputs within 1e-5 of ORT's, relative to the largest
+element, and integer outputs (quantized values, integer products) exactly equal.
 They settle the readings of ONNX's text that torch never exercises: LSTM's clip (on the gates'
 pre-activations, not on the cell before h), peepholes and non-default activations with alpha / beta, GRU's
 linear_before_reset with sequence lengths in reverse, RNN's two activations, GridSample's bicubic
-reflection, DFT with dft_length, STFT with a window, and Scan's axes and directions."""
+reflection, DFT with dft_length, STFT with a window, Scan's axes and directions, and the rounding
+of the quantization ops."""
 import json
 import shutil
 import subprocess
@@ -54,6 +56,9 @@ def run_both(node, tmp_path, graph, feeds, opset=17):
     for name, want in ort.items():
         got = ours[name]
         assert got.shape == want.shape, f"{name}: Kiln {got.shape}, ORT {want.shape}"
+        if not np.issubdtype(want.dtype, np.floating):  # integers (quantized values): exactly
+            np.testing.assert_array_equal(got, want, err_msg=name)
+            continue
         scale = max(float(np.abs(want).max(initial=0.0)), 1e-30)
         err = float(np.abs(got.astype(np.float64) - want).max(initial=0.0)) / scale
         assert err <= 1e-5, f"{name}: {err:.2e} relative to ORT"
@@ -179,3 +184,47 @@ def test_exported_control_flow(node, tmp_path):
             want = ort_outputs(node, path, feeds, tmp_path / f"{name}{i}")["y"]
             got = _kiln.Session(str(path)).run(feeds)["y"]
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def q_tensor(name, dtype, shape, values):
+    return helper.make_tensor(name, dtype, shape, values)
+
+
+def test_quantization(node, tmp_path):
+    """Quantize / dequantize per tensor and per axis, the dynamic form, and the integer products and
+    convolutions with zero points (per-channel weights), all exact integers or one rounding."""
+    rng = np.random.default_rng(5)
+    U8, I8, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
+    inits = [
+        helper.make_tensor("s", F, [], [0.05]), q_tensor("z8", I8, [], [-3]),
+        helper.make_tensor("s_ax", F, [3], [0.02, 0.05, 0.1]), q_tensor("z_ax", U8, [3], [10, 128, 250]),
+        q_tensor("az", U8, [], [7]), q_tensor("bz", U8, [5], [1, 2, 3, 250, 128]),
+        helper.make_tensor("as", F, [], [0.03]), helper.make_tensor("bs", F, [], [0.02]),
+        helper.make_tensor("ys", F, [], [0.5]), q_tensor("yz", U8, [], [100]),
+        q_tensor("xz", U8, [], [9]), helper.make_tensor("ws", F, [4], [0.01, 0.02, 0.03, 0.005]),
+        q_tensor("wz", I8, [4], [0, 0, 0, 0]), q_tensor("bias", I32, [4], [100, -50, 0, 2000]),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z8"], ["q8"]),
+        helper.make_node("QuantizeLinear", ["x", "s_ax", "z_ax"], ["q_ax"], axis=1),
+        helper.make_node("DequantizeLinear", ["q_ax", "s_ax", "z_ax"], ["dq_ax"], axis=1),
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["dy", "dy_s", "dy_z"]),
+        helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["mm"]),
+        helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz1", "ys", "yz"], ["qmm"]),
+        helper.make_node("ConvInteger", ["img", "w", "xz"], ["ci"], pads=[1, 1, 1, 1], strides=[2, 1]),
+        helper.make_node("QLinearConv", ["img", "s", "xz", "w", "ws", "wz", "ys", "yz", "bias"], ["qc"],
+                         pads=[1, 1, 1, 1], strides=[2, 1]),
+    ]
+    inits.append(q_tensor("bz1", U8, [], [128]))
+    graph = helper.make_graph(
+        nodes, "quant",
+        [vi("x", [2, 3, 4]), vi("a", [2, 3, 6], U8), vi("b", [6, 5], U8), vi("img", [1, 2, 5, 5], U8),
+         vi("w", [4, 2, 3, 3], I8)],
+        [vi("q8", [2, 3, 4], I8), vi("q_ax", [2, 3, 4], U8), vi("dq_ax", [2, 3, 4]), vi("dy", [2, 3, 4], U8),
+         vi("dy_s", []), vi("dy_z", [], U8), vi("mm", [2, 3, 5], I32), vi("qmm", [2, 3, 5], U8),
+         vi("ci", [1, 4, 3, 5], I32), vi("qc", [1, 4, 3, 5], U8)], inits)
+    feeds = {"x": (rng.standard_normal((2, 3, 4)) * 4).astype(np.float32),
+             "a": rng.integers(0, 256, (2, 3, 6), dtype=np.uint8), "b": rng.integers(0, 256, (6, 5), dtype=np.uint8),
+             "img": rng.integers(0, 256, (1, 2, 5, 5), dtype=np.uint8),
+             "w": rng.integers(-128, 128, (4, 2, 3, 3), dtype=np.int8)}
+    run_both(node, tmp_path, graph, feeds)
