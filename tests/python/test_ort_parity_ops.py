@@ -228,3 +228,51 @@ def test_quantization(node, tmp_path):
              "img": rng.integers(0, 256, (1, 2, 5, 5), dtype=np.uint8),
              "w": rng.integers(-128, 128, (4, 2, 3, 3), dtype=np.int8)}
     run_both(node, tmp_path, graph, feeds)
+
+
+def test_detection_and_the_rest(node, tmp_path):
+    """NonMaxSuppression, RoiAlign (both coordinate modes, max and avg), MaxUnpool, Det,
+    ReverseSequence, TfIdfVectorizer (TFIDF) and MelWeightMatrix in one model. (MaxUnpool with an
+    output_shape larger than the unpooled one is left out: ONNX Runtime puts X[j] at flat index I[j]
+    of the larger output, which fails ONNX's own test_maxunpool_export_with_output_shape; Kiln
+    follows that case, keeping each index's coordinates.)"""
+    rng = np.random.default_rng(6)
+    I64 = TensorProto.INT64
+    boxes = rng.random((1, 6, 4)).astype(np.float32) * 10
+    inits = [helper.make_tensor("max_out", I64, [], [3]), helper.make_tensor("iou", F, [], [0.3]),
+             helper.make_tensor("score", F, [], [0.2]), helper.make_tensor("bi", I64, [3], [0, 1, 1]),
+             helper.make_tensor("lens", I64, [3], [4, 1, 3]), helper.make_tensor("up_shape", I64, [4], [1, 2, 4, 4]),
+             helper.make_tensor("mels", I64, [], [6]), helper.make_tensor("dft_len", I64, [], [32]),
+             helper.make_tensor("rate", I64, [], [16000]), helper.make_tensor("lo", F, [], [100.0]),
+             helper.make_tensor("hi", F, [], [7000.0])]
+    nodes = [
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "score"], ["nms"]),
+        helper.make_node("RoiAlign", ["img", "rois", "bi"], ["ra_avg"], output_height=2, output_width=3,
+                         spatial_scale=0.5, sampling_ratio=2),
+        helper.make_node("RoiAlign", ["img", "rois", "bi"], ["ra_max"], output_height=2, output_width=2,
+                         mode="max", coordinate_transformation_mode="output_half_pixel"),
+        helper.make_node("MaxPool", ["pool_in"], ["pooled", "idx"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("MaxUnpool", ["pooled", "idx", "up_shape"], ["unpooled"], kernel_shape=[2, 2],
+                         strides=[2, 2]),
+        helper.make_node("Det", ["m"], ["det"]),
+        helper.make_node("ReverseSequence", ["seq", "lens"], ["rev"], time_axis=0, batch_axis=1),
+        helper.make_node("TfIdfVectorizer", ["tokens"], ["tfidf"], mode="TFIDF", min_gram_length=1,
+                         max_gram_length=2, max_skip_count=1, ngram_counts=[0, 3], ngram_indexes=[0, 1, 2, 3, 4],
+                         pool_int64s=[2, 3, 5, 2, 3, 3, 5], weights=[0.5, 1.0, 2.0, 1.5, 3.0]),
+        helper.make_node("MelWeightMatrix", ["mels", "dft_len", "rate", "lo", "hi"], ["mel"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "rest",
+        [vi("boxes", [1, 6, 4]), vi("scores", [1, 2, 6]), vi("img", [2, 3, 8, 8]), vi("rois", [3, 4]),
+         vi("pool_in", [1, 2, 4, 4]), vi("m", [2, 3, 3]), vi("seq", [4, 3, 2]), vi("tokens", [2, 6], I64)],
+        [vi("nms", [None, 3], I64), vi("ra_avg", [3, 3, 2, 3]), vi("ra_max", [3, 3, 2, 2]),
+         vi("unpooled", [1, 2, 4, 4]), vi("det", [2]), vi("rev", [4, 3, 2]), vi("tfidf", [2, 5]), vi("mel", [17, 6])],
+        inits)
+    feeds = {"boxes": boxes, "scores": rng.random((1, 2, 6)).astype(np.float32),
+             "img": rng.standard_normal((2, 3, 8, 8)).astype(np.float32),
+             "rois": np.array([[0.5, 1, 9, 12], [2, 2, 6, 7], [-2, 3, 14, 15]], np.float32),
+             "pool_in": rng.standard_normal((1, 2, 4, 4)).astype(np.float32),
+             "m": rng.standard_normal((2, 3, 3)).astype(np.float32),
+             "seq": rng.standard_normal((4, 3, 2)).astype(np.float32),
+             "tokens": rng.integers(1, 6, (2, 6), dtype=np.int64)}
+    run_both(node, tmp_path, graph, feeds)

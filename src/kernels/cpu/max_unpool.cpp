@@ -1,7 +1,9 @@
 // MaxUnpool (opset 9, 11): the partial inverse of MaxPool. Y starts at zero and X[j] goes to the
 // position that the flat index I[j] names in the default output shape, (in - 1) * stride -
 // pad_begin - pad_end + kernel per spatial dim. With output_shape given, Y has that shape and each
-// position keeps its coordinates (ONNX's case: a 5 x 5 output of 4 x 4 indices).
+// position keeps its coordinates (ONNX's test_maxunpool_export_with_output_shape: a 5 x 5 output of
+// 4 x 4 indices). ONNX Runtime 1.30 instead puts X[j] at flat index I[j] of the larger output and
+// fails that case; the two agree whenever output_shape is the unpooled shape.
 #include <fmt/format.h>
 
 #include <cstring>
