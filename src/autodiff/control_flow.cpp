@@ -239,7 +239,7 @@ std::vector<std::string> lift_reads(GradContext& g, const Frame& f, const Graph&
   return names;
 }
 
-// Hands the backward node's outputs (carried values, then capture sums, then `after`) to the inputs.
+// Hands the backward node's first outputs (carried values, then capture sums) to their inputs.
 void set_grads(GradContext& g, const Frame& f, const std::vector<std::string>& d) {
   for (size_t k = 0; k < f.states; ++k)
     if (g.needs(f.node_state + k)) g.set_GI(f.node_state + k, d[k]);

@@ -122,6 +122,12 @@ TEST(OperatorTail, ErrorsNameTheProblem) {
                                         Tensor::scalar<int64_t>(16)});
       },
       "the frame no longer than the signal");
+  expect_error<ShapeError>(
+      [&] {
+        run_node(make_node("Upsample", 2),
+                 {Tensor::zeros(DType::Float32, {1, 1, 2, 2}), Tensor::from_vector<float>({2}, {2, 2})}, 9);
+      },
+      "scales float[2] must have one value per dim of X float[1, 1, 2, 2]");
   expect_error<InvalidModel>(
       [&] {
         run_node(make_node("MelWeightMatrix", 5),

@@ -195,6 +195,20 @@ TEST(ControlFlow, MalformedBodiesAreNamed) {
       },
       "graph attribute 'then_branch' is required");
   const Attribute bad = graph({node("Relu", {"missing"}, {"r"})}, {}, {info("r", F)});
+  const Attribute two = graph({node("Identity", {"c"}, {"p"}), node("Identity", {"c"}, {"q"})}, {},
+                              {info("p", DType::Bool), info("q", DType::Bool)});
+  Session arity(model({node("If", {"c"}, {"y"}, {{"then_branch", two}, {"else_branch", two}})},
+                      {info("c", DType::Bool, {}, false)}, {info("y", DType::Bool, {}, false)}));
+  expect_error<InvalidModel>(
+      [&] {
+        arity.run({{"c", Tensor::scalar<bool>(true)}});
+      },
+      "the then branch gives 2 outputs but the node has 1");
+  expect_error<ShapeError>(
+      [&] {
+        arity.run({{"c", Tensor::from_vector<bool>({2}, {true, false})}});
+      },
+      "cond bool[2] must hold one value");
   // A branch reading a value nothing defines: the node is named when the Session lifts it.
   expect_error<InvalidModel>(
       [&] {

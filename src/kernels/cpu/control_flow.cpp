@@ -143,12 +143,16 @@ class ControlFlowKernel : public Kernel {
     for (size_t i = explicit_inputs(ctx); i < ctx.num_inputs(); ++i) v.push_back(ctx.value(i));
     return v;
   }
+  // The subgraph in attribute `key`, made on first use (`what` names it in errors).
+  Subgraph& subgraph(std::unique_ptr<Subgraph>& slot, const char* key, int64_t opset, const char* what) {
+    if (!slot) slot = std::make_unique<Subgraph>(graph_attr(node_, key, node_.op_type.c_str()), captures_, opset, what);
+    return *slot;
+  }
   std::vector<TensorMeta> metas() const {
     std::vector<TensorMeta> m;
     for (const Tensor& t : results_) m.push_back(TensorMeta::of(t));
     return m;
   }
-  int64_t opset_ = 0;
   std::vector<std::string> captures_ = control::captures_of(node_);
   std::vector<Tensor> results_;
 };
@@ -159,11 +163,9 @@ class IfKernel final : public ControlFlowKernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const bool cond = truth(ctx.value(0), "If", "cond");
     const std::vector<Tensor> caps = capture_values(ctx);
-    std::unique_ptr<Subgraph>& branch = cond ? then_ : else_;
-    if (!branch)
-      branch = std::make_unique<Subgraph>(graph_attr(node_, cond ? "then_branch" : "else_branch", "If"), captures_,
-                                          ctx.opset, cond ? "If's then_branch" : "If's else_branch");
-    results_ = branch->run({}, caps);
+    Subgraph& branch = cond ? subgraph(then_, "then_branch", ctx.opset, "If's then_branch")
+                            : subgraph(else_, "else_branch", ctx.opset, "If's else_branch");
+    results_ = branch.run({}, caps);
     if (results_.size() != node_.outputs.size())
       throw InvalidModel(fmt::format("If: the {} branch gives {} outputs but the node has {}", cond ? "then" : "else",
                                      results_.size(), node_.outputs.size()));
@@ -181,8 +183,7 @@ class LoopKernel final : public ControlFlowKernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const size_t n = explicit_inputs(ctx);
     if (n < 2) throw InvalidModel("Loop: needs the inputs M and cond (either may be empty)");
-    if (!body_)
-      body_ = std::make_unique<Subgraph>(graph_attr(node_, "body", "Loop"), captures_, ctx.opset, "Loop's body");
+    subgraph(body_, "body", ctx.opset, "Loop's body");
     const size_t carried = n - 2;
     if (body_->num_inputs() != carried + 2 || body_->num_outputs() < carried + 1)
       throw InvalidModel(
@@ -204,8 +205,6 @@ class LoopKernel final : public ControlFlowKernel {
       cond = truth(out[0], "Loop", "the body's cond output");
       for (size_t k = 0; k < carried; ++k) v[k] = out[1 + k];
       for (size_t k = 0; k < scans; ++k) scan[k].push_back(out[1 + carried + k]);
-      if (!has_max && !has_cond && i > (int64_t(1) << 40))
-        throw InvalidModel("Loop: neither M nor cond bounds the loop");
     }
     results_ = v;
     for (size_t k = 0; k < scans; ++k)
@@ -233,8 +232,7 @@ class ScanKernel final : public ControlFlowKernel {
     const size_t n = explicit_inputs(ctx);
     const auto m = static_cast<size_t>(node_.attr_int("num_scan_inputs"));
     if (m < 1 || m > n) throw InvalidModel(fmt::format("Scan: num_scan_inputs {} must be in [1, {}]", m, n));
-    if (!body_)
-      body_ = std::make_unique<Subgraph>(graph_attr(node_, "body", "Scan"), captures_, ctx.opset, "Scan's body");
+    subgraph(body_, "body", ctx.opset, "Scan's body");
     const size_t states = n - m;
     if (body_->num_inputs() != n || body_->num_outputs() < states)
       throw InvalidModel(
@@ -297,8 +295,7 @@ class Scan8Kernel final : public ControlFlowKernel {
     const size_t n = explicit_inputs(ctx);
     const auto m = static_cast<size_t>(node_.attr_int("num_scan_inputs"));
     if (m < 1 || m + 1 > n) throw InvalidModel(fmt::format("Scan: num_scan_inputs {} must be in [1, {}]", m, n - 1));
-    if (!body_)
-      body_ = std::make_unique<Subgraph>(graph_attr(node_, "body", "Scan"), captures_, ctx.opset, "Scan's body");
+    subgraph(body_, "body", ctx.opset, "Scan's body");
     const size_t states = n - 1 - m;
     std::vector<Tensor> in_all;
     for (size_t i = 1; i < n; ++i) in_all.push_back(ctx.value(i));

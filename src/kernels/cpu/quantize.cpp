@@ -183,8 +183,9 @@ void int_product(const MatMulShape& p, const QA* a, const QB* b, const quant::Pe
   });
 }
 
-// A zero point of a product operand: scalar, or 1-D per row of A (size M) / per column of B (size N).
-quant::PerAxis product_zero(const ComputeContext& ctx, size_t i, int64_t per, const char* what) {
+// A scale or zero point of a product operand: scalar, or 1-D per row of A (size M) / per column of
+// B (size N).
+quant::PerAxis row_or_column_values(const ComputeContext& ctx, size_t i, int64_t per, const char* what) {
   if (!ctx.has_input(i)) return quant::PerAxis{{0.0}};
   const Tensor& t = ctx.input(i);
   if (t.numel() != 1 && (t.rank() != 1 || t.numel() != per))
@@ -204,8 +205,8 @@ class MatMulIntegerKernel final : public Kernel {
     return {TensorMeta{DType::Int32, shape_.out, ctx.input(0).dynamic || ctx.input(1).dynamic, Tensor()}};
   }
   void compute(ComputeContext& ctx) override {
-    const quant::PerAxis az = product_zero(ctx, 2, shape_.m, "MatMulInteger: a_zero_point");
-    const quant::PerAxis bz = product_zero(ctx, 3, shape_.n, "MatMulInteger: b_zero_point");
+    const quant::PerAxis az = row_or_column_values(ctx, 2, shape_.m, "MatMulInteger: a_zero_point");
+    const quant::PerAxis bz = row_or_column_values(ctx, 3, shape_.n, "MatMulInteger: b_zero_point");
     int32_t* y = ctx.output(0).data<int32_t>();
     const MatMulShape& p = shape_;
     visit_8bit(ctx.input(0).dtype(), "A", [&](auto ta) {
@@ -232,10 +233,10 @@ class QLinearMatMulKernel final : public Kernel {
   }
   void compute(ComputeContext& ctx) override {
     const MatMulShape& p = shape_;
-    const quant::PerAxis as = product_zero(ctx, 1, p.m, "QLinearMatMul: a_scale");
-    const quant::PerAxis az = product_zero(ctx, 2, p.m, "QLinearMatMul: a_zero_point");
-    const quant::PerAxis bs = product_zero(ctx, 4, p.n, "QLinearMatMul: b_scale");
-    const quant::PerAxis bz = product_zero(ctx, 5, p.n, "QLinearMatMul: b_zero_point");
+    const quant::PerAxis as = row_or_column_values(ctx, 1, p.m, "QLinearMatMul: a_scale");
+    const quant::PerAxis az = row_or_column_values(ctx, 2, p.m, "QLinearMatMul: a_zero_point");
+    const quant::PerAxis bs = row_or_column_values(ctx, 4, p.n, "QLinearMatMul: b_scale");
+    const quant::PerAxis bz = row_or_column_values(ctx, 5, p.n, "QLinearMatMul: b_zero_point");
     const float ys = float(ctx.input(6).item_as_double()), yz = float(ctx.input(7).item_as_double());
     Tensor& y = ctx.output(0);
     visit_8bit(ctx.input(0).dtype(), "a", [&](auto ta) {

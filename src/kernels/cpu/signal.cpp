@@ -123,15 +123,14 @@ namespace {
 
 using signal::cplx;
 
-const Tensor* optional(const InferContext& ctx, size_t i) { return ctx.has_input(i) ? &ctx.value(i) : nullptr; }
-const Tensor* optional(const ComputeContext& ctx, size_t i) { return ctx.has_input(i) ? &ctx.input(i) : nullptr; }
+using signal::optional_input;
 
 class DftKernel final : public Kernel {
  public:
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& x = ctx.input(0);
-    d_ = signal::dft_shape(node_, x.shape, optional(ctx, 1), "DFT");
+    d_ = signal::dft_shape(node_, x.shape, optional_input(ctx, 1), "DFT");
     return {TensorMeta{x.dtype, d_.y, x.dynamic, Tensor()}};
   }
   void compute(ComputeContext& ctx) override {
@@ -171,7 +170,7 @@ class StftKernel final : public Kernel {
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& x = ctx.input(0);
-    s_ = signal::stft_shape(node_, x.shape, ctx.value(1), optional(ctx, 2), optional(ctx, 3), "STFT");
+    s_ = signal::stft_shape(node_, x.shape, ctx.value(1), optional_input(ctx, 2), optional_input(ctx, 3), "STFT");
     if (ctx.has_input(2) && ctx.dtype(2) != x.dtype)
       throw TypeError(
           fmt::format("STFT: window {} must have the signal's dtype {}", ctx.value(2).describe(), dtype_name(x.dtype)));
@@ -179,7 +178,7 @@ class StftKernel final : public Kernel {
   }
   void compute(ComputeContext& ctx) override {
     const Tensor& x = ctx.input(0);
-    const Tensor* window = optional(ctx, 2);
+    const Tensor* window = optional_input(ctx, 2);
     const signal::StftShape& s = s_;
     const int64_t c = s.complex_in ? 2 : 1;
     visit_float(x.dtype(), "STFT", [&](auto tag) {

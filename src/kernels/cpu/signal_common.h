@@ -39,4 +39,12 @@ struct StftShape {
 StftShape stft_shape(const Node& node, const Shape& signal, const Tensor& frame_step, const Tensor* window,
                      const Tensor* frame_length, const char* op);
 
+// Input i's value (known at plan time, or at run time for dynamic inputs), or null when omitted.
+inline const Tensor* optional_input(const InferContext& ctx, size_t i) {
+  return ctx.has_input(i) ? &ctx.value(i) : nullptr;
+}
+inline const Tensor* optional_input(const ComputeContext& ctx, size_t i) {
+  return ctx.has_input(i) ? &ctx.input(i) : nullptr;
+}
+
 }  // namespace kiln::signal

@@ -16,8 +16,7 @@ namespace {
 
 using signal::cplx;
 
-const Tensor* optional(const InferContext& ctx, size_t i) { return ctx.has_input(i) ? &ctx.value(i) : nullptr; }
-const Tensor* optional(const ComputeContext& ctx, size_t i) { return ctx.has_input(i) ? &ctx.input(i) : nullptr; }
+using signal::optional_input;
 
 void check_dy(const char* op, const TensorMeta& dy, const Shape& want, DType dt) {
   if (dy.shape != want || dy.dtype != dt)
@@ -31,7 +30,7 @@ class DftGradKernel final : public Kernel {
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& x = ctx.input(1);
-    d_ = signal::dft_shape(node_, x.shape, optional(ctx, 2), "DFTGrad");
+    d_ = signal::dft_shape(node_, x.shape, optional_input(ctx, 2), "DFTGrad");
     check_dy("DFTGrad", ctx.input(0), d_.y, x.dtype);
     return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
   }
@@ -73,14 +72,14 @@ class StftGradKernel final : public Kernel {
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& x = ctx.input(1);
-    s_ = signal::stft_shape(node_, x.shape, ctx.value(2), optional(ctx, 3), optional(ctx, 4), "STFTGrad");
+    s_ = signal::stft_shape(node_, x.shape, ctx.value(2), optional_input(ctx, 3), optional_input(ctx, 4), "STFTGrad");
     check_dy("STFTGrad", ctx.input(0), s_.y, x.dtype);
     return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}, TensorMeta{x.dtype, {s_.frame}, false, Tensor()}};
   }
   void compute(ComputeContext& ctx) override {
     const signal::StftShape& s = s_;
     const int64_t c = s.complex_in ? 2 : 1;
-    const Tensor* window = optional(ctx, 3);
+    const Tensor* window = optional_input(ctx, 3);
     visit_float32_64(ctx.input(1).dtype(), "STFTGrad", [&](auto tag) {
       using T = decltype(tag);
       const T* pdy = ctx.input(0).data<T>();
