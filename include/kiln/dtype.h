@@ -22,6 +22,9 @@ enum class DType : uint8_t {
   Uint16,
   Uint8,
   Bool,
+  // UTF-8 strings (ONNX's STRING), stored as std::string objects: only kernels that list String
+  // take them (Cast, CastLike, StringNormalizer), and they are never planned in an arena.
+  String,
 };
 
 // IEEE half precision, stored as bits; arithmetic happens in float.
@@ -47,10 +50,10 @@ size_t dtype_size(DType t);
 // The ONNX name: "float", "double", "float16", "bfloat16", "int64", ..., "bool".
 const char* dtype_name(DType t);
 bool is_floating(DType t);  // float32, float64, float16, bfloat16
-bool is_integer(DType t);   // signed and unsigned integers, not bool
+bool is_integer(DType t);   // signed and unsigned integers, not bool or string
 
 // ONNX's TensorProto.DataType codes (FLOAT = 1, ..., BFLOAT16 = 16): the `to` of Cast, the
-// element type of ONNX files. dtype_from_onnx gives nullopt for types Kiln lacks (string, complex).
+// element type of ONNX files. dtype_from_onnx gives nullopt for types Kiln lacks (complex, float8).
 std::optional<DType> dtype_from_onnx(int64_t code);
 int32_t dtype_to_onnx(DType t);
 
@@ -108,10 +111,18 @@ template <>
 struct DTypeOf<bool> {
   static constexpr DType value = DType::Bool;
 };
+template <>
+struct DTypeOf<std::string> {
+  static constexpr DType value = DType::String;
+};
 template <class T>
 inline constexpr DType dtype_of = DTypeOf<T>::value;
 
+// Thrown by visit_dtype for a string tensor: a TypeError naming the dtype.
+[[noreturn]] void throw_not_numeric(DType t);
+
 // Calls f(T{}) with the C++ type of t: visit_dtype(t, [&](auto tag) { using T = decltype(tag); ... }).
+// Numeric types and bool only: a string dtype throws TypeError.
 template <class F>
 decltype(auto) visit_dtype(DType t, F&& f) {
   switch (t) {
@@ -141,6 +152,8 @@ decltype(auto) visit_dtype(DType t, F&& f) {
       return f(uint8_t{});
     case DType::Bool:
       return f(bool{});
+    case DType::String:
+      throw_not_numeric(t);
   }
   return f(float{});
 }

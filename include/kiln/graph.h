@@ -18,10 +18,33 @@ namespace kiln {
 // The domain of the ops Kiln defines (gradient and optimizer kernels), next to ONNX's "" (ai.onnx).
 inline const std::string kKilnDomain = "ai.kiln";
 
+// One dimension of a declared shape: a number, a symbolic name, or unknown.
+struct Dim {
+  int64_t value = -1;  // -1: not a fixed number
+  std::string param;   // symbolic name ("batch"), if any
+};
+
+// A value's declared type: a tensor's dtype and dims, or a sequence's / optional's (`kind`), whose
+// elements' dtype and dims these then are.
+struct ValueInfo {
+  std::string name;
+  DType dtype = DType::Float32;
+  bool has_type = false;
+  bool has_shape = false;
+  std::vector<Dim> dims;
+  std::string doc_string;
+  ValueKind kind = ValueKind::Tensor;
+  // A value typed and shaped as tensor `t` (fixed dims).
+  static ValueInfo of(const std::string& name, const Tensor& t);
+  // "float[batch, 3, 224, 224]", "sequence(float[?])"
+  std::string describe() const;
+  bool matches(const Shape& s) const;  // rank equal and every fixed dim equal
+};
+
 struct Graph;
 
 struct Attribute {
-  enum class Kind { Float, Int, String, Tensor, Graph, Floats, Ints, Strings, Tensors };
+  enum class Kind { Float, Int, String, Tensor, Graph, Floats, Ints, Strings, Tensors, Type };
   Kind kind = Kind::Int;
   float f = 0.f;
   int64_t i = 0;
@@ -32,6 +55,7 @@ struct Attribute {
   std::vector<int64_t> ints;
   std::vector<std::string> strings;
   std::vector<Tensor> tensors;
+  std::shared_ptr<const ValueInfo> type;  // Kind::Type (ONNX's TYPE_PROTO: the Optional op's `type`)
 
   static Attribute of_float(float v);
   static Attribute of_int(int64_t v);
@@ -40,6 +64,7 @@ struct Attribute {
   static Attribute of_floats(std::vector<float> v);
   static Attribute of_ints(std::vector<int64_t> v);
   static Attribute of_strings(std::vector<std::string> v);
+  static Attribute of_type(ValueInfo v);
 };
 const char* attribute_kind_name(Attribute::Kind k);
 
@@ -69,26 +94,6 @@ struct Node {
   const Tensor& attr_tensor(const std::string& key) const;
   // "node 'conv1' (Conv)", for error messages.
   std::string label() const;
-};
-
-// One dimension of a declared shape: a number, a symbolic name, or unknown.
-struct Dim {
-  int64_t value = -1;  // -1: not a fixed number
-  std::string param;   // symbolic name ("batch"), if any
-};
-
-struct ValueInfo {
-  std::string name;
-  DType dtype = DType::Float32;
-  bool has_type = false;
-  bool has_shape = false;
-  std::vector<Dim> dims;
-  std::string doc_string;
-  // A value typed and shaped as tensor `t` (fixed dims).
-  static ValueInfo of(const std::string& name, const Tensor& t);
-  // "float[batch, 3, 224, 224]"
-  std::string describe() const;
-  bool matches(const Shape& s) const;  // rank equal and every fixed dim equal
 };
 
 struct Graph {

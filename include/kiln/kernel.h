@@ -27,13 +27,20 @@ inline constexpr int kMaxOpset = INT_MAX;
 
 // What the planner knows of a value: dtype, shape and, when known at plan time, its contents
 // (initializers, constants, shape arithmetic). `dynamic` means the shape is known only at run time.
+// A sequence or optional (`kind`, include/kiln/tensor.h) is always `dynamic`: its contents decide
+// everything after it, so the steps that read it infer at run time; `dtype` is its elements'.
 struct TensorMeta {
   DType dtype = DType::Float32;
   Shape shape;
   bool dynamic = false;
   Tensor value;  // defined when the contents are known at plan time
+  ValueKind kind = ValueKind::Tensor;
 
-  static TensorMeta of(const Tensor& t) { return {t.dtype(), t.shape(), false, Tensor()}; }
+  static TensorMeta of(const Tensor& t) { return {t.dtype(), t.shape(), !t.is_tensor(), Tensor(), t.kind()}; }
+  // A sequence or optional of elements of `dtype`, known at run time.
+  static TensorMeta of_kind(ValueKind kind, DType dtype) {
+    return {dtype, {}, kind != ValueKind::Tensor, Tensor(), kind};
+  }
 };
 
 // Thrown by InferContext::value() when an input's contents are not known at plan time. The planner
@@ -102,6 +109,11 @@ class Kernel {
   virtual bool output_aliases_input() const { return false; }
   // False for ops whose result must not be computed at plan time even with constant inputs.
   virtual bool foldable() const { return true; }
+  // True for ops that take sequences and optionals as well as tensors (the sequence and optional
+  // ops, Identity, If, Loop): any other kernel given one is a TypeError naming the node, from the
+  // planner or, for values known only then, at run time. Such a kernel writes a non-tensor output
+  // by assigning it (`ctx.output(i) = Tensor::sequence(...)`): its planned output is undefined.
+  virtual bool takes_non_tensors() const { return false; }
 
  protected:
   const Node& node_;

@@ -47,5 +47,10 @@ void infer_shapes(Model& model);
 // Tensor <-> serialized onnx.TensorProto (the format of ONNX's test data files input_0.pb).
 Tensor load_tensor_proto(const std::string& path);
 void save_tensor_proto(const Tensor& tensor, const std::string& name, const std::string& path);
+// A value of declared kind `kind` from its serialized form: a TensorProto for a tensor, a
+// SequenceProto of tensors for a sequence, an OptionalProto for an optional (ONNX's test data for
+// sequence and optional values). `dtype` is the elements' dtype where the file does not say (an
+// empty sequence or optional).
+Tensor load_value_proto(const std::string& path, ValueKind kind, DType dtype = DType::Float32);
 
 }  // namespace kiln

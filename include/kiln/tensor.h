@@ -18,10 +18,23 @@ namespace kiln {
 
 inline constexpr size_t kAlignment = 64;
 
+// What a value holds. Kiln's values are tensors, but ONNX graphs may also pass sequences of tensors
+// and optionals; those ride in a Tensor handle (Tensor::kind()) so that feeds, the runtime's value
+// tables and kernel contexts carry them unchanged. At run time a present optional is simply its
+// value (a tensor or a sequence); OptionalTensor / OptionalSequence there mean an empty optional of
+// that type. In declared types (ValueInfo, TensorMeta) they mean an optional that may be either.
+enum class ValueKind : uint8_t { Tensor, Sequence, OptionalTensor, OptionalSequence };
+const char* value_kind_name(ValueKind k);  // "tensor", "sequence", "optional tensor", "optional sequence"
+// Whether a value of kind `actual` may stand where `declared` is expected (a tensor where an
+// optional tensor is, a sequence where an optional sequence is).
+bool value_kind_fits(ValueKind declared, ValueKind actual);
+
 // A block of bytes: owned (64-byte aligned, freed on destruction) or borrowed from the caller.
 class Storage {
  public:
   static std::shared_ptr<Storage> allocate(size_t bytes);  // uninitialised
+  // `count` empty std::strings (the elements of a string tensor), destroyed with the storage.
+  static std::shared_ptr<Storage> allocate_strings(size_t count);
   static std::shared_ptr<Storage> borrow(void* data, size_t bytes);
   ~Storage();
   Storage(const Storage&) = delete;
@@ -35,6 +48,7 @@ class Storage {
   void* data_;
   size_t bytes_;
   bool owned_;
+  size_t strings_ = 0;  // std::strings constructed in data_
 };
 
 // Aligned allocation used by every owning tensor; throws Error when memory is exhausted.
@@ -56,6 +70,18 @@ class Tensor {
   static Tensor scalar(T value) {
     return from_vector<T>({}, {value});
   }
+  // A sequence of tensors of dtype `dtype` (ONNX's sequence type). The handle shares the list, which
+  // never changes: a sequence op makes a new list. Elements are kept as given (contiguous or not).
+  static Tensor sequence(DType dtype, std::vector<Tensor> elements);
+  // An empty optional (ONNX's optional type without a value) of `kind` OptionalTensor or
+  // OptionalSequence, whose elements would be of dtype `dtype`.
+  static Tensor none(DType dtype, ValueKind kind = ValueKind::OptionalTensor);
+  ValueKind kind() const { return kind_; }
+  bool is_tensor() const { return kind_ == ValueKind::Tensor; }
+  bool is_sequence() const { return kind_ == ValueKind::Sequence; }
+  bool is_none() const { return kind_ == ValueKind::OptionalTensor || kind_ == ValueKind::OptionalSequence; }
+  // The tensors of a sequence; TypeError for any other value.
+  const std::vector<Tensor>& elements() const;
 
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }
@@ -91,15 +117,20 @@ class Tensor {
   Tensor contiguous() const;                               // this if contiguous, else a packed copy
   Tensor clone() const;                                    // packed owning copy
   void copy_from(const Tensor& src);                       // same dtype and shape, any strides
-  std::string describe() const;                            // "float[2, 3]"
+  std::string describe() const;                            // "float[2, 3]", "sequence(float) of 3"
 
  private:
   void check_dtype(DType requested) const;
+  void copy_strings_from(const Tensor& src);
   std::shared_ptr<Storage> storage_;
   size_t offset_ = 0;
   DType dtype_ = DType::Float32;
   Shape shape_;
   Strides strides_;
+  // Sequences and empty optionals: shape [0] over an empty storage (no element to read by mistake)
+  // and, for sequences, the shared list.
+  ValueKind kind_ = ValueKind::Tensor;
+  std::shared_ptr<const std::vector<Tensor>> elements_;
 };
 
 template <class T>

@@ -56,13 +56,15 @@ def _check_device(device: str, where: str) -> None:
                                f"Kiln's backend runs on 'CPU' only")
 
 
-def _feed_value(name: str, value: Any) -> np.ndarray:
-    # Sequence- and optional-typed values arrive as Python lists or None; Kiln's Session takes
-    # tensors only, so say which input it was rather than letting numpy make an object array.
-    if value is None or isinstance(value, (list, tuple, dict)):
-        raise kiln.Unsupported(f"kiln.backend: input '{name}' is a {type(value).__name__}, but Kiln's "
-                               f"backend feeds tensors (numpy arrays) only; sequence, optional and "
-                               f"map values are not supported")
+def _feed_value(name: str, value: Any) -> Any:
+    # Sequence- and optional-typed values arrive as Python lists or None: kiln's Session takes them
+    # as they are (a list feeds a sequence input, None an optional one; for a tensor input numpy
+    # reads the list). Maps have no Kiln form: say which input it was.
+    if isinstance(value, dict):
+        raise kiln.Unsupported(f"kiln.backend: input '{name}' is a dict, but Kiln has no map values; "
+                               f"its inputs are tensors, sequences (lists) and optionals (None)")
+    if value is None or isinstance(value, (list, tuple)):
+        return value
     return np.asarray(value)
 
 
@@ -84,7 +86,7 @@ class KilnBackendRep(BackendRep):
     def output_names(self) -> Sequence[str]:
         return list(self._session.output_names)
 
-    def _feeds(self, inputs: Any) -> Dict[str, np.ndarray]:
+    def _feeds(self, inputs: Any) -> Dict[str, Any]:
         if isinstance(inputs, Mapping):
             return {str(name): _feed_value(str(name), value) for name, value in inputs.items()}
         if isinstance(inputs, np.ndarray):

@@ -71,10 +71,30 @@ py::dtype numpy_dtype(DType t) {
       return py::dtype::of<uint8_t>();
     case DType::Bool:
       return py::dtype::of<bool>();
+    case DType::String:
+      return py::dtype("O");
     case DType::BFloat16:
       break;
   }
   throw TypeError("bfloat16 tensors have no numpy dtype; cast them to float32 first");
+}
+
+// A string tensor holding a copy of a numpy str, bytes or object array's elements (objects must be
+// str or bytes; bytes are taken as UTF-8).
+Tensor string_tensor(const py::array& a, const std::string& what) {
+  Shape shape(a.shape(), a.shape() + a.ndim());
+  Tensor t = Tensor::empty(DType::String, shape);
+  auto* out = t.data<std::string>();
+  const py::list items = a.attr("ravel")().attr("tolist")();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const py::handle item = items[i];
+    if (py::isinstance<py::str>(item)) out[i] = item.cast<std::string>();
+    else if (py::isinstance<py::bytes>(item)) out[i] = std::string(py::reinterpret_borrow<py::bytes>(item));
+    else
+      throw TypeError(fmt::format("{}: element {} is a {}; string tensors hold str or bytes", what, i,
+                                  std::string(py::str(item.get_type().attr("__name__")))));
+  }
+  return t;
 }
 
 }  // namespace
@@ -84,6 +104,8 @@ Tensor borrow_array(const py::handle& obj, const std::string& what, py::object& 
     throw TypeError(
         fmt::format("{}: expected a numpy array, got {}", what, std::string(py::str(obj.get_type().attr("__name__")))));
   py::array a = py::reinterpret_borrow<py::array>(obj);
+  const char kind = a.dtype().kind();
+  if (kind == 'U' || kind == 'S' || kind == 'O') return string_tensor(a, what);
   const DType dtype = dtype_of(a.dtype(), what);
   if (!(a.flags() & py::array::c_style)) a = py::array::ensure(a, py::array::c_style);
   keep = a;
@@ -92,6 +114,19 @@ Tensor borrow_array(const py::handle& obj, const std::string& what, py::object& 
 }
 
 py::array to_array(const Tensor& t) {
+  if (t.dtype() == DType::String) {  // an object array of str (the elements are copied)
+    const Tensor c = t.contiguous();
+    std::vector<py::ssize_t> shape(c.shape().begin(), c.shape().end());
+    py::array out(py::dtype("O"), shape);
+    auto* items = static_cast<PyObject**>(out.mutable_data());
+    const auto* in = c.data<std::string>();
+    for (int64_t i = 0; i < c.numel(); ++i) {
+      py::str item(in[i]);
+      Py_XDECREF(items[i]);
+      items[i] = item.release().ptr();
+    }
+    return out;
+  }
   const Tensor c = t.contiguous();
   auto* holder = new Tensor(c);
   py::capsule owner(holder, [](void* p) { delete static_cast<Tensor*>(p); });

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
+#include <list>
 #include <memory>
 
 #include "bindings.h"
@@ -36,6 +37,44 @@ std::vector<std::string> names(const std::vector<ValueInfo>& vs) {
   return n;
 }
 
+const ValueInfo* declared_input(const Session& s, const std::string& name) {
+  for (const ValueInfo& v : s.inputs())
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
+// A feed: None is an empty optional (of the input's declared type), a list or tuple of arrays fed to
+// a sequence input is a sequence, anything else an array (numpy reads lists for tensor inputs).
+// `keep` holds what the tensors borrow.
+Tensor feed_value(const py::handle& v, const std::string& name, const ValueInfo* declared,
+                  std::list<py::object>& keep) {
+  const std::string what = "input '" + name + "'";
+  const DType dtype = declared && declared->has_type ? declared->dtype : DType::Float32;
+  if (v.is_none()) {
+    const bool sequence = declared && declared->kind == ValueKind::OptionalSequence;
+    return Tensor::none(dtype, sequence ? ValueKind::OptionalSequence : ValueKind::OptionalTensor);
+  }
+  const bool sequence_input =
+      declared && (declared->kind == ValueKind::Sequence || declared->kind == ValueKind::OptionalSequence);
+  if (sequence_input && (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v))) {
+    std::vector<Tensor> elements;
+    size_t k = 0;
+    for (const py::handle item : v)
+      elements.push_back(borrow_array(item, fmt::format("{}[{}]", what, k++), keep.emplace_back()));
+    return Tensor::sequence(elements.empty() ? dtype : elements[0].dtype(), std::move(elements));
+  }
+  return borrow_array(v, what, keep.emplace_back());
+}
+
+// An output: a tensor as a numpy array, a sequence as a list of them, an empty optional as None.
+py::object output_value(const Tensor& t) {
+  if (t.is_none()) return py::none();
+  if (!t.is_sequence()) return to_array(t);
+  py::list items;
+  for (const Tensor& e : t.elements()) items.append(to_array(e));
+  return items;
+}
+
 }  // namespace
 
 void register_session(py::module_& m) {
@@ -53,11 +92,10 @@ void register_session(py::module_& m) {
           "run",
           [](Session& s, const py::dict& feeds, const std::optional<std::vector<std::string>>& outputs) {
             std::map<std::string, Tensor> in;
-            std::vector<py::object> keep(feeds.size());
-            size_t i = 0;
+            std::list<py::object> keep;
             for (const auto& [k, v] : feeds) {
               const std::string name = py::str(k);
-              in[name] = borrow_array(v, "input '" + name + "'", keep[i++]);
+              in[name] = feed_value(v, name, declared_input(s, name), keep);
             }
             const std::vector<std::string> wanted = outputs ? *outputs : names(s.outputs());
             std::map<std::string, Tensor> out;
@@ -66,7 +104,7 @@ void register_session(py::module_& m) {
               out = s.run(in, wanted);
             }
             py::dict result;  // in the order asked for (graph output order by default)
-            for (const auto& name : wanted) result[py::str(name)] = to_array(out.at(name));
+            for (const auto& name : wanted) result[py::str(name)] = output_value(out.at(name));
             return result;
           },
           py::arg("feeds"), py::arg("output_names") = py::none())

@@ -97,6 +97,8 @@ const char* need_string(const char* s, const char* what) {
 kiln::DType dtype_of(KilnElementType type) {
   const auto d = kiln::dtype_from_onnx(static_cast<int64_t>(type));
   if (!d) throw kiln::InvalidArgument(fmt::format("element type {} is not one Kiln has", static_cast<int>(type)));
+  if (*d == kiln::DType::String)  // a KilnValue is a buffer of numbers; strings are objects
+    throw kiln::Unsupported("string tensors are not in the C API: its values are buffers of numbers");
   return *d;
 }
 
@@ -374,7 +376,13 @@ KilnStatus* KilnRun(KilnSession* session, const char* const* input_names, const 
     const auto results = s.session.run(feeds, wanted);
     std::vector<kiln::Tensor> ordered;
     ordered.reserve(wanted.size());
-    for (const auto& name : wanted) ordered.push_back(results.at(name));
+    for (const auto& name : wanted) {
+      const kiln::Tensor& t = results.at(name);
+      if (!t.is_tensor() || t.dtype() == kiln::DType::String)  // KilnValue: numbers only (docs/c_api.md)
+        throw kiln::Unsupported(
+            fmt::format("output '{}' is {}; the C API returns tensors of numbers only", name, t.describe()));
+      ordered.push_back(t);
+    }
     give_outputs(ordered, output_names_len, outputs);
   });
 }

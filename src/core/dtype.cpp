@@ -1,7 +1,11 @@
 #include "kiln/dtype.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <utility>
+
+#include "kiln/error.h"
 
 namespace kiln {
 
@@ -71,9 +75,9 @@ BFloat16 float_to_bfloat16(float f) {
 
 namespace {
 constexpr std::pair<DType, int32_t> kOnnxCodes[] = {
-    {DType::Float32, 1}, {DType::Uint8, 2},   {DType::Int8, 3},     {DType::Uint16, 4},   {DType::Int16, 5},
-    {DType::Int32, 6},   {DType::Int64, 7},   {DType::Bool, 9},     {DType::Float16, 10}, {DType::Float64, 11},
-    {DType::Uint32, 12}, {DType::Uint64, 13}, {DType::BFloat16, 16}};
+    {DType::Float32, 1}, {DType::Uint8, 2},   {DType::Int8, 3},      {DType::Uint16, 4},   {DType::Int16, 5},
+    {DType::Int32, 6},   {DType::Int64, 7},   {DType::Bool, 9},      {DType::Float16, 10}, {DType::Float64, 11},
+    {DType::Uint32, 12}, {DType::Uint64, 13}, {DType::BFloat16, 16}, {DType::String, 8}};
 }  // namespace
 
 std::optional<DType> dtype_from_onnx(int64_t code) {
@@ -107,6 +111,8 @@ size_t dtype_size(DType t) {
     case DType::Uint8:
     case DType::Bool:
       return 1;
+    case DType::String:
+      return sizeof(std::string);
   }
   return 0;
 }
@@ -139,6 +145,8 @@ const char* dtype_name(DType t) {
       return "uint8";
     case DType::Bool:
       return "bool";
+    case DType::String:
+      return "string";
   }
   return "?";
 }
@@ -147,6 +155,10 @@ bool is_floating(DType t) {
   return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
 }
 
-bool is_integer(DType t) { return !is_floating(t) && t != DType::Bool; }
+bool is_integer(DType t) { return !is_floating(t) && t != DType::Bool && t != DType::String; }
+
+void throw_not_numeric(DType t) {
+  throw TypeError(fmt::format("{} tensors have no numeric elements; this operation takes numbers", dtype_name(t)));
+}
 
 }  // namespace kiln

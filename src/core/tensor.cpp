@@ -87,12 +87,21 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
   return std::shared_ptr<Storage>(new Storage(p != nullptr ? p : aligned_allocate(bytes), bytes, true));
 }
 
+std::shared_ptr<Storage> Storage::allocate_strings(size_t count) {
+  std::shared_ptr<Storage> s = allocate(count * sizeof(std::string));
+  auto* p = static_cast<std::string*>(s->data_);
+  for (size_t i = 0; i < count; ++i) new (p + i) std::string();
+  s->strings_ = count;
+  return s;
+}
+
 std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes) {
   return std::shared_ptr<Storage>(new Storage(data, bytes, false));
 }
 
 Storage::~Storage() {
   if (!owned_) return;
+  for (size_t i = 0; i < strings_; ++i) static_cast<std::string*>(data_)[i].~basic_string();
   const size_t rounded = rounded_size(bytes_);
   if (rounded >= kLargeBlock) large_blocks().give(data_, rounded);
   else aligned_free(data_);
@@ -104,13 +113,14 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
   t.dtype_ = dtype;
   t.strides_ = contiguous_strides(shape);
   t.shape_ = std::move(shape);
-  t.storage_ = Storage::allocate(bytes);
+  t.storage_ = dtype == DType::String ? Storage::allocate_strings(static_cast<size_t>(kiln::numel(t.shape_)))
+                                      : Storage::allocate(bytes);
   return t;
 }
 
 Tensor Tensor::zeros(DType dtype, Shape shape) {
   Tensor t = empty(dtype, std::move(shape));
-  std::memset(t.raw_data(), 0, t.nbytes());
+  if (dtype != DType::String) std::memset(t.raw_data(), 0, t.nbytes());  // strings start empty
   return t;
 }
 
@@ -127,6 +137,7 @@ Tensor Tensor::wrap(void* data, DType dtype, Shape shape, Strides strides) {
 }
 
 Tensor Tensor::view_of(std::shared_ptr<Storage> storage, size_t byte_offset, DType dtype, Shape shape) {
+  if (dtype == DType::String) throw Error("Tensor::view_of: string tensors own their elements; no view of raw bytes");
   Tensor t;
   t.dtype_ = dtype;
   t.strides_ = contiguous_strides(shape);
@@ -155,6 +166,7 @@ bool Tensor::is_contiguous() const {
 
 void Tensor::check_dtype(DType requested) const {
   if (!defined()) throw Error("access to the data of an undefined tensor");
+  if (!is_tensor()) throw TypeError(fmt::format("{} read as a tensor of {}", describe(), dtype_name(requested)));
   if (requested != dtype_) throw TypeError(fmt::format("tensor {} read as {}", describe(), dtype_name(requested)));
 }
 
@@ -182,6 +194,7 @@ std::vector<int64_t> Tensor::to_int64_vector() const {
 }
 
 Tensor Tensor::reshape(Shape shape) const {
+  if (!is_tensor()) throw TypeError(fmt::format("cannot reshape {}: not a tensor", describe()));
   if (kiln::numel(shape) != numel())
     throw ShapeError(fmt::format("cannot reshape {} to {}", describe(), to_string(shape)));
   if (!is_contiguous()) return contiguous().reshape(std::move(shape));
@@ -192,6 +205,7 @@ Tensor Tensor::reshape(Shape shape) const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& perm) const {
+  if (!is_tensor()) throw TypeError(fmt::format("cannot permute {}: not a tensor", describe()));
   if (perm.size() != shape_.size())
     throw ShapeError(fmt::format("permutation of length {} for tensor {}", perm.size(), describe()));
   Tensor t = *this;
@@ -213,8 +227,14 @@ Tensor Tensor::contiguous() const {
 }
 
 void Tensor::copy_from(const Tensor& src) {
+  if (!is_tensor() || !src.is_tensor())
+    throw TypeError(fmt::format("copy from {} into {}: both must be tensors", src.describe(), describe()));
   if (src.dtype_ != dtype_ || src.shape_ != shape_)
     throw ShapeError(fmt::format("copy from {} into {}", src.describe(), describe()));
+  if (dtype_ == DType::String) {
+    copy_strings_from(src);
+    return;
+  }
   const size_t esize = dtype_size(dtype_);
   if (src.is_contiguous() && is_contiguous()) {
     if (nbytes() > 0) std::memmove(raw_data(), src.raw_data(), nbytes());
@@ -239,7 +259,35 @@ void Tensor::copy_from(const Tensor& src) {
   }
 }
 
+// Strings are objects: copied one by one, in any strides.
+void Tensor::copy_strings_from(const Tensor& src) {
+  const int64_t n = numel();
+  const size_t r = shape_.size();
+  std::vector<int64_t> idx(r, 0);
+  const auto* s = static_cast<const std::string*>(src.raw_data());
+  auto* d = static_cast<std::string*>(raw_data());
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t so = 0, dof = 0;
+    for (size_t i = 0; i < r; ++i) {
+      so += idx[i] * src.strides_[i];
+      dof += idx[i] * strides_[i];
+    }
+    if (d + dof != s + so) d[dof] = s[so];
+    for (size_t i = r; i-- > 0;) {
+      if (++idx[i] < shape_[i]) break;
+      idx[i] = 0;
+    }
+  }
+}
+
 Tensor Tensor::clone() const {
+  if (is_none()) return *this;  // nothing to copy
+  if (is_sequence()) {
+    std::vector<Tensor> copies;
+    copies.reserve(elements_->size());
+    for (const Tensor& e : *elements_) copies.push_back(e.clone());
+    return sequence(dtype_, std::move(copies));
+  }
   Tensor t = empty(dtype_, shape_);
   t.copy_from(*this);
   return t;
@@ -247,6 +295,8 @@ Tensor Tensor::clone() const {
 
 std::string Tensor::describe() const {
   if (!defined()) return "<undefined>";
+  if (is_sequence()) return fmt::format("sequence({}) of {}", dtype_name(dtype_), elements_->size());
+  if (is_none()) return fmt::format("empty {}({})", value_kind_name(kind_), dtype_name(dtype_));
   return fmt::format("{}{}", dtype_name(dtype_), to_string(shape_));
 }
 

@@ -51,6 +51,13 @@ Attribute Attribute::of_strings(std::vector<std::string> v) {
   return a;
 }
 
+Attribute Attribute::of_type(ValueInfo v) {
+  Attribute a;
+  a.kind = Kind::Type;
+  a.type = std::make_shared<const ValueInfo>(std::move(v));
+  return a;
+}
+
 const char* attribute_kind_name(Attribute::Kind k) {
   switch (k) {
     case Attribute::Kind::Float:
@@ -67,6 +74,8 @@ const char* attribute_kind_name(Attribute::Kind k) {
       return "floats";
     case Attribute::Kind::Ints:
       return "ints";
+    case Attribute::Kind::Type:
+      return "type";
     case Attribute::Kind::Strings:
       return "strings";
     case Attribute::Kind::Tensors:
@@ -141,10 +150,25 @@ ValueInfo ValueInfo::of(const std::string& name, const Tensor& t) {
 
 std::string ValueInfo::describe() const {
   std::string s = has_type ? dtype_name(dtype) : "?";
-  if (!has_shape) return s + "[?]";
-  std::vector<std::string> parts;
-  for (const Dim& d : dims) parts.push_back(d.value >= 0 ? std::to_string(d.value) : (d.param.empty() ? "?" : d.param));
-  return fmt::format("{}[{}]", s, fmt::join(parts, ", "));
+  if (!has_shape) {
+    s += "[?]";
+  } else {
+    std::vector<std::string> parts;
+    for (const Dim& d : dims)
+      parts.push_back(d.value >= 0 ? std::to_string(d.value) : (d.param.empty() ? "?" : d.param));
+    s = fmt::format("{}[{}]", s, fmt::join(parts, ", "));
+  }
+  switch (kind) {
+    case ValueKind::Tensor:
+      return s;
+    case ValueKind::Sequence:
+      return fmt::format("sequence({})", s);
+    case ValueKind::OptionalTensor:
+      return fmt::format("optional({})", s);
+    case ValueKind::OptionalSequence:
+      return fmt::format("optional(sequence({}))", s);
+  }
+  return s;
 }
 
 bool ValueInfo::matches(const Shape& s) const {

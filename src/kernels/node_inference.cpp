@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/scratch.h"
 
 namespace kiln {
@@ -39,6 +41,22 @@ bool expands_data(const std::vector<std::optional<TensorMeta>>& inputs, const st
 
 }  // namespace
 
+void check_input_kinds(const Kernel& kernel, const Node& node, const std::vector<std::optional<TensorMeta>>& inputs) {
+  if (kernel.takes_non_tensors()) return;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i] && inputs[i]->kind != ValueKind::Tensor)
+      throw TypeError(fmt::format("input {} ('{}') is a {} of {}, but {} takes tensors only", i,
+                                  i < node.inputs.size() ? node.inputs[i] : "", value_kind_name(inputs[i]->kind),
+                                  dtype_name(inputs[i]->dtype), node.op_type));
+}
+
+void check_string_outputs(const KernelDef* def, const Node& node, const std::vector<TensorMeta>& outputs) {
+  const bool lists = def && std::find(def->dtypes.begin(), def->dtypes.end(), DType::String) != def->dtypes.end();
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (outputs[i].dtype == DType::String && !lists && !outputs[i].value.defined())
+      throw Unsupported(fmt::format("{} makes output {} a string tensor, which it does not support", node.op_type, i));
+}
+
 const KernelDef& resolve_kernel(const Node& node, int64_t opset, const std::vector<std::optional<DType>>& dtypes) {
   return KernelRegistry::global().resolve_node(node, opset, dtypes);
 }
@@ -65,14 +83,17 @@ NodeInference infer_node(const Node& node, int64_t opset, const std::vector<std:
         break;
       }
     if (!r.kernel) throw;
+    check_input_kinds(*r.kernel, node, inputs);
     r.outcome = NodeInference::Outcome::Dynamic;
     return r;
   }
   r.kernel = r.def->create(node);
+  check_input_kinds(*r.kernel, node, inputs);
   const InferContext ictx{node, opset, inputs};
   if (!any_dynamic) {
     try {
       r.outputs = r.kernel->infer(ictx);
+      check_string_outputs(r.def, node, r.outputs);
     } catch (const ValueUnknown&) {
       any_dynamic = true;  // the shape depends on data fed at run time
     }

@@ -34,6 +34,14 @@ struct NodeInference {
 // folding). Throws the kernel's errors (InvalidModel, ShapeError, Unsupported, ...).
 NodeInference infer_node(const Node& node, int64_t opset, const std::vector<std::optional<TensorMeta>>& inputs);
 
+// Throws TypeError naming the input when a kernel that takes tensors only (Kernel::takes_non_tensors)
+// is given a sequence or an optional.
+void check_input_kinds(const Kernel& kernel, const Node& node, const std::vector<std::optional<TensorMeta>>& inputs);
+
+// Throws Unsupported when a kernel whose definition does not list String (a numeric kernel given a
+// string dtype attribute: EyeLike, ConstantOfShape of a string value) would compute a string output.
+void check_string_outputs(const KernelDef* def, const Node& node, const std::vector<TensorMeta>& outputs);
+
 // The kernel definition for `node` given its inputs' dtypes (nullopt: omitted), as infer_node picks it.
 const KernelDef& resolve_kernel(const Node& node, int64_t opset, const std::vector<std::optional<DType>>& dtypes);
 

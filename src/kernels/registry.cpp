@@ -38,12 +38,22 @@ KernelRegistry& KernelRegistry::global() {
 
 void KernelRegistry::add(KernelDef def) { defs_.push_back(std::move(def)); }
 
+namespace {
+
+// Kernels take string tensors only where their dtypes name String: "any dtype" means any number.
+bool lists_strings(const KernelDef& d) {
+  return std::find(d.dtypes.begin(), d.dtypes.end(), DType::String) != d.dtypes.end();
+}
+
+}  // namespace
+
 const KernelDef* KernelRegistry::find(const std::string& domain, const std::string& op_type, int64_t opset,
                                       DType dtype) const {
   for (const KernelDef& d : defs_) {
     if (d.domain != domain || d.op_type != op_type) continue;
     if (opset < d.since_version || opset > d.end_version) continue;
     if (!d.dtypes.empty() && std::find(d.dtypes.begin(), d.dtypes.end(), dtype) == d.dtypes.end()) continue;
+    if (dtype == DType::String && !lists_strings(d)) continue;
     return &d;
   }
   return nullptr;
@@ -108,9 +118,15 @@ const KernelDef* widened(const std::vector<KernelDef>& defs, const Node& node, i
 const KernelDef& KernelRegistry::resolve_node(const Node& node, int64_t opset,
                                               const std::vector<std::optional<DType>>& input_dtypes) const {
   std::optional<DType> first_key;
+  const bool strings = std::any_of(input_dtypes.begin(), input_dtypes.end(),
+                                   [](const std::optional<DType>& t) { return t == DType::String; });
   for (const KernelDef& d : defs_) {
     if (d.domain != node.domain || d.op_type != node.op_type) continue;
     if (opset < d.since_version || opset > d.end_version) continue;
+    if (strings && !lists_strings(d)) {  // string elements are objects: only kernels made for them
+      if (!first_key) first_key = DType::String;
+      continue;
+    }
     const bool has = d.type_input < input_dtypes.size() && input_dtypes[d.type_input].has_value();
     if (d.dtypes.empty()) return d;
     if (!has) continue;

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include "core/scratch.h"
+#include "kernels/node_inference.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
@@ -25,11 +26,14 @@ std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& inputs
         ictx.inputs.push_back(std::move(m));
       }
     }
+    check_input_kinds(*kernel, node, ictx.inputs);
     std::vector<TensorMeta> metas = kernel->infer(ictx);
+    check_string_outputs(&def, node, metas);
     kernel->prepare(ictx, metas);
     std::vector<Tensor> outs;
     outs.reserve(metas.size());
-    for (const TensorMeta& m : metas) outs.push_back(Tensor::empty(m.dtype, m.shape));
+    for (const TensorMeta& m : metas)  // a sequence or optional output is assigned by the kernel
+      outs.push_back(m.kind == ValueKind::Tensor ? Tensor::empty(m.dtype, m.shape) : Tensor());
     ComputeContext cctx{node, {}, {}};
     for (const Tensor& t : packed) cctx.inputs.push_back(t.defined() ? &t : nullptr);
     for (Tensor& t : outs) cctx.outputs.push_back(&t);

@@ -26,26 +26,11 @@ const char* type_case_name(const onnx::TypeProto& t) {
   }
 }
 
-std::optional<ValueInfo> value_info_from_proto(const onnx::ValueInfoProto& proto, const char* role) {
-  ValueInfo v;
-  v.name = proto.name();
-  v.doc_string = proto.doc_string();
-  if (!proto.has_type()) return v;
-  // Sequences, maps, optionals and sparse tensors have no Kiln form. As a graph input or output that
-  // is an error the user must see; as an intermediate value_info it is only a missing hint.
-  if (!proto.type().has_tensor_type()) {
-    if (role == nullptr) return std::nullopt;
-    throw Unsupported(fmt::format("{} '{}' is {}; Kiln supports only tensor inputs and outputs", role, v.name,
-                                  type_case_name(proto.type())));
-  }
-  const auto& tt = proto.type().tensor_type();
+// The tensor type `tt` into v's dtype and dims; false when its element type has no Kiln form.
+bool read_tensor_type(const onnx::TypeProto::Tensor& tt, ValueInfo& v) {
   if (tt.elem_type() != onnx::TensorProto::UNDEFINED) {
     const auto dtype = dtype_from_onnx(tt.elem_type());
-    if (!dtype) {
-      if (role == nullptr) return std::nullopt;
-      throw Unsupported(fmt::format("{} '{}' has element type {}, which Kiln does not support", role, v.name,
-                                    onnx_type_name(tt.elem_type())));
-    }
+    if (!dtype) return false;
     v.dtype = *dtype;
     v.has_type = true;
   }
@@ -58,7 +43,55 @@ std::optional<ValueInfo> value_info_from_proto(const onnx::ValueInfoProto& proto
       v.dims.push_back(dim);
     }
   }
+  return true;
+}
+
+// The tensor type inside `t` (a tensor, a sequence of tensors, an optional of either) with the
+// kind it is wrapped in; nullptr for maps, sparse tensors and deeper nesting.
+const onnx::TypeProto::Tensor* unwrap_type(const onnx::TypeProto& t, ValueKind& kind) {
+  const onnx::TypeProto* inner = &t;
+  bool optional = false;
+  if (inner->has_optional_type()) {
+    optional = true;
+    inner = &inner->optional_type().elem_type();
+  }
+  bool sequence = false;
+  if (inner->has_sequence_type()) {
+    sequence = true;
+    inner = &inner->sequence_type().elem_type();
+  }
+  if (!inner->has_tensor_type()) return nullptr;
+  kind = sequence ? (optional ? ValueKind::OptionalSequence : ValueKind::Sequence)
+                  : (optional ? ValueKind::OptionalTensor : ValueKind::Tensor);
+  return &inner->tensor_type();
+}
+
+// A declared type (a graph input or output when `role` names it; else an intermediate value_info,
+// whose unsupported type is only a missing hint: nullopt).
+std::optional<ValueInfo> value_info_from_type(const onnx::TypeProto& type, ValueInfo v, const char* role) {
+  // Maps, sparse tensors and sequences of sequences have no Kiln form.
+  const onnx::TypeProto::Tensor* tt = unwrap_type(type, v.kind);
+  if (tt == nullptr) {
+    if (role == nullptr) return std::nullopt;
+    throw Unsupported(
+        fmt::format("{} '{}' is {}; Kiln supports tensors, sequences of tensors and optionals of "
+                    "those",
+                    role, v.name, type_case_name(type)));
+  }
+  if (!read_tensor_type(*tt, v)) {
+    if (role == nullptr) return std::nullopt;
+    throw Unsupported(fmt::format("{} '{}' has element type {}, which Kiln does not support", role, v.name,
+                                  onnx_type_name(tt->elem_type())));
+  }
   return v;
+}
+
+std::optional<ValueInfo> value_info_from_proto(const onnx::ValueInfoProto& proto, const char* role) {
+  ValueInfo v;
+  v.name = proto.name();
+  v.doc_string = proto.doc_string();
+  if (!proto.has_type()) return v;
+  return value_info_from_type(proto.type(), std::move(v), role);
 }
 
 // Files from IR version 1 may leave AttributeProto.type unset; the filled field then says the kind.
@@ -73,6 +106,7 @@ AttributeProto::AttributeType attribute_type(const AttributeProto& a) {
   if (a.ints_size()) return AttributeProto::INTS;
   if (a.strings_size()) return AttributeProto::STRINGS;
   if (a.tensors_size()) return AttributeProto::TENSORS;
+  if (a.has_tp()) return AttributeProto::TYPE_PROTO;
   return AttributeProto::UNDEFINED;
 }
 
@@ -180,6 +214,8 @@ class Reader {
         out.kind = Attribute::Kind::Tensors;
         for (const auto& t : a.tensors()) out.tensors.push_back(tensor(t));
         return out;
+      case AttributeProto::TYPE_PROTO:
+        return Attribute::of_type(*value_info_from_type(a.tp(), ValueInfo{}, "the type"));
       case AttributeProto::UNDEFINED:
         if (a.has_ref_attr_name())
           throw Unsupported(fmt::format("reference to function attribute '{}' outside a function", a.ref_attr_name()));

@@ -24,11 +24,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void value_info_to_proto(const ValueInfo& v, onnx::ValueInfoProto* out) {
-  out->set_name(v.name);
-  if (!v.doc_string.empty()) out->set_doc_string(v.doc_string);
-  if (!v.has_type && !v.has_shape) return;
-  auto* tt = out->mutable_type()->mutable_tensor_type();
+// v's type into `type`: its tensor type, wrapped in a sequence and / or an optional by its kind.
+void type_to_proto(const ValueInfo& v, onnx::TypeProto* type) {
+  if (v.kind == ValueKind::OptionalTensor || v.kind == ValueKind::OptionalSequence)
+    type = type->mutable_optional_type()->mutable_elem_type();
+  if (v.kind == ValueKind::Sequence || v.kind == ValueKind::OptionalSequence)
+    type = type->mutable_sequence_type()->mutable_elem_type();
+  auto* tt = type->mutable_tensor_type();
   if (v.has_type) tt->set_elem_type(dtype_to_onnx(v.dtype));
   if (!v.has_shape) return;  // unknown rank: no shape field at all (an empty shape means a scalar)
   auto* shape = tt->mutable_shape();
@@ -37,6 +39,13 @@ void value_info_to_proto(const ValueInfo& v, onnx::ValueInfoProto* out) {
     if (d.value >= 0) dim->set_dim_value(d.value);
     else if (!d.param.empty()) dim->set_dim_param(d.param);
   }
+}
+
+void value_info_to_proto(const ValueInfo& v, onnx::ValueInfoProto* out) {
+  out->set_name(v.name);
+  if (!v.doc_string.empty()) out->set_doc_string(v.doc_string);
+  if (!v.has_type && !v.has_shape && v.kind == ValueKind::Tensor) return;
+  type_to_proto(v, out->mutable_type());
 }
 
 void graph_to_proto(const Graph& g, onnx::GraphProto* out, const ExternalLayout* external = nullptr);
@@ -81,6 +90,11 @@ void attribute_to_proto(const std::string& name, const Attribute& a, onnx::Attri
     case Attribute::Kind::Tensors:
       out->set_type(A::TENSORS);
       for (const auto& t : a.tensors) tensor_to_proto(t, "", out->add_tensors());
+      break;
+    case Attribute::Kind::Type:
+      if (!a.type) throw InvalidArgument(fmt::format("type attribute '{}' holds no type", name));
+      out->set_type(A::TYPE_PROTO);
+      type_to_proto(*a.type, out->mutable_tp());
       break;
   }
 }
@@ -156,7 +170,7 @@ ExternalLayout write_external_data(const Model& model, const fs::path& dir, cons
   uint64_t offset = 0;
   static const char zeros[kAlignment] = {};
   for (const auto& [name, t] : model.graph.initializers) {
-    if (t.nbytes() < size_threshold || t.nbytes() == 0) continue;
+    if (t.nbytes() < size_threshold || t.nbytes() == 0 || t.dtype() == DType::String) continue;  // strings: inline
     const uint64_t pad = (kAlignment - offset % kAlignment) % kAlignment;
     data.write(zeros, pad);
     offset += pad;

@@ -33,6 +33,8 @@ std::pair<int, const char*> typed_field_size(const P& p, DType dtype) {
     case DType::Uint64:
     case DType::Uint32:
       return {p.uint64_data_size(), "uint64_data"};
+    case DType::String:
+      return {p.string_data_size(), "string_data"};
     default:
       return {p.int32_data_size(), "int32_data"};
   }
@@ -78,6 +80,8 @@ void fill_from_typed_fields(const P& proto, Tensor& t) {
       return fill_from<uint64_t>(t, proto.uint64_data(), [](uint64_t v) { return v; });
     case DType::Uint32:
       return fill_from<uint32_t>(t, proto.uint64_data(), [](uint64_t v) { return static_cast<uint32_t>(v); });
+    case DType::String:
+      return fill_from<std::string>(t, proto.string_data(), [](const std::string& v) { return v; });
   }
 }
 
@@ -133,7 +137,7 @@ Tensor tensor_from_proto(const P& proto, const TensorSource& source) {
   const auto dtype = dtype_from_onnx(proto.data_type());
   if (!dtype) {
     const std::string type = onnx_type_name(proto.data_type());
-    if (proto.data_type() == P::STRING || proto.data_type() == P::COMPLEX64 || proto.data_type() == P::COMPLEX128)
+    if (proto.data_type() == P::COMPLEX64 || proto.data_type() == P::COMPLEX128)
       throw Unsupported(fmt::format("tensor '{}' has element type {}, which Kiln does not support", name, type));
     throw InvalidModel(fmt::format("tensor '{}' has element type {}, which is not an ONNX tensor type", name, type));
   }
@@ -148,6 +152,8 @@ Tensor tensor_from_proto(const P& proto, const TensorSource& source) {
     throw InvalidModel(fmt::format("{} is too large to address", what));
 
   Tensor t;
+  if (*dtype == DType::String && (is_external(proto) || proto.has_raw_data()))
+    throw InvalidModel(fmt::format("{} holds strings, which ONNX stores in string_data only", what));
   if (is_external(proto)) {
     if (proto.has_raw_data() || has_typed_data(proto))
       throw InvalidModel(fmt::format("{} is stored externally but also carries inline data", what));
@@ -181,6 +187,11 @@ void tensor_to_proto(const Tensor& tensor, const std::string& name, P* proto) {
   proto->set_data_type(dtype_to_onnx(tensor.dtype()));
   for (int64_t d : tensor.shape()) proto->add_dims(d);
   const Tensor packed = tensor.contiguous();
+  if (packed.dtype() == DType::String) {  // strings go to string_data, one by one
+    const auto* s = packed.data<std::string>();
+    for (int64_t i = 0; i < packed.numel(); ++i) proto->add_string_data(s[i]);
+    return;
+  }
   proto->set_raw_data(static_cast<const char*>(packed.raw_data()), packed.nbytes());
 }
 

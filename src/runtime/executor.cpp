@@ -33,13 +33,16 @@ void run_dynamic_step(PlanStep& step, const Node& node, RunValues& values, uint6
     m.value = values[in];  // data-dependent shapes may read the data
     ictx.inputs.push_back(std::move(m));
   }
+  check_input_kinds(*step.kernel, node, ictx.inputs);
   std::vector<TensorMeta> metas = step.kernel->infer(ictx);
+  check_string_outputs(step.def, node, metas);
   step.kernel->prepare(ictx, metas);
   ComputeContext cctx{node, {}, {}, run_index};
   for (int in : step.inputs) cctx.inputs.push_back(in < 0 ? nullptr : &values[in]);
   std::vector<Tensor> scratch(metas.size());
   for (size_t i = 0; i < metas.size(); ++i) {
-    Tensor t = Tensor::empty(metas[i].dtype, metas[i].shape);
+    // A sequence or optional output is left undefined: the kernel assigns it.
+    Tensor t = metas[i].kind == ValueKind::Tensor ? Tensor::empty(metas[i].dtype, metas[i].shape) : Tensor();
     if (i < step.outputs.size()) {
       values.set(step.outputs[i], t);
       cctx.outputs.push_back(&values[step.outputs[i]]);
@@ -49,7 +52,8 @@ void run_dynamic_step(PlanStep& step, const Node& node, RunValues& values, uint6
     }
   }
   if (step.kernel->output_aliases_input() && cctx.inputs[0] != nullptr && !step.outputs.empty()) {
-    values.set(step.outputs[0], cctx.inputs[0]->reshape(metas[0].shape));
+    const Tensor& in = *cctx.inputs[0];
+    values.set(step.outputs[0], in.is_tensor() ? in.reshape(metas[0].shape) : in);
     return;
   }
   ScratchScope scope;
@@ -129,6 +133,10 @@ void copy_to_bound_outputs(const ExecutionPlan& plan, const RunBinding& binding,
     const PlannedValue& v = plan.values[static_cast<size_t>(id)];
     if (v.kind == PlannedValue::Kind::Bound) continue;
     const Tensor& value = values[id];
+    if (!value.is_tensor()) {  // a sequence or optional: the handle itself (its lists never change)
+      *t = value;
+      continue;
+    }
     if (t->dtype() != value.dtype() || t->shape() != value.shape())
       throw ShapeError(
           fmt::format("output '{}' is {}, but the tensor bound to it is {}", v.name, value.describe(), t->describe()));

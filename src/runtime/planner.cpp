@@ -62,7 +62,8 @@ struct Planner {
       add_value(std::move(v));
     }
     for (const auto& [name, meta] : feeds) {
-      PlannedValue v{name, PlannedValue::Kind::Feed, TensorMeta{meta.dtype, meta.shape, false, Tensor()}, -1, -1};
+      TensorMeta m{meta.dtype, meta.shape, meta.kind != ValueKind::Tensor, Tensor(), meta.kind};
+      PlannedValue v{name, PlannedValue::Kind::Feed, std::move(m), -1, -1};
       auto it = plan->index.find(name);
       if (it != plan->index.end()) plan->values[static_cast<size_t>(it->second)] = std::move(v);  // overrides
       else add_value(std::move(v));
@@ -192,7 +193,7 @@ struct Planner {
       }
       const int id = add_value({name, PlannedValue::Kind::Arena, m, -1, -1});
       step.outputs.push_back(id);
-      if (m.dynamic) {
+      if (m.dynamic || m.dtype == DType::String) {  // strings are objects, allocated per run, not arena bytes
         plan->values[static_cast<size_t>(id)].kind = PlannedValue::Kind::Dynamic;
         step.dynamic = true;
         continue;

@@ -54,7 +54,10 @@ Session& Session::operator=(Session&&) noexcept = default;
 
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
+std::string describe(const TensorMeta& m) {
+  if (m.kind != ValueKind::Tensor) return fmt::format("{}({})", value_kind_name(m.kind), dtype_name(m.dtype));
+  return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape));
+}
 
 std::string signature(const std::map<std::string, TensorMeta>& feeds) {
   std::string key;
@@ -77,9 +80,13 @@ void check_feeds(const Model& model, const std::map<std::string, TensorMeta>& fe
         if (v.name == name) info = &v;
     if (info == nullptr)
       throw InvalidArgument(fmt::format("'{}' is not an input of the model; its inputs are {}", name, input_list(g)));
+    // A declared sequence or optional is checked even where its elements' type is not given; an
+    // untyped input (a subgraph's, whose callers decide) takes any value.
+    if ((info->has_type || info->kind != ValueKind::Tensor) && !value_kind_fits(info->kind, t.kind))
+      throw TypeError(fmt::format("input '{}' expects {} but was given {}", name, info->describe(), describe(t)));
     if (info->has_type && info->dtype != t.dtype)
       throw TypeError(fmt::format("input '{}' expects {} but was given {}", name, info->describe(), describe(t)));
-    if (!info->matches(t.shape))
+    if (t.kind == ValueKind::Tensor && !info->matches(t.shape))
       throw ShapeError(
           fmt::format("input '{}' expects shape {} but was given {}", name, info->describe(), describe(t)));
   }
@@ -95,7 +102,7 @@ std::map<std::string, TensorMeta> Session::metas_of(const std::map<std::string, 
   std::map<std::string, TensorMeta> metas;
   for (const auto& [name, t] : feeds) {
     if (!t.defined()) throw InvalidArgument(fmt::format("input '{}' is fed an undefined tensor", name));
-    metas.emplace(name, TensorMeta{t.dtype(), t.shape(), false, Tensor()});
+    metas.emplace(name, TensorMeta::of(t));
   }
   return metas;
 }

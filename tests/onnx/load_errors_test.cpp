@@ -260,28 +260,32 @@ TEST(OnnxLoadErrors, TypedFieldOfWrongLengthNamesTheTensor) {
                                       {"tensor 'w'", "999 values in float_data, expected 1000"});
 }
 
-TEST(OnnxLoadErrors, StringAndComplexTensorsAreUnsupported) {
-  for (auto type : {onnx::TensorProto::STRING, onnx::TensorProto::COMPLEX64}) {
-    onnx::ModelProto m = small_model();
-    auto* w = m.mutable_graph()->mutable_initializer(0);
-    w->set_data_type(type);
-    w->clear_dims();
-    w->clear_raw_data();
-    if (type == onnx::TensorProto::STRING) {
-      w->add_string_data("hello");
-    } else {  // one complex64 value: real and imaginary parts
-      w->add_float_data(1.f);
-      w->add_float_data(2.f);
-    }
-    m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(type);
-    m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_shape();
-    m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
-    LoadOptions o;
-    o.run_checker = false;
-    expect_one_line_error<Unsupported>(
-        [&] { load_model_from_bytes(m.SerializeAsString(), "", o, "s.onnx"); },
-        {"'s.onnx'", "tensor 'w'", type == onnx::TensorProto::STRING ? "string" : "complex64"});
-  }
+TEST(OnnxLoadErrors, ComplexTensorsAreUnsupportedAndStringsMustBeInStringData) {
+  onnx::ModelProto m = small_model();
+  auto* w = m.mutable_graph()->mutable_initializer(0);
+  w->set_data_type(onnx::TensorProto::COMPLEX64);
+  w->clear_dims();
+  w->clear_raw_data();
+  w->add_float_data(1.f);  // one complex64 value: real and imaginary parts
+  w->add_float_data(2.f);
+  auto* out = m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type();
+  out->set_elem_type(onnx::TensorProto::COMPLEX64);
+  out->clear_shape();
+  LoadOptions o;
+  o.run_checker = false;
+  expect_one_line_error<Unsupported>([&] { load_model_from_bytes(m.SerializeAsString(), "", o, "s.onnx"); },
+                                     {"'s.onnx'", "tensor 'w'", "complex64"});
+  // A string tensor with raw bytes is malformed (ONNX keeps strings in string_data).
+  w->set_data_type(onnx::TensorProto::STRING);
+  w->clear_float_data();
+  w->set_raw_data("hello");
+  out->set_elem_type(onnx::TensorProto::STRING);
+  expect_one_line_error<InvalidModel>([&] { load_model_from_bytes(m.SerializeAsString(), "", o, "s.onnx"); },
+                                      {"tensor 'w'", "holds strings, which ONNX stores in string_data only"});
+  w->clear_raw_data();
+  w->add_string_data("hello");
+  const Model loaded = load_model_from_bytes(m.SerializeAsString(), "", o, "s.onnx");
+  EXPECT_EQ(loaded.graph.initializers.at("w").data<std::string>()[0], "hello");
 }
 
 TEST(OnnxSaveErrors, MissingFolderIsIOErrorAndLeavesNoTempFile) {

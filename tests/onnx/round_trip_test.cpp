@@ -137,6 +137,9 @@ Model build_model() {
   probe.attrs["tensors"].tensors = {sample(DType::Int8, {3}, 13), sample(DType::Float64, {1, 2}, 14)};
   probe.attrs["g"].kind = Attribute::Kind::Graph;
   probe.attrs["g"].g = branch("probe_body", true);
+  ValueInfo optional_sequence = tensor_info("", DType::Int64, {{-1, "n"}});
+  optional_sequence.kind = ValueKind::OptionalSequence;
+  probe.attrs["type"] = Attribute::of_type(optional_sequence);
   g.nodes.push_back(probe);
 
   g.outputs.push_back(tensor_info("y", DType::Float32, {{-1, "batch"}, {4, ""}}));
@@ -145,6 +148,11 @@ Model build_model() {
   ValueInfo hint = tensor_info("sum", DType::Float32, {{-1, "batch"}, {4, ""}});
   hint.doc_string = "a hint";
   g.value_info.push_back(hint);
+  for (const ValueKind kind : {ValueKind::Sequence, ValueKind::OptionalTensor, ValueKind::OptionalSequence}) {
+    ValueInfo v = tensor_info(std::string("kind_") + value_kind_name(kind), DType::Float16, {{3, ""}});
+    v.kind = kind;
+    g.value_info.push_back(v);
+  }
   ValueInfo rank_unknown;  // typed, rank unknown: must not come back as a scalar
   rank_unknown.name = "mm";
   rank_unknown.has_type = true;
@@ -193,6 +201,9 @@ void expect_attr_eq(const Attribute& a, const Attribute& b, const std::string& w
       break;
     case Attribute::Kind::Graph:
       expect_graph_eq(*a.g, *b.g);
+      break;
+    case Attribute::Kind::Type:
+      EXPECT_EQ(a.type->describe(), b.type->describe()) << what;
       break;
     case Attribute::Kind::Floats:
       EXPECT_EQ(a.floats, b.floats) << what;

@@ -276,3 +276,43 @@ def test_detection_and_the_rest(node, tmp_path):
              "seq": rng.standard_normal((4, 3, 2)).astype(np.float32),
              "tokens": rng.integers(1, 6, (2, 6), dtype=np.int64)}
     run_both(node, tmp_path, graph, feeds)
+
+
+def test_sequences_and_optionals(node, tmp_path):
+    """The sequence ops, SequenceMap and the optional ops inside a model of tensor inputs and outputs
+    (what ort_run.js feeds and reads): splits by lengths and into rows without the axis, insertion at
+    a fed position, erasure, negative positions, concatenation along an axis and a new one, a map
+    whose body doubles each element, an optional holding a tensor and an empty one of a declared type."""
+    I64 = TensorProto.INT64
+    body = helper.make_graph([helper.make_node("Add", ["e", "e"], ["d"])], "double", [vi("e", None)], [vi("d", None)])
+    empty_type = helper.make_tensor_type_proto(F, None)
+    nodes = [
+        helper.make_node("SplitToSequence", ["x", "lengths"], ["parts"], axis=1),
+        helper.make_node("SplitToSequence", ["x"], ["rows"], axis=0, keepdims=0),
+        helper.make_node("SequenceAt", ["rows", "minus_one"], ["last_row"]),
+        helper.make_node("Neg", ["last_row"], ["neg_row"]),
+        helper.make_node("SequenceInsert", ["rows", "neg_row", "pos"], ["rows2"]),
+        helper.make_node("SequenceErase", ["rows2", "zero"], ["rows3"]),
+        helper.make_node("ConcatFromSequence", ["rows3"], ["stacked"], axis=0, new_axis=1),
+        helper.make_node("SequenceLength", ["rows3"], ["n"]),
+        helper.make_node("SequenceAt", ["parts", "minus_one"], ["last_part"]),
+        helper.make_node("SequenceMap", ["parts"], ["doubled"], body=body),
+        helper.make_node("ConcatFromSequence", ["doubled"], ["joined"], axis=-1),
+        helper.make_node("Optional", ["last_part"], ["opt"]),
+        helper.make_node("OptionalHasElement", ["opt"], ["has"]),
+        helper.make_node("OptionalGetElement", ["opt"], ["got"]),
+        helper.make_node("Optional", [], ["nothing"], type=empty_type),
+        helper.make_node("OptionalHasElement", ["nothing"], ["has_nothing"]),
+        helper.make_node("Cast", ["has"], ["has_i"], to=I64),
+        helper.make_node("Cast", ["has_nothing"], ["has_nothing_i"], to=I64),
+    ]
+    inits = [helper.make_tensor("lengths", I64, [3], [1, 2, 3]), helper.make_tensor("minus_one", I64, [], [-1]),
+             helper.make_tensor("zero", I64, [], [0])]
+    graph = helper.make_graph(
+        nodes, "sequences", [vi("x", [4, 6]), vi("pos", [], I64)],
+        [vi("stacked", [4, 6]), vi("n", [], I64), vi("joined", [4, 6]), vi("got", [4, 3]), vi("has_i", [], I64),
+         vi("has_nothing_i", [], I64)], inits)
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    for pos in (1, -2, 4):
+        (tmp_path / f"pos{pos}").mkdir()
+        run_both(node, tmp_path / f"pos{pos}", graph, {"x": x, "pos": np.array(pos, np.int64)})

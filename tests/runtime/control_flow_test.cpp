@@ -10,6 +10,7 @@
 #include "kernels/kernel_test_util.h"
 #include "kiln/onnx_io.h"
 #include "kiln/session.h"
+#include "runtime/graph_builders.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -17,48 +18,10 @@ namespace {
 
 using namespace test_util;
 using kiln::test::expect_error;
-
-ValueInfo info(const std::string& name, DType dt, std::vector<int64_t> dims = {}, bool shaped = true) {
-  ValueInfo v;
-  v.name = name;
-  v.dtype = dt;
-  v.has_type = true;
-  v.has_shape = shaped;
-  for (int64_t d : dims) v.dims.push_back(Dim{d, d < 0 ? "n" : ""});
-  return v;
-}
-
-Node node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
-          std::map<std::string, Attribute> attrs = {}) {
-  Node n;
-  n.op_type = op;
-  n.name = out.empty() ? op : out[0] + "_node";
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  n.attrs = std::move(attrs);
-  return n;
-}
-
-Attribute graph(std::vector<Node> nodes, std::vector<ValueInfo> inputs, std::vector<ValueInfo> outputs) {
-  auto g = std::make_shared<Graph>();
-  g->name = "body";
-  g->nodes = std::move(nodes);
-  g->inputs = std::move(inputs);
-  g->outputs = std::move(outputs);
-  Attribute a;
-  a.kind = Attribute::Kind::Graph;
-  a.g = g;
-  return a;
-}
-
-Model model(std::vector<Node> nodes, std::vector<ValueInfo> inputs, std::vector<ValueInfo> outputs) {
-  Model m;
-  m.opsets = {{"", 17}};
-  m.graph.nodes = std::move(nodes);
-  m.graph.inputs = std::move(inputs);
-  m.graph.outputs = std::move(outputs);
-  return m;
-}
+using kiln::test::graph;
+using kiln::test::info;
+using kiln::test::model;
+using kiln::test::node;
 
 const DType F = DType::Float32;
 

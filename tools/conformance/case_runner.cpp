@@ -54,6 +54,18 @@ std::string element_string(const Tensor& t, int64_t i) {
   });
 }
 
+// Strings compare exactly.
+std::optional<std::string> compare_strings(const std::string& name, const Tensor& got, const Tensor& want) {
+  const auto* g = got.data<std::string>();
+  const auto* w = want.data<std::string>();
+  int64_t first = -1, count = 0;
+  for (int64_t i = 0; i < got.numel(); ++i)
+    if (g[i] != w[i] && count++ == 0) first = i;
+  if (first < 0) return std::nullopt;
+  return fmt::format("output '{}' {} element {}: got \"{}\", expected \"{}\"; {} of {} elements differ", name,
+                     got.describe(), index_of(got.shape(), first), g[first], w[first], count, got.numel());
+}
+
 bool close_enough(double got, double want, const Tolerance& tol) {
   if (std::isnan(want) || std::isnan(got)) return std::isnan(want) && std::isnan(got);
   if (std::isinf(want) || std::isinf(got)) return got == want;
@@ -112,21 +124,35 @@ std::optional<std::string> run_data_set(Session& session, const fs::path& set, c
   // The files follow the order of the graph's inputs (ONNX's runner feeds them positionally).
   std::map<std::string, Tensor> feeds;
   for (size_t i = 0; i < input_files.size(); ++i)
-    feeds[inputs[i].name] = as_bfloat16_if(load_tensor_proto(input_files[i].string()),
+    feeds[inputs[i].name] = as_bfloat16_if(load_value_proto(input_files[i].string(), inputs[i].kind, inputs[i].dtype),
                                            inputs[i].has_type && inputs[i].dtype == DType::BFloat16);
   const std::map<std::string, Tensor> results = session.run(feeds);
   for (size_t i = 0; i < outputs.size(); ++i) {
     auto it = results.find(outputs[i].name);
     if (it == results.end()) return fmt::format("no value for output '{}'", outputs[i].name);
     const Tensor expected =
-        as_bfloat16_if(load_tensor_proto(output_files[i].string()), it->second.dtype() == DType::BFloat16);
-    if (auto mismatch = compare_tensors(outputs[i].name, it->second, expected, tol))
+        as_bfloat16_if(load_value_proto(output_files[i].string(), outputs[i].kind, outputs[i].dtype),
+                       it->second.dtype() == DType::BFloat16);
+    if (auto mismatch = compare_values(outputs[i].name, it->second, expected, tol))
       return fmt::format("{}: {}", set.filename().string(), *mismatch);
   }
   return std::nullopt;
 }
 
 }  // namespace
+
+std::optional<std::string> compare_values(const std::string& name, const Tensor& got, const Tensor& expected,
+                                          const Tolerance& tol) {
+  if (got.kind() != expected.kind())
+    return fmt::format("output '{}' is {}, expected {}", name, got.describe(), expected.describe());
+  if (got.is_none()) return std::nullopt;
+  if (got.is_tensor()) return compare_tensors(name, got, expected, tol);
+  const std::vector<Tensor>&g = got.elements(), &w = expected.elements();
+  if (g.size() != w.size()) return fmt::format("output '{}' holds {} tensors, expected {}", name, g.size(), w.size());
+  for (size_t k = 0; k < g.size(); ++k)
+    if (auto mismatch = compare_tensors(fmt::format("{}[{}]", name, k), g[k], w[k], tol)) return mismatch;
+  return std::nullopt;
+}
 
 std::optional<std::string> compare_tensors(const std::string& name, const Tensor& got_in, const Tensor& want_in,
                                            const Tolerance& tol) {
@@ -138,6 +164,7 @@ std::optional<std::string> compare_tensors(const std::string& name, const Tensor
   const Tensor got = got_in.contiguous();
   const Tensor want = want_in.contiguous();
   const int64_t n = got.numel();
+  if (got.dtype() == DType::String) return compare_strings(name, got, want);
   const bool exact = !is_floating(got.dtype());
   const size_t esize = dtype_size(got.dtype());
   const auto* gb = static_cast<const unsigned char*>(got.raw_data());

@@ -1,6 +1,6 @@
 // One ONNX backend conformance case: a folder with model.onnx and test_data_set_*/ holding
-// input_<i>.pb and output_<i>.pb (serialized TensorProtos), run with a kiln::Session and compared
-// with ONNX's own tolerances.
+// input_<i>.pb and output_<i>.pb (serialized TensorProtos, or Sequence- / OptionalProtos for those types), run with a
+// kiln::Session and compared with ONNX's own tolerances.
 #pragma once
 
 #include <map>
@@ -44,5 +44,9 @@ std::map<std::string, KnownBad> load_known_bad(const std::string& path);
 // Otherwise the first mismatch (index, both values) and how many elements differ.
 std::optional<std::string> compare_tensors(const std::string& name, const Tensor& got, const Tensor& expected,
                                            const Tolerance& tol);
+// The same for any value: sequences element by element (equal lengths), optionals both empty or
+// both holding matching values.
+std::optional<std::string> compare_values(const std::string& name, const Tensor& got, const Tensor& expected,
+                                          const Tolerance& tol);
 
 }  // namespace kiln::conformance

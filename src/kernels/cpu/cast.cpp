@@ -5,10 +5,12 @@
 //   int -> int     wraps modulo 2^bits
 //   -> float16 / bfloat16  round to nearest even, NaN kept; from double (and int64) without double
 //                          rounding: the value is first rounded to float with round-to-odd.
+//   to and from string     numpy's str() and parsing (kernels/cpu/string_cast.h)
 #include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/elementwise_common.h"
+#include "kernels/cpu/string_cast.h"
 
 namespace kiln {
 
@@ -23,8 +25,8 @@ struct OnnxType {
   const char* name;
 };
 constexpr OnnxType kMissingOnnxTypes[] = {
-    {8, "string"},      {14, "complex64"},      {15, "complex128"}, {17, "float8e4m3fn"}, {18, "float8e4m3fnuz"},
-    {19, "float8e5m2"}, {20, "float8e5m2fnuz"}, {21, "uint4"},      {22, "int4"},
+    {14, "complex64"},  {15, "complex128"},     {17, "float8e4m3fn"}, {18, "float8e4m3fnuz"},
+    {19, "float8e5m2"}, {20, "float8e5m2fnuz"}, {21, "uint4"},        {22, "int4"},
 };
 
 DType dtype_from_to_attr(int64_t to) {
@@ -101,6 +103,10 @@ bool cast_bfloat16_fast(const Tensor& x, Tensor& y) {
 }
 
 void cast_tensor(const Tensor& x, Tensor& y, const Node& node) {
+  if (x.dtype() == DType::String || y.dtype() == DType::String) {
+    strings::cast(x, y, fmt::format("input '{}'", node.inputs.at(0)));
+    return;
+  }
   if (x.dtype() == y.dtype()) {
     if (x.raw_data() != y.raw_data() && x.nbytes() > 0) std::memcpy(y.raw_data(), x.raw_data(), x.nbytes());
     return;
@@ -139,7 +145,9 @@ class CastKernel final : public Kernel {
 
 template <bool Like>
 KernelRegistrar register_cast(const char* op, int64_t since) {
-  return KernelRegistrar({"", op, since, kMaxOpset, AllTypes::dtypes(), 0, {}},
+  std::vector<DType> dtypes = AllTypes::dtypes();
+  dtypes.push_back(DType::String);  // to and from numbers: kernels/cpu/string_cast.h
+  return KernelRegistrar({"", op, since, kMaxOpset, std::move(dtypes), 0, {}},
                          [](const Node& n) { return std::make_unique<CastKernel>(n, Like); });
 }
 

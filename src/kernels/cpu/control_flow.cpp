@@ -13,6 +13,13 @@
 
 namespace kiln::control {
 
+const Graph& graph_attr(const Node& node, const char* key, const char* op) {
+  const auto it = node.attrs.find(key);
+  if (it == node.attrs.end() || it->second.kind != Attribute::Kind::Graph || !it->second.g)
+    throw InvalidModel(fmt::format("{}: graph attribute '{}' is required", op, key));
+  return *it->second.g;
+}
+
 std::vector<std::string> captures_of(const Node& node) {
   const auto it = node.attrs.find(kCapturesAttr);
   return it == node.attrs.end() ? std::vector<std::string>{} : it->second.strings;
@@ -29,6 +36,7 @@ Subgraph::Subgraph(const Graph& g, const std::vector<std::string>& captures, int
   for (ValueInfo& v : m.graph.inputs) {
     v.has_shape = false;
     v.has_type = false;
+    v.kind = ValueKind::Tensor;  // untyped: a declared optional may be fed its value, or nothing
     inputs_.push_back(v.name);
   }
   for (ValueInfo& v : m.graph.outputs) {
@@ -82,6 +90,8 @@ Tensor slice(const Tensor& t, int64_t axis, int64_t index) {
 
 Tensor stack(const std::vector<Tensor>& slices, int64_t axis, const Shape& empty_shape, DType empty_dtype) {
   if (slices.empty()) return Tensor::zeros(empty_dtype, empty_shape);
+  if (!slices[0].is_tensor())
+    throw TypeError(fmt::format("scan output slice 0 is a {}: scan outputs are tensors", slices[0].describe()));
   const Shape& one = slices[0].shape();
   Shape out = one;
   out.insert(out.begin() + axis, int64_t(slices.size()));
@@ -91,6 +101,8 @@ Tensor stack(const std::vector<Tensor>& slices, int64_t axis, const Shape& empty
   const size_t es = dtype_size(s.dtype()), row = size_t(inner) * es;
   auto* dst = static_cast<char*>(s.raw_data());
   for (size_t k = 0; k < slices.size(); ++k) {
+    if (!slices[k].is_tensor())
+      throw TypeError(fmt::format("scan output slice {} is a {}: scan outputs are tensors", k, slices[k].describe()));
     if (slices[k].shape() != one || slices[k].dtype() != s.dtype())
       throw ShapeError(fmt::format("scan output slice {} is {} but the first was {}", k, slices[k].describe(),
                                    slices[0].describe()));
@@ -107,59 +119,18 @@ Tensor stack(const std::vector<Tensor>& slices, int64_t axis, const Shape& empty
 namespace kiln {
 namespace {
 
+using control::ControlFlowKernel;
 using control::Subgraph;
-
-const Graph& graph_attr(const Node& node, const char* key, const char* op) {
-  const auto it = node.attrs.find(key);
-  if (it == node.attrs.end() || it->second.kind != Attribute::Kind::Graph || !it->second.g)
-    throw InvalidModel(fmt::format("{}: graph attribute '{}' is required", op, key));
-  return *it->second.g;
-}
 
 bool truth(const Tensor& t, const char* op, const char* what) {
   if (t.numel() != 1) throw ShapeError(fmt::format("{}: {} {} must hold one value", op, what, t.describe()));
   return t.item_as_double() != 0;
 }
 
-// The kernels' common frame: explicit inputs, then the captures; results computed in infer().
-class ControlFlowKernel : public Kernel {
- public:
-  using Kernel::Kernel;
-  void compute(ComputeContext& ctx) override {
-    if (ctx.outputs.size() < results_.size())
-      throw Error(
-          fmt::format("{}: {} outputs planned for {} results", node_.op_type, ctx.outputs.size(), results_.size()));
-    for (size_t i = 0; i < results_.size(); ++i)
-      if (ctx.outputs[i] && ctx.outputs[i]->defined()) ctx.outputs[i]->copy_from(results_[i]);
-    results_.clear();
-  }
-  // Subgraphs may draw random numbers or be large: never run at plan time.
-  bool foldable() const override { return false; }
-
- protected:
-  size_t explicit_inputs(const InferContext& ctx) const { return ctx.num_inputs() - captures_.size(); }
-  std::vector<Tensor> capture_values(const InferContext& ctx) const {
-    std::vector<Tensor> v;
-    for (size_t i = explicit_inputs(ctx); i < ctx.num_inputs(); ++i) v.push_back(ctx.value(i));
-    return v;
-  }
-  // The subgraph in attribute `key`, made on first use (`what` names it in errors).
-  Subgraph& subgraph(std::unique_ptr<Subgraph>& slot, const char* key, int64_t opset, const char* what) {
-    if (!slot) slot = std::make_unique<Subgraph>(graph_attr(node_, key, node_.op_type.c_str()), captures_, opset, what);
-    return *slot;
-  }
-  std::vector<TensorMeta> metas() const {
-    std::vector<TensorMeta> m;
-    for (const Tensor& t : results_) m.push_back(TensorMeta::of(t));
-    return m;
-  }
-  std::vector<std::string> captures_ = control::captures_of(node_);
-  std::vector<Tensor> results_;
-};
-
 class IfKernel final : public ControlFlowKernel {
  public:
   using ControlFlowKernel::ControlFlowKernel;
+  bool takes_non_tensors() const override { return true; }  // captures and branch results of any kind
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const bool cond = truth(ctx.value(0), "If", "cond");
     const std::vector<Tensor> caps = capture_values(ctx);
@@ -180,6 +151,7 @@ class IfKernel final : public ControlFlowKernel {
 class LoopKernel final : public ControlFlowKernel {
  public:
   using ControlFlowKernel::ControlFlowKernel;
+  bool takes_non_tensors() const override { return true; }  // loop-carried sequences and optionals
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const size_t n = explicit_inputs(ctx);
     if (n < 2) throw InvalidModel("Loop: needs the inputs M and cond (either may be empty)");

@@ -138,7 +138,8 @@ class EyeLikeKernel : public Kernel {
     if (node_.has_attr("dtype")) {
       const int64_t code = node_.attr_int("dtype");
       const auto mapped = dtype_from_onnx(code);
-      if (!mapped) throw Unsupported(fmt::format("dtype {} is not an ONNX element type Kiln supports", code));
+      if (!mapped || *mapped == DType::String)
+        throw Unsupported(fmt::format("dtype {} is not an ONNX element type Kiln supports", code));
       dt = *mapped;
     }
     k_ = node_.attr_int("k", 0);

@@ -29,7 +29,8 @@ uint64_t node_seed(const Node& n, const char* op) {
 DType output_dtype(const Node& n, const char* op, std::optional<DType> fallback) {
   if (!n.has_attr("dtype")) return fallback.value_or(DType::Float32);
   const std::optional<DType> dt = dtype_from_onnx(n.attr_int("dtype"));
-  if (!dt) throw Unsupported(fmt::format("{}: dtype {} is not a type Kiln has", op, n.attr_int("dtype")));
+  if (!dt || *dt == DType::String)
+    throw Unsupported(fmt::format("{}: dtype {} is not a numeric type Kiln has", op, n.attr_int("dtype")));
   return *dt;
 }
 

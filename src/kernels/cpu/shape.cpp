@@ -160,10 +160,20 @@ class UnsqueezeKernel : public AliasKernel {
   }
 };
 
+// Identity passes sequences and optionals through as well (opset 14 on; the handle, no copy).
 class IdentityKernel : public AliasKernel {
  public:
   using AliasKernel::AliasKernel;
-  std::vector<TensorMeta> infer(const InferContext& ctx) override { return {alias_meta(ctx, ctx.shape(0))}; }
+  bool takes_non_tensors() const override { return true; }
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const TensorMeta& in = ctx.input(0);
+    if (in.kind != ValueKind::Tensor) return {TensorMeta::of_kind(in.kind, in.dtype)};
+    return {alias_meta(ctx, ctx.shape(0))};
+  }
+  void compute(ComputeContext& ctx) override {
+    if (!ctx.input(0).is_tensor()) ctx.output(0) = ctx.input(0);  // eager runs (run_node)
+    else copy_if_distinct(ctx);
+  }
 };
 
 // Shape and Size: outputs computed from the input's shape alone, so infer() fills in the value

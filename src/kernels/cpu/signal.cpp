@@ -223,7 +223,7 @@ class MelWeightMatrixKernel final : public Kernel {
           fmt::format("MelWeightMatrix: num_mel_bins {} and dft_length {} must be positive", mels_, dft_length_));
     const int64_t code = node_.attr_int("output_datatype", 1);
     const std::optional<DType> dt = dtype_from_onnx(code);
-    if (!dt || *dt == DType::Bool)
+    if (!dt || *dt == DType::Bool || *dt == DType::String)
       throw Unsupported(fmt::format("MelWeightMatrix: output_datatype {} is not a numeric type Kiln has", code));
     return {TensorMeta{*dt, {dft_length_ / 2 + 1, mels_}, false, Tensor()}};
   }
