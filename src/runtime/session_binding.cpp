@@ -11,7 +11,9 @@ bool Session::BindingCache::matches(const std::vector<const Tensor*>& inputs,
                                     const std::vector<Tensor*>& outputs) const {
   if (plan == nullptr) return false;
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (!inputs[i]->defined() || inputs[i]->dtype() != dtypes[i] || inputs[i]->shape() != shapes[i]) return false;
+    if (!inputs[i]->defined() || inputs[i]->dtype() != dtypes[i] || inputs[i]->shape() != shapes[i] ||
+        inputs[i]->kind() != kinds[i])
+      return false;
   for (size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i]->defined() != bound[i]) return false;
   return true;
@@ -35,7 +37,7 @@ void Session::plan_binding(const std::vector<const Tensor*>& inputs, const std::
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i]->defined())
       throw InvalidArgument(fmt::format("input '{}' is fed an undefined tensor", g.inputs[i].name));
-    metas.emplace(g.inputs[i].name, TensorMeta{inputs[i]->dtype(), inputs[i]->shape(), false, Tensor()});
+    metas.emplace(g.inputs[i].name, TensorMeta::of(*inputs[i]));  // sequences and optionals: their kind
   }
   for (size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i]->defined()) bound.insert(g.outputs[i].name);
@@ -43,12 +45,14 @@ void Session::plan_binding(const std::vector<const Tensor*>& inputs, const std::
   ExecutionPlan& plan = plan_for(metas, bound);
   cache.dtypes.clear();
   cache.shapes.clear();
+  cache.kinds.clear();
   cache.input_values.clear();
   cache.output_values.clear();
   cache.bound.clear();
   for (const Tensor* t : inputs) {
     cache.dtypes.push_back(t->dtype());
     cache.shapes.push_back(t->shape());
+    cache.kinds.push_back(t->kind());
   }
   for (const auto& v : g.inputs) cache.input_values.push_back(plan.index.at(v.name));
   for (size_t i = 0; i < outputs.size(); ++i) {

@@ -14,6 +14,7 @@ struct Session::BindingCache {
   ExecutionPlan* plan = nullptr;
   std::vector<DType> dtypes;
   std::vector<Shape> shapes;
+  std::vector<ValueKind> kinds;
   std::vector<bool> bound;
   std::vector<int> input_values;   // plan value of each graph input
   std::vector<int> output_values;  // plan value of each graph output

@@ -122,6 +122,24 @@ TEST(Sequences, FedAndReturnedSequencesAreOwnedCopies) {
                           {"sequence of float", "int64[1]"});
 }
 
+TEST(Sequences, PositionalRunsTakeAndReturnSequences) {
+  // Session::run_with_binding (what loops calling one graph use): a sequence fed by position and a
+  // sequence output left unbound comes back as its handle; run twice with different lengths.
+  Model m = model({node("SequenceInsert", {"s", "x"}, {"t"}), node("SequenceLength", {"t"}, {"n"})},
+                  {of_kind(info("s", F, {-1}), ValueKind::Sequence), info("x", F, {1})},
+                  {of_kind(info("t", F, {-1}), ValueKind::Sequence), info("n", DType::Int64, {})});
+  Session s(m);
+  for (size_t length : {2u, 0u}) {
+    std::vector<Tensor> elements(length, vec({1}));
+    std::vector<Tensor> outputs(2);
+    s.run_with_binding({Tensor::sequence(F, elements), vec({7})}, outputs);
+    ASSERT_TRUE(outputs[0].is_sequence());
+    EXPECT_EQ(outputs[0].elements().size(), length + 1);
+    EXPECT_EQ(as_doubles(outputs[0].elements().back()), (std::vector<double>{7}));
+    EXPECT_EQ(as_doubles(outputs[1]), (std::vector<double>{static_cast<double>(length + 1)}));
+  }
+}
+
 TEST(Sequences, TensorOpsRefuseSequencesNamingTheNode) {
   Model m = model({node("Relu", {"s"}, {"y"})}, {of_kind(info("s", F, {2}), ValueKind::Sequence)}, {info("y", F, {2})});
   Session s(m);
