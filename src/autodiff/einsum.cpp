@@ -4,9 +4,10 @@
 // forward) are put back by broadcasting; ellipsis dims the operand broadcast are summed back by
 // the builder. An operand with a repeated label (a diagonal, as in "ii->i") gets the gradient of
 // its diagonal (the term with each label once) placed back on the diagonal: unsqueezed at each
-// repeat and multiplied by the mask where the repeated axes' indices agree. Unsupported: a repeated
-// label together with an ellipsis, and an operand whose ellipsis is not at the start of its term
-// ("i...j") and broadcasts against another operand's or is summed away.
+// repeat and multiplied by the mask where the repeated axes' indices agree (with a leading ellipsis
+// too: "...ii->...i"). Unsupported: a repeated label with an ellipsis not at the start of its term,
+// and an operand whose ellipsis is not at the start of its term ("i...j") and broadcasts against
+// another operand's or is summed away.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -78,27 +79,29 @@ ParsedEquation parse_equation(const std::string& raw) {
 
 // `grad` (over `full`'s labels each once, in order) placed on the diagonal of an operand `x` whose
 // term `full` repeats labels: an axis unsqueezed at each repeat, times the mask where the indices
-// of the repeat and of the label's first axis agree.
+// of the repeat and of the label's first axis agree. Axes count from the end, so a leading ellipsis
+// of any rank stays in front (the mask's shape covers the labels and broadcasts over the rest).
 std::string onto_diagonal(GradContext& g, std::string grad, const std::string& full, const std::string& x) {
-  const int64_t rank = static_cast<int64_t>(full.size());
+  const std::string labels = full[0] == kEllipsis ? full.substr(1) : full;
+  const int64_t rank = static_cast<int64_t>(labels.size());
   const DType dtype = g.dtype(x).value_or(DType::Float32);
   const auto ints = [&](const std::vector<int64_t>& v) {
     return g.constant(Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v));
   };
   std::vector<int64_t> repeats;
   for (int64_t d = 0; d < rank; ++d)
-    if (full.find(full[static_cast<size_t>(d)]) != static_cast<size_t>(d)) repeats.push_back(d);
+    if (labels.find(labels[static_cast<size_t>(d)]) != static_cast<size_t>(d)) repeats.push_back(d - rank);
   grad = g.opset() < 13 ? g.emit("Unsqueeze", {grad}, {{"axes", Attribute::of_ints(repeats)}})
                         : g.emit("Unsqueeze", {grad, ints(repeats)});
   const std::string shape = g.emit("Shape", {x});
   for (int64_t d : repeats) {
-    const int64_t first = static_cast<int64_t>(full.find(full[static_cast<size_t>(d)]));
+    const int64_t first = static_cast<int64_t>(labels.find(labels[static_cast<size_t>(d + rank)])) - rank;
     const std::string n = g.emit("Gather", {shape, g.constant(Tensor::scalar<int64_t>(first))});
     const std::string range =
         g.emit("Range", {g.constant(Tensor::scalar<int64_t>(0)), n, g.constant(Tensor::scalar<int64_t>(1))});
-    const auto along = [&](int64_t axis) {
+    const auto along = [&](int64_t axis) {  // the range along `axis` (negative) of the labels' dims
       std::vector<int64_t> dims(static_cast<size_t>(rank), 1);
-      dims[static_cast<size_t>(axis)] = -1;
+      dims[static_cast<size_t>(axis + rank)] = -1;
       return g.emit("Reshape", {range, ints(dims)});
     };
     const std::string same = g.emit("Equal", {along(first), along(d)});
@@ -137,10 +140,10 @@ void einsum_grad(GradContext& g) {
     for (char c : full)
       if (c == kEllipsis || term.find(c) == std::string::npos) term += c;
     const bool diagonal = term.size() != full.size();
-    if (diagonal && full.find(kEllipsis) != std::string::npos)
+    if (diagonal && full.find(kEllipsis) != std::string::npos && full[0] != kEllipsis)
       throw Unsupported(
           fmt::format("Einsum: gradient of input {} of '{}': its term '{}' repeats a label and has an "
-                      "ellipsis; this form has no gradient rule yet",
+                      "ellipsis after its start; this form has no gradient rule yet",
                       k, equation, unparse(full)));
     const size_t ell = term.find(kEllipsis);
     const bool leading = ellipsis_is_leading(eq, k, term, equation);

@@ -53,8 +53,8 @@ TEST(EinsumGradients, OneAndThreeOperands) {
 }
 
 // A repeated label: the trace or diagonal of the operand that repeats it, differentiated through
-// both operands (its gradient is the diagonal's put back on the diagonal), at opset 17 and 12; with
-// an ellipsis too it is Unsupported, with the term named.
+// both operands (its gradient is the diagonal's put back on the diagonal), at opset 17 and 12, with a
+// leading ellipsis too; with an ellipsis after the term's start it is Unsupported, the term named.
 TEST(EinsumGradients, RepeatedLabels) {
   both({einsum("ii,j->j", 2), {random_tensor({3, 3}, 970), random_tensor({4}, 971)}, {0, 1}, 17, 970});
   both({einsum("ii->i", 1), {random_tensor({3, 3}, 972)}, {0}, 17, 972});
@@ -62,11 +62,17 @@ TEST(EinsumGradients, RepeatedLabels) {
   both({einsum("iji,jk->ik", 2), {random_tensor({3, 2, 3}, 977), random_tensor({2, 4}, 978)}, {0, 1}, 17, 977});
   both({einsum("iijj->ij", 1), {random_tensor({2, 2, 3, 3}, 979)}, {0}, 17, 979});
   both({einsum("ii->i", 1), {random_tensor({3, 3}, 980)}, {0}, 12, 980});
+  // With a leading ellipsis: batched diagonals, one broadcast against the other operand's ellipsis
+  // (summed back), and two repeated labels at opset 12.
+  both({einsum("...ii->...i", 1), {random_tensor({2, 3, 3}, 981)}, {0}, 17, 981});
+  both({einsum("...ii,...i->...", 2), {random_tensor({1, 3, 3}, 982), random_tensor({2, 4, 3}, 983)}, {0, 1}, 17,
+        982});
+  both({einsum("...iijj->...ij", 1), {random_tensor({2, 2, 2, 3, 3}, 984)}, {0}, 12, 984});
   expect_error<Unsupported>(
       [&] {
-        check_gradient({einsum("...ii->...i", 1), {random_tensor({2, 3, 3}, 981)}, {0}, 17, 981});
+        check_gradient({einsum("i...i->...", 1), {random_tensor({3, 2, 3}, 985)}, {0}, 17, 985});
       },
-      "'...ii'");
+      "'i...i'");
   EXPECT_THROW(check_gradient({einsum("i...j->ij", 1), {random_tensor({2, 3, 4}, 973)}, {0}, 17, 973}), Unsupported);
   EXPECT_THROW(
       check_gradient(
