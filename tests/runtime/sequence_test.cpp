@@ -2,8 +2,11 @@
 // the arena buffers they were made from are reused, sequence feeds and outputs (owned copies), a
 // Loop carrying a sequence, SequenceMap with a captured value, the optional ops, saving and loading
 // the types, and the errors: a sequence given to a tensor op, positions out of range, mismatched
-// shapes, an empty optional read, a tensor fed where a sequence is declared.
+// shapes, an empty optional read, a tensor fed where a sequence is declared, each op's bad inputs,
+// unreadable sequence / optional files.
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 #include "kernels/kernel_test_util.h"
 #include "kiln/onnx_io.h"
@@ -175,6 +178,52 @@ TEST(Sequences, ConcatOfMismatchedShapesAndEmptySequencesFail) {
   expect_error<InvalidArgument>([&] { s.run({{"s", Tensor::sequence(F, {})}}); }, {"the sequence is empty"});
   const auto y = s.run({{"s", Tensor::sequence(F, {a, Tensor::zeros(F, {2, 4})})}})["y"];
   EXPECT_EQ(y.shape(), (Shape{2, 7}));
+}
+
+TEST(Sequences, BadInputsNameTheProblem) {
+  const Tensor seq = Tensor::sequence(F, {vec({1, 2}), vec({3})});
+  const auto run = [](const char* op, std::vector<Tensor> in, std::map<std::string, Attribute> attrs = {}) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < in.size(); ++i) names.push_back("in" + std::to_string(i));
+    return run_node(node(op, names, {"y"}, std::move(attrs)), in, 17);
+  };
+  expect_error<TypeError>([&] { run("SequenceInsert", {seq, Tensor::from_vector<int64_t>({1}, {1})}); },
+                          {"SequenceInsert: cannot insert int64[1] into sequence(float) of 2"});
+  expect_error<TypeError>([&] { run("SequenceAt", {vec({1}), Tensor::scalar<int64_t>(0)}); },
+                          {"SequenceAt: input 0 ('in0') must be a sequence, got float[1]"});
+  expect_error<TypeError>([&] { run("SequenceAt", {seq, Tensor::scalar<float>(0)}); },
+                          {"position must be a scalar int32 or int64, got float[]"});
+  expect_error<InvalidArgument>([&] { run("SequenceErase", {Tensor::sequence(F, {})}); }, {"the sequence is empty"});
+  expect_error<TypeError>([&] { run("SequenceConstruct", {vec({1}), Tensor::from_vector<int64_t>({1}, {1})}); },
+                          {"input 1 is int64, input 0 float: a sequence holds one dtype"});
+  expect_error<Unsupported>([&] { run("SequenceEmpty", {}, {{"dtype", Attribute::of_int(14)}}); },
+                            {"SequenceEmpty: dtype 14 has no Kiln tensor type"});
+  const Tensor x = Tensor::zeros(F, {2, 5});
+  expect_error<InvalidArgument>([&] { run("SplitToSequence", {x, Tensor::from_vector<int64_t>({2}, {-1, 6})}); },
+                                {"split [-1, 6] has a negative length"});
+  expect_error<ShapeError>([&] { run("SplitToSequence", {x, Tensor::from_vector<int64_t>({2}, {1, 2})}); },
+                           {"split [1, 2] does not add up to the axis length 2"});
+  expect_error<InvalidArgument>([&] { run("SplitToSequence", {x, Tensor::scalar<int64_t>(0)}); },
+                                {"split 0 must be positive"});
+  expect_error<ShapeError>([&] { run("SplitToSequence", {x, Tensor::zeros(DType::Int64, {1, 1})}); },
+                           {"must be a scalar or 1-D"});
+  expect_error<ShapeError>(
+      [&] {
+        run("ConcatFromSequence", {Tensor::sequence(F, {Tensor::scalar<float>(1)})}, {{"axis", Attribute::of_int(0)}});
+      },
+      {"cannot concatenate scalars without new_axis = 1"});
+  expect_error<TypeError>([&] { run("Optional", {Tensor::none(F)}); }, {"Optional: input 'in0' is itself an optional"});
+  expect_error<InvalidModel>([&] { run_node(node("Optional", {}, {"y"}), {}, 17); },
+                             {"Optional without an input needs the attribute 'type'"});
+  test::TempDir dir;
+  const std::string junk = (dir / "junk.pb").string();
+  {
+    std::ofstream(junk) << "\xff\xff\xff";
+  }
+  expect_error<InvalidModel>([&] { load_value_proto(junk, ValueKind::Sequence); },
+                             {"junk.pb", "not a valid onnx.SequenceProto file"});
+  expect_error<InvalidModel>([&] { load_value_proto(junk, ValueKind::OptionalTensor); },
+                             {"not a valid onnx.OptionalProto file"});
 }
 
 TEST(Sequences, LoopCarriesASequence) {

@@ -19,6 +19,11 @@ class SequenceKernel : public Kernel {
   using Kernel::Kernel;
   bool takes_non_tensors() const override { return true; }
   bool foldable() const override { return false; }  // sequences live at run time only
+  // Writes the sequence infer() made (the ops that give a tensor override this).
+  void compute(ComputeContext& ctx) override {
+    ctx.output(0) = result_;
+    result_ = Tensor();
+  }
 
  protected:
   // Input i's value, which must be a sequence.
@@ -47,12 +52,6 @@ class SequenceKernel : public Kernel {
   std::vector<TensorMeta> sequence_output(DType dtype, std::vector<Tensor> elements) {
     result_ = Tensor::sequence(dtype, std::move(elements));
     return {TensorMeta::of_kind(ValueKind::Sequence, dtype)};
-  }
-
- public:
-  void compute(ComputeContext& ctx) override {
-    ctx.output(0) = result_;
-    result_ = Tensor();
   }
 
  private:

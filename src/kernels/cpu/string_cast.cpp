@@ -47,14 +47,12 @@ std::string positional(const std::string& digits, int exponent) {
 
 template <class T>
 T parse_float(const std::string& s, bool& ok) {
-  errno = 0;
   char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
+  T v{};
+  if constexpr (std::is_same_v<T, float>) v = std::strtof(s.c_str(), &end);  // one rounding, straight to float
+  else v = from_double<T>(std::strtod(s.c_str(), &end));
   ok = !s.empty() && end == s.c_str() + s.size();
-  if constexpr (std::is_same_v<T, float>) {
-    if (ok) return std::strtof(s.c_str(), nullptr);  // one rounding, straight to float
-  }
-  return from_double<T>(v);
+  return v;
 }
 
 template <class T>
