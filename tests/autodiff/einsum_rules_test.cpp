@@ -65,8 +65,7 @@ TEST(EinsumGradients, RepeatedLabels) {
   // With a leading ellipsis: batched diagonals, one broadcast against the other operand's ellipsis
   // (summed back), and two repeated labels at opset 12.
   both({einsum("...ii->...i", 1), {random_tensor({2, 3, 3}, 981)}, {0}, 17, 981});
-  both({einsum("...ii,...i->...", 2), {random_tensor({1, 3, 3}, 982), random_tensor({2, 4, 3}, 983)}, {0, 1}, 17,
-        982});
+  both({einsum("...ii,...i->...", 2), {random_tensor({1, 3, 3}, 982), random_tensor({2, 4, 3}, 983)}, {0, 1}, 17, 982});
   both({einsum("...iijj->...ij", 1), {random_tensor({2, 2, 2, 3, 3}, 984)}, {0}, 12, 984});
   expect_error<Unsupported>(
       [&] {

@@ -187,26 +187,53 @@ TEST(Sequences, BadInputsNameTheProblem) {
     for (size_t i = 0; i < in.size(); ++i) names.push_back("in" + std::to_string(i));
     return run_node(node(op, names, {"y"}, std::move(attrs)), in, 17);
   };
-  expect_error<TypeError>([&] { run("SequenceInsert", {seq, Tensor::from_vector<int64_t>({1}, {1})}); },
-                          {"SequenceInsert: cannot insert int64[1] into sequence(float) of 2"});
-  expect_error<TypeError>([&] { run("SequenceAt", {vec({1}), Tensor::scalar<int64_t>(0)}); },
-                          {"SequenceAt: input 0 ('in0') must be a sequence, got float[1]"});
-  expect_error<TypeError>([&] { run("SequenceAt", {seq, Tensor::scalar<float>(0)}); },
-                          {"position must be a scalar int32 or int64, got float[]"});
+  expect_error<TypeError>(
+      [&] {
+        run("SequenceInsert", {seq, Tensor::from_vector<int64_t>({1}, {1})});
+      },
+      {"SequenceInsert: cannot insert int64[1] into sequence(float) of 2"});
+  expect_error<TypeError>(
+      [&] {
+        run("SequenceAt", {vec({1}), Tensor::scalar<int64_t>(0)});
+      },
+      {"SequenceAt: input 0 ('in0') must be a sequence, got float[1]"});
+  expect_error<TypeError>(
+      [&] {
+        run("SequenceAt", {seq, Tensor::scalar<float>(0)});
+      },
+      {"position must be a scalar int32 or int64, got float[]"});
   expect_error<InvalidArgument>([&] { run("SequenceErase", {Tensor::sequence(F, {})}); }, {"the sequence is empty"});
-  expect_error<TypeError>([&] { run("SequenceConstruct", {vec({1}), Tensor::from_vector<int64_t>({1}, {1})}); },
-                          {"input 1 is int64, input 0 float: a sequence holds one dtype"});
-  expect_error<Unsupported>([&] { run("SequenceEmpty", {}, {{"dtype", Attribute::of_int(14)}}); },
-                            {"SequenceEmpty: dtype 14 has no Kiln tensor type"});
+  expect_error<TypeError>(
+      [&] {
+        run("SequenceConstruct", {vec({1}), Tensor::from_vector<int64_t>({1}, {1})});
+      },
+      {"input 1 is int64, input 0 float: a sequence holds one dtype"});
+  expect_error<Unsupported>(
+      [&] {
+        run("SequenceEmpty", {}, {{"dtype", Attribute::of_int(14)}});
+      },
+      {"SequenceEmpty: dtype 14 has no Kiln tensor type"});
   const Tensor x = Tensor::zeros(F, {2, 5});
-  expect_error<InvalidArgument>([&] { run("SplitToSequence", {x, Tensor::from_vector<int64_t>({2}, {-1, 6})}); },
-                                {"split [-1, 6] has a negative length"});
-  expect_error<ShapeError>([&] { run("SplitToSequence", {x, Tensor::from_vector<int64_t>({2}, {1, 2})}); },
-                           {"split [1, 2] does not add up to the axis length 2"});
-  expect_error<InvalidArgument>([&] { run("SplitToSequence", {x, Tensor::scalar<int64_t>(0)}); },
-                                {"split 0 must be positive"});
-  expect_error<ShapeError>([&] { run("SplitToSequence", {x, Tensor::zeros(DType::Int64, {1, 1})}); },
-                           {"must be a scalar or 1-D"});
+  expect_error<InvalidArgument>(
+      [&] {
+        run("SplitToSequence", {x, Tensor::from_vector<int64_t>({2}, {-1, 6})});
+      },
+      {"split [-1, 6] has a negative length"});
+  expect_error<ShapeError>(
+      [&] {
+        run("SplitToSequence", {x, Tensor::from_vector<int64_t>({2}, {1, 2})});
+      },
+      {"split [1, 2] does not add up to the axis length 2"});
+  expect_error<InvalidArgument>(
+      [&] {
+        run("SplitToSequence", {x, Tensor::scalar<int64_t>(0)});
+      },
+      {"split 0 must be positive"});
+  expect_error<ShapeError>(
+      [&] {
+        run("SplitToSequence", {x, Tensor::zeros(DType::Int64, {1, 1})});
+      },
+      {"must be a scalar or 1-D"});
   expect_error<ShapeError>(
       [&] {
         run("ConcatFromSequence", {Tensor::sequence(F, {Tensor::scalar<float>(1)})}, {{"axis", Attribute::of_int(0)}});
@@ -217,9 +244,7 @@ TEST(Sequences, BadInputsNameTheProblem) {
                              {"Optional without an input needs the attribute 'type'"});
   test::TempDir dir;
   const std::string junk = (dir / "junk.pb").string();
-  {
-    std::ofstream(junk) << "\xff\xff\xff";
-  }
+  { std::ofstream(junk) << "\xff\xff\xff"; }
   expect_error<InvalidModel>([&] { load_value_proto(junk, ValueKind::Sequence); },
                              {"junk.pb", "not a valid onnx.SequenceProto file"});
   expect_error<InvalidModel>([&] { load_value_proto(junk, ValueKind::OptionalTensor); },
