@@ -17,6 +17,7 @@
 // backward. A loop that its condition may stop early is an Unsupported error naming the node.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -147,9 +148,17 @@ Frame read_frame(GradContext& g, size_t skip, size_t scan_inputs) {
   Frame f;
   f.body = &branch(n, "body");
   if (n.attrs.count(kCapturesAttr)) f.inner = n.attrs.at(kCapturesAttr).strings;
+  if (n.inputs.size() < f.inner.size() + skip + scan_inputs)
+    throw InvalidModel(fmt::format(
+        "{}: {} inputs besides its {} captured values cannot hold {} leading inputs and {} "
+        "scan inputs",
+        n.label(), n.inputs.size() - std::min(n.inputs.size(), f.inner.size()), f.inner.size(), skip, scan_inputs));
   f.first_cap = n.inputs.size() - f.inner.size();
   f.node_state = f.body_state = skip;
   f.states = f.first_cap - skip - scan_inputs;
+  if (n.outputs.size() < f.states)
+    throw InvalidModel(
+        fmt::format("{}: {} outputs cannot hold its {} carried values", n.label(), n.outputs.size(), f.states));
   f.outs = n.outputs.size() - f.states;
   for (size_t k = 0; k < f.inner.size(); ++k)
     if (g.needs(f.first_cap + k)) f.cap_inputs.push_back(k);

@@ -2,7 +2,8 @@
 // branches taken, a branch that does not read a differentiated value (its gradient is zero), two
 // outputs, and an If nested in a branch that reads the outer graph's values. Scan: states, scan
 // inputs along other axes and in reverse, scan outputs stacked in reverse, and an outer value the
-// body reads. Float64 (<= 1e-6) and float32 (<= 1e-3). The node lists its captured values as inputs (as a Session lifts
+// body reads. Malformed nodes and a Loop its condition can stop early are errors naming them.
+// Float64 (<= 1e-6) and float32 (<= 1e-3). The node lists its captured values as inputs (as a Session lifts
 // them), so the checker differentiates with respect to them.
 #include <gtest/gtest.h>
 
@@ -11,6 +12,8 @@
 #include "autodiff/gradient_checker.h"
 #include "autodiff/rule_helpers.h"
 #include "ir/subgraph.h"
+#include "kiln/error.h"
+#include "test_util.h"
 
 namespace kiln::testing {
 namespace {
@@ -173,6 +176,46 @@ TEST(LoopGradient, CarriedValuesScanOutputsAndOuterValues) {
                   {2, 3},
                   17,
                   7406});
+}
+
+// Bodies and nodes that do not fit each other (found by the forward graph's inference, before the
+// rules' own checks), and a Loop whose condition can stop it early: errors naming the node and what
+// does not fit, raised while building the gradient graph.
+TEST(ControlFlowGradient, MalformedNodesAndEarlyExits) {
+  const std::vector<Tensor> scan_in = {random_tensor({3}, 7501), random_tensor({3, 5}, 7502), random_tensor({3}, 7503)};
+  Node one_output = scan_node();
+  one_output.attrs["body"].g->outputs.pop_back();
+  test::expect_error<InvalidModel>(
+      [&] {
+        check_gradient({one_output, scan_in, {0, 1, 2}, 17, 7504});
+      },
+      {"node producing 's_final' (Scan)", "scan_output_axes has 1 values for 0 tensors"});
+  Node too_many = scan_node();
+  too_many.attrs["num_scan_inputs"] = Attribute::of_int(3);
+  test::expect_error<InvalidModel>(
+      [&] {
+        check_gradient({too_many, scan_in, {0, 1, 2}, 17, 7505});
+      },
+      {"node producing 's_final' (Scan)", "num_scan_inputs 3 must be in [1, 2]"});
+  const std::vector<Tensor> loop_in = {Tensor::scalar<int64_t>(2), Tensor(), random_tensor({2, 3}, 7506),
+                                       random_tensor({2, 3}, 7507)};
+  Node early = loop_node();
+  Graph& body = *early.attrs["body"].g;
+  for (Node& nd : body.nodes)
+    if (nd.op_type == "Identity") nd = make("Not", {"cond"}, {"cond_out"});
+  test::expect_error<Unsupported>(
+      [&] {
+        check_gradient({early, loop_in, {2, 3}, 17, 7508});
+      },
+      {"Kiln differentiates a Loop whose trip count M fixes the iterations",
+       "this loop's condition can stop it early"});
+  Node extra = loop_node();
+  extra.attrs["body"].g->outputs.push_back(typed_info("vc"));
+  test::expect_error<InvalidModel>(
+      [&] {
+        check_gradient({extra, loop_in, {2, 3}, 17, 7509});
+      },
+      {"Loop: the body's 3 inputs and 4 outputs do not fit 1 carried values and 1 scan outputs"});
 }
 
 }  // namespace

@@ -139,13 +139,12 @@ def test_inspect_text_on_torch_model(mlp):
 
 
 def unsupported_model(path):
-    """MaxRoiPool, an op Kiln does not implement."""
+    """Binarizer of ai.onnx.ml (ONNX's classical-ML domain), an op Kiln does not implement."""
     graph = helper.make_graph(
-        [helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[2, 2])], "maxroipool",
+        [helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml", threshold=0.5)], "binarizer",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 3, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 2, 2])],
-        [helper.make_tensor("rois", TensorProto.FLOAT, [1, 5], [0, 0, 0, 2, 2])])
-    return save_model(graph, path)
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 3, 3])])
+    return save_model(graph, path, opsets=(("", 17), ("ai.onnx.ml", 3)))
 
 
 def custom_op_model(path):
@@ -158,7 +157,7 @@ def custom_op_model(path):
 
 def test_inspect_lists_unsupported_ops(tmp_path):
     info = json.loads(run_kiln("inspect", "--json", unsupported_model(tmp_path / "unsupported.onnx")).stdout)
-    assert info["unsupported_ops"] == [{"op": "MaxRoiPool", "domain": "ai.onnx", "opset": 17}]
+    assert info["unsupported_ops"] == [{"op": "Binarizer", "domain": "ai.onnx.ml", "opset": 3}]
     assert info["all_ops_supported"] is False
     proc = run_kiln("inspect", custom_op_model(tmp_path / "custom.onnx"))
     assert proc.returncode == 0, proc.stderr
@@ -240,7 +239,7 @@ def test_missing_model(tmp_path):
 
 def test_op_kiln_lacks(tmp_path):
     x = npy(tmp_path / "x.npy", np.ones((1, 1, 3, 3), np.float32))
-    assert_error(run_kiln("run", unsupported_model(tmp_path / "unsupported.onnx"), "-i", f"x={x}"), "MaxRoiPool",
+    assert_error(run_kiln("run", unsupported_model(tmp_path / "unsupported.onnx"), "-i", f"x={x}"), "Binarizer",
                  "not implemented")
 
 
@@ -385,7 +384,7 @@ def test_conformance_runner(tmp_path):
     conformance_case(root, "test_pass_int", i64, [big, np.array([1, 1], np.int64)], [big + 1])
     unsupported = onnx.load(str(unsupported_model(tmp_path / "unsupported.onnx")))
     conformance_case(root, "test_skip_unsupported", unsupported, [np.ones((1, 1, 3, 3), np.float32)],
-                     [np.ones((1, 1, 2, 2), np.float32)])
+                     [np.ones((1, 1, 3, 3), np.float32)])
 
     listing = tmp_path / "list.txt"
     proc = subprocess.run([str(runner), str(root), "--list", str(listing)], capture_output=True, text=True)
@@ -402,7 +401,7 @@ def test_conformance_runner(tmp_path):
     assert "shape [4], expected [3]" in lines["test_fail_shape"]
     assert "got 1152921504606846977, expected 1152921504606846976; 1 of 2 elements differ" in \
         lines["test_fail_int_off_by_one"]
-    assert "MaxRoiPool" in lines["test_skip_unsupported"]
+    assert "Binarizer" in lines["test_skip_unsupported"]
 
     strict = subprocess.run([str(runner), str(root), "--strict", "--filter", "fail_shape"],
                             capture_output=True, text=True)

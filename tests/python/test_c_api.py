@@ -9,7 +9,9 @@
   code and a message (never an exception or an abort); checkpoint properties, parameters (type,
   shape, copy, update) and a checkpoint from bytes; an inference session on the exported model gives
   the Python backend's outputs (1e-6);
-- the library exports the Kiln* functions and nothing else, and the header compiles as C++.
+- the library exports the Kiln* functions and nothing else, and the header compiles as C++;
+- string tensors and sequence outputs, which a buffer of numbers cannot hold, are
+  KILN_NOT_IMPLEMENTED statuses naming them.
 """
 import ctypes
 import gzip
@@ -280,6 +282,54 @@ def test_checkpoint_properties_parameters_and_inference_sessions(c_run, tmp_path
                                               (ctypes.c_char_p * 1)(b"nothing"), ctypes.c_size_t(1), result))
     assert code == 2 and "nothing" in message, message
     lib.KilnFree(input_name)
+    lib.KilnReleaseValue(ctypes.c_void_p(result[0]))
+    lib.KilnReleaseValue(xv)
+    lib.KilnReleaseSession(session)
+
+
+def test_strings_and_sequences_are_not_in_the_c_api(tmp_path):
+    """A KilnValue is a buffer of numbers: a string element type, and a string or sequence output of an
+    inference session, are KILN_NOT_IMPLEMENTED statuses naming them; the numeric output of the same
+    run comes back."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    lib = library()
+    for name in ("KilnCreateSession", "KilnRun"):
+        getattr(lib, name).restype = ctypes.POINTER(Status)
+    code, message = error_of(lib, lib.KilnCreateTensor((ctypes.c_int64 * 1)(2), ctypes.c_size_t(1), 8,
+                                                       ctypes.byref(ctypes.c_void_p())))
+    assert code == 5 and "string tensors are not in the C API" in message, message
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["text"], to=TensorProto.STRING),
+         helper.make_node("SplitToSequence", ["x"], ["parts"], axis=0),
+         helper.make_node("Neg", ["x"], ["neg"])], "mixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("text", TensorProto.STRING, [2]),
+         helper.make_tensor_sequence_value_info("parts", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("neg", TensorProto.FLOAT, [2])])
+    path = tmp_path / "mixed.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    session = ctypes.c_void_p()
+    ok(lib, lib.KilnCreateSession(str(path).encode(), None, ctypes.byref(session)))
+    x = np.array([1.5, -2.0], np.float32)
+    xv = ctypes.c_void_p()
+    ok(lib, lib.KilnCreateTensorWithDataAsValue(x.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(x.nbytes),
+                                                (ctypes.c_int64 * 1)(2), ctypes.c_size_t(1), 1, ctypes.byref(xv)))
+    result = (ctypes.c_void_p * 1)()
+
+    def run(output):
+        return lib.KilnRun(session, (ctypes.c_char_p * 1)(b"x"), (ctypes.c_void_p * 1)(xv.value), ctypes.c_size_t(1),
+                           (ctypes.c_char_p * 1)(output), ctypes.c_size_t(1), result)
+
+    for output, kind in ((b"text", "string"), (b"parts", "sequence")):
+        code, message = error_of(lib, run(output))
+        assert code == 5 and f"output '{output.decode()}' is" in message and kind in message, message
+        assert "the C API returns tensors of numbers only" in message, message
+    ok(lib, run(b"neg"))
+    data = ctypes.c_void_p()
+    ok(lib, lib.KilnGetTensorMutableData(ctypes.c_void_p(result[0]), ctypes.byref(data)))
+    assert list(np.ctypeslib.as_array(ctypes.cast(data, ctypes.POINTER(ctypes.c_float)), shape=(2,))) == [-1.5, 2.0]
     lib.KilnReleaseValue(ctypes.c_void_p(result[0]))
     lib.KilnReleaseValue(xv)
     lib.KilnReleaseSession(session)

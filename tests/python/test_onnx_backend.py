@@ -223,9 +223,9 @@ def test_unknown_options_and_models_are_errors():
 
 
 def test_unsupported_ops_raise_kiln_unsupported():
-    with pytest.raises(kiln.Unsupported, match="MaxRoiPool"):
-        kiln.backend.run_node(helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[2, 2]),
-                              [np.ones((1, 1, 3, 3), np.float32), np.array([[0, 0, 0, 2, 2]], np.float32)])
+    with pytest.raises(kiln.Unsupported, match="Binarizer"):
+        kiln.backend.run_node(helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml"),
+                              [np.ones((1, 1, 3, 3), np.float32)], outputs_info=[(np.float32, (1, 1, 3, 3))])
 
 
 def test_run_node_types_inputs_from_numpy_and_outputs_by_inference():

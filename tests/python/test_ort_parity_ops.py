@@ -231,7 +231,7 @@ def test_quantization(node, tmp_path):
 
 
 def test_detection_and_the_rest(node, tmp_path):
-    """NonMaxSuppression, RoiAlign (both coordinate modes, max and avg), MaxUnpool, Det,
+    """NonMaxSuppression, RoiAlign (both coordinate modes, max and avg), MaxRoiPool, MaxUnpool, Det,
     ReverseSequence, TfIdfVectorizer (TFIDF) and MelWeightMatrix in one model. (MaxUnpool with an
     output_shape larger than the unpooled one is left out: ONNX Runtime puts X[j] at flat index I[j]
     of the larger output, which fails ONNX's own test_maxunpool_export_with_output_shape; Kiln
@@ -251,6 +251,7 @@ def test_detection_and_the_rest(node, tmp_path):
                          spatial_scale=0.5, sampling_ratio=2),
         helper.make_node("RoiAlign", ["img", "rois", "bi"], ["ra_max"], output_height=2, output_width=2,
                          mode="max", coordinate_transformation_mode="output_half_pixel"),
+        helper.make_node("MaxRoiPool", ["img", "pool_rois"], ["roi_pooled"], pooled_shape=[3, 2], spatial_scale=0.5),
         helper.make_node("MaxPool", ["pool_in"], ["pooled", "idx"], kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("MaxUnpool", ["pooled", "idx", "up_shape"], ["unpooled"], kernel_shape=[2, 2],
                          strides=[2, 2]),
@@ -264,13 +265,18 @@ def test_detection_and_the_rest(node, tmp_path):
     graph = helper.make_graph(
         nodes, "rest",
         [vi("boxes", [1, 6, 4]), vi("scores", [1, 2, 6]), vi("img", [2, 3, 8, 8]), vi("rois", [3, 4]),
+         vi("pool_rois", [4, 5]),
          vi("pool_in", [1, 2, 4, 4]), vi("m", [2, 3, 3]), vi("seq", [4, 3, 2]), vi("tokens", [2, 6], I64)],
         [vi("nms", [None, 3], I64), vi("ra_avg", [3, 3, 2, 3]), vi("ra_max", [3, 3, 2, 2]),
+         vi("roi_pooled", [4, 3, 3, 2]),
          vi("unpooled", [1, 2, 4, 4]), vi("det", [2]), vi("rev", [4, 3, 2]), vi("tfidf", [2, 5]), vi("mel", [17, 6])],
         inits)
     feeds = {"boxes": boxes, "scores": rng.random((1, 2, 6)).astype(np.float32),
              "img": rng.standard_normal((2, 3, 8, 8)).astype(np.float32),
              "rois": np.array([[0.5, 1, 9, 12], [2, 2, 6, 7], [-2, 3, 14, 15]], np.float32),
+             # (batch, x1, y1, x2, y2): rounded after scaling, past the border, x2 < x1
+             "pool_rois": np.array([[0, 1, 2, 11.5, 14], [1, 4.2, 0.5, 9.9, 6.1], [1, -3, 5, 18, 20],
+                                    [0, 7, 7, 3, 2]], np.float32),
              "pool_in": rng.standard_normal((1, 2, 4, 4)).astype(np.float32),
              "m": rng.standard_normal((2, 3, 3)).astype(np.float32),
              "seq": rng.standard_normal((4, 3, 2)).astype(np.float32),

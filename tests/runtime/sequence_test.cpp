@@ -287,6 +287,27 @@ TEST(Sequences, SequenceMapOverTwoSequencesAndATensor) {
         s.run({{"a", Tensor::sequence(F, {vec({1})})}, {"b", Tensor::sequence(F, {})}, {"t", vec({0})}});
       },
       {"input 1 ('b') holds 0 tensors, input_sequence 1"});
+  // A body whose inputs do not match the node's, and a tensor as input_sequence.
+  const Attribute two = graph({node("Mul", {"ea", "eb"}, {"p"})}, {info("ea", F, {}, false), info("eb", F, {}, false)},
+                              {info("p", F, {}, false)});
+  Model arity = model({node("SequenceMap", {"a", "b", "t"}, {"y"}, {{"body", two}})},
+                      {of_kind(info("a", F, {}, false), ValueKind::Sequence),
+                       of_kind(info("b", F, {}, false), ValueKind::Sequence), info("t", F, {1})},
+                      {of_kind(info("y", F, {}, false), ValueKind::Sequence)});
+  expect_error<InvalidModel>(
+      [&] {
+        Session(arity).run(
+            {{"a", Tensor::sequence(F, {vec({1})})}, {"b", Tensor::sequence(F, {vec({1})})}, {"t", vec({0})}});
+      },
+      {"the body takes 2 inputs and gives 1 outputs, but the node has 3 inputs and 1 outputs"});
+  Model tensor_in = model({node("SequenceMap", {"t", "b"}, {"y"}, {{"body", two}})},
+                          {info("t", F, {1}), of_kind(info("b", F, {}, false), ValueKind::Sequence)},
+                          {of_kind(info("y", F, {}, false), ValueKind::Sequence)});
+  expect_error<TypeError>(
+      [&] {
+        Session(tensor_in).run({{"t", vec({0})}, {"b", Tensor::sequence(F, {vec({1})})}});
+      },
+      {"SequenceMap: input_sequence 't' is"});
 }
 
 TEST(Optionals, WrapTestAndUnwrap) {

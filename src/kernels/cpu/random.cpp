@@ -1,4 +1,5 @@
-// Random sampling: RandomUniform, RandomNormal, RandomUniformLike, RandomNormalLike and Bernoulli.
+// Random sampling: RandomUniform, RandomNormal, RandomUniformLike, RandomNormalLike, Bernoulli and
+// Multinomial.
 // Each node seeds its generator once, from its `seed` attribute (a float in ONNX: its value picks
 // the stream) or else from the process seed and its name (kiln/random.h), and a run draws from
 // derive_seed(that seed, the Session's run index), serially: the same seed gives the same sequence
@@ -8,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <numbers>
@@ -99,6 +101,64 @@ class RandomKernel final : public Kernel {
   double a_ = 0, b_ = 1;
 };
 
+// Multinomial: sample_size class indices per row of input [batch, classes], drawn with probabilities
+// softmax(row) (the input holds unnormalised log-probabilities, as torch.multinomial's of
+// exp(row)). A -inf logit is never drawn; a NaN or +inf one, or a row without a finite one, is an
+// InvalidModel error naming the row. Each draw inverts the row's cumulative distribution at one
+// uniform01 value.
+class MultinomialKernel final : public Kernel {
+ public:
+  explicit MultinomialKernel(const Node& n) : Kernel(n), seed_(node_seed(n, "Multinomial")) {}
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    const TensorMeta& x = ctx.input(0);
+    if (x.shape.size() != 2)
+      throw ShapeError(fmt::format("Multinomial: input {}{} must be [batch_size, class_size]", dtype_name(x.dtype),
+                                   to_string(x.shape)));
+    samples_ = node_.attr_int("sample_size", 1);
+    if (samples_ < 1) throw InvalidModel(fmt::format("Multinomial: sample_size {} must be positive", samples_));
+    const int64_t code = node_.attr_int("dtype", dtype_to_onnx(DType::Int32));
+    if (code != dtype_to_onnx(DType::Int32) && code != dtype_to_onnx(DType::Int64))
+      throw InvalidModel(fmt::format("Multinomial: dtype {} must be int32 (6) or int64 (7)", code));
+    return {TensorMeta{*dtype_from_onnx(code), {x.shape[0], samples_}, x.dynamic, Tensor()}};
+  }
+
+  void compute(ComputeContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    const int64_t rows = x.dim(0), classes = x.dim(1);
+    std::mt19937_64 rng(derive_seed(seed_, ctx.run_index));
+    std::vector<double> cdf(static_cast<size_t>(classes));
+    for (int64_t r = 0; r < rows; ++r) {
+      double top = -INFINITY;
+      for (int64_t c = 0; c < classes; ++c) {
+        const double v = x.item_as_double(r * classes + c);
+        if (std::isnan(v) || v == INFINITY)
+          throw InvalidModel(fmt::format("Multinomial: input[{}, {}] = {} is not a log-probability", r, c, v));
+        top = std::max(top, v);
+      }
+      if (top == -INFINITY)
+        throw InvalidModel(fmt::format("Multinomial: row {} of {} has no finite log-probability", r, classes));
+      double total = 0;
+      for (int64_t c = 0; c < classes; ++c)
+        cdf[static_cast<size_t>(c)] = total += std::exp(x.item_as_double(r * classes + c) - top);
+      for (int64_t s = 0; s < samples_; ++s) {
+        const double u = uniform01(rng) * total;
+        // The first class whose cumulative mass exceeds u (never a class of zero mass).
+        const auto it = std::upper_bound(cdf.begin(), cdf.end(), u);
+        const int64_t k = it == cdf.end() ? classes - 1 : it - cdf.begin();
+        if (y.dtype() == DType::Int64) y.data<int64_t>()[r * samples_ + s] = k;
+        else y.data<int32_t>()[r * samples_ + s] = static_cast<int32_t>(k);
+      }
+    }
+  }
+  bool foldable() const override { return false; }
+
+ private:
+  uint64_t seed_;
+  int64_t samples_ = 1;
+};
+
 KernelRegistrar reg(const char* op, int64_t since, Draw draw, bool like, std::vector<DType> dtypes) {
   return KernelRegistrar({"", op, since, kMaxOpset, std::move(dtypes)},
                          [op, draw, like](const Node& n) { return std::make_unique<RandomKernel>(n, op, draw, like); });
@@ -110,6 +170,8 @@ const KernelRegistrar normal_reg = reg("RandomNormal", 1, Draw::Normal, false, {
 const KernelRegistrar uniform_like_reg = reg("RandomUniformLike", 1, Draw::Uniform, true, {});
 const KernelRegistrar normal_like_reg = reg("RandomNormalLike", 1, Draw::Normal, true, {});
 const KernelRegistrar bernoulli_reg = reg("Bernoulli", 15, Draw::Bernoulli, true, kFloats);
+const KernelRegistrar multinomial_reg({"", "Multinomial", 7, kMaxOpset, kFloats},
+                                      [](const Node& n) { return std::make_unique<MultinomialKernel>(n); });
 
 }  // namespace
 }  // namespace kiln
