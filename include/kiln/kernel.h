@@ -41,6 +41,8 @@ struct TensorMeta {
   static TensorMeta of_kind(ValueKind kind, DType dtype) {
     return {dtype, {}, kind != ValueKind::Tensor, Tensor(), kind};
   }
+  // For messages: "float[2, 3]"; "sequence(float)" for a sequence or optional.
+  std::string describe() const;
 };
 
 // Thrown by InferContext::value() when an input's contents are not known at plan time. The planner

@@ -9,6 +9,11 @@
 
 namespace kiln {
 
+std::string TensorMeta::describe() const {
+  if (kind != ValueKind::Tensor) return fmt::format("{}({})", value_kind_name(kind), dtype_name(dtype));
+  return fmt::format("{}{}", dtype_name(dtype), to_string(shape));
+}
+
 const TensorMeta& InferContext::input(size_t i) const {
   if (!has_input(i)) throw InvalidModel(fmt::format("input {} is required but missing", i));
   return *inputs[i];

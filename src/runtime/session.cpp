@@ -54,14 +54,9 @@ Session& Session::operator=(Session&&) noexcept = default;
 
 namespace {
 
-std::string describe(const TensorMeta& m) {
-  if (m.kind != ValueKind::Tensor) return fmt::format("{}({})", value_kind_name(m.kind), dtype_name(m.dtype));
-  return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape));
-}
-
 std::string signature(const std::map<std::string, TensorMeta>& feeds) {
   std::string key;
-  for (const auto& [name, m] : feeds) key += name + ":" + describe(m) + ";";
+  for (const auto& [name, m] : feeds) key += name + ":" + m.describe() + ";";
   return key;
 }
 
@@ -83,12 +78,12 @@ void check_feeds(const Model& model, const std::map<std::string, TensorMeta>& fe
     // A declared sequence or optional is checked even where its elements' type is not given; an
     // untyped input (a subgraph's, whose callers decide) takes any value.
     if ((info->has_type || info->kind != ValueKind::Tensor) && !value_kind_fits(info->kind, t.kind))
-      throw TypeError(fmt::format("input '{}' expects {} but was given {}", name, info->describe(), describe(t)));
+      throw TypeError(fmt::format("input '{}' expects {} but was given {}", name, info->describe(), t.describe()));
     if (info->has_type && info->dtype != t.dtype)
-      throw TypeError(fmt::format("input '{}' expects {} but was given {}", name, info->describe(), describe(t)));
+      throw TypeError(fmt::format("input '{}' expects {} but was given {}", name, info->describe(), t.describe()));
     if (t.kind == ValueKind::Tensor && !info->matches(t.shape))
       throw ShapeError(
-          fmt::format("input '{}' expects shape {} but was given {}", name, info->describe(), describe(t)));
+          fmt::format("input '{}' expects shape {} but was given {}", name, info->describe(), t.describe()));
   }
   for (const ValueInfo& v : g.inputs)
     if (!feeds.count(v.name))

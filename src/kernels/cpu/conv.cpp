@@ -16,8 +16,6 @@ namespace {
 using dnnl::memory;
 using dnnl_util::to_dims;
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 struct ConvShape {
   Shape x, w;
   int64_t group = 1;
@@ -33,32 +31,32 @@ ConvShape conv_shape(const Node& node, const InferContext& ctx) {
   s.x = x.shape;
   s.w = w.shape;
   if (w.dtype != x.dtype)
-    throw TypeError(fmt::format("Conv: weight {} must have the dtype of input {}", describe(w), describe(x)));
+    throw TypeError(fmt::format("Conv: weight {} must have the dtype of input {}", w.describe(), x.describe()));
   if (x.shape.size() < 3)
-    throw ShapeError(fmt::format("Conv: input {} must be [N, C, D1, ...] with at least one spatial dim", describe(x)));
+    throw ShapeError(fmt::format("Conv: input {} must be [N, C, D1, ...] with at least one spatial dim", x.describe()));
   if (w.shape.size() != x.shape.size())
-    throw ShapeError(fmt::format("Conv: weight {} must have the rank of input {} ([M, C/group, k1, ...])", describe(w),
-                                 describe(x)));
+    throw ShapeError(fmt::format("Conv: weight {} must have the rank of input {} ([M, C/group, k1, ...])", w.describe(),
+                                 x.describe()));
   const size_t nsp = x.shape.size() - 2;
   if (nsp > 3)
-    throw Unsupported(fmt::format("Conv: input {} has {} spatial dims; Kiln supports 1 to 3", describe(x), nsp));
+    throw Unsupported(fmt::format("Conv: input {} has {} spatial dims; Kiln supports 1 to 3", x.describe(), nsp));
   s.group = node.attr_int("group", 1);
   if (s.group < 1) throw InvalidModel(fmt::format("Conv: group {} must be positive", s.group));
   if (x.shape[1] != w.shape[1] * s.group)
-    throw ShapeError(fmt::format("Conv: input {} has {} channels but weight {} expects {} (group {})", describe(x),
-                                 x.shape[1], describe(w), w.shape[1] * s.group, s.group));
+    throw ShapeError(fmt::format("Conv: input {} has {} channels but weight {} expects {} (group {})", x.describe(),
+                                 x.shape[1], w.describe(), w.shape[1] * s.group, s.group));
   if (w.shape[0] % s.group != 0)
-    throw ShapeError(fmt::format("Conv: weight {} has {} output channels, not divisible by group {}", describe(w),
+    throw ShapeError(fmt::format("Conv: weight {} has {} output channels, not divisible by group {}", w.describe(),
                                  w.shape[0], s.group));
   const std::vector<int64_t> kernel(w.shape.begin() + 2, w.shape.end());
   if (node.has_attr("kernel_shape") && node.attr_ints("kernel_shape") != kernel)
     throw ShapeError(fmt::format("Conv: kernel_shape [{}] does not match weight {}",
-                                 fmt::join(node.attr_ints("kernel_shape"), ", "), describe(w)));
+                                 fmt::join(node.attr_ints("kernel_shape"), ", "), w.describe()));
   if (ctx.has_input(2)) {
     const TensorMeta& b = ctx.input(2);
     if (b.dtype != x.dtype || b.shape != Shape{w.shape[0]})
-      throw ShapeError(fmt::format("Conv: bias {} must be {}[{}] (one per output channel of weight {})", describe(b),
-                                   dtype_name(x.dtype), w.shape[0], describe(w)));
+      throw ShapeError(fmt::format("Conv: bias {} must be {}[{}] (one per output channel of weight {})", b.describe(),
+                                   dtype_name(x.dtype), w.shape[0], w.describe()));
     s.has_bias = true;
   }
   s.win = dnnl_util::make_window(node, Shape(x.shape.begin() + 2, x.shape.end()), kernel, false);

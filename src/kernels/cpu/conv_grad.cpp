@@ -161,8 +161,6 @@ void DnnlConv::weights(const Tensor& x, const Tensor& dy, Tensor& dw_out, Tensor
 
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 // (dY, X, W) -> (dX, dW, dB) of Y = Conv(X, W, B) with Conv's attributes; auto_pad is resolved
 // here, against X's shape, exactly as the forward kernel does. bfloat16 (low_precision.h) runs
 // oneDNN's bfloat16 backward passes where it has them.
@@ -183,24 +181,25 @@ class ConvGradKernel final : public NativeBf16Kernel {
     const TensorMeta& w = ctx.input(2);
     if (dy.dtype != x.dtype || w.dtype != x.dtype)
       throw TypeError(
-          fmt::format("ConvGrad: dY {}, X {} and W {} must share a dtype", describe(dy), describe(x), describe(w)));
+          fmt::format("ConvGrad: dY {}, X {} and W {} must share a dtype", dy.describe(), x.describe(), w.describe()));
     if (x.shape.size() < 3 || x.shape.size() > 5 || w.shape.size() != x.shape.size())
       throw ShapeError(fmt::format("ConvGrad: X {} must be [N, C, D1..D3] and W {} [M, C/group, k...] of the same rank",
-                                   describe(x), describe(w)));
+                                   x.describe(), w.describe()));
     p_ = conv::Problem{};
     p_.x = x.shape;
     p_.w = w.shape;
     p_.group = node_.attr_int("group", 1);
     if (p_.group < 1 || x.shape[1] != w.shape[1] * p_.group || w.shape[0] % p_.group != 0)
-      throw ShapeError(fmt::format("ConvGrad: X {} and W {} do not fit group {}", describe(x), describe(w), p_.group));
+      throw ShapeError(
+          fmt::format("ConvGrad: X {} and W {} do not fit group {}", x.describe(), w.describe(), p_.group));
     const std::vector<int64_t> kernel(w.shape.begin() + 2, w.shape.end());
     const dnnl_util::Window win =
         dnnl_util::make_window(node_, Shape(x.shape.begin() + 2, x.shape.end()), kernel, false);
     p_.y = {x.shape[0], w.shape[0]};
     p_.y.insert(p_.y.end(), win.out.begin(), win.out.end());
     if (dy.shape != p_.y)
-      throw ShapeError(fmt::format("ConvGrad: dY {} must have the shape {} of Conv(X {}, W {})", describe(dy),
-                                   to_string(p_.y), describe(x), describe(w)));
+      throw ShapeError(fmt::format("ConvGrad: dY {} must have the shape {} of Conv(X {}, W {})", dy.describe(),
+                                   to_string(p_.y), x.describe(), w.describe()));
     p_.strides = win.strides;
     p_.dilations = win.dilations;
     p_.pad_begin = win.pad_begin;

@@ -32,25 +32,30 @@ std::vector<int64_t> ints_attr(const Node& node, const std::string& key, size_t 
   return v;
 }
 
-}  // namespace
+// The input's and weight's dtypes and ranks; returns the spatial rank.
+size_t check_operands(const TensorMeta& x, const TensorMeta& w) {
+  if (w.dtype != x.dtype)
+    throw TypeError(
+        fmt::format("ConvTranspose: weight {} must have the dtype of input {}", w.describe(), x.describe()));
+  if (x.shape.size() < 3)
+    throw ShapeError(
+        fmt::format("ConvTranspose: input {} must be [N, C, D1, ...] with at least one spatial dim", x.describe()));
+  if (w.shape.size() != x.shape.size())
+    throw ShapeError(fmt::format("ConvTranspose: weight {} must have the rank of input {} ([C, M/group, k1, ...])",
+                                 w.describe(), x.describe()));
+  const size_t nsp = x.shape.size() - 2;
+  if (nsp > 3)
+    throw Unsupported(
+        fmt::format("ConvTranspose: input {} has {} spatial dims; Kiln supports 1 to 3", x.describe(), nsp));
+  return nsp;
+}
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
+}  // namespace
 
 DeconvShape deconv_shape(const Node& node, const InferContext& ctx) {
   const TensorMeta& x = ctx.input(0);
   const TensorMeta& w = ctx.input(1);
-  if (w.dtype != x.dtype)
-    throw TypeError(fmt::format("ConvTranspose: weight {} must have the dtype of input {}", describe(w), describe(x)));
-  if (x.shape.size() < 3)
-    throw ShapeError(
-        fmt::format("ConvTranspose: input {} must be [N, C, D1, ...] with at least one spatial dim", describe(x)));
-  if (w.shape.size() != x.shape.size())
-    throw ShapeError(fmt::format("ConvTranspose: weight {} must have the rank of input {} ([C, M/group, k1, ...])",
-                                 describe(w), describe(x)));
-  const size_t nsp = x.shape.size() - 2;
-  if (nsp > 3)
-    throw Unsupported(
-        fmt::format("ConvTranspose: input {} has {} spatial dims; Kiln supports 1 to 3", describe(x), nsp));
+  const size_t nsp = check_operands(x, w);
   DeconvShape s;
   s.x = x.shape;
   s.w = w.shape;
@@ -60,11 +65,11 @@ DeconvShape deconv_shape(const Node& node, const InferContext& ctx) {
     throw ShapeError(
         fmt::format("ConvTranspose: input {} has {} channels but weight {} expects {} (group {}; the "
                     "channel count must be a multiple of group)",
-                    describe(x), x.shape[1], describe(w), w.shape[0], s.group));
+                    x.describe(), x.shape[1], w.describe(), w.shape[0], s.group));
   s.kernel.assign(w.shape.begin() + 2, w.shape.end());
   if (node.has_attr("kernel_shape") && node.attr_ints("kernel_shape") != s.kernel)
     throw ShapeError(fmt::format("ConvTranspose: kernel_shape [{}] does not match weight {}",
-                                 fmt::join(node.attr_ints("kernel_shape"), ", "), describe(w)));
+                                 fmt::join(node.attr_ints("kernel_shape"), ", "), w.describe()));
   const int64_t m = w.shape[1] * s.group;
   if (ctx.has_input(2)) {
     const TensorMeta& b = ctx.input(2);
@@ -72,7 +77,7 @@ DeconvShape deconv_shape(const Node& node, const InferContext& ctx) {
       throw ShapeError(
           fmt::format("ConvTranspose: bias {} must be {}[{}] (one per output channel: weight {} times "
                       "group {})",
-                      describe(b), dtype_name(x.dtype), m, describe(w), s.group));
+                      b.describe(), dtype_name(x.dtype), m, w.describe(), s.group));
     s.has_bias = true;
   }
   s.strides = ints_attr(node, "strides", nsp, 1, 1);
@@ -90,7 +95,7 @@ DeconvShape deconv_shape(const Node& node, const InferContext& ctx) {
     if (out_shape.size() == nsp + 2) out_shape.erase(out_shape.begin(), out_shape.begin() + 2);
     if (out_shape.size() != nsp)
       throw InvalidModel(fmt::format("ConvTranspose: output_shape [{}] must have one value per spatial dim of input {}",
-                                     fmt::join(node.attr_ints("output_shape"), ", "), describe(x)));
+                                     fmt::join(node.attr_ints("output_shape"), ", "), x.describe()));
   }
   s.y = {x.shape[0], m};
   s.pad_begin.assign(nsp, 0);
@@ -111,7 +116,7 @@ DeconvShape deconv_shape(const Node& node, const InferContext& ctx) {
       throw ShapeError(
           fmt::format("ConvTranspose: spatial dim {} of input {} gives output size {} (pads [{}], "
                       "output_padding [{}], output_shape [{}])",
-                      i, describe(x), out, fmt::join(pads, ", "), fmt::join(adj, ", "), fmt::join(out_shape, ", ")));
+                      i, x.describe(), out, fmt::join(pads, ", "), fmt::join(adj, ", "), fmt::join(out_shape, ", ")));
     s.pad_end[i] = full - adj[i] - s.pad_begin[i] - out;  // relative to the line without output_padding
     s.y.push_back(out);
   }
@@ -128,7 +133,6 @@ using dnnl_util::to_dims;
 
 using deconv::deconv_shape;
 using deconv::DeconvShape;
-using deconv::describe;
 
 // y = bias, then every input element scatters its kernel-shaped contribution. Spatial dims padded
 // to three; threads split the (batch, output channel) planes, so no two write the same element.

@@ -20,9 +20,6 @@ struct DeconvShape {
   std::vector<int64_t> pad_begin, pad_end;  // pad_end < 0: the output extends past the full line
 };
 
-// "float32[1, 2, 3]", for messages.
-std::string describe(const TensorMeta& m);
-
 // The geometry of a ConvTranspose node with inputs X, W[, B]; throws naming the node's inputs when
 // their dtypes, shapes or the attributes do not fit.
 DeconvShape deconv_shape(const Node& node, const InferContext& ctx);

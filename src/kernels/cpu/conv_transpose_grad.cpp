@@ -16,7 +16,6 @@ namespace {
 using deconv::as_conv;
 using deconv::deconv_shape;
 using deconv::DeconvShape;
-using deconv::describe;
 
 class ConvTransposeGradKernel final : public Kernel {
  public:
@@ -27,8 +26,8 @@ class ConvTransposeGradKernel final : public Kernel {
     const TensorMeta& dy = ctx.input(0);
     if (dy.dtype != ctx.dtype(1) || dy.shape != s_.y)
       throw ShapeError(fmt::format("ConvTransposeGrad: dY {} must be {}{}, the output of ConvTranspose(X {}, W {})",
-                                   describe(dy), dtype_name(ctx.dtype(1)), to_string(s_.y), describe(ctx.input(1)),
-                                   describe(ctx.input(2))));
+                                   dy.describe(), dtype_name(ctx.dtype(1)), to_string(s_.y), ctx.input(1).describe(),
+                                   ctx.input(2).describe()));
     mask_ = conv::output_mask(node_);
     dtype_ = dy.dtype;
     built_ = false;

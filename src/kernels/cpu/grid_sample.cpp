@@ -84,8 +84,6 @@ Taps taps_at(double gx, double gy, int64_t h, int64_t w, const Settings& s) {
 namespace kiln {
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 class GridSampleKernel final : public Kernel {
  public:
   using Kernel::Kernel;
@@ -94,9 +92,9 @@ class GridSampleKernel final : public Kernel {
     settings_ = grid::read_settings(node_, "GridSample");
     if (x.shape.size() != 4 || g.shape.size() != 4 || g.shape[0] != x.shape[0] || g.shape[3] != 2)
       throw ShapeError(fmt::format("GridSample: X {} must be [N, C, H, W] and grid {} [N, H_out, W_out, 2]",
-                                   describe(x), describe(g)));
+                                   x.describe(), g.describe()));
     if (g.dtype != x.dtype)
-      throw TypeError(fmt::format("GridSample: grid {} must have X's dtype ({})", describe(g), describe(x)));
+      throw TypeError(fmt::format("GridSample: grid {} must have X's dtype ({})", g.describe(), x.describe()));
     return {TensorMeta{x.dtype, {x.shape[0], x.shape[1], g.shape[1], g.shape[2]}, x.dynamic || g.dynamic, Tensor()}};
   }
   void compute(ComputeContext& ctx) override {

@@ -15,8 +15,6 @@
 namespace kiln {
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 class GridSampleGradKernel final : public Kernel {
  public:
   using Kernel::Kernel;
@@ -26,7 +24,7 @@ class GridSampleGradKernel final : public Kernel {
     if (x.shape.size() != 4 || g.shape.size() != 4 || g.shape[3] != 2 || g.shape[0] != x.shape[0] ||
         dy.shape != Shape{x.shape[0], x.shape[1], g.shape[1], g.shape[2]} || dy.dtype != x.dtype || g.dtype != x.dtype)
       throw ShapeError(fmt::format("GridSampleGrad: dY {}, X {} and grid {} do not fit GridSample's shapes",
-                                   describe(dy), describe(x), describe(g)));
+                                   dy.describe(), x.describe(), g.describe()));
     return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}, TensorMeta{g.dtype, g.shape, g.dynamic, Tensor()}};
   }
   void compute(ComputeContext& ctx) override {

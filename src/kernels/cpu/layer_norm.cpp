@@ -17,8 +17,6 @@
 namespace kiln {
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 // A parameter (Scale, B) expanded to the `inner` elements of one normalised row.
 template <class T>
 std::vector<T> expand_param(const Tensor& p, const Shape& norm) {
@@ -73,7 +71,7 @@ class LayerNormKernel final : public Kernel {
     const int64_t attr = node_.attr_int("axis", -1);
     if (attr < -rank || attr >= rank)
       throw ShapeError(
-          fmt::format("LayerNormalization: axis {} is out of range for X {} (rank {})", attr, describe(x), rank));
+          fmt::format("LayerNormalization: axis {} is out of range for X {} (rank {})", attr, x.describe(), rank));
     const int64_t stash = node_.attr_int("stash_type", 1);
     if (stash != 1)
       throw Unsupported(fmt::format("LayerNormalization: stash_type {} (only 1, float, is supported)", stash));
@@ -90,7 +88,7 @@ class LayerNormKernel final : public Kernel {
       const TensorMeta& p = ctx.input(i);
       if (p.dtype != x.dtype)
         throw TypeError(
-            fmt::format("LayerNormalization: {} {} must have the dtype of X {}", names[i], describe(p), describe(x)));
+            fmt::format("LayerNormalization: {} {} must have the dtype of X {}", names[i], p.describe(), x.describe()));
       bool ok = p.shape.size() <= norm_.size();
       for (size_t d = 0; ok && d < p.shape.size(); ++d) {
         const int64_t want = norm_[norm_.size() - p.shape.size() + d];
@@ -100,7 +98,7 @@ class LayerNormKernel final : public Kernel {
         throw ShapeError(
             fmt::format("LayerNormalization: {} {} does not broadcast to the normalised shape {} (X {}, "
                         "axis {})",
-                        names[i], describe(p), to_string(norm_), describe(x), attr));
+                        names[i], p.describe(), to_string(norm_), x.describe(), attr));
       plain_params_ = plain_params_ && numel(p.shape) == inner_;
     }
     Shape stat = x.shape;

@@ -17,8 +17,6 @@
 namespace kiln {
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 // For each element of the normalised shape, its offset in a parameter of shape `p` broadcast to it.
 std::vector<int64_t> broadcast_offsets(const Shape& p, const Shape& norm) {
   std::vector<int64_t> out(size_t(numel(norm)));
@@ -55,10 +53,10 @@ class LayerNormGradKernel final : public Kernel {
     const TensorMeta& dy = ctx.input(0);
     const TensorMeta& x = ctx.input(1);
     if (dy.shape != x.shape || dy.dtype != x.dtype)
-      throw ShapeError(fmt::format("LayerNormalizationGrad: dY {} must match X {}", describe(dy), describe(x)));
+      throw ShapeError(fmt::format("LayerNormalizationGrad: dY {} must match X {}", dy.describe(), x.describe()));
     const int64_t rank = static_cast<int64_t>(x.shape.size()), attr = node_.attr_int("axis", -1);
     if (attr < -rank || attr >= rank)
-      throw ShapeError(fmt::format("LayerNormalizationGrad: axis {} is out of range for X {}", attr, describe(x)));
+      throw ShapeError(fmt::format("LayerNormalizationGrad: axis {} is out of range for X {}", attr, x.describe()));
     const int64_t axis = attr < 0 ? attr + rank : attr;
     norm_.assign(x.shape.begin() + axis, x.shape.end());
     rows_ = 1;
@@ -69,13 +67,13 @@ class LayerNormGradKernel final : public Kernel {
       if (ctx.has_input(i) && !broadcasts_to(ctx.shape(i), norm_))
         throw ShapeError(
             fmt::format("LayerNormalizationGrad: input {} {} does not broadcast to the normalised shape {}", i,
-                        describe(ctx.input(i)), to_string(norm_)));
+                        ctx.input(i).describe(), to_string(norm_)));
     for (size_t i = 3; i < 7; ++i)
       if (ctx.has_input(i) && numel(ctx.shape(i)) != rows_)
         throw ShapeError(
             fmt::format("LayerNormalizationGrad: statistic input {} {} must have {} elements (one per row "
                         "of X {} at axis {})",
-                        i, describe(ctx.input(i)), rows_, describe(x), attr));
+                        i, ctx.input(i).describe(), rows_, x.describe(), attr));
     const Shape bias_shape = ctx.has_input(7) ? ctx.shape(7) : norm_;
     return {{x.dtype, x.shape, x.dynamic, Tensor()},
             {ctx.dtype(2), ctx.shape(2), false, Tensor()},

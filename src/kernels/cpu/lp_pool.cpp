@@ -15,8 +15,6 @@
 
 namespace kiln::lp {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 // p is a float before opset 2 and an int after; both mean the same.
 double read_p(const Node& node, const char* op) {
   const auto it = node.attrs.find("p");
@@ -30,9 +28,9 @@ double read_p(const Node& node, const char* op) {
 void check_input(const char* op, const TensorMeta& x, size_t max_spatial) {
   if (x.shape.size() < 3)
     throw ShapeError(
-        fmt::format("{}: input {} must be [N, C, D1, ...] with at least one spatial dim", op, describe(x)));
+        fmt::format("{}: input {} must be [N, C, D1, ...] with at least one spatial dim", op, x.describe()));
   if (x.shape.size() - 2 > max_spatial)
-    throw Unsupported(fmt::format("{}: input {} has {} spatial dims; Kiln supports 1 to {}", op, describe(x),
+    throw Unsupported(fmt::format("{}: input {} has {} spatial dims; Kiln supports 1 to {}", op, x.describe(),
                                   x.shape.size() - 2, max_spatial));
 }
 
@@ -42,7 +40,6 @@ namespace kiln {
 namespace {
 
 using lp::check_input;
-using lp::describe;
 using lp::read_p;
 
 inline double lp_combine(double sum, double p) {
@@ -107,7 +104,7 @@ class LpPoolKernel final : public Kernel {
     const std::vector<int64_t> kernel = node_.attr_ints("kernel_shape");
     if (kernel.size() != spatial_.size())
       throw ShapeError(fmt::format("LpPool: kernel_shape [{}] has {} dims but input {} has {} spatial dims",
-                                   fmt::join(kernel, ", "), kernel.size(), describe(x), spatial_.size()));
+                                   fmt::join(kernel, ", "), kernel.size(), x.describe(), spatial_.size()));
     for (int64_t k : kernel)
       if (k < 1) throw InvalidModel(fmt::format("LpPool: kernel_shape [{}] must be positive", fmt::join(kernel, ", ")));
     win_ = dnnl_util::make_window(node_, spatial_, kernel, true);

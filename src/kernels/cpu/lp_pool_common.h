@@ -9,9 +9,6 @@
 
 namespace kiln::lp {
 
-// "float32[1, 2, 3]", for messages.
-std::string describe(const TensorMeta& m);
-
 // The node's p (2 by default); InvalidModel naming `op` unless it is positive.
 double read_p(const Node& node, const char* op);
 

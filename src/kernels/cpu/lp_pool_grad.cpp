@@ -15,7 +15,6 @@ namespace kiln {
 namespace {
 
 using lp::check_input;
-using lp::describe;
 using lp::read_p;
 
 // (dY, X, Y) -> dX: dY/dX_i = sign(x_i) |x_i|^(p-1) / y^(p-1) for every window containing i.
@@ -32,13 +31,13 @@ class LpPoolGradKernel final : public Kernel {
     const std::vector<int64_t> kernel = node_.attr_ints("kernel_shape");
     if (kernel.size() != spatial.size())
       throw ShapeError(
-          fmt::format("LpPoolGrad: kernel_shape [{}] does not fit X {}", fmt::join(kernel, ", "), describe(x)));
+          fmt::format("LpPoolGrad: kernel_shape [{}] does not fit X {}", fmt::join(kernel, ", "), x.describe()));
     const dnnl_util::Window win = dnnl_util::make_window(node_, spatial, kernel, true);
     Shape y{x.shape[0], x.shape[1]};
     y.insert(y.end(), win.out.begin(), win.out.end());
     if (dy.shape != y || ctx.shape(2) != y || dy.dtype != x.dtype || ctx.dtype(2) != x.dtype)
-      throw ShapeError(fmt::format("LpPoolGrad: dY {} and Y {} must be {}{}, the pooled shape of X {}", describe(dy),
-                                   describe(ctx.input(2)), dtype_name(x.dtype), to_string(y), describe(x)));
+      throw ShapeError(fmt::format("LpPoolGrad: dY {} and Y {} must be {}{}, the pooled shape of X {}", dy.describe(),
+                                   ctx.input(2).describe(), dtype_name(x.dtype), to_string(y), x.describe()));
     table_ = pool::make_table(spatial, win);
     return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
   }

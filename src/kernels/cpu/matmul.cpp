@@ -75,12 +75,10 @@ namespace {
 using dnnl_util::plain_desc;
 using dnnl_util::strided_desc;
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 void check_same_dtype(const char* op, const char* what, const TensorMeta& a, const TensorMeta& b) {
   if (a.dtype != b.dtype)
     throw TypeError(
-        fmt::format("{}: {} must have the dtype of A, but A is {} and it is {}", op, what, describe(a), describe(b)));
+        fmt::format("{}: {} must have the dtype of A, but A is {} and it is {}", op, what, a.describe(), b.describe()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -107,7 +105,7 @@ class MatMulBase : public Kernel {
     check_same_dtype(node_.op_type.c_str(), "B", a, b);
     if (float_out_ && !(a.dtype == DType::BFloat16 || a.dtype == DType::Float16 || a.dtype == DType::Float32))
       throw TypeError(fmt::format("FusedMatMul: out_dtype float32 takes bfloat16, float16 or float32 operands, got {}",
-                                  describe(a)));
+                                  a.describe()));
     return {TensorMeta{float_out_ ? DType::Float32 : a.dtype, shape_of(a, b).out, a.dynamic || b.dynamic, Tensor()}};
   }
 
@@ -125,7 +123,7 @@ class MatMulBase : public Kernel {
     if (!trans) return m;
     if (m.shape.size() < 2)
       throw ShapeError(
-          fmt::format("{}: trans{} needs {} of rank >= 2, got {}", node_.op_type, name, name, describe(m)));
+          fmt::format("{}: trans{} needs {} of rank >= 2, got {}", node_.op_type, name, name, m.describe()));
     TensorMeta t = m;
     std::swap(t.shape[t.shape.size() - 1], t.shape[t.shape.size() - 2]);
     return t;
@@ -306,7 +304,7 @@ GemmShape gemm_shape(const Node& node, const InferContext& ctx) {
   g.trans_a = node.attr_int("transA", 0) != 0;
   g.trans_b = node.attr_int("transB", 0) != 0;
   if (a.shape.size() != 2 || b.shape.size() != 2)
-    throw ShapeError(fmt::format("Gemm: A {} and B {} must both be 2-D", describe(a), describe(b)));
+    throw ShapeError(fmt::format("Gemm: A {} and B {} must both be 2-D", a.describe(), b.describe()));
   g.m = g.trans_a ? a.shape[1] : a.shape[0];
   g.k = g.trans_a ? a.shape[0] : a.shape[1];
   const int64_t kb = g.trans_b ? b.shape[1] : b.shape[0];
@@ -315,7 +313,7 @@ GemmShape gemm_shape(const Node& node, const InferContext& ctx) {
     throw ShapeError(
         fmt::format("Gemm: cannot multiply A {} (transA={}: {}x{}) by B {} (transB={}: {}x{}) (inner dims "
                     "{} vs {})",
-                    describe(a), int(g.trans_a), g.m, g.k, describe(b), int(g.trans_b), kb, g.n, g.k, kb));
+                    a.describe(), int(g.trans_a), g.m, g.k, b.describe(), int(g.trans_b), kb, g.n, g.k, kb));
   if (ctx.has_input(2)) {
     const TensorMeta& c = ctx.input(2);
     check_same_dtype("Gemm", "C", a, c);
@@ -330,7 +328,7 @@ GemmShape gemm_shape(const Node& node, const InferContext& ctx) {
     }
     if (!ok)
       throw ShapeError(
-          fmt::format("Gemm: C {} does not broadcast to the output [M, N] = {}", describe(c), to_string(mn)));
+          fmt::format("Gemm: C {} does not broadcast to the output [M, N] = {}", c.describe(), to_string(mn)));
     g.has_c = true;
     g.c = c.shape;
   } else if (ctx.opset < 11) {

@@ -14,16 +14,14 @@
 namespace kiln {
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 class MaxUnpoolKernel final : public Kernel {
  public:
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta &x = ctx.input(0), &idx = ctx.input(1);
     if (x.shape.size() < 3 || idx.shape != x.shape || idx.dtype != DType::Int64)
-      throw ShapeError(fmt::format("MaxUnpool: X {} must be [N, C, D1, ...] and I {} int64 of X's shape", describe(x),
-                                   describe(idx)));
+      throw ShapeError(fmt::format("MaxUnpool: X {} must be [N, C, D1, ...] and I {} int64 of X's shape", x.describe(),
+                                   idx.describe()));
     const size_t nsp = x.shape.size() - 2;
     if (!node_.has_attr("kernel_shape")) throw InvalidModel("MaxUnpool: attribute 'kernel_shape' is required");
     const std::vector<int64_t> k = node_.attr_ints("kernel_shape");
@@ -31,7 +29,7 @@ class MaxUnpoolKernel final : public Kernel {
     const std::vector<int64_t> p = node_.attr_ints("pads", std::vector<int64_t>(2 * nsp, 0));
     if (k.size() != nsp || s.size() != nsp || p.size() != 2 * nsp)
       throw InvalidModel(fmt::format("MaxUnpool: kernel_shape [{}], strides [{}] and pads [{}] do not fit X {}",
-                                     fmt::join(k, ", "), fmt::join(s, ", "), fmt::join(p, ", "), describe(x)));
+                                     fmt::join(k, ", "), fmt::join(s, ", "), fmt::join(p, ", "), x.describe()));
     Shape y{x.shape[0], x.shape[1]};
     for (size_t i = 0; i < nsp; ++i) y.push_back((x.shape[i + 2] - 1) * s[i] - p[i] - p[i + nsp] + k[i]);
     default_ = y;

@@ -15,8 +15,6 @@
 namespace kiln {
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 using Box = std::array<double, 4>;  // y1, x1, y2, x2 with y1 <= y2, x1 <= x2
 
 Box corners(const double* b, bool center) {
@@ -89,7 +87,7 @@ class NonMaxSuppressionKernel final : public Kernel {
       throw ShapeError(
           fmt::format("NonMaxSuppression: boxes {} must be [batch, boxes, 4] and scores {} [batch, "
                       "classes, boxes]",
-                      describe(boxes), describe(scores)));
+                      boxes.describe(), scores.describe()));
     const int64_t center = node_.attr_int("center_point_box", 0);
     if (center != 0 && center != 1)
       throw InvalidModel(fmt::format("NonMaxSuppression: center_point_box = {} must be 0 or 1", center));

@@ -27,8 +27,6 @@
 namespace kiln {
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 bool training_mode(const Node& node) { return node.attr_int("training_mode", 0) != 0; }
 
 // Validates X and its per-channel parameters for the node's opset; returns X as [N, C, rest].
@@ -48,19 +46,19 @@ Shape batch_norm_shape(const Node& node, const InferContext& ctx) {
     throw Unsupported("BatchNormalization: spatial=0 (per-activation statistics) is not supported");
   const TensorMeta& x = ctx.input(0);
   if (x.shape.size() < 2)
-    throw ShapeError(fmt::format("BatchNormalization: input X {} must be [N, C, ...]", describe(x)));
+    throw ShapeError(fmt::format("BatchNormalization: input X {} must be [N, C, ...]", x.describe()));
   static const char* names[] = {"X", "scale", "B", "input_mean", "input_var"};
   for (size_t i = 1; i < 5; ++i) {
     const TensorMeta& p = ctx.input(i);
     // Opset 14 types the statistics separately (U), opset 15 also scale and B (T1); all floats.
     const bool own_type = (ctx.opset >= 14 && i >= 3) || ctx.opset >= 15;
     if (own_type ? !is_floating(p.dtype) : p.dtype != x.dtype)
-      throw TypeError(fmt::format("BatchNormalization: {} {} must {} (opset {})", names[i], describe(p),
-                                  own_type ? "be a float type" : fmt::format("have the dtype of X {}", describe(x)),
+      throw TypeError(fmt::format("BatchNormalization: {} {} must {} (opset {})", names[i], p.describe(),
+                                  own_type ? "be a float type" : fmt::format("have the dtype of X {}", x.describe()),
                                   ctx.opset));
     if (p.shape != Shape{x.shape[1]})
       throw ShapeError(fmt::format("BatchNormalization: {} {} must be [{}], one value per channel of X {}", names[i],
-                                   describe(p), x.shape[1], describe(x)));
+                                   p.describe(), x.shape[1], x.describe()));
   }
   // Statistics are per channel whatever the spatial rank.
   int64_t rest = 1;
@@ -204,13 +202,14 @@ class InstanceNormKernel final : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& x = ctx.input(0);
     if (x.shape.size() < 3)
-      throw ShapeError(fmt::format("InstanceNormalization: input {} must be [N, C, D1, ...] (rank >= 3)", describe(x)));
+      throw ShapeError(
+          fmt::format("InstanceNormalization: input {} must be [N, C, D1, ...] (rank >= 3)", x.describe()));
     static const char* names[] = {"input", "scale", "B"};
     for (size_t i = 1; i < 3; ++i) {
       const TensorMeta& p = ctx.input(i);
       if (p.dtype != x.dtype || p.shape != Shape{x.shape[1]})
         throw ShapeError(fmt::format("InstanceNormalization: {} {} must be {}[{}], one value per channel of input {}",
-                                     names[i], describe(p), dtype_name(x.dtype), x.shape[1], describe(x)));
+                                     names[i], p.describe(), dtype_name(x.dtype), x.shape[1], x.describe()));
     }
     return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
   }

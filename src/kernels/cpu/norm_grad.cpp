@@ -19,8 +19,6 @@
 namespace kiln {
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 Shape ncr(const Shape& x) {
   int64_t rest = 1;
   for (size_t i = 2; i < x.size(); ++i) rest *= x[i];
@@ -33,11 +31,11 @@ std::vector<TensorMeta> grad_outputs(const InferContext& ctx, const char* op, si
   const TensorMeta& dy = ctx.input(0);
   const TensorMeta& x = ctx.input(1);
   if (x.shape.size() < 2 || dy.shape != x.shape || dy.dtype != x.dtype)
-    throw ShapeError(fmt::format("{}: dY {} must match X {} (rank >= 2)", op, describe(dy), describe(x)));
+    throw ShapeError(fmt::format("{}: dY {} must match X {} (rank >= 2)", op, dy.describe(), x.describe()));
   for (size_t i = 2; i <= last_channel_input; ++i)
     if (ctx.has_input(i) && (ctx.shape(i) != Shape{x.shape[1]} || !is_floating(ctx.dtype(i))))
       throw ShapeError(fmt::format("{}: input {} {} must be a float [{}], one value per channel of X {}", op, i,
-                                   describe(ctx.input(i)), x.shape[1], describe(x)));
+                                   ctx.input(i).describe(), x.shape[1], x.describe()));
   const TensorMeta& scale = ctx.input(2);
   return {{x.dtype, x.shape, x.dynamic, Tensor()},
           {scale.dtype, scale.shape, false, Tensor()},

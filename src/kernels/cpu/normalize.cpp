@@ -20,8 +20,6 @@
 namespace kiln {
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 // Runs f.template operator()<T>() for the float dtypes these ops accept.
 // ---------------------------------------------------------------------------------------------
 // MeanVarianceNormalization
@@ -37,7 +35,7 @@ class MvnKernel final : public Kernel {
     for (int64_t a : axes) {
       if (a < -rank || a >= rank || reduced_[size_t(a < 0 ? a + rank : a)])
         throw ShapeError(fmt::format("MeanVarianceNormalization: axes [{}] must be distinct and in range for input {}",
-                                     fmt::join(axes, ", "), describe(x)));
+                                     fmt::join(axes, ", "), x.describe()));
       reduced_[size_t(a < 0 ? a + rank : a)] = true;
     }
     return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
@@ -99,7 +97,7 @@ class LpNormKernel final : public Kernel {
     const int64_t attr = node_.attr_int("axis", -1);
     if (attr < -rank || attr >= rank)
       throw ShapeError(
-          fmt::format("LpNormalization: axis {} is out of range for input {} (rank {})", attr, describe(x), rank));
+          fmt::format("LpNormalization: axis {} is out of range for input {} (rank {})", attr, x.describe(), rank));
     p_ = node_.attr_int("p", 2);
     if (p_ != 1 && p_ != 2) throw InvalidModel(fmt::format("LpNormalization: p = {} must be 1 or 2", p_));
     const int64_t axis = attr < 0 ? attr + rank : attr;
@@ -145,7 +143,7 @@ class LrnKernel final : public Kernel {
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& x = ctx.input(0);
-    if (x.shape.size() < 2) throw ShapeError(fmt::format("LRN: input {} must be [N, C, ...]", describe(x)));
+    if (x.shape.size() < 2) throw ShapeError(fmt::format("LRN: input {} must be [N, C, ...]", x.describe()));
     size_ = node_.attr_int("size");
     if (size_ < 1) throw InvalidModel(fmt::format("LRN: size {} must be positive", size_));
     int64_t rest = 1;

@@ -18,14 +18,12 @@ namespace {
 using dnnl::memory;
 using dnnl_util::to_dims;
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 void check_pool_input(const char* op, const TensorMeta& x, size_t max_spatial) {
   if (x.shape.size() < 3)
     throw ShapeError(
-        fmt::format("{}: input {} must be [N, C, D1, ...] with at least one spatial dim", op, describe(x)));
+        fmt::format("{}: input {} must be [N, C, D1, ...] with at least one spatial dim", op, x.describe()));
   if (x.shape.size() - 2 > max_spatial)
-    throw Unsupported(fmt::format("{}: input {} has {} spatial dims; Kiln supports 1 to {}", op, describe(x),
+    throw Unsupported(fmt::format("{}: input {} has {} spatial dims; Kiln supports 1 to {}", op, x.describe(),
                                   x.shape.size() - 2, max_spatial));
 }
 
@@ -45,7 +43,7 @@ class PoolKernel : public Kernel {
     const std::vector<int64_t> kernel = node_.attr_ints("kernel_shape");
     if (kernel.size() != spatial.size())
       throw ShapeError(fmt::format("{}: kernel_shape [{}] has {} dims but input {} has {} spatial dims", op_,
-                                   fmt::join(kernel, ", "), kernel.size(), describe(x), spatial.size()));
+                                   fmt::join(kernel, ", "), kernel.size(), x.describe(), spatial.size()));
     for (int64_t k : kernel)
       if (k < 1)
         throw InvalidModel(fmt::format("{}: kernel_shape [{}] must be positive", op_, fmt::join(kernel, ", ")));

@@ -16,8 +16,6 @@
 namespace kiln {
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 class PoolGradKernel : public Kernel {
  public:
   PoolGradKernel(const Node& node, const char* op) : Kernel(node), op_(op) {}
@@ -26,20 +24,20 @@ class PoolGradKernel : public Kernel {
     const TensorMeta& dy = ctx.input(0);
     const TensorMeta& x = ctx.input(1);
     if (x.shape.size() < 3 || x.shape.size() > 5)
-      throw ShapeError(fmt::format("{}: X {} must be [N, C, D1..D3]", op_, describe(x)));
+      throw ShapeError(fmt::format("{}: X {} must be [N, C, D1..D3]", op_, x.describe()));
     if (!node_.has_attr("kernel_shape"))
       throw InvalidModel(fmt::format("{}: attribute 'kernel_shape' is required", op_));
     const Shape spatial(x.shape.begin() + 2, x.shape.end());
     const std::vector<int64_t> kernel = node_.attr_ints("kernel_shape");
     if (kernel.size() != spatial.size())
       throw ShapeError(
-          fmt::format("{}: kernel_shape [{}] does not fit X {}", op_, fmt::join(kernel, ", "), describe(x)));
+          fmt::format("{}: kernel_shape [{}] does not fit X {}", op_, fmt::join(kernel, ", "), x.describe()));
     const dnnl_util::Window win = dnnl_util::make_window(node_, spatial, kernel, true);
     Shape y{x.shape[0], x.shape[1]};
     y.insert(y.end(), win.out.begin(), win.out.end());
     if (dy.shape != y || dy.dtype != x.dtype)
-      throw ShapeError(fmt::format("{}: dY {} must be {}{}, the pooled shape of X {}", op_, describe(dy),
-                                   dtype_name(x.dtype), to_string(y), describe(x)));
+      throw ShapeError(fmt::format("{}: dY {} must be {}{}, the pooled shape of X {}", op_, dy.describe(),
+                                   dtype_name(x.dtype), to_string(y), x.describe()));
     planes_ = x.shape[0] * x.shape[1];
     in_plane_ = numel(spatial);
     out_plane_ = numel(win.out);

@@ -45,8 +45,6 @@ using quant::per_axis;
 using quant::saturate;
 using quant::visit_8bit;
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 // Inputs 1 and 2 of QuantizeLinear / DequantizeLinear against input 0: per tensor, or per slice of
 // the node's axis (which matters only then).
 std::pair<quant::PerAxis, quant::PerAxis> scale_and_zero(const Node& node, const ComputeContext& ctx, const char* op,
@@ -67,7 +65,7 @@ class QuantizeLinearKernel final : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& x = ctx.input(0);
     if (ctx.dtype(1) != DType::Float32)
-      throw TypeError(fmt::format("QuantizeLinear: y_scale {} must be float32", describe(ctx.input(1))));
+      throw TypeError(fmt::format("QuantizeLinear: y_scale {} must be float32", ctx.input(1).describe()));
     const DType q = ctx.has_input(2) ? ctx.dtype(2) : DType::Uint8;
     visit_8bit(q, "QuantizeLinear: y_zero_point", [](auto) {});
     return {TensorMeta{q, x.shape, x.dynamic, Tensor()}};
@@ -98,11 +96,11 @@ class DequantizeLinearKernel final : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& x = ctx.input(0);
     if (x.dtype != DType::Uint8 && x.dtype != DType::Int8 && x.dtype != DType::Int32)
-      throw TypeError(fmt::format("DequantizeLinear: x {} must be uint8, int8 or int32", describe(x)));
+      throw TypeError(fmt::format("DequantizeLinear: x {} must be uint8, int8 or int32", x.describe()));
     if (ctx.dtype(1) != DType::Float32)
-      throw TypeError(fmt::format("DequantizeLinear: x_scale {} must be float32", describe(ctx.input(1))));
+      throw TypeError(fmt::format("DequantizeLinear: x_scale {} must be float32", ctx.input(1).describe()));
     if (ctx.has_input(2) && ctx.dtype(2) != x.dtype)
-      throw TypeError(fmt::format("DequantizeLinear: x_zero_point {} must have x's type {}", describe(ctx.input(2)),
+      throw TypeError(fmt::format("DequantizeLinear: x_zero_point {} must have x's type {}", ctx.input(2).describe(),
                                   dtype_name(x.dtype)));
     return {TensorMeta{DType::Float32, x.shape, x.dynamic, Tensor()}};
   }
@@ -130,7 +128,7 @@ class DynamicQuantizeLinearKernel final : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& x = ctx.input(0);
     if (x.dtype != DType::Float32)
-      throw TypeError(fmt::format("DynamicQuantizeLinear: x {} must be float32", describe(x)));
+      throw TypeError(fmt::format("DynamicQuantizeLinear: x {} must be float32", x.describe()));
     return {TensorMeta{DType::Uint8, x.shape, x.dynamic, Tensor()}, TensorMeta{DType::Float32, {}, false, Tensor()},
             TensorMeta{DType::Uint8, {}, false, Tensor()}};
   }
@@ -200,7 +198,8 @@ class MatMulIntegerKernel final : public Kernel {
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     for (size_t i : {size_t(0), size_t(1)})
-      visit_8bit(ctx.dtype(i), fmt::format("MatMulInteger: {} {}", i ? "B" : "A", describe(ctx.input(i))), [](auto) {});
+      visit_8bit(ctx.dtype(i), fmt::format("MatMulInteger: {} {}", i ? "B" : "A", ctx.input(i).describe()),
+                 [](auto) {});
     shape_ = matmul_shape(ctx.input(0), ctx.input(1), "MatMulInteger");
     return {TensorMeta{DType::Int32, shape_.out, ctx.input(0).dynamic || ctx.input(1).dynamic, Tensor()}};
   }
@@ -228,7 +227,7 @@ class QLinearMatMulKernel final : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     shape_ = matmul_shape(ctx.input(0), ctx.input(3), "QLinearMatMul");
     for (size_t i : {size_t(0), size_t(3), size_t(7)})
-      visit_8bit(ctx.dtype(i), fmt::format("QLinearMatMul: input {} {}", i, describe(ctx.input(i))), [](auto) {});
+      visit_8bit(ctx.dtype(i), fmt::format("QLinearMatMul: input {} {}", i, ctx.input(i).describe()), [](auto) {});
     return {TensorMeta{ctx.dtype(7), shape_.out, ctx.input(0).dynamic || ctx.input(3).dynamic, Tensor()}};
   }
   void compute(ComputeContext& ctx) override {

@@ -16,8 +16,6 @@ namespace {
 using quant::saturate;
 using quant::visit_8bit;
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 struct Geometry {
   int64_t n = 0, c = 0, m = 0, group = 1;
   std::vector<int64_t> in, out, k, s, d, pb;  // spatial, padded to 3 dims
@@ -27,7 +25,7 @@ struct Geometry {
 Geometry geometry(const Node& node, const char* op, const TensorMeta& x, const TensorMeta& w) {
   if (x.shape.size() < 3 || x.shape.size() > 5 || w.shape.size() != x.shape.size())
     throw ShapeError(fmt::format("{}: X {} and W {} must both be [N, C, D1, ...] with 1 to 3 spatial dims", op,
-                                 describe(x), describe(w)));
+                                 x.describe(), w.describe()));
   Geometry g;
   g.n = x.shape[0];
   g.c = x.shape[1];
@@ -35,12 +33,12 @@ Geometry geometry(const Node& node, const char* op, const TensorMeta& x, const T
   g.group = node.attr_int("group", 1);
   if (g.group < 1 || g.c % g.group != 0 || g.m % g.group != 0 || w.shape[1] * g.group != g.c)
     throw ShapeError(fmt::format("{}: X {} and W {} do not fit group = {} (W must be [M, C / group, ...])", op,
-                                 describe(x), describe(w), g.group));
+                                 x.describe(), w.describe(), g.group));
   const Shape spatial(x.shape.begin() + 2, x.shape.end());
   const std::vector<int64_t> kernel(w.shape.begin() + 2, w.shape.end());
   if (node.has_attr("kernel_shape") && node.attr_ints("kernel_shape") != kernel)
     throw ShapeError(fmt::format("{}: kernel_shape [{}] is not W's spatial shape {}", op,
-                                 fmt::join(node.attr_ints("kernel_shape"), ", "), describe(w)));
+                                 fmt::join(node.attr_ints("kernel_shape"), ", "), w.describe()));
   const dnnl_util::Window win = dnnl_util::make_window(node, spatial, kernel, false);
   const size_t nsp = spatial.size(), off = 3 - nsp;
   g.in.assign(3, 1);
@@ -119,7 +117,7 @@ class ConvIntegerKernel final : public Kernel {
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     for (size_t i : {size_t(0), size_t(1)})
-      visit_8bit(ctx.dtype(i), fmt::format("ConvInteger: {} {}", i ? "w" : "x", describe(ctx.input(i))), [](auto) {});
+      visit_8bit(ctx.dtype(i), fmt::format("ConvInteger: {} {}", i ? "w" : "x", ctx.input(i).describe()), [](auto) {});
     g_ = geometry(node_, "ConvInteger", ctx.input(0), ctx.input(1));
     return {TensorMeta{DType::Int32, g_.y, ctx.input(0).dynamic, Tensor()}};
   }
@@ -145,10 +143,10 @@ class QLinearConvKernel final : public Kernel {
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     for (size_t i : {size_t(0), size_t(3), size_t(7)})
-      visit_8bit(ctx.dtype(i), fmt::format("QLinearConv: input {} {}", i, describe(ctx.input(i))), [](auto) {});
+      visit_8bit(ctx.dtype(i), fmt::format("QLinearConv: input {} {}", i, ctx.input(i).describe()), [](auto) {});
     g_ = geometry(node_, "QLinearConv", ctx.input(0), ctx.input(3));
     if (ctx.has_input(8) && (ctx.dtype(8) != DType::Int32 || ctx.shape(8) != Shape{g_.m}))
-      throw ShapeError(fmt::format("QLinearConv: B {} must be int32[{}]", describe(ctx.input(8)), g_.m));
+      throw ShapeError(fmt::format("QLinearConv: B {} must be int32[{}]", ctx.input(8).describe(), g_.m));
     return {TensorMeta{ctx.dtype(7), g_.y, ctx.input(0).dynamic, Tensor()}};
   }
   void compute(ComputeContext& ctx) override {

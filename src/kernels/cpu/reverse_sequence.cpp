@@ -11,8 +11,6 @@
 namespace kiln {
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 class ReverseSequenceKernel final : public Kernel {
  public:
   using Kernel::Kernel;
@@ -27,7 +25,7 @@ class ReverseSequenceKernel final : public Kernel {
       throw ShapeError(
           fmt::format("ReverseSequence: input {} must have rank >= 2 and sequence_lens {} be int64 "
                       "[batch] (batch_axis {})",
-                      describe(x), describe(lens), batch_));
+                      x.describe(), lens.describe(), batch_));
     return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
   }
   void compute(ComputeContext& ctx) override {

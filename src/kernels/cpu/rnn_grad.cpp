@@ -11,8 +11,6 @@
 namespace kiln {
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 template <rnn::Kind K>
 class RecurrentGradKernel final : public Kernel {
  public:
@@ -28,7 +26,7 @@ class RecurrentGradKernel final : public Kernel {
       const Shape want = i == 0 ? rnn::y_shape(spec_, dims_) : state;
       if (ctx.shape(n + i) != want)
         throw ShapeError(fmt::format("{}: gradient of output {} is {} but the output is {}{}", op_, i,
-                                     describe(ctx.input(n + i)), dtype_name(x.dtype), to_string(want)));
+                                     (ctx.input(n + i)).describe(), dtype_name(x.dtype), to_string(want)));
     }
     const int64_t gh = spec_.gates * dims_.hidden;
     std::vector<TensorMeta> out;

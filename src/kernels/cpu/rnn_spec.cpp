@@ -58,8 +58,6 @@ std::vector<std::string> default_activations(Kind k) {
   return {};
 }
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 }  // namespace
 
 double Activation::f(double x) const {
@@ -205,7 +203,7 @@ Dims check_inputs(const Spec& s, const InferContext& ctx) {
   const TensorMeta& r = ctx.input(2);
   const auto fail = [&](const std::string& what) {
     throw ShapeError(fmt::format("{}: {} (X {}, W {}, R {}, hidden_size {}, {} direction(s), layout {})", s.op, what,
-                                 describe(x), describe(w), describe(r), s.hidden, s.dirs, s.layout));
+                                 x.describe(), w.describe(), r.describe(), s.hidden, s.dirs, s.layout));
   };
   if (x.shape.size() != 3) fail("X must be 3-D");
   if (w.shape.size() != 3 || r.shape.size() != 3) fail("W and R must be 3-D");
@@ -221,24 +219,24 @@ Dims check_inputs(const Spec& s, const InferContext& ctx) {
   for (size_t i = 1; i < ctx.num_inputs(); ++i) {
     if (!ctx.has_input(i) || i == 4) continue;
     if (ctx.dtype(i) != x.dtype)
-      throw TypeError(fmt::format("{}: input {} is {} but X is {}", s.op, i, describe(ctx.input(i)), describe(x)));
+      throw TypeError(fmt::format("{}: input {} is {} but X is {}", s.op, i, ctx.input(i).describe(), x.describe()));
   }
   if (ctx.has_input(3) && ctx.shape(3) != Shape{s.dirs, 2 * gh})
-    fail(fmt::format("B {} must be [{}, {}]", describe(ctx.input(3)), s.dirs, 2 * gh));
+    fail(fmt::format("B {} must be [{}, {}]", ctx.input(3).describe(), s.dirs, 2 * gh));
   if (ctx.has_input(4)) {
     const TensorMeta& lens = ctx.input(4);
     if (lens.dtype != DType::Int32)
-      throw TypeError(fmt::format("{}: sequence_lens {} must be int32", s.op, describe(lens)));
-    if (lens.shape != Shape{d.batch}) fail(fmt::format("sequence_lens {} must be [{}]", describe(lens), d.batch));
+      throw TypeError(fmt::format("{}: sequence_lens {} must be int32", s.op, lens.describe()));
+    if (lens.shape != Shape{d.batch}) fail(fmt::format("sequence_lens {} must be [{}]", lens.describe(), d.batch));
   }
   const Shape state = state_shape(s, d);
   if (ctx.has_input(5) && ctx.shape(5) != state)
-    fail(fmt::format("initial_h {} must be {}", describe(ctx.input(5)), to_string(state)));
+    fail(fmt::format("initial_h {} must be {}", ctx.input(5).describe(), to_string(state)));
   if (s.kind == Kind::Lstm) {
     if (ctx.has_input(6) && ctx.shape(6) != state)
-      fail(fmt::format("initial_c {} must be {}", describe(ctx.input(6)), to_string(state)));
+      fail(fmt::format("initial_c {} must be {}", ctx.input(6).describe(), to_string(state)));
     if (ctx.has_input(7) && ctx.shape(7) != Shape{s.dirs, 3 * d.hidden})
-      fail(fmt::format("P {} must be [{}, {}]", describe(ctx.input(7)), s.dirs, 3 * d.hidden));
+      fail(fmt::format("P {} must be [{}, {}]", ctx.input(7).describe(), s.dirs, 3 * d.hidden));
   }
   return d;
 }

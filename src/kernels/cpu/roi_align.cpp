@@ -10,11 +10,7 @@
 #include "kernels/cpu/visit_float.h"
 
 namespace kiln::roi {
-namespace {
-
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
-}  // namespace
+namespace {}  // namespace
 
 Settings read_settings(const Node& node, int64_t opset, const char* op) {
   Settings s;
@@ -43,11 +39,11 @@ void check_shapes(const char* op, const TensorMeta& x, const TensorMeta& rois, c
   if (x.shape.size() != 4 || rois.shape.size() != 2 || rois.shape[1] != 4 ||
       batch_indices.shape != Shape{rois.shape[0]})
     throw ShapeError(fmt::format("{}: X {} must be [N, C, H, W], rois {} [R, 4] and batch_indices {} [R]", op,
-                                 describe(x), describe(rois), describe(batch_indices)));
+                                 x.describe(), rois.describe(), batch_indices.describe()));
   if (rois.dtype != x.dtype)
-    throw TypeError(fmt::format("{}: rois {} must have X's dtype ({})", op, describe(rois), describe(x)));
+    throw TypeError(fmt::format("{}: rois {} must have X's dtype ({})", op, rois.describe(), x.describe()));
   if (batch_indices.dtype != DType::Int64)
-    throw TypeError(fmt::format("{}: batch_indices {} must be int64", op, describe(batch_indices)));
+    throw TypeError(fmt::format("{}: batch_indices {} must be int64", op, batch_indices.describe()));
 }
 
 std::vector<Sample> bin_samples(const Settings& s, const double* roi, int64_t ph, int64_t pw, int64_t h, int64_t w) {

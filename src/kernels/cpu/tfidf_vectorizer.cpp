@@ -15,8 +15,6 @@
 namespace kiln {
 namespace {
 
-std::string describe(const TensorMeta& m) { return fmt::format("{}{}", dtype_name(m.dtype), to_string(m.shape)); }
-
 class TfIdfVectorizerKernel final : public Kernel {
  public:
   using Kernel::Kernel;
@@ -25,9 +23,9 @@ class TfIdfVectorizerKernel final : public Kernel {
     if (node_.has_attr("pool_strings"))
       throw Unsupported("TfIdfVectorizer: pool_strings needs string tensors, which Kiln does not have");
     if (x.dtype != DType::Int64 && x.dtype != DType::Int32)
-      throw TypeError(fmt::format("TfIdfVectorizer: X {} must be int32 or int64", describe(x)));
+      throw TypeError(fmt::format("TfIdfVectorizer: X {} must be int32 or int64", x.describe()));
     if (x.shape.empty() || x.shape.size() > 2)
-      throw ShapeError(fmt::format("TfIdfVectorizer: X {} must be [C] or [N, C]", describe(x)));
+      throw ShapeError(fmt::format("TfIdfVectorizer: X {} must be [C] or [N, C]", x.describe()));
     read_pool();
     Shape y = x.shape;
     y.back() = width_;
