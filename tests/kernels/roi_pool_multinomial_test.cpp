@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "kernels/kernel_test_util.h"
 #include "kiln/session.h"
@@ -62,6 +64,14 @@ TEST(MaxRoiPool, Errors) {
         run_node(roi_pool({2, 2}), {x, Tensor::from_vector<float>({1, 5}, {1, 0, 0, 1, 1})});
       },
       "MaxRoiPool: rois[0, 0] = 1 is not a batch index of X (batch size 1)");
+  // Corners that are no pixel position: NaN, infinite, beyond 1e15 (1e20 as float32 prints so).
+  const std::pair<float, const char*> corners[] = {{NAN, "nan"}, {INFINITY, "inf"}, {1e20f, "1.0000000200408773e+20"}};
+  for (const auto& [v, text] : corners)
+    expect_error<InvalidModel>(
+        [&] {
+          run_node(roi_pool({2, 2}), {x, Tensor::from_vector<float>({1, 5}, {0, 0, 0, v, 1})});
+        },
+        std::string("rois[0] = (0, 0, ") + text + ", 1) has a corner that is not a pixel position");
   expect_error<ShapeError>(
       [&] {
         run_node(roi_pool({2, 2}), {x, Tensor::zeros(DType::Float32, {1, 4})});

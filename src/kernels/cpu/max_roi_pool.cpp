@@ -28,18 +28,23 @@ Settings read_settings(const Node& node, const char* op) {
 
 void check_shapes(const char* op, const TensorMeta& x, const TensorMeta& rois) {
   if (x.shape.size() != 4 || rois.shape.size() != 2 || rois.shape[1] != 5)
-    throw ShapeError(fmt::format("{}: X {}{} must be [N, C, H, W] and rois {}{} [R, 5] (batch index, x1, y1, x2, y2)",
-                                 op, dtype_name(x.dtype), to_string(x.shape), dtype_name(rois.dtype),
-                                 to_string(rois.shape)));
+    throw ShapeError(fmt::format("{}: X {} must be [N, C, H, W] and rois {} [R, 5] (batch index, x1, y1, x2, y2)", op,
+                                 x.describe(), rois.describe()));
   if (rois.dtype != x.dtype)
     throw TypeError(
         fmt::format("{}: rois ({}) must have X's dtype ({})", op, dtype_name(rois.dtype), dtype_name(x.dtype)));
 }
 
-int64_t batch_index(const char* op, double id, int64_t r, int64_t n) {
-  if (!(id > -1.0 && id < static_cast<double>(n)))
-    throw InvalidModel(fmt::format("{}: rois[{}, 0] = {} is not a batch index of X (batch size {})", op, r, id, n));
-  return static_cast<int64_t>(id);
+int64_t check_region(const char* op, const double row[5], const Settings& s, int64_t r, int64_t n) {
+  if (!(row[0] > -1.0 && row[0] < static_cast<double>(n)))
+    throw InvalidModel(fmt::format("{}: rois[{}, 0] = {} is not a batch index of X (batch size {})", op, r, row[0], n));
+  for (int k = 1; k < 5; ++k)
+    if (const double v = row[k] * s.spatial_scale; !(std::abs(v) <= 1e15))
+      throw InvalidModel(
+          fmt::format("{}: rois[{}] = ({}, {}, {}, {}) has a corner that is not a pixel position "
+                      "(times spatial_scale {})",
+                      op, r, row[1], row[2], row[3], row[4], s.spatial_scale));
+  return static_cast<int64_t>(row[0]);
 }
 
 }  // namespace kiln::roi_pool
@@ -72,7 +77,11 @@ class MaxRoiPoolKernel final : public Kernel {
     const int64_t oh = settings_.out_h, ow = settings_.out_w;
     const T *px = x.data<T>(), *pr = rois.data<T>();
     std::vector<int64_t> batch(static_cast<size_t>(r));
-    for (int64_t i = 0; i < r; ++i) batch[size_t(i)] = roi_pool::batch_index("MaxRoiPool", to_double(pr[i * 5]), i, n);
+    for (int64_t i = 0; i < r; ++i) {
+      const double row[5] = {to_double(pr[i * 5]), to_double(pr[i * 5 + 1]), to_double(pr[i * 5 + 2]),
+                             to_double(pr[i * 5 + 3]), to_double(pr[i * 5 + 4])};
+      batch[size_t(i)] = roi_pool::check_region("MaxRoiPool", row, settings_, i, n);
+    }
     T* py = ctx.output(0).data<T>();
     parallel_for(r * oh * ow, 1, [&](int64_t k0, int64_t k1) {
       for (int64_t k = k0; k < k1; ++k) {

@@ -27,8 +27,10 @@ Settings read_settings(const Node& node, const char* op);
 // Checks X [N, C, H, W] and rois [R, 5] of X's dtype; ShapeError / TypeError naming `op` otherwise.
 void check_shapes(const char* op, const TensorMeta& x, const TensorMeta& rois);
 
-// rois[r, 0] as a batch index of X (truncated as the references cast it); InvalidModel outside [0, n).
-int64_t batch_index(const char* op, double id, int64_t r, int64_t n);
+// Region r = rois[r, 0:5]: its batch index into X's n images (truncated as the references cast it);
+// InvalidModel outside [0, n), or when a corner times spatial_scale is not a finite pixel position
+// (NaN, infinite, or beyond 1e15, which no image has and int64 could not hold).
+int64_t check_region(const char* op, const double row[5], const Settings& s, int64_t r, int64_t n);
 
 struct Window {
   int64_t h0 = 0, h1 = 0, w0 = 0, w1 = 0;  // rows [h0, h1), columns [w0, w1)

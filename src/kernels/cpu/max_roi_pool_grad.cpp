@@ -22,8 +22,8 @@ class MaxRoiPoolGradKernel final : public Kernel {
     const TensorMeta &dy = ctx.input(0), &x = ctx.input(1);
     const Shape want{ctx.shape(2)[0], x.shape[1], settings_.out_h, settings_.out_w};
     if (dy.shape != want || dy.dtype != x.dtype)
-      throw ShapeError(fmt::format("MaxRoiPoolGrad: dY {}{} must be {}{}", dtype_name(dy.dtype), to_string(dy.shape),
-                                   dtype_name(x.dtype), to_string(want)));
+      throw ShapeError(
+          fmt::format("MaxRoiPoolGrad: dY {} must be {}{}", dy.describe(), dtype_name(x.dtype), to_string(want)));
     return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
   }
   void compute(ComputeContext& ctx) override {
@@ -41,7 +41,11 @@ class MaxRoiPoolGradKernel final : public Kernel {
     std::vector<roi_pool::Window> windows(static_cast<size_t>(r * oh * ow));
     for (int64_t k = 0; k < r * oh * ow; ++k) {
       const int64_t ri = k / (oh * ow);
-      if (k % (oh * ow) == 0) batch[size_t(ri)] = roi_pool::batch_index("MaxRoiPoolGrad", double(pr[ri * 5]), ri, n);
+      if (k % (oh * ow) == 0) {
+        const double row[5] = {double(pr[ri * 5]), double(pr[ri * 5 + 1]), double(pr[ri * 5 + 2]),
+                               double(pr[ri * 5 + 3]), double(pr[ri * 5 + 4])};
+        batch[size_t(ri)] = roi_pool::check_region("MaxRoiPoolGrad", row, settings_, ri, n);
+      }
       const T corners[4] = {pr[ri * 5 + 1], pr[ri * 5 + 2], pr[ri * 5 + 3], pr[ri * 5 + 4]};
       windows[size_t(k)] = roi_pool::window<T>(settings_, corners, (k / ow) % oh, k % ow, h, w);
     }

@@ -113,8 +113,7 @@ class MultinomialKernel final : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     const TensorMeta& x = ctx.input(0);
     if (x.shape.size() != 2)
-      throw ShapeError(fmt::format("Multinomial: input {}{} must be [batch_size, class_size]", dtype_name(x.dtype),
-                                   to_string(x.shape)));
+      throw ShapeError(fmt::format("Multinomial: input {} must be [batch_size, class_size]", x.describe()));
     samples_ = node_.attr_int("sample_size", 1);
     if (samples_ < 1) throw InvalidModel(fmt::format("Multinomial: sample_size {} must be positive", samples_));
     const int64_t code = node_.attr_int("dtype", dtype_to_onnx(DType::Int32));
