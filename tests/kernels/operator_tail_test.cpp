@@ -1,9 +1,11 @@
 // The rest of ONNX's operator set beyond ONNX's own node cases: TfIdfVectorizer's IDF and TFIDF
-// modes, NonMaxSuppression's thresholds, Det's values, and the errors of NonMaxSuppression,
-// MaxUnpool, ReverseSequence, GridSample, RoiAlign, DFT, STFT and MelWeightMatrix. Values are
-// checked against ONNX's node cases (conformance) and, for the gradients, finite differences and
-// torch (tests/autodiff, tests/python).
+// modes, NonMaxSuppression's thresholds, Det's values, GridSample's non-finite grid points, and the
+// errors of NonMaxSuppression, MaxUnpool, ReverseSequence, GridSample, RoiAlign, DFT, STFT and
+// MelWeightMatrix. Values are checked against ONNX's node cases (conformance) and, for the
+// gradients, finite differences and torch (tests/autodiff, tests/python).
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
@@ -98,6 +100,17 @@ TEST(OperatorTail, ErrorsNameTheProblem) {
                  {Tensor::zeros(DType::Float32, {1, 1, 4, 4}), Tensor::zeros(DType::Float32, {1, 2, 2, 3})});
       },
       "grid float[1, 2, 2, 3] [N, H_out, W_out, 2]");
+  // Grid points that are NaN, infinite or absurdly far sample nothing (0), in every padding mode;
+  // the finite one reads its pixel.
+  for (const char* padding : {"zeros", "border", "reflection"}) {
+    const Tensor grid = Tensor::from_vector<float>({1, 1, 4, 2}, {NAN, 0, 0, INFINITY, 1e30f, 0, -1, -1});
+    const Tensor x = Tensor::from_vector<float>({1, 1, 2, 2}, {5, 6, 7, 8});
+    EXPECT_EQ(as_doubles(run1(make_node("GridSample", 2,
+                                        {{"padding_mode", Attribute::of_string(padding)}, {"align_corners", a_int(1)}}),
+                              {x, grid})),
+              (std::vector<double>{0, 0, 0, 5}))
+        << padding;
+  }
   expect_error<InvalidModel>(
       [&] {
         run_node(make_node("GridSample", 2, {{"mode", Attribute::of_string("area")}}),
@@ -111,6 +124,13 @@ TEST(OperatorTail, ErrorsNameTheProblem) {
                   Tensor::from_vector<int64_t>({1}, {2})});
       },
       "batch_indices[0] = 2 is outside [0, 1)");
+  expect_error<InvalidModel>(
+      [&] {
+        run_node(make_node("RoiAlign", 3),
+                 {Tensor::zeros(DType::Float32, {1, 1, 4, 4}), Tensor::from_vector<float>({1, 4}, {0, NAN, 2, 2}),
+                  Tensor::from_vector<int64_t>({1}, {0})});
+      },
+      "RoiAlign: rois[0] = (0, nan, 2, 2) has a corner that is not a pixel position");
   expect_error<InvalidModel>(
       [&] {
         run_node(make_node("DFT", 1, {{"onesided", a_int(1)}}), {Tensor::zeros(DType::Float32, {1, 4, 2})});

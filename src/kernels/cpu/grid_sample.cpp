@@ -44,6 +44,7 @@ int64_t index_of(int64_t x, int64_t y, int64_t h, int64_t w) {
 
 Taps taps_at(double gx, double gy, int64_t h, int64_t w, const Settings& s) {
   Taps out;
+  if (!(std::abs(gx) <= 1e9 && std::abs(gy) <= 1e9)) return out;
   if (s.mode == Mode::Bicubic) {
     const Coord x = unnormalize(gx, w, s.align_corners), y = unnormalize(gy, h, s.align_corners);
     const double x0 = std::floor(x.v), y0 = std::floor(y.v), tx = x.v - x0, ty = y.v - y0;

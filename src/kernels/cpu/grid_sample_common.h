@@ -79,7 +79,9 @@ struct Taps {
   int count = 0;
 };
 
-// The taps of the output point at grid values (gx, gy) over an H x W input.
+// The taps of the output point at grid values (gx, gy) over an H x W input. A grid value that is
+// NaN, infinite or beyond 1e9 (far outside any image: 1 is its edge) has no taps, so its output is
+// 0 and it gets no gradient, whatever the padding (coordinates are cast to integers).
 Taps taps_at(double gx, double gy, int64_t h, int64_t w, const Settings& s);
 
 }  // namespace kiln::grid

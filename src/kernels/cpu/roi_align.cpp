@@ -46,6 +46,17 @@ void check_shapes(const char* op, const TensorMeta& x, const TensorMeta& rois, c
     throw TypeError(fmt::format("{}: batch_indices {} must be int64", op, batch_indices.describe()));
 }
 
+void check_region(const char* op, const Settings& s, int64_t batch_index, const double roi[4], int64_t r, int64_t n) {
+  if (batch_index < 0 || batch_index >= n)
+    throw InvalidModel(fmt::format("{}: batch_indices[{}] = {} is outside [0, {})", op, r, batch_index, n));
+  for (int k = 0; k < 4; ++k)
+    if (!(std::abs(roi[k] * s.spatial_scale) <= 1e15))
+      throw InvalidModel(
+          fmt::format("{}: rois[{}] = ({}, {}, {}, {}) has a corner that is not a pixel position "
+                      "(times spatial_scale {})",
+                      op, r, roi[0], roi[1], roi[2], roi[3], s.spatial_scale));
+}
+
 std::vector<Sample> bin_samples(const Settings& s, const double* roi, int64_t ph, int64_t pw, int64_t h, int64_t w) {
   const double offset = s.half_pixel ? 0.5 : 0.0;
   const double x1 = roi[0] * s.spatial_scale - offset, y1 = roi[1] * s.spatial_scale - offset;
@@ -111,9 +122,11 @@ class RoiAlignKernel final : public Kernel {
       const T* pr = rois.data<T>();
       const int64_t* pb = bi.data<int64_t>();
       T* py = ctx.output(0).data<T>();
-      for (int64_t i = 0; i < r; ++i)
-        if (pb[i] < 0 || pb[i] >= n)
-          throw InvalidModel(fmt::format("RoiAlign: batch_indices[{}] = {} is outside [0, {})", i, pb[i], n));
+      for (int64_t i = 0; i < r; ++i) {
+        const double roi[4] = {to_double(pr[i * 4]), to_double(pr[i * 4 + 1]), to_double(pr[i * 4 + 2]),
+                               to_double(pr[i * 4 + 3])};
+        roi::check_region("RoiAlign", settings_, pb[i], roi, i, n);
+      }
       parallel_for(r * bins, 1, [&](int64_t b0, int64_t b1) {
         for (int64_t k = b0; k < b1; ++k) {
           const int64_t ri = k / bins, ph = (k % bins) / settings_.out_w, pw = k % settings_.out_w;

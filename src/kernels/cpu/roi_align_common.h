@@ -26,6 +26,11 @@ Settings read_settings(const Node& node, int64_t opset, const char* op);
 // Checks X [N, C, H, W], rois [R, 4] and batch_indices [R]; ShapeError naming `op` otherwise.
 void check_shapes(const char* op, const TensorMeta& x, const TensorMeta& rois, const TensorMeta& batch_indices);
 
+// Region r's batch index and corners (x1, y1, x2, y2): InvalidModel naming `op` and the region when
+// the index is outside [0, n) or a corner times spatial_scale is not a finite pixel position (NaN,
+// infinite, beyond 1e15: sample positions are cast to integers).
+void check_region(const char* op, const Settings& s, int64_t batch_index, const double roi[4], int64_t r, int64_t n);
+
 // One sample point: four flat plane offsets (y * W + x) and their weights (all zero outside).
 struct Sample {
   std::array<int64_t, 4> index{};

@@ -37,9 +37,10 @@ class RoiAlignGradKernel final : public Kernel {
     const int64_t oh = settings_.out_h, ow = settings_.out_w;
     const T *pdy = dy.data<T>(), *px = x.data<T>(), *pr = rois.data<T>();
     const int64_t* pb = bi.data<int64_t>();
-    for (int64_t i = 0; i < r; ++i)
-      if (pb[i] < 0 || pb[i] >= n)
-        throw InvalidModel(fmt::format("RoiAlignGrad: batch_indices[{}] = {} is outside [0, {})", i, pb[i], n));
+    for (int64_t i = 0; i < r; ++i) {
+      const double roi[4] = {double(pr[i * 4]), double(pr[i * 4 + 1]), double(pr[i * 4 + 2]), double(pr[i * 4 + 3])};
+      roi::check_region("RoiAlignGrad", settings_, pb[i], roi, i, n);
+    }
     // Every bin's samples once (they do not depend on the channel).
     std::vector<std::vector<roi::Sample>> samples(static_cast<size_t>(r * oh * ow));
     for (int64_t k = 0; k < r * oh * ow; ++k) {
