@@ -66,12 +66,14 @@ TEST(MaxRoiPool, Errors) {
       "MaxRoiPool: rois[0, 0] = 1 is not a batch index of X (batch size 1)");
   // Corners that are no pixel position: NaN, infinite, beyond 1e15 (1e20 as float32 prints so).
   const std::pair<float, const char*> corners[] = {{NAN, "nan"}, {INFINITY, "inf"}, {1e20f, "1.0000000200408773e+20"}};
-  for (const auto& [v, text] : corners)
+  for (const auto& corner : corners) {
+    const float v = corner.first;  // a copy: clang 14 cannot capture structured bindings
     expect_error<InvalidModel>(
         [&] {
           run_node(roi_pool({2, 2}), {x, Tensor::from_vector<float>({1, 5}, {0, 0, 0, v, 1})});
         },
-        std::string("rois[0] = (0, 0, ") + text + ", 1) has a corner that is not a pixel position");
+        std::string("rois[0] = (0, 0, ") + corner.second + ", 1) has a corner that is not a pixel position");
+  }
   expect_error<ShapeError>(
       [&] {
         run_node(roi_pool({2, 2}), {x, Tensor::zeros(DType::Float32, {1, 4})});
