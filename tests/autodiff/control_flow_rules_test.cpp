@@ -12,6 +12,7 @@
 #include "autodiff/gradient_checker.h"
 #include "autodiff/rule_helpers.h"
 #include "ir/subgraph.h"
+#include "kiln/autodiff.h"
 #include "kiln/error.h"
 #include "test_util.h"
 
@@ -216,6 +217,34 @@ TEST(ControlFlowGradient, MalformedNodesAndEarlyExits) {
         check_gradient({extra, loop_in, {2, 3}, 17, 7509});
       },
       {"Loop: the body's 3 inputs and 4 outputs do not fit 1 carried values and 1 scan outputs"});
+}
+
+// With a graph input of unknown shape Kiln's own inference of the forward graph does not run, so a
+// Scan whose counts do not fit its inputs or outputs reaches the rule, which names them.
+TEST(ControlFlowGradient, ScanCountsThatDoNotFitReachTheRule) {
+  Model m;
+  m.opsets[""] = 17;
+  m.graph.initializers = {{"s0", random_tensor({3}, 7510)}, {"c", random_tensor({3}, 7511)}};
+  ValueInfo x;
+  x.name = "x";
+  x.dtype = DType::Float64;
+  x.has_type = true;  // no shape
+  m.graph.inputs = {x};
+  Node scan = scan_node();
+  scan.attrs["num_scan_inputs"] = Attribute::of_int(3);
+  Node sum = make("ReduceSum", {"s_final"}, {"loss"});
+  sum.attrs["keepdims"] = Attribute::of_int(0);
+  m.graph.nodes = {scan, sum};
+  m.graph.outputs = {ValueInfo::of("loss", Tensor::scalar<double>(0))};
+  test::expect_error<InvalidModel>(
+      [&] { build_gradient_graph(m, {.loss = "loss", .requires_grad = {"s0"}}); },
+      {"2 inputs besides its 1 captured values cannot hold 0 leading inputs and 3 scan inputs"});
+  // No scan input: both inputs are carried values, but the node has one output.
+  scan.attrs["num_scan_inputs"] = Attribute::of_int(0);
+  scan.outputs = {"s_final"};
+  m.graph.nodes = {scan, sum};
+  test::expect_error<InvalidModel>([&] { build_gradient_graph(m, {.loss = "loss", .requires_grad = {"s0"}}); },
+                                   {"1 outputs cannot hold its 2 carried values"});
 }
 
 }  // namespace

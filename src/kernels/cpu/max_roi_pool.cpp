@@ -76,12 +76,7 @@ class MaxRoiPoolKernel final : public Kernel {
     const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3), r = rois.dim(0);
     const int64_t oh = settings_.out_h, ow = settings_.out_w;
     const T *px = x.data<T>(), *pr = rois.data<T>();
-    std::vector<int64_t> batch(static_cast<size_t>(r));
-    for (int64_t i = 0; i < r; ++i) {
-      const double row[5] = {to_double(pr[i * 5]), to_double(pr[i * 5 + 1]), to_double(pr[i * 5 + 2]),
-                             to_double(pr[i * 5 + 3]), to_double(pr[i * 5 + 4])};
-      batch[size_t(i)] = roi_pool::check_region("MaxRoiPool", row, settings_, i, n);
-    }
+    const std::vector<int64_t> batch = roi_pool::check_regions("MaxRoiPool", pr, r, settings_, n);
     T* py = ctx.output(0).data<T>();
     parallel_for(r * oh * ow, 1, [&](int64_t k0, int64_t k1) {
       for (int64_t k = k0; k < k1; ++k) {

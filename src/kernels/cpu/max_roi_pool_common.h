@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
@@ -31,6 +32,18 @@ void check_shapes(const char* op, const TensorMeta& x, const TensorMeta& rois);
 // InvalidModel outside [0, n), or when a corner times spatial_scale is not a finite pixel position
 // (NaN, infinite, or beyond 1e15, which no image has and int64 could not hold).
 int64_t check_region(const char* op, const double row[5], const Settings& s, int64_t r, int64_t n);
+
+// check_region over every row of rois [r, 5]: the regions' batch indices.
+template <class T>
+std::vector<int64_t> check_regions(const char* op, const T* rois, int64_t r, const Settings& s, int64_t n) {
+  std::vector<int64_t> batch(static_cast<size_t>(r));
+  for (int64_t i = 0; i < r; ++i) {
+    double row[5];
+    for (int k = 0; k < 5; ++k) row[k] = to_double(rois[i * 5 + k]);
+    batch[static_cast<size_t>(i)] = check_region(op, row, s, i, n);
+  }
+  return batch;
+}
 
 struct Window {
   int64_t h0 = 0, h1 = 0, w0 = 0, w1 = 0;  // rows [h0, h1), columns [w0, w1)

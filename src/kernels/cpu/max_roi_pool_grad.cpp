@@ -37,15 +37,10 @@ class MaxRoiPoolGradKernel final : public Kernel {
     const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3), r = rois.dim(0);
     const int64_t oh = settings_.out_h, ow = settings_.out_w;
     const T *pdy = dy.data<T>(), *px = x.data<T>(), *pr = rois.data<T>();
-    std::vector<int64_t> batch(static_cast<size_t>(r));
+    const std::vector<int64_t> batch = roi_pool::check_regions("MaxRoiPoolGrad", pr, r, settings_, n);
     std::vector<roi_pool::Window> windows(static_cast<size_t>(r * oh * ow));
     for (int64_t k = 0; k < r * oh * ow; ++k) {
       const int64_t ri = k / (oh * ow);
-      if (k % (oh * ow) == 0) {
-        const double row[5] = {double(pr[ri * 5]), double(pr[ri * 5 + 1]), double(pr[ri * 5 + 2]),
-                               double(pr[ri * 5 + 3]), double(pr[ri * 5 + 4])};
-        batch[size_t(ri)] = roi_pool::check_region("MaxRoiPoolGrad", row, settings_, ri, n);
-      }
       const T corners[4] = {pr[ri * 5 + 1], pr[ri * 5 + 2], pr[ri * 5 + 3], pr[ri * 5 + 4]};
       windows[size_t(k)] = roi_pool::window<T>(settings_, corners, (k / ow) % oh, k % ow, h, w);
     }
