@@ -121,6 +121,25 @@ def test_kiln_train_errors(tmp_path):
                      "no complete checkpoint")
 
 
+def test_a_failing_final_evaluation_loses_no_training(tmp_path):
+    """Eval data that does not fit the model fails the final evaluation with an error naming the
+    input, after the trained model and the trainer state are saved (as HF's scripts save first)."""
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "train.npz", input=rng.standard_normal((16, 3, 16, 16)).astype(np.float32),
+             labels=rng.integers(0, 10, 16))
+    np.savez(tmp_path / "eval.npz", input=rng.standard_normal((8, 1, 16, 16)).astype(np.float32),
+             labels=rng.integers(0, 10, 8))
+    out = tmp_path / "out"
+    proc = run_kiln("train", "--model", "lenet", "--model-config", '{"num_channels": 3, "image_size": 16}',
+                    "--train-data", tmp_path / "train.npz", "--eval-data", tmp_path / "eval.npz", "--output_dir",
+                    out, "--max_steps", "2", "--per_device_train_batch_size", "8", "--save_strategy", "no",
+                    "--disable_tqdm", "true")
+    assert_cli_error(proc, "input 'input' expects")
+    assert (out / "model.onnx").exists() and (out / "model.safetensors").exists()
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
+    assert json.loads((out / "train_results.json").read_text())["train_loss"] > 0
+
+
 def test_evaluate_and_predict_take_true_and_create_the_predictions_folder(tmp_path):
     """--resume_from_checkpoint true (any case) names the last checkpoint in evaluate / predict too,
     and predict creates its --predictions-dir."""
