@@ -83,13 +83,15 @@ void run_train(CLI::App& app, const TrainOptions& o) {
   t.log_metrics("train", out.metrics);
   if (args.compile_only) return;  // planned, not trained: nothing to evaluate or save
   // Saved before the final evaluation, as Hugging Face's example scripts do: an evaluation that
-  // fails (eval data that does not fit the model) loses none of the training.
+  // fails (eval data that does not fit the model) loses none of the training. The state is saved
+  // again after it, with the evaluation in its log history.
   t.save_model();
   t.save_metrics("train", out.metrics);
   t.save_state();
   const trainer::Metrics metrics = t.evaluate();
   t.log_metrics("eval", metrics);
   t.save_metrics("eval", metrics);
+  t.save_state();
   if (auto it = metrics.find("eval_accuracy"); it != metrics.end() && t.state().is_world_process_zero)
     fmt::print("accuracy {:.4f} on {} examples; model and checkpoints in {}\n", it->second, eval->size(),
                args.output_dir);
