@@ -27,7 +27,10 @@ on an idle 2-core machine. --quick runs one round of a few steps: it checks that
 its figures are NOT for reporting.
 
     /usr/bin/python3 bench/bench.py [--build-dir build] [--only full,peak,...] [--models mlp,bert,...]
-                                    [--rounds 3] [--quick]
+                                    [--rounds 3] [--quick] [--max-isa avx2]
+
+--max-isa avx2 runs Kiln and PyTorch as on a CPU without AVX-512, on an AVX-512 machine (see
+bench/README.md for what that does and does not reproduce).
 
 A model Kiln fails on shows `failed: <first line of Kiln's error>` in its row, the other rows and
 tables still print, and the exit status is 1. See bench/README.md.
@@ -41,7 +44,7 @@ import time
 from pathlib import Path
 
 from cases import ROWS
-from common import REPO
+from common import ISA_CAPS, REPO
 from measure import Bench
 from tables import (
     bf16_table,
@@ -75,6 +78,8 @@ def parse_args():
                         "--quick 1)")
     parser.add_argument("--quick", action="store_true", help="1 round of few steps: checks the script; figures "
                         "not for reporting")
+    parser.add_argument("--max-isa", choices=sorted(ISA_CAPS), help="run Kiln and PyTorch as on a CPU without "
+                        "AVX-512 (oneDNN, Kiln's vector code, ATen and OpenBLAS held to AVX2; ONNX Runtime cannot be)")
     args = parser.parse_args()
     args.only = _names(parser, args.only, TABLES, "table")
     args.models = _names(parser, args.models, list(ROWS), "model")
@@ -92,6 +97,8 @@ def _names(parser, text, known, what):
 
 def main():
     args = parse_args()
+    if args.max_isa:
+        os.environ.update(ISA_CAPS[args.max_isa])  # every worker process inherits it
     build = args.build_dir.resolve()
     for exe in ("kiln", "kiln-train-steps"):
         if not (build / "bin" / exe).exists():

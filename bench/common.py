@@ -100,5 +100,16 @@ def header(title, rounds, what="median of"):
     import torch
 
     date = datetime.date.today().isoformat()
-    return (f"\n== {title} ==\n{date}, {cpu_model()}, torch {torch.__version__}, onnxruntime-node {ort_version()}, "
-            f"{THREADS} threads, {what} {rounds} round(s)")
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    held = f" held to {cap} (Kiln and PyTorch; ONNX Runtime is not)" if cap else ""
+    return (f"\n== {title} ==\n{date}, {cpu_model()}{held}, torch {torch.__version__}, "
+            f"onnxruntime-node {ort_version()}, {THREADS} threads, {what} {rounds} round(s)")
+
+
+# What --max-isa avx2 sets for every process of the run: oneDNN's cap (Kiln's own vector code
+# follows it: src/kernels/cpu/simd_dispatch.h; PyTorch's oneDNN reads it too), PyTorch's ATen kernels
+# and OpenBLAS's kernel choice.
+ISA_CAPS = {
+    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+             "OPENBLAS_CORETYPE": "Haswell"},
+}

@@ -2,7 +2,8 @@
 # Runs ONNX's backend node conformance cases through Kiln.
 # Usage: scripts/conformance.sh BUILD_DIR [--strict] [more kiln-conformance options]
 # Generates the cases into BUILD_DIR/onnx-node-tests on first use (scripts/gen-onnx-node-tests) and
-# writes one line per case ("passed|failed|skipped name  reason") to BUILD_DIR/conformance.txt.
+# writes one line per case ("passed|failed|skipped name  reason") to BUILD_DIR/conformance.txt
+# (or to $KILN_CONFORMANCE_LIST).
 set -euo pipefail
 build=${1:?usage: conformance.sh BUILD_DIR [--strict]}
 shift
@@ -20,4 +21,4 @@ if [[ ! -d "$cases/node" ]]; then
   "$here/gen-onnx-node-tests" "$cases.tmp" >/dev/null
   mv "$cases.tmp" "$cases"
 fi
-exec "$runner" "$cases/node" --list "$build/conformance.txt" "$@"
+exec "$runner" "$cases/node" --list "${KILN_CONFORMANCE_LIST:-$build/conformance.txt}" "$@"

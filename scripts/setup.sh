@@ -11,6 +11,8 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libprotobuf-dev protobuf-compiler libonnx-dev
   libdnnl-dev libopenblas-dev
+  # OpenBLAS built on OpenMP: float32 products on CPUs without AVX-512 (src/kernels/cpu/blas.h)
+  libopenblas0-openmp
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   python3-dev pybind11-dev python3-numpy

@@ -2,10 +2,13 @@
 
 #include <dlfcn.h>
 #include <fmt/format.h>
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include <cstdlib>
 #include <string>
 
+#include "kernels/cpu/simd_dispatch.h"
 #include "kiln/error.h"
 
 namespace kiln::blas {
@@ -16,6 +19,36 @@ constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 
 using CblasDgemm = void (*)(int, int, int, int, int, int, double, const double*, int, const double*, int, double,
                             double*, int);
+using CblasSgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*,
+                            int);
+
+// Debian's OpenBLAS built on OpenMP, by its path: the default libopenblas.so.0 is usually the
+// pthread build, whose own threads would spin against Kiln's.
+#if defined(__x86_64__)
+constexpr const char* kOpenMpOpenBlas = "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0";
+#elif defined(__aarch64__)
+constexpr const char* kOpenMpOpenBlas = "/usr/lib/aarch64-linux-gnu/openblas-openmp/libopenblas.so.0";
+#else
+constexpr const char* kOpenMpOpenBlas = "";
+#endif
+
+// That library's cblas_sgemm, or null when it is not installed.
+CblasSgemm load_openmp_sgemm() {
+  if (*kOpenMpOpenBlas == '\0') return nullptr;
+  void* lib = ::dlopen(kOpenMpOpenBlas, RTLD_NOW | RTLD_LOCAL);
+  return lib == nullptr ? nullptr : reinterpret_cast<CblasSgemm>(::dlsym(lib, "cblas_sgemm"));
+}
+
+CblasSgemm openmp_sgemm() {
+  static const CblasSgemm f = load_openmp_sgemm();
+  return f;
+}
+
+bool fits_int(const GemmShape& s) {
+  for (int64_t v : {s.m, s.n, s.k, s.lda, s.ldb, s.ldc})
+    if (v > INT32_MAX) return false;
+  return true;
+}
 
 // OpenBLAS's cblas_dgemm, or null with why in `error`.
 CblasDgemm load_dgemm(std::string& error) {
@@ -55,8 +88,34 @@ bool degenerate(const GemmShape& s, T beta, T* c) {
 
 }  // namespace
 
+bool openblas_sgemm() {
+  static const bool use = [] {
+    const char* choice = std::getenv("KILN_SGEMM");
+    const std::string want = choice ? choice : "";
+    if (want == "onednn") return false;
+    if (want == "openblas") {
+      if (openmp_sgemm() == nullptr)
+        throw Unsupported(
+            fmt::format("KILN_SGEMM=openblas: OpenBLAS's OpenMP build ({}, Debian's "
+                        "libopenblas0-openmp) could not be loaded",
+                        kOpenMpOpenBlas));
+      return true;
+    }
+    if (!want.empty()) throw InvalidArgument(fmt::format("KILN_SGEMM='{}': expected onednn or openblas", want));
+    return simd::simd_level() != simd::SimdLevel::Avx512 && openmp_sgemm() != nullptr;
+  }();
+  return use;
+}
+
 void sgemm(const GemmShape& s, float alpha, const float* a, const float* b, float beta, float* c) {
   if (degenerate(s, beta, c)) return;
+  // Inside a parallel region (fused attention's blocks, one per thread) the products are small
+  // and oneDNN's single-threaded sgemm measured faster.
+  if (openblas_sgemm() && !omp_in_parallel() && fits_int(s)) {
+    openmp_sgemm()(kRowMajor, s.trans_a ? kTrans : kNoTrans, s.trans_b ? kTrans : kNoTrans, int(s.m), int(s.n),
+                   int(s.k), alpha, a, int(s.lda), b, int(s.ldb), beta, c, int(s.ldc));
+    return;
+  }
   const dnnl_status_t status = dnnl_sgemm(s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N', s.m, s.n, s.k, alpha, a, s.lda,
                                           b, s.ldb, beta, c, s.ldc);
   if (status != dnnl_success)

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "core/parallel.h"
 #include "kernels/cpu/blas.h"
@@ -163,6 +164,7 @@ class MatMulDnnl final : public MatMulBase {
       std::memset(y.raw_data(), 0, y.nbytes());
       return;
     }
+    if (blas_) return blas::sgemm(*blas_, 1.f, a.data<float>(), b.data<float>(), 0.f, y.data<float>());
     dnnl_util::execute(prim_,
                        {{DNNL_ARG_SRC, dnnl_util::memory_of(src_, a)},
                         {DNNL_ARG_WEIGHTS, dnnl_util::memory_of(wei_, b)},
@@ -176,7 +178,17 @@ class MatMulDnnl final : public MatMulBase {
     b_shape_ = b;
     s_ = shape_of(a, b);
     built_ = true;
+    blas_.reset();
     if (numel(s_.out) == 0 || s_.k == 0) return;  // nothing for oneDNN to do
+    // One float32 product (a batch folded into M, or no batch) on OpenBLAS where it is faster
+    // (blas.h); batches of products stay on oneDNN's batched matmul.
+    const int64_t lda = trans_a_ ? s_.m : s_.k, ldb = trans_b_ ? s_.k : s_.n;
+    if (dt_ == dnnl_dt::f32 && !float_out_ && blas::openblas_sgemm()) {
+      if (s_.b_single() && !trans_a_)
+        blas_ = blas::GemmShape{false, trans_b_, numel(s_.a_batch) * s_.m, s_.n, s_.k, lda, ldb, s_.n};
+      else if (numel(s_.batch) == 1) blas_ = blas::GemmShape{trans_a_, trans_b_, s_.m, s_.n, s_.k, lda, ldb, s_.n};
+      if (blas_) return;
+    }
     if (s_.b_single() && !trans_a_) {
       const int64_t rows = numel(s_.a_batch) * s_.m;
       src_ = plain_desc({rows, s_.k}, dt_);
@@ -204,6 +216,7 @@ class MatMulDnnl final : public MatMulBase {
   Shape a_shape_, b_shape_;
   MatMulShape s_;
   bool built_ = false;
+  std::optional<blas::GemmShape> blas_;  // the product, when OpenBLAS runs it
   dnnl::memory::desc src_, wei_, dst_;
   dnnl::matmul prim_;
 };
@@ -391,6 +404,12 @@ class GemmDnnl final : public GemmBase {
         for (int64_t i = 0; i < y.numel(); ++i) py[i] = uses_c() ? beta() * py[i] : 0.f;
         return;
       }
+      if (blas::openblas_sgemm()) {
+        const blas::GemmShape shape{
+            g_.trans_a, g_.trans_b, g_.m, g_.n, g_.k, g_.trans_a ? g_.m : g_.k, g_.trans_b ? g_.k : g_.n, g_.n};
+        return blas::sgemm(shape, alpha(), ctx.input(0).data<float>(), ctx.input(1).data<float>(),
+                           uses_c() ? beta() : 0.f, py);
+      }
     }
     dnnl_util::execute(prim_,
                        {{DNNL_ARG_SRC, dnnl_util::memory_of(a_, ctx.input(0))},
@@ -403,6 +422,7 @@ class GemmDnnl final : public GemmBase {
   void build() {
     built_ = true;
     if (g_.m == 0 || g_.n == 0 || g_.k == 0) return;
+    if (dt_ == dnnl_dt::f32 && blas::openblas_sgemm()) return;  // compute runs it on OpenBLAS
     a_ = strided_desc({g_.m, g_.k}, g_.trans_a ? Strides{1, g_.m} : Strides{g_.k, 1}, dt_);
     b_ = strided_desc({g_.k, g_.n}, g_.trans_b ? Strides{1, g_.k} : Strides{g_.n, 1}, dt_);
     y_ = plain_desc({g_.m, g_.n}, dt_);

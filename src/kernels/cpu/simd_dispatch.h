@@ -6,19 +6,39 @@
 // normalisation passes (norm_common.h) use it.
 #pragma once
 
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 namespace kiln::simd {
 
 enum class SimdLevel { Baseline, Avx2, Avx512 };
 
+// oneDNN's ISA cap, ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA), holds Kiln's own vector code to the
+// same level: "AVX2" runs everything as on a CPU without AVX-512 (how the AVX2 paths are tested
+// and measured on an AVX-512 machine), "SSE41" or "AVX" the baseline loops. Unset, "ALL", AVX-512
+// and AMX names, or a value oneDNN does not know, cap nothing.
+inline SimdLevel isa_cap() {
+  const char* v = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (v == nullptr) v = std::getenv("DNNL_MAX_CPU_ISA");
+  if (v == nullptr) return SimdLevel::Avx512;
+  std::string isa(v);
+  for (char& c : isa) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (isa.rfind("AVX2", 0) == 0) return SimdLevel::Avx2;
+  if (isa == "SSE41" || isa == "AVX") return SimdLevel::Baseline;
+  return SimdLevel::Avx512;
+}
+
 inline SimdLevel simd_level() {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const SimdLevel level = [] {
+    SimdLevel cpu = SimdLevel::Baseline;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
-      return SimdLevel::Avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdLevel::Avx2;
-    return SimdLevel::Baseline;
+      cpu = SimdLevel::Avx512;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) cpu = SimdLevel::Avx2;
+    return std::min(cpu, isa_cap());
   }();
   return level;
 #else
