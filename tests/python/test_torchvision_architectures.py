@@ -3,7 +3,8 @@ exports in train mode (BatchNorm over the batch; dropouts and stochastic depth s
 masks no two libraries draw alike), and
 
 - in float64, the first step's loss equals PyTorch's within 1e-9 relative and every parameter's
-  gradient within 1e-6 of that parameter's largest, then three SGD steps keep the losses within
+  gradient within 1e-6 of that parameter's largest (plus 1e-12 of the model's largest, for the
+  biases a BatchNorm follows, whose gradient is rounding residue), then three SGD steps keep the losses within
   1e-7 relative (not 1e-15: ONNX's float attributes are float32, so HardSigmoid's alpha is 1/6
   rounded to float32 in the exported graph; BatchNorm's epsilon is set to its float32 value on the
   PyTorch side too);
@@ -61,10 +62,14 @@ def test_architecture_trains_as_in_pytorch(name):
     first = [step(model, *data[0]) for model in (plain, ours)]
     assert abs(first[1] - first[0]) <= 1e-9 * abs(first[0]), first
     theirs = dict(ours.named_parameters())
+    # A bias that a BatchNorm follows has a gradient of exactly 0 in exact arithmetic: what either
+    # side computes is rounding residue, of the order of float64's epsilon times the gradients it
+    # cancels. Its floor is therefore relative to the model's largest gradient.
+    model_scale = max(p.grad.abs().max().item() for p in plain.parameters())
     for key, p in plain.named_parameters():
         scale = p.grad.abs().max().item()
         diff = (theirs[key].grad - p.grad).abs().max().item()
-        assert diff <= 1e-6 * scale + 1e-14, f"{key}: {diff} (largest {scale})"
+        assert diff <= 1e-6 * scale + 1e-12 * model_scale, f"{key}: {diff} (largest {scale}; model {model_scale})"
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.002, momentum=0.9) for m in (plain, ours)]
     for i, (x, y) in enumerate(data[1:]):
         losses = []
