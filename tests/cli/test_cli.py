@@ -179,6 +179,30 @@ def test_run_writes_outputs_and_reports_them(tmp_path):
     np.testing.assert_array_equal(np.load(out_file), np.maximum(x, 0))
 
 
+def test_kiln_sgemm_picks_the_product_library_and_refuses_other_values(tmp_path):
+    """KILN_SGEMM (src/kernels/cpu/blas.h): onednn and openblas (OpenBLAS's OpenMP build, where
+    installed) give numpy's product within float32 rounding; any other value is an error naming it."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])], "matmul",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [5, 7]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [7, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 3])])
+    model = save_model(graph, tmp_path / "matmul.onnx")
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal((7, 3)).astype(np.float32)
+    inputs = ["-i", f"a={npy(tmp_path / 'a.npy', a)}", "-i", f"b={npy(tmp_path / 'b.npy', b)}"]
+    choices = ["onednn"]
+    if Path("/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0").exists():
+        choices.append("openblas")
+    for choice in choices:
+        out = tmp_path / choice
+        proc = run_kiln("run", model, *inputs, "--output-dir", out, env={"KILN_SGEMM": choice})
+        assert proc.returncode == 0, proc.stderr
+        np.testing.assert_allclose(np.load(out / "y.npy"), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    assert_error(run_kiln("run", model, *inputs, env={"KILN_SGEMM": "mkl"}), "KILN_SGEMM='mkl'",
+                 "expected onednn or openblas")
+
+
 def test_run_repeat_prints_timing(tmp_path):
     model = relu_model(tmp_path / "relu.onnx")
     x = npy(tmp_path / "x.npy", np.ones((4, 3), np.float32))

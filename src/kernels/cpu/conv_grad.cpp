@@ -29,10 +29,6 @@ std::array<bool, 3> output_mask(const Node& node) {
   return out;
 }
 
-namespace {
-bool is_reference(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }
-}  // namespace
-
 bool DnnlConv::build(const Problem& pr, bool forward, bool data, bool weights, bool bias, memory::data_type dt,
                      bool native_only) {
   has_bias_ = weights && bias;
@@ -71,7 +67,7 @@ bool DnnlConv::build(const Problem& pr, bool forward, bool data, bool weights, b
       const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                               xa, wa, ya, strides, dilations, pl, pr_);
       const dnnl::convolution_forward::primitive_desc pd(d, dnnl_util::engine());
-      if (native_only && is_reference(pd.impl_info_str())) return false;
+      if (native_only && dnnl_util::is_reference(pd.impl_info_str())) return false;
       fw_x_ = dnnl_util::operand(xp, pd.src_desc(), false);
       fw_w_ = dnnl_util::operand(wp, pd.weights_desc(), false);
       fw_y_ = dnnl_util::operand(yp, pd.dst_desc(), true);
@@ -81,7 +77,7 @@ bool DnnlConv::build(const Problem& pr, bool forward, bool data, bool weights, b
       const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, xa, wa, ya, strides, dilations,
                                                     pl, pr_);
       const dnnl::convolution_backward_data::primitive_desc pd(d, dnnl_util::engine(), hint);
-      if (native_only && is_reference(pd.impl_info_str())) return false;
+      if (native_only && dnnl_util::is_reference(pd.impl_info_str())) return false;
       bd_dy_ = dnnl_util::operand(yp, pd.diff_dst_desc(), false);
       bd_w_ = dnnl_util::operand(wp, pd.weights_desc(), false);
       bd_dx_ = dnnl_util::operand(xp, pd.diff_src_desc(), true);
@@ -94,7 +90,7 @@ bool DnnlConv::build(const Problem& pr, bool forward, bool data, bool weights, b
                     : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, xa, wa, ya, strides,
                                                                dilations, pl, pr_);
       const dnnl::convolution_backward_weights::primitive_desc pd(d, dnnl_util::engine(), hint);
-      if (native_only && is_reference(pd.impl_info_str())) return false;
+      if (native_only && dnnl_util::is_reference(pd.impl_info_str())) return false;
       bw_x_ = dnnl_util::operand(xp, pd.src_desc(), false);
       bw_dy_ = dnnl_util::operand(yp, pd.diff_dst_desc(), false);
       bw_dw_ = dnnl_util::operand(wp, pd.diff_weights_desc(), true);

@@ -98,6 +98,11 @@ Operand operand(const dnnl::memory::desc& plain, const dnnl::memory::desc& inner
   return o;
 }
 
+bool is_reference(const char* impl) {
+  const std::string name(impl);
+  return name.rfind("ref", 0) == 0 || name.rfind("simple", 0) == 0;
+}
+
 void bind(int arg, const Operand& o, const Tensor& t, std::unordered_map<int, dnnl::memory>& args) {
   if (!o.reordered()) {
     args[arg] = memory_of(o.plain, t);

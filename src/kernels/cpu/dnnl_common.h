@@ -71,6 +71,10 @@ struct Operand {
   bool reordered() const { return plain != inner; }
 };
 Operand operand(const dnnl::memory::desc& plain, const dnnl::memory::desc& inner, bool is_output);
+
+// Whether oneDNN picked one of its reference implementations ("ref:any", "simple_nchw:any"): plain
+// loops, many times slower than its vector code (primitive_desc::impl_info_str()).
+bool is_reference(const char* impl);
 // Binds input tensor t as argument `arg`, reordering it into the primitive's layout when needed.
 void bind(int arg, const Operand& o, const Tensor& t, std::unordered_map<int, dnnl::memory>& args);
 // Binds output tensor t as `arg`: directly, or through the operand's buffer (see finish_output).

@@ -119,6 +119,15 @@ class MatMulBase : public Kernel {
   MatMulShape shape_of(const Shape& a, const Shape& b) const {
     return shape_of(TensorMeta{DType::Float32, a, false, Tensor()}, TensorMeta{DType::Float32, b, false, Tensor()});
   }
+  // The product as one row-major GEMM, when it is one: A's batch folded into M (B shared, A read
+  // as it is stored) or a single pair of matrices. Batches of pairs have none.
+  std::optional<blas::GemmShape> single_product(const MatMulShape& s) const {
+    const int64_t lda = trans_a_ ? s.m : s.k, ldb = trans_b_ ? s.k : s.n;
+    if (s.b_single() && !trans_a_)
+      return blas::GemmShape{false, trans_b_, numel(s.a_batch) * s.m, s.n, s.k, lda, ldb, s.n};
+    if (numel(s.batch) == 1) return blas::GemmShape{trans_a_, trans_b_, s.m, s.n, s.k, lda, ldb, s.n};
+    return std::nullopt;
+  }
   // An operand as the product sees it: its last two axes swapped when `trans`.
   TensorMeta operand(const TensorMeta& m, bool trans, const char* name) const {
     if (!trans) return m;
@@ -180,13 +189,10 @@ class MatMulDnnl final : public MatMulBase {
     built_ = true;
     blas_.reset();
     if (numel(s_.out) == 0 || s_.k == 0) return;  // nothing for oneDNN to do
-    // One float32 product (a batch folded into M, or no batch) on OpenBLAS where it is faster
-    // (blas.h); batches of products stay on oneDNN's batched matmul.
-    const int64_t lda = trans_a_ ? s_.m : s_.k, ldb = trans_b_ ? s_.k : s_.n;
+    // One float32 product on OpenBLAS where it is faster (blas.h); batches of products stay on
+    // oneDNN's batched matmul.
     if (dt_ == dnnl_dt::f32 && !float_out_ && blas::openblas_sgemm()) {
-      if (s_.b_single() && !trans_a_)
-        blas_ = blas::GemmShape{false, trans_b_, numel(s_.a_batch) * s_.m, s_.n, s_.k, lda, ldb, s_.n};
-      else if (numel(s_.batch) == 1) blas_ = blas::GemmShape{trans_a_, trans_b_, s_.m, s_.n, s_.k, lda, ldb, s_.n};
+      blas_ = single_product(s_);
       if (blas_) return;
     }
     if (s_.b_single() && !trans_a_) {
@@ -237,12 +243,8 @@ class MatMulF64 final : public MatMulBase {
     const double* pa = a.data<double>();
     const double* pb = b.data<double>();
     double* py = y.data<double>();
+    if (const std::optional<blas::GemmShape> one = single_product(s)) return blas::dgemm(*one, 1.0, pa, pb, 0.0, py);
     const int64_t lda = trans_a_ ? s.m : s.k, ldb = trans_b_ ? s.k : s.n;
-    if (s.b_single() && !trans_a_) {
-      const int64_t rows = numel(s.a_batch) * s.m;
-      blas::dgemm({false, trans_b_, rows, s.n, s.k, lda, ldb, s.n}, 1.0, pa, pb, 0.0, py);
-      return;
-    }
     const auto pairs = batch_pairs(s);
     for (size_t i = 0; i < pairs.size(); ++i)
       blas::dgemm({trans_a_, trans_b_, s.m, s.n, s.k, lda, ldb, s.n}, 1.0, pa + pairs[i].first * s.m * s.k,
@@ -376,6 +378,10 @@ class GemmBase : public Kernel {
   float alpha() const { return node_.attr_float("alpha", 1.f); }
   float beta() const { return node_.attr_float("beta", 1.f); }
   bool uses_c() const { return g_.has_c && beta() != 0.f; }
+  // The product as BLAS takes it (row-major, operands as stored).
+  blas::GemmShape blas_shape() const {
+    return {g_.trans_a, g_.trans_b, g_.m, g_.n, g_.k, g_.trans_a ? g_.m : g_.k, g_.trans_b ? g_.k : g_.n, g_.n};
+  }
   GemmShape g_;
 };
 
@@ -404,12 +410,9 @@ class GemmDnnl final : public GemmBase {
         for (int64_t i = 0; i < y.numel(); ++i) py[i] = uses_c() ? beta() * py[i] : 0.f;
         return;
       }
-      if (blas::openblas_sgemm()) {
-        const blas::GemmShape shape{
-            g_.trans_a, g_.trans_b, g_.m, g_.n, g_.k, g_.trans_a ? g_.m : g_.k, g_.trans_b ? g_.k : g_.n, g_.n};
-        return blas::sgemm(shape, alpha(), ctx.input(0).data<float>(), ctx.input(1).data<float>(),
+      if (blas::openblas_sgemm())
+        return blas::sgemm(blas_shape(), alpha(), ctx.input(0).data<float>(), ctx.input(1).data<float>(),
                            uses_c() ? beta() : 0.f, py);
-      }
     }
     dnnl_util::execute(prim_,
                        {{DNNL_ARG_SRC, dnnl_util::memory_of(a_, ctx.input(0))},
@@ -457,9 +460,7 @@ class GemmF64 final : public GemmBase {
       for (int64_t i = 0; i < y.numel(); ++i) py[i] = uses_c() ? b * py[i] : 0.0;
       return;
     }
-    const blas::GemmShape shape{
-        g_.trans_a, g_.trans_b, g_.m, g_.n, g_.k, g_.trans_a ? g_.m : g_.k, g_.trans_b ? g_.k : g_.n, g_.n};
-    blas::dgemm(shape, double(alpha()), ctx.input(0).data<double>(), ctx.input(1).data<double>(), b, py);
+    blas::dgemm(blas_shape(), double(alpha()), ctx.input(0).data<double>(), ctx.input(1).data<double>(), b, py);
   }
 };
 

@@ -99,19 +99,15 @@ class PoolKernel : public Kernel {
     // ("simple_nchw"), 10-20x slower than its vector code on channel-blocked or channels-last
     // layouts: there the input is reordered into the first such layout oneDNN vectorises.
     for (const memory::format_tag tag : blocked_tags(x_.size())) {
-      if (!is_reference(pd)) break;
+      if (!dnnl_util::is_reference(pd.impl_info_str())) break;
       auto blocked = make(memory::desc(to_dims(x_), dt, tag), memory::desc(to_dims(y_), dt, memory::format_tag::any));
-      if (!is_reference(blocked)) pd = blocked;
+      if (!dnnl_util::is_reference(blocked.impl_info_str())) pd = blocked;
     }
     x_op_ = dnnl_util::operand(plain_x, pd.src_desc(), false);
     y_op_ = dnnl_util::operand(plain_y, pd.dst_desc(), true);
     prim_ = dnnl::pooling_v2_forward(pd);
   }
 
-  static bool is_reference(const dnnl::pooling_v2_forward::primitive_desc& pd) {
-    const std::string impl = pd.impl_info_str();
-    return impl.rfind("simple", 0) == 0 || impl.rfind("ref", 0) == 0;
-  }
   // The layouts oneDNN's vector pooling takes, for a 1-D, 2-D or 3-D input: 8 and 16 channels
   // per block (AVX2 and AVX-512 code), then channels last (its integer code).
   static std::vector<memory::format_tag> blocked_tags(size_t rank) {
