@@ -27,8 +27,10 @@ namespace kiln {
 struct SessionOptions {
   int num_threads = 0;   // 0: all cores
   bool profile = false;  // time every kernel call (see Session::profile())
-  // Rewrite chains of standard ops into Kiln's fused ops before planning (GELU: ir/fusion.h); a
-  // chain whose intermediate values the graph returns or reads elsewhere stays as it is.
+  // Rewrite chains of standard ops into Kiln's fused ops before planning (GELU, attention, ...:
+  // ir/fusion.h), and hold convolutional networks' activations channels last between their
+  // convolutions (the layout pass); a chain whose intermediate values the graph returns or reads
+  // elsewhere stays as it is.
   bool fuse = true;
 };
 

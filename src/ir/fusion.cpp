@@ -420,7 +420,7 @@ size_t fuse(Model& model, bool for_training) {
   // Not in the gradient builder's forward graph, whose products have no Casts yet and whose
   // gradient rules do not take out_dtype.
   if (for_training) return n + m;
-  return n + m + fold_result_casts_into_products(model) + forward_identities(model);
+  return n + m + fold_result_casts_into_products(model) + to_channels_last(model) + forward_identities(model);
 }
 
 }  // namespace kiln

@@ -4,10 +4,13 @@ masks no two libraries draw alike), and
 
 - in float64, the first step's loss equals PyTorch's within 1e-9 relative and every parameter's
   gradient within 1e-6 of that parameter's largest (plus 1e-12 of the model's largest, for the
-  biases a BatchNorm follows, whose gradient is rounding residue), then three SGD steps keep the losses within
-  1e-7 relative (not 1e-15: ONNX's float attributes are float32, so HardSigmoid's alpha is 1/6
-  rounded to float32 in the exported graph; BatchNorm's epsilon is set to its float32 value on the
-  PyTorch side too);
+  biases a BatchNorm follows, whose gradient is rounding residue), then three SGD steps keep the losses
+  within 1e-7, 1e-7 and 1e-5 relative: ONNX's float attributes are float32 (HardSigmoid's alpha is
+  1/6 rounded to float32 in the exported graph; BatchNorm's epsilon is set to its float32 value on
+  the PyTorch side too), and at batch 2 training amplifies any difference about 100-fold a step:
+  regnet_y_400mf's losses differ by 2e-15, 8e-12, 8e-10, 1.7e-7, 6e-6 and 8e-3 relative over its
+  first step and five SGD steps (2026-12-02, an Intel Xeon; the same order as rounding alone, which
+  moves with the CPU's summation order);
 - in float32 (oneDNN's kernels), the logits are within 1e-4 of their largest.
 
 Float32 gradients are not compared element by element: at batch 2 and 64x64 pixels a BatchNorm
@@ -77,7 +80,8 @@ def test_architecture_trains_as_in_pytorch(name):
             opt.step()
             opt.zero_grad(set_to_none=True)
             losses.append(step(model, x, y))
-        assert abs(losses[1] - losses[0]) <= 1e-7 * abs(losses[0]), f"step {i + 1}: {losses}"
+        bound = max(1e-7, 1e-9 * 100**i)  # the ~100-fold growth a step (the module docstring)
+        assert abs(losses[1] - losses[0]) <= bound * abs(losses[0]), f"step {i + 1}: {losses}"
 
     plain32 = build(name)
     x32 = data[0][0].float()

@@ -1,11 +1,22 @@
 // Conv (1-D, 2-D, 3-D; groups, dilations, strides, explicit or automatic padding, optional bias) on
 // oneDNN's convolution_forward, built once per planned shape; float64 (which oneDNN lacks, and
 // which gradient checks run in) on the direct loop of conv_common.h.
+//
+// ai.kiln.ConvChannelsLast (registered in conv_fused.cpp) is the same convolution over 2-D maps whose output is
+// channels last
+// ([N, H, W, M]) and whose input is channels last too unless `input_channels_last` is 0, with an
+// optional residual (input 3, ResNet's Add) and `activation` (Relu) applied by oneDNN as it writes
+// the output: the layout pass
+// (ir/channels_last.h) keeps a network's activations that way between convolutions, so that
+// oneDNN's channels-last kernels read and write them in place instead of reordering every call.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 
+#include "core/parallel.h"
 #include "core/scratch.h"
+#include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/conv_common.h"
 #include "kernels/cpu/low_precision.h"
 #include "kiln/kernel.h"
@@ -24,8 +35,8 @@ struct ConvShape {
   Shape y;
 };
 
-ConvShape conv_shape(const Node& node, const InferContext& ctx) {
-  const TensorMeta& x = ctx.input(0);
+// `x` is the input as [N, C, D1, ...] (a channels-last input permuted back).
+ConvShape conv_shape(const Node& node, const TensorMeta& x, const InferContext& ctx) {
   const TensorMeta& w = ctx.input(1);
   ConvShape s;
   s.x = x.shape;
@@ -92,15 +103,65 @@ Product one_product(const ConvShape& s, const TapCrop& c) {
 
 using conv::copy_taps;
 
+// [N, H, W, C] <-> [N, C, H, W].
+Shape nchw_of(const Shape& nhwc) { return {nhwc[0], nhwc[3], nhwc[1], nhwc[2]}; }
+Shape nhwc_of(const Shape& nchw) { return {nchw[0], nchw[2], nchw[3], nchw[1]}; }
+
+// copy_taps for a channels-last input read as one product: w'[m, (taps..., c)] = w[m, c, taps...].
+void copy_taps_channels_last(const float* w, const Shape& wshape, const TapCrop& c, float* out) {
+  const std::vector<int64_t> offsets = conv::tap_offsets(wshape, c);
+  const int64_t taps = static_cast<int64_t>(offsets.size()), channels = wshape[1];
+  const int64_t k = numel(wshape) / (wshape[0] * channels);
+  for (int64_t m = 0; m < wshape[0]; ++m)
+    for (int64_t t = 0; t < taps; ++t)
+      for (int64_t ch = 0; ch < channels; ++ch)
+        out[(m * taps + t) * channels + ch] = w[(m * channels + ch) * k + offsets[size_t(t)]];
+}
+
+// How a ConvChannelsLast node lays out its operands and what it applies to its output.
+struct Layout {
+  bool x_channels_last = false, y_channels_last = false;
+  bool residual = false;  // input 3: added to the convolution before the activation
+  bool relu = false;
+};
+
+Layout layout_of(const Node& node) {
+  if (node.domain != kKilnDomain) return {};
+  const std::string act = node.attr_string("activation", "");
+  if (!act.empty() && act != "Relu")
+    throw InvalidModel(fmt::format("{}: activation '{}' (only Relu, or none)", node.label(), act));
+  const bool residual = node.inputs.size() > 3 && !node.inputs[3].empty();
+  return {node.attr_int("input_channels_last", 1) != 0, true, residual, act == "Relu"};
+}
+
 // float32, or native bfloat16 (low_precision.h), on oneDNN.
 class ConvDnnl final : public NativeBf16Kernel {
  public:
-  ConvDnnl(const Node& node, memory::data_type dt) : NativeBf16Kernel(node), dt_(dt) {}
+  ConvDnnl(const Node& node, memory::data_type dt) : NativeBf16Kernel(node), dt_(dt), layout_(layout_of(node)) {}
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    s_ = conv_shape(node_, ctx);
+    TensorMeta x = ctx.input(0);
+    if ((layout_.x_channels_last || layout_.y_channels_last) && x.shape.size() != 4)
+      throw ShapeError(fmt::format("{}: input {} must have rank 4 (2-D maps)", node_.op_type, x.describe()));
+    if (layout_.x_channels_last) x.shape = nchw_of(x.shape);
+    s_ = conv_shape(node_, x, ctx);
     built_ = false;
     packed_weights_ = memory();
-    return {TensorMeta{ctx.dtype(0), s_.y, ctx.input(0).dynamic, Tensor()}};
+    TensorMeta y{ctx.dtype(0), layout_.y_channels_last ? nhwc_of(s_.y) : s_.y, x.dynamic, Tensor()};
+    conv_out_ = y.shape;
+    broadcast_residual_ = false;
+    if (layout_.residual) {
+      if (ctx.dtype(3) != y.dtype)
+        throw TypeError(fmt::format("{}: the residual {} must have the output's dtype ({})", node_.label(),
+                                    ctx.input(3).describe(), y.describe()));
+      // Add's broadcasting: the sum's shape; anything but two equal shapes is added by a loop.
+      y.shape = broadcast_shapes(conv_out_, ctx.shape(3));
+      broadcast_residual_ = y.shape != conv_out_ || ctx.shape(3) != conv_out_;
+    }
+    return {y};
+  }
+  // The residual's buffer, when no later step reads it: the convolution adds onto it in place.
+  std::optional<size_t> inplace_input() const override {
+    return layout_.residual ? std::optional<size_t>(3) : std::nullopt;
   }
   void prepare(const InferContext& ctx, const std::vector<TensorMeta>&) override {
     if (!built_) build();
@@ -111,7 +172,7 @@ class ConvDnnl final : public NativeBf16Kernel {
     product_weights_ = Tensor();
     if (numel(s_.y) > 0 && ctx.has_value(1) && product_) {
       product_weights_ = Tensor::empty(DType::Float32, {s_.w[0], product_k_});
-      copy_taps(ctx.value(1).contiguous().data<float>(), s_.w, crop_, product_weights_.data<float>());
+      copy_product_taps(ctx.value(1).contiguous().data<float>(), product_weights_.data<float>());
     } else if (numel(s_.y) > 0 && ctx.has_value(1) && wei_.reordered()) {
       const Tensor w = ctx.value(1).contiguous();
       packed_weights_ = memory(wei_.inner, dnnl_util::engine());
@@ -125,6 +186,37 @@ class ConvDnnl final : public NativeBf16Kernel {
     if (!built_) build();
     Tensor& y = ctx.output(0);
     if (y.numel() == 0) return;
+    // Added by a loop after oneDNN ran: a broadcast residual, or one the output overwrites in place.
+    if (broadcast_residual_ || (residual_by_hand_ && y.raw_data() == ctx.input(3).raw_data()))
+      return compute_broadcast(ctx, y);
+    // oneDNN's sum post-op adds what the output holds: the residual, unless it already is there.
+    if (layout_.residual && !residual_by_hand_ && y.raw_data() != ctx.input(3).raw_data())
+      std::memcpy(y.raw_data(), ctx.input(3).raw_data(), y.nbytes());
+    compute_into(ctx, y);
+  }
+
+  // A residual of another shape than the convolution's output (Add broadcasting either), or one
+  // the output is written over: the convolution into a tensor of its own, then out = conv +
+  // residual (and the activation) broadcast.
+  void compute_broadcast(ComputeContext& ctx, Tensor& y) {
+    Tensor conv = Tensor::empty(DType::Float32, conv_out_);
+    compute_into(ctx, conv, false);
+    const BroadcastPlan<2> plan = make_broadcast_plan<2>({conv_out_, ctx.input(3).shape()});
+    const float* pa = conv.data<float>();
+    const float* pr = ctx.input(3).data<float>();
+    float* py = y.data<float>();
+    const bool relu = layout_.relu;
+    broadcast_for_each(
+        plan, [&](int64_t out, const std::array<int64_t, 2>& in, const std::array<int64_t, 2>& step, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            const float v = pa[in[0] + i * step[0]] + pr[in[1] + i * step[1]];
+            py[out + i] = relu ? std::max(0.f, v) : v;
+          }
+        });
+  }
+
+  // The convolution (with the post-ops oneDNN applies) into y, of the convolution's output shape.
+  void compute_into(ComputeContext& ctx, Tensor& y, bool add_by_hand = true) {
     if (product_) return run_product(ctx, y);
     std::unordered_map<int, memory> args;
     dnnl_util::bind(DNNL_ARG_SRC, src_, ctx.input(0), args);
@@ -134,6 +226,7 @@ class ConvDnnl final : public NativeBf16Kernel {
     dnnl_util::bind_output(DNNL_ARG_DST, dst_, y, args);
     dnnl_util::execute(prim_, args, "convolution");
     dnnl_util::finish_output(dst_, y, "the convolution output");
+    if (residual_by_hand_ && add_by_hand) add_residual(ctx.input(3), y);
   }
 
   // bfloat16: whether oneDNN has a bfloat16 convolution for these shapes, not its reference loops.
@@ -153,15 +246,18 @@ class ConvDnnl final : public NativeBf16Kernel {
     const float* w = product_weights_.defined() ? product_weights_.data<float>() : nullptr;
     if (w == nullptr) {
       auto* cropped = static_cast<float*>(scratch_take(static_cast<size_t>(s_.w[0] * product_k_) * sizeof(float)));
-      copy_taps(ctx.input(1).data<float>(), s_.w, crop_, cropped);
+      copy_product_taps(ctx.input(1).data<float>(), cropped);
       w = cropped;
     }
     const int64_t m = s_.w[0];
     const float* x = ctx.input(0).data<float>();
     if (product_stride_ > 1) {  // x[:, :, 0...] gathered (oneDNN's strided matmul source is a slow reference loop)
-      const int64_t rows = s_.x[0] * s_.x[1];
+      const int64_t rows = s_.x[0] * s_.x[1], c = s_.x[1];
       auto* gathered = static_cast<float*>(scratch_take(static_cast<size_t>(rows) * sizeof(float)));
-      for (int64_t r = 0; r < rows; ++r) gathered[r] = x[r * product_stride_];
+      if (layout_.x_channels_last)  // x[n, 0, 0, :] is the first C elements of each image
+        for (int64_t r = 0; r < rows; ++r) gathered[r] = x[(r / c) * product_stride_ * c + r % c];
+      else
+        for (int64_t r = 0; r < rows; ++r) gathered[r] = x[r * product_stride_];
       x = gathered;
     }
     std::unordered_map<int, memory> args{
@@ -172,8 +268,38 @@ class ConvDnnl final : public NativeBf16Kernel {
     dnnl_util::execute(product_prim_, args, "convolution as a matrix product");
   }
 
+  // The cropped taps as the product reads them: in the input's order of channels and taps.
+  void copy_product_taps(const float* w, float* out) const {
+    if (layout_.x_channels_last) copy_taps_channels_last(w, s_.w, crop_, out);
+    else copy_taps(w, s_.w, crop_, out);
+  }
+
+  // The fused residual and activation as oneDNN post-ops (none: default attributes).
+  dnnl::primitive_attr attributes() const {
+    dnnl::primitive_attr attr;
+    // Added (and the activation applied) after oneDNN ran: residual_by_hand_, compute_broadcast.
+    if (residual_by_hand_ || broadcast_residual_) return attr;
+    dnnl::post_ops ops;
+    if (layout_.residual) ops.append_sum(1.f);
+    if (layout_.relu) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(ops);
+    return attr;
+  }
+
+  // Where oneDNN's convolution would write another layout than the output's: y += residual, then
+  // the activation, by a loop after it.
+  void add_residual(const Tensor& r, Tensor& y) const {
+    const float* pr = r.data<float>();
+    float* py = y.data<float>();
+    const bool relu = layout_.relu;
+    parallel_for(y.numel(), 16384, [=](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) py[i] = relu ? std::max(0.f, py[i] + pr[i]) : py[i] + pr[i];
+    });
+  }
+
   void build() {
     built_ = true;
+    residual_by_hand_ = false;
     if (numel(s_.y) == 0) return;
     crop_ = crop_taps(s_.x, s_.win);
     // The matrix-product shortcut copies float32 taps; bfloat16 takes the convolution.
@@ -187,14 +313,14 @@ class ConvDnnl final : public NativeBf16Kernel {
       product_w_ = dnnl_util::strided_desc({k, m}, {1, k});  // w' [M, K] read transposed
       product_y_ = dnnl_util::plain_desc({n, m});
       const memory::desc bias = s_.has_bias ? dnnl_util::plain_desc({1, m}) : memory::desc();
-      product_prim_ =
-          dnnl_util::checked(fmt::format("build a matrix product for convolution input float{} and weight "
-                                         "float{}",
-                                         to_string(s_.x), to_string(s_.w)),
-                             [&] {
-                               return dnnl::matmul(dnnl::matmul::primitive_desc(
-                                   dnnl::matmul::desc(product_x_, product_w_, bias, product_y_), dnnl_util::engine()));
-                             });
+      product_prim_ = dnnl_util::checked(
+          fmt::format("build a matrix product for convolution input float{} and weight "
+                      "float{}",
+                      to_string(s_.x), to_string(s_.w)),
+          [&] {
+            return dnnl::matmul(dnnl::matmul::primitive_desc(
+                dnnl::matmul::desc(product_x_, product_w_, bias, product_y_), attributes(), dnnl_util::engine()));
+          });
       return;
     }
     Shape wdims = s_.w;
@@ -215,7 +341,11 @@ class ConvDnnl final : public NativeBf16Kernel {
       wp = wp.submemory_desc(to_dims(cropped), to_dims(offsets));
       wdims = cropped;
     }
-    const memory::desc xp = dnnl_util::plain_desc(s_.x, dt_), yp = dnnl_util::plain_desc(s_.y, dt_);
+    // Kiln's tensors: row-major, channels first or (ConvChannelsLast) last.
+    auto tensor_desc = [&](const Shape& s, bool channels_last) {
+      return channels_last ? memory::desc(to_dims(s), dt_, memory::format_tag::nhwc) : dnnl_util::plain_desc(s, dt_);
+    };
+    const memory::desc xp = tensor_desc(s_.x, layout_.x_channels_last), yp = tensor_desc(s_.y, layout_.y_channels_last);
     const memory::desc bp = s_.has_bias ? dnnl_util::plain_desc({s_.w[0]}, dt_) : memory::desc();
     std::vector<int64_t> dil = s_.win.dilations;
     for (int64_t& d : dil) d -= 1;  // oneDNN counts the holes between taps
@@ -223,13 +353,22 @@ class ConvDnnl final : public NativeBf16Kernel {
     const std::string what =
         fmt::format("build a convolution for input {}{} and weight {}{}", type, to_string(s_.x), type, to_string(s_.w));
     auto any = [&](const Shape& s) { return memory::desc(to_dims(s), dt_, memory::format_tag::any); };
-    dnnl::convolution_forward::primitive_desc pd = dnnl_util::checked(what, [&] {
-      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                        conv::blocked_input(s_.x[1]) ? any(s_.x) : xp, any(wdims), bp, any(s_.y),
-                                        to_dims(s_.win.strides), to_dims(dil), to_dims(crop.pad_begin),
-                                        to_dims(crop.pad_end));
-      return dnnl::convolution_forward::primitive_desc(d, dnnl_util::engine());
-    });
+    // With a residual the output is written in its own layout, which the sum post-op reads.
+    auto make = [&](const memory::desc& y) {
+      return dnnl_util::checked(what, [&] {
+        dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                          conv::blocked_input(s_.x[1]) ? any(s_.x) : xp, any(wdims), bp, y,
+                                          to_dims(s_.win.strides), to_dims(dil), to_dims(crop.pad_begin),
+                                          to_dims(crop.pad_end));
+        return dnnl::convolution_forward::primitive_desc(d, attributes(), dnnl_util::engine());
+      });
+    };
+    const bool sum = layout_.residual && !broadcast_residual_;
+    dnnl::convolution_forward::primitive_desc pd = make(sum ? yp : any(s_.y));
+    if (sum && dnnl_util::is_reference(pd.impl_info_str())) {
+      residual_by_hand_ = true;
+      pd = make(any(s_.y));
+    }
     dnnl_util::checked(what, [&] {
       src_ = dnnl_util::operand(xp, pd.src_desc(), false);
       wei_ = dnnl_util::operand(wp, pd.weights_desc(), false);
@@ -241,7 +380,11 @@ class ConvDnnl final : public NativeBf16Kernel {
   }
 
   memory::data_type dt_;
-  std::string impl_;  // oneDNN's implementation ("brgconv:avx512_core", "ref:any", ...)
+  Layout layout_;
+  bool residual_by_hand_ = false;    // the residual added after oneDNN ran (it wanted another output layout)
+  bool broadcast_residual_ = false;  // the residual's shape is not the convolution's: compute_broadcast
+  Shape conv_out_;                   // the convolution's own output shape
+  std::string impl_;                 // oneDNN's implementation ("brgconv:avx512_core", "ref:any", ...)
   ConvShape s_;
   bool built_ = false;
   dnnl_util::Operand src_, wei_, dst_;
@@ -261,7 +404,7 @@ class ConvF64 final : public Kernel {
  public:
   using Kernel::Kernel;
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    const ConvShape s = conv_shape(node_, ctx);
+    const ConvShape s = conv_shape(node_, ctx.input(0), ctx);
     p_ = conv::Problem{s.x, s.w, s.y, s.group, s.win.strides, s.win.dilations, s.win.pad_begin, s.win.pad_end};
     has_bias_ = s.has_bias;
     return {TensorMeta{ctx.dtype(0), s.y, ctx.input(0).dynamic, Tensor()}};
@@ -288,4 +431,7 @@ const KernelRegistrar conv_bf16(
 const KernelRegistrar conv_f16({"", "Conv", 1, kMaxOpset, {DType::Float16}}, via_float32(make_f32));
 
 }  // namespace
+
+std::unique_ptr<Kernel> conv::make_conv_f32(const Node& n) { return make_f32(n); }
+
 }  // namespace kiln

@@ -11,13 +11,22 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/parallel.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "kiln/tensor.h"
 
+namespace kiln {
+class Kernel;
+struct Node;
+}  // namespace kiln
+
 namespace kiln::conv {
+
+// The float32 Conv kernel (conv.cpp); for an ai.kiln.ConvChannelsLast node, its channels-last form.
+std::unique_ptr<Kernel> make_conv_f32(const Node& n);
 
 struct Problem {
   Shape x, w, y;  // conv-direction shapes, ONNX layouts

@@ -3,6 +3,11 @@
 // reduction primitive. MaxPool's optional Indices output is computed by a plain loop instead, since
 // oneDNN's workspace does not hold ONNX's flat indices. float64 (which oneDNN lacks, and which
 // gradient checks run in) runs plain loops.
+//
+// ai.kiln.MaxPoolChannelsLast / AveragePoolChannelsLast (registered in pool_fused.cpp) pool 2-D maps held channels last
+// ([N, H, W, C] in and out), and ai.kiln.GlobalAveragePoolChannelsLast / GlobalMaxPoolChannelsLast
+// reduce such maps to [N, C, 1, 1] (channels first again, which for one position is the same
+// bytes): the ops of the layout pass (ir/channels_last.h). Float32.
 #include <fmt/format.h>
 
 #include <cstring>
@@ -19,6 +24,30 @@ namespace {
 using dnnl::memory;
 using dnnl_util::to_dims;
 
+// [N, H, W, C] <-> [N, C, H, W].
+Shape nchw_of(const Shape& nhwc) { return {nhwc[0], nhwc[3], nhwc[1], nhwc[2]}; }
+Shape nhwc_of(const Shape& nchw) { return {nchw[0], nchw[2], nchw[3], nchw[1]}; }
+
+bool is_channels_last(const Node& node) {
+  return node.domain == kKilnDomain && node.op_type.size() > 12 &&
+         node.op_type.compare(node.op_type.size() - 12, 12, "ChannelsLast") == 0;
+}
+
+// The input as [N, C, D1, ...]: a channels-last one (rank 4) permuted back.
+TensorMeta channels_first(const Node& node, const TensorMeta& x) {
+  if (!is_channels_last(node)) return x;
+  if (x.shape.size() != 4)
+    throw ShapeError(fmt::format("{}: input {} must have rank 4 ([N, H, W, C])", node.op_type, x.describe()));
+  TensorMeta m = x;
+  m.shape = nchw_of(x.shape);
+  return m;
+}
+
+// Kiln's tensor for a shape given as [N, C, H, W]: row-major, channels first or last.
+memory::desc tensor_desc(const Shape& nchw, memory::data_type dt, bool channels_last) {
+  return channels_last ? memory::desc(to_dims(nchw), dt, memory::format_tag::nhwc) : dnnl_util::plain_desc(nchw, dt);
+}
+
 void check_pool_input(const char* op, const TensorMeta& x, size_t max_spatial) {
   if (x.shape.size() < 3)
     throw ShapeError(
@@ -31,10 +60,10 @@ void check_pool_input(const char* op, const TensorMeta& x, size_t max_spatial) {
 // MaxPool and AveragePool: the shared window arithmetic and oneDNN primitive.
 class PoolKernel : public Kernel {
  public:
-  PoolKernel(const Node& node, const char* op) : Kernel(node), op_(op) {}
+  PoolKernel(const Node& node, const char* op) : Kernel(node), op_(op), channels_last_(is_channels_last(node)) {}
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    const TensorMeta& x = ctx.input(0);
+    const TensorMeta x = channels_first(node_, ctx.input(0));
     check_pool_input(op_, x, 3);
     x_ = x.shape;
     dtype_ = x.dtype;
@@ -52,7 +81,7 @@ class PoolKernel : public Kernel {
     y_ = {x.shape[0], x.shape[1]};
     y_.insert(y_.end(), win_.out.begin(), win_.out.end());
     built_ = false;
-    return {TensorMeta{x.dtype, y_, x.dynamic, Tensor()}};
+    return {TensorMeta{x.dtype, channels_last_ ? nhwc_of(y_) : y_, x.dynamic, Tensor()}};
   }
 
   void prepare(const InferContext&, const std::vector<TensorMeta>&) override {
@@ -85,7 +114,7 @@ class PoolKernel : public Kernel {
     for (int64_t& d : dil) d -= 1;  // oneDNN counts the holes between taps
     const std::string what = fmt::format("build {} for input {}{} (kernel [{}])", op_, dtype_name(dtype_),
                                          to_string(x_), fmt::join(win_.kernel, ", "));
-    const memory::desc plain_x = dnnl_util::plain_desc(x_, dt), plain_y = dnnl_util::plain_desc(y_, dt);
+    const memory::desc plain_x = tensor_desc(x_, dt, channels_last_), plain_y = tensor_desc(y_, dt, channels_last_);
     auto make = [&](const memory::desc& x, const memory::desc& y) {
       return dnnl_util::checked(what, [&] {
         dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, algorithm(), x, y, to_dims(win_.strides),
@@ -118,7 +147,8 @@ class PoolKernel : public Kernel {
   }
 
   const char* op_;
-  Shape x_, y_;
+  bool channels_last_;
+  Shape x_, y_;  // as [N, C, D1, ...]
   DType dtype_ = DType::Float32;
   dnnl_util::Window win_;
   bool built_ = false;
@@ -188,6 +218,7 @@ class MaxPoolKernel final : public PoolKernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     std::vector<TensorMeta> out = PoolKernel::infer(ctx);
     if (node_.outputs.size() > 1 && !node_.outputs[1].empty()) {
+      if (channels_last_) throw InvalidModel(fmt::format("{}: has no Indices output", node_.label()));
       column_major_ = node_.attr_int("storage_order", 0) != 0;
       if (column_major_ && x_.size() > 4)
         throw Unsupported(fmt::format("MaxPool: storage_order=1 (column-major Indices) for the 3-D input {}{}",
@@ -229,6 +260,13 @@ class MaxPoolKernel final : public PoolKernel {
 class AveragePoolKernel final : public PoolKernel {
  public:
   explicit AveragePoolKernel(const Node& node) : PoolKernel(node, "AveragePool") {}
+
+  std::vector<TensorMeta> infer(const InferContext& ctx) override {
+    std::vector<TensorMeta> out = PoolKernel::infer(ctx);
+    if (channels_last_ && include_pad() && win_.extended())
+      throw Unsupported(fmt::format("{}: count_include_pad with ceil_mode's extra window", node_.label()));
+    return out;
+  }
 
  protected:
   // count_include_pad counts the explicit pads but never ceil_mode's extra partial window (ONNX
@@ -297,10 +335,11 @@ class AveragePoolKernel final : public PoolKernel {
 
 class GlobalPoolKernel final : public Kernel {
  public:
-  GlobalPoolKernel(const Node& node, dnnl::algorithm alg) : Kernel(node), alg_(alg) {}
+  GlobalPoolKernel(const Node& node, dnnl::algorithm alg)
+      : Kernel(node), alg_(alg), channels_last_(is_channels_last(node)) {}
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
-    const TensorMeta& x = ctx.input(0);
+    const TensorMeta x = channels_first(node_, ctx.input(0));
     check_pool_input(node_.op_type.c_str(), x, DNNL_MAX_NDIMS - 2);
     x_ = x.shape;
     dtype_ = x.dtype;
@@ -326,17 +365,32 @@ class GlobalPoolKernel final : public Kernel {
       return;
     }
     if (!built_) build();
-    dnnl_util::execute(prim_,
-                       {{DNNL_ARG_SRC, dnnl_util::memory_of(dnnl_util::plain_desc(x_), ctx.input(0))},
-                        {DNNL_ARG_DST, dnnl_util::memory_of(dnnl_util::plain_desc(y_), y)}},
-                       node_.op_type);
+    dnnl_util::execute(
+        prim_,
+        {{DNNL_ARG_SRC, dnnl_util::memory_of(tensor_desc(x_, memory::data_type::f32, channels_last_), ctx.input(0))},
+         {DNNL_ARG_DST, dnnl_util::memory_of(tensor_desc(y_, memory::data_type::f32, channels_last_), y)}},
+        node_.op_type);
   }
 
  private:
   void build() {
     built_ = true;
     if (numel(x_) == 0 || numel(x_) == numel(y_)) return;
-    prim_ = dnnl_util::checked(fmt::format("build {} for input float{}", node_.op_type, to_string(x_)), [&] {
+    const std::string what = fmt::format("build {} for input float{}", node_.op_type, to_string(x_));
+    if (channels_last_) {  // oneDNN's reduction of channels-last maps is its reference loop; its pooling is not
+      const memory::desc x = tensor_desc(x_, memory::data_type::f32, true),
+                         y = tensor_desc(y_, memory::data_type::f32, true);
+      const bool mean = alg_ == dnnl::algorithm::reduction_mean;
+      prim_ = dnnl_util::checked(what, [&] {
+        dnnl::pooling_v2_forward::desc d(
+            dnnl::prop_kind::forward_inference,
+            mean ? dnnl::algorithm::pooling_avg_exclude_padding : dnnl::algorithm::pooling_max, x, y, {1, 1},
+            {x_[2], x_[3]}, {0, 0}, {0, 0}, {0, 0});
+        return dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(d, dnnl_util::engine()));
+      });
+      return;
+    }
+    prim_ = dnnl_util::checked(what, [&] {
       dnnl::reduction::desc d(alg_, dnnl_util::plain_desc(x_), dnnl_util::plain_desc(y_), 0.f, 0.f);
       return dnnl::reduction(dnnl::reduction::primitive_desc(d, dnnl_util::engine()));
     });
@@ -359,10 +413,11 @@ class GlobalPoolKernel final : public Kernel {
   }
 
   dnnl::algorithm alg_;
+  bool channels_last_;
   DType dtype_ = DType::Float32;
-  Shape x_, y_;
+  Shape x_, y_;  // as [N, C, D1, ...]
   bool built_ = false;
-  dnnl::reduction prim_;
+  dnnl::primitive prim_;  // a reduction, or (channels last) a pooling over the whole map
 };
 
 const KernelRegistrar max_pool_f32({"", "MaxPool", 1, kMaxOpset, {DType::Float32, DType::Float64}},
@@ -381,4 +436,11 @@ const KernelRegistrar global_max_f32({"", "GlobalMaxPool", 1, kMaxOpset, {DType:
                                      });
 
 }  // namespace
+
+std::unique_ptr<Kernel> pool::make_max_pool(const Node& n) { return std::make_unique<MaxPoolKernel>(n); }
+std::unique_ptr<Kernel> pool::make_average_pool(const Node& n) { return std::make_unique<AveragePoolKernel>(n); }
+std::unique_ptr<Kernel> pool::make_global_pool(const Node& n, bool mean) {
+  return std::make_unique<GlobalPoolKernel>(n, mean ? dnnl::algorithm::reduction_mean : dnnl::algorithm::reduction_max);
+}
+
 }  // namespace kiln

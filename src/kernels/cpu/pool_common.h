@@ -4,13 +4,23 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/dnnl_common.h"
 #include "kiln/graph.h"
 
+namespace kiln {
+class Kernel;
+}  // namespace kiln
+
 namespace kiln::pool {
+
+// pool.cpp's float32 kernels; for the ai.kiln.*ChannelsLast nodes, their channels-last forms.
+std::unique_ptr<Kernel> make_max_pool(const Node& n);
+std::unique_ptr<Kernel> make_average_pool(const Node& n);
+std::unique_ptr<Kernel> make_global_pool(const Node& n, bool mean);
 
 struct WindowTable {
   int64_t in_plane = 1, out_plane = 1;
