@@ -118,8 +118,11 @@ struct Pass {
   Role classify(const Node& n) const {
     const bool x_in = !n.inputs.empty() && in_region(n.inputs[0]);
     const bool one_output = n.outputs.size() == 1 || (n.outputs.size() > 1 && n.outputs[1].empty());
-    if (is_standard(n, {"Conv"}))
-      return n.inputs.size() >= 2 && n.outputs.size() == 1 && conv_weight_ok(g, n.inputs[1]) ? Role::Conv : Role::None;
+    if (is_standard(n, {"Conv"})) {  // weights made by the region's own convolutions stay channels first
+      const bool weights = n.inputs.size() >= 2 && conv_weight_ok(g, n.inputs[1]) && !in_region(n.inputs[1]) &&
+                           (n.inputs.size() < 3 || !in_region(n.inputs[2]));
+      return weights && n.outputs.size() == 1 ? Role::Conv : Role::None;
+    }
     if (is_binary(n)) {
       if (n.outputs.size() != 1) return Role::None;
       bool any = false;

@@ -181,6 +181,21 @@ TEST(ChannelsLast, WhatStays) {
     Model grad = build_gradient_graph(m, {.loss = "loss"}).model;
     EXPECT_EQ(to_channels_last(grad), 0u) << "the training graph was rewritten";
   }
+  {  // a weight the region computes: read channels first, through a Transpose
+    GraphBuilder b("weights", 9);
+    const std::string z = b.input("z", DType::Float32, {4, 4, 5, 5});
+    const std::string x = b.input("x", DType::Float32, {1, 4, 8, 8});
+    const std::string w = b.conv2d(b.conv2d(z, 4, 4, 3, 1, 1, "c1"), 4, 4, 3, 1, 0, "c2");  // [4, 4, 3, 3]
+    b.output(b.op("Conv", {x, w}, {}, "dynamic"), "y", DType::Float32, {1, 4, 6, 6});
+    Model m = b.build();
+    infer_shapes(m);
+    Model cl = m;
+    to_channels_last(cl);
+    EXPECT_EQ(node_named(cl, "dynamic").op_type, "Conv");
+    EXPECT_EQ(count(cl, "Transpose"), 1u);
+    expect_same_outputs(m, {{"z", test_util::random_f32({4, 4, 5, 5}, 15, -1.f, 1.f)},
+                            {"x", test_util::random_f32({1, 4, 8, 8}, 16, -1.f, 1.f)}});
+  }
   {  // a float64 network
     GraphBuilder b("f64", 7);
     const std::string x = b.input("x", DType::Float64, {1, 4, 8, 8});
