@@ -1,7 +1,6 @@
 // The layout pass (fusion.h, to_channels_last): regions of 2-D convolutional networks rewritten to
 // hold their activations channels last, the layout oneDNN's convolution kernels read and write.
-#include <fmt/format.h>
-
+#include <algorithm>
 #include <numeric>
 
 #include "ir/fusion.h"
@@ -72,18 +71,12 @@ struct Pass {
   Graph& g = model.graph;
   const fusion::Uses uses{g};
   std::set<std::string> overridable;
-  std::map<std::string, std::vector<size_t>> readers;
-  std::set<std::string> returned;
   std::vector<Role> role;
   std::map<std::string, size_t> region_value;  // a value held channels last -> the node writing it
   std::vector<size_t> parent;                  // union-find over nodes: one component per region
 
   explicit Pass(Model& m) : model(m) {
     for (const ValueInfo& v : g.overridable_initializers) overridable.insert(v.name);
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      for (const std::string& v : g.nodes[i].inputs)
-        if (!v.empty()) readers[v].push_back(i);
-    for (const ValueInfo& v : g.outputs) returned.insert(v.name);
     role.assign(g.nodes.size(), Role::None);
     parent.resize(g.nodes.size());
     std::iota(parent.begin(), parent.end(), size_t{0});
@@ -164,12 +157,9 @@ struct Pass {
   // A region value something outside the region reads (or the graph returns): it gets a Transpose
   // back to channels first.
   bool needs_exit(const std::string& v) const {
-    if (returned.count(v)) return true;
-    const auto it = readers.find(v);
-    if (it == readers.end()) return false;
-    for (size_t r : it->second)
-      if (role[r] == Role::None) return true;
-    return false;
+    if (uses.returned(v)) return true;
+    const std::vector<size_t>& readers = uses.readers(v);
+    return std::any_of(readers.begin(), readers.end(), [&](size_t r) { return role[r] == Role::None; });
   }
 
   // Keeps the regions worth it: each convolution reorders its input and output otherwise, each exit

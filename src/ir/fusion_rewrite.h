@@ -48,6 +48,13 @@ class Uses {
     return it == producer_.end() ? kNone : it->second;
   }
   bool read(const std::string& v) const { return readers_.count(v) != 0 || returned_.count(v) != 0; }
+  // The nodes that read `v` (once per input that names it), and whether the graph returns it.
+  const std::vector<size_t>& readers(const std::string& v) const {
+    static const std::vector<size_t> none;
+    const auto it = readers_.find(v);
+    return it == readers_.end() ? none : it->second;
+  }
+  bool returned(const std::string& v) const { return returned_.count(v) != 0; }
   // The value of `v` when it is a one-element floating constant (initializer or Constant node); of
   // any numeric dtype with `any_numeric` (a constant a Cast makes floating).
   std::optional<double> scalar(const std::string& v, bool any_numeric = false) const {

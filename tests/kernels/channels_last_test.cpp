@@ -2,7 +2,8 @@
 // on the same data permuted: Conv with groups, strides, dilations, asymmetric pads, the fused Relu,
 // a channels-first input, the one-product shortcut of 1x1 output maps (the whole input, and a
 // strided first element); MaxPool, AveragePool (padding counted or not, ceil_mode), the global
-// pools; a residual added before the Relu (the output's shape, in place, broadcast either way).
+// pools; a residual added before the Relu (the output's shape, in place, broadcast either way);
+// BatchNormalization in inference mode.
 // Float32: within 1e-5 of the standard op (the same oneDNN arithmetic in another order).
 #include <gtest/gtest.h>
 
@@ -163,6 +164,45 @@ TEST(ConvChannelsLast, BadInputsAreErrorsNamingThem) {
                         random_f32({1, 3, 4, 2}, 3, 0.f, 1.f)});
       },
       {"ConvChannelsLast", "[1, 3, 3, 2]", "[1, 3, 4, 2]"});
+  expect_error<TypeError>(
+      [&] {
+        run1(residual, {random_f32({1, 5, 5, 4}, 1, 0.f, 1.f), random_f32({2, 4, 3, 3}, 2, 0.f, 1.f), Tensor(),
+                        Tensor::zeros(DType::Float64, {1, 3, 3, 2})});
+      },
+      {"residual", "double[1, 3, 3, 2]", "output's dtype"});
+}
+
+TEST(BatchNormalizationChannelsLast, MatchesBatchNormalizationOnPermutedData) {
+  const Tensor x = random_f32({2, 6, 5, 7}, 50, -3.f, 3.f);
+  const std::vector<Tensor> params{random_f32({6}, 51, 0.5f, 2.f), random_f32({6}, 52, -1.f, 1.f),
+                                   random_f32({6}, 53, -1.f, 1.f), random_f32({6}, 54, 0.1f, 2.f)};
+  const Node bn = make_node("BatchNormalization", 5, {{"epsilon", Attribute::of_float(1e-3f)}});
+  std::vector<Tensor> in{x};
+  in.insert(in.end(), params.begin(), params.end());
+  const Tensor want = run1(bn, in);
+  in[0] = to_nhwc(x);
+  expect_near(to_nchw(run1(kiln_node(bn, "BatchNormalizationChannelsLast"), in)), want, 1e-5, "BatchNormalization");
+}
+
+TEST(BatchNormalizationChannelsLast, BadInputsAreErrorsNamingThem) {
+  const Node bn = kiln_node(make_node("BatchNormalization", 5), "BatchNormalizationChannelsLast");
+  const Tensor p = random_f32({3}, 1, 0.5f, 1.f);
+  expect_error<ShapeError>(
+      [&] {
+        run1(bn, {random_f32({2, 4, 3}, 2, 0.f, 1.f), p, p, p, p});
+      },
+      {"BatchNormalizationChannelsLast", "rank 4", "float[2, 4, 3]"});
+  expect_error<ShapeError>(
+      [&] {
+        run1(bn, {random_f32({2, 4, 4, 5}, 2, 0.f, 1.f), p, p, p, p});
+      },
+      {"scale float[3]", "float[5]"});
+  // The registry has the float32 kernel only: another dtype is refused by name.
+  expect_error<Unsupported>(
+      [&] {
+        run1(bn, {Tensor::zeros(DType::Float64, {2, 4, 4, 3}), p, p, p, p});
+      },
+      {"BatchNormalizationChannelsLast", "dtype double", "float"});
 }
 
 TEST(PoolChannelsLast, MatchesThePoolsOnPermutedData) {

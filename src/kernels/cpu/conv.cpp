@@ -2,19 +2,17 @@
 // oneDNN's convolution_forward, built once per planned shape; float64 (which oneDNN lacks, and
 // which gradient checks run in) on the direct loop of conv_common.h.
 //
-// ai.kiln.ConvChannelsLast (registered in conv_fused.cpp) is the same convolution over 2-D maps whose output is
-// channels last
-// ([N, H, W, M]) and whose input is channels last too unless `input_channels_last` is 0, with an
-// optional residual (input 3, ResNet's Add) and `activation` (Relu) applied by oneDNN as it writes
-// the output: the layout pass
-// (ir/channels_last.h) keeps a network's activations that way between convolutions, so that
-// oneDNN's channels-last kernels read and write them in place instead of reordering every call.
+// ai.kiln.ConvChannelsLast (registered in conv_fused.cpp) is the same convolution over 2-D maps
+// whose output is channels last ([N, H, W, M]) and whose input is channels last too unless
+// `input_channels_last` is 0, with an optional residual (input 3, ResNet's Add) and `activation`
+// (Relu) applied by oneDNN as it writes the output: the layout pass (ir/fusion.h) keeps a network's
+// activations that way between convolutions, so that oneDNN's channels-last kernels read and write
+// them in place instead of reordering at every call.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "core/parallel.h"
 #include "core/scratch.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/conv_common.h"
@@ -103,9 +101,8 @@ Product one_product(const ConvShape& s, const TapCrop& c) {
 
 using conv::copy_taps;
 
-// [N, H, W, C] <-> [N, C, H, W].
-Shape nchw_of(const Shape& nhwc) { return {nhwc[0], nhwc[3], nhwc[1], nhwc[2]}; }
-Shape nhwc_of(const Shape& nchw) { return {nchw[0], nchw[2], nchw[3], nchw[1]}; }
+using dnnl_util::nchw_of;
+using dnnl_util::nhwc_of;
 
 // copy_taps for a channels-last input read as one product: w'[m, (taps..., c)] = w[m, c, taps...].
 void copy_taps_channels_last(const float* w, const Shape& wshape, const TapCrop& c, float* out) {
@@ -186,21 +183,18 @@ class ConvDnnl final : public NativeBf16Kernel {
     if (!built_) build();
     Tensor& y = ctx.output(0);
     if (y.numel() == 0) return;
-    // Added by a loop after oneDNN ran: a broadcast residual, or one the output overwrites in place.
-    if (broadcast_residual_ || (residual_by_hand_ && y.raw_data() == ctx.input(3).raw_data()))
-      return compute_broadcast(ctx, y);
+    if (residual_by_loop_) return compute_then_add(ctx, y);
     // oneDNN's sum post-op adds what the output holds: the residual, unless it already is there.
-    if (layout_.residual && !residual_by_hand_ && y.raw_data() != ctx.input(3).raw_data())
+    if (layout_.residual && y.raw_data() != ctx.input(3).raw_data())
       std::memcpy(y.raw_data(), ctx.input(3).raw_data(), y.nbytes());
     compute_into(ctx, y);
   }
 
-  // A residual of another shape than the convolution's output (Add broadcasting either), or one
-  // the output is written over: the convolution into a tensor of its own, then out = conv +
-  // residual (and the activation) broadcast.
-  void compute_broadcast(ComputeContext& ctx, Tensor& y) {
+  // The residual added by a loop (residual_by_loop_): the convolution into a tensor of its own,
+  // then out = conv + residual (and the activation), broadcast as Add does.
+  void compute_then_add(ComputeContext& ctx, Tensor& y) {
     Tensor conv = Tensor::empty(DType::Float32, conv_out_);
-    compute_into(ctx, conv, false);
+    compute_into(ctx, conv);
     const BroadcastPlan<2> plan = make_broadcast_plan<2>({conv_out_, ctx.input(3).shape()});
     const float* pa = conv.data<float>();
     const float* pr = ctx.input(3).data<float>();
@@ -216,7 +210,7 @@ class ConvDnnl final : public NativeBf16Kernel {
   }
 
   // The convolution (with the post-ops oneDNN applies) into y, of the convolution's output shape.
-  void compute_into(ComputeContext& ctx, Tensor& y, bool add_by_hand = true) {
+  void compute_into(ComputeContext& ctx, Tensor& y) {
     if (product_) return run_product(ctx, y);
     std::unordered_map<int, memory> args;
     dnnl_util::bind(DNNL_ARG_SRC, src_, ctx.input(0), args);
@@ -226,7 +220,6 @@ class ConvDnnl final : public NativeBf16Kernel {
     dnnl_util::bind_output(DNNL_ARG_DST, dst_, y, args);
     dnnl_util::execute(prim_, args, "convolution");
     dnnl_util::finish_output(dst_, y, "the convolution output");
-    if (residual_by_hand_ && add_by_hand) add_residual(ctx.input(3), y);
   }
 
   // bfloat16: whether oneDNN has a bfloat16 convolution for these shapes, not its reference loops.
@@ -277,8 +270,7 @@ class ConvDnnl final : public NativeBf16Kernel {
   // The fused residual and activation as oneDNN post-ops (none: default attributes).
   dnnl::primitive_attr attributes() const {
     dnnl::primitive_attr attr;
-    // Added (and the activation applied) after oneDNN ran: residual_by_hand_, compute_broadcast.
-    if (residual_by_hand_ || broadcast_residual_) return attr;
+    if (residual_by_loop_) return attr;  // added, and the activation applied, by compute_then_add
     dnnl::post_ops ops;
     if (layout_.residual) ops.append_sum(1.f);
     if (layout_.relu) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
@@ -286,20 +278,9 @@ class ConvDnnl final : public NativeBf16Kernel {
     return attr;
   }
 
-  // Where oneDNN's convolution would write another layout than the output's: y += residual, then
-  // the activation, by a loop after it.
-  void add_residual(const Tensor& r, Tensor& y) const {
-    const float* pr = r.data<float>();
-    float* py = y.data<float>();
-    const bool relu = layout_.relu;
-    parallel_for(y.numel(), 16384, [=](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) py[i] = relu ? std::max(0.f, py[i] + pr[i]) : py[i] + pr[i];
-    });
-  }
-
   void build() {
     built_ = true;
-    residual_by_hand_ = false;
+    residual_by_loop_ = broadcast_residual_;
     if (numel(s_.y) == 0) return;
     crop_ = crop_taps(s_.x, s_.win);
     // The matrix-product shortcut copies float32 taps; bfloat16 takes the convolution.
@@ -342,10 +323,8 @@ class ConvDnnl final : public NativeBf16Kernel {
       wdims = cropped;
     }
     // Kiln's tensors: row-major, channels first or (ConvChannelsLast) last.
-    auto tensor_desc = [&](const Shape& s, bool channels_last) {
-      return channels_last ? memory::desc(to_dims(s), dt_, memory::format_tag::nhwc) : dnnl_util::plain_desc(s, dt_);
-    };
-    const memory::desc xp = tensor_desc(s_.x, layout_.x_channels_last), yp = tensor_desc(s_.y, layout_.y_channels_last);
+    const memory::desc xp = dnnl_util::tensor_desc(s_.x, dt_, layout_.x_channels_last),
+                       yp = dnnl_util::tensor_desc(s_.y, dt_, layout_.y_channels_last);
     const memory::desc bp = s_.has_bias ? dnnl_util::plain_desc({s_.w[0]}, dt_) : memory::desc();
     std::vector<int64_t> dil = s_.win.dilations;
     for (int64_t& d : dil) d -= 1;  // oneDNN counts the holes between taps
@@ -363,10 +342,10 @@ class ConvDnnl final : public NativeBf16Kernel {
         return dnnl::convolution_forward::primitive_desc(d, attributes(), dnnl_util::engine());
       });
     };
-    const bool sum = layout_.residual && !broadcast_residual_;
+    const bool sum = layout_.residual && !residual_by_loop_;
     dnnl::convolution_forward::primitive_desc pd = make(sum ? yp : any(s_.y));
-    if (sum && dnnl_util::is_reference(pd.impl_info_str())) {
-      residual_by_hand_ = true;
+    if (sum && dnnl_util::is_reference(pd.impl_info_str())) {  // oneDNN wants another output layout
+      residual_by_loop_ = true;
       pd = make(any(s_.y));
     }
     dnnl_util::checked(what, [&] {
@@ -381,8 +360,8 @@ class ConvDnnl final : public NativeBf16Kernel {
 
   memory::data_type dt_;
   Layout layout_;
-  bool residual_by_hand_ = false;    // the residual added after oneDNN ran (it wanted another output layout)
-  bool broadcast_residual_ = false;  // the residual's shape is not the convolution's: compute_broadcast
+  bool broadcast_residual_ = false;  // the residual's shape is not the convolution's
+  bool residual_by_loop_ = false;    // added by compute_then_add: broadcast, or oneDNN wants another layout
   Shape conv_out_;                   // the convolution's own output shape
   std::string impl_;                 // oneDNN's implementation ("brgconv:avx512_core", "ref:any", ...)
   ConvShape s_;

@@ -20,6 +20,13 @@ dnnl::stream& stream() {
   return s;
 }
 
+dnnl::memory::desc tensor_desc(const Shape& nchw, dnnl::memory::data_type dt, bool channels_last) {
+  return channels_last ? dnnl::memory::desc(to_dims(nchw), dt, dnnl::memory::format_tag::nhwc) : plain_desc(nchw, dt);
+}
+
+Shape nchw_of(const Shape& nhwc) { return {nhwc[0], nhwc[3], nhwc[1], nhwc[2]}; }
+Shape nhwc_of(const Shape& nchw) { return {nchw[0], nchw[2], nchw[3], nchw[1]}; }
+
 dnnl::memory::desc plain_desc(const Shape& shape, dnnl::memory::data_type dt) {
   return strided_desc(shape, contiguous_strides(shape), dt);
 }

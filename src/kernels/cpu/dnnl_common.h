@@ -17,6 +17,12 @@ dnnl::engine& engine();
 dnnl::stream& stream();
 // A plain (row-major) f32 memory descriptor for a shape; a scalar becomes {1}.
 dnnl::memory::desc plain_desc(const Shape& shape, dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
+// The tensor of a 2-D map given as [N, C, H, W]: row-major channels first (plain_desc), or channels
+// last ([N, H, W, C] in memory: the layout pass's ai.kiln.*ChannelsLast ops, ir/fusion.h).
+dnnl::memory::desc tensor_desc(const Shape& nchw, dnnl::memory::data_type dt, bool channels_last);
+// [N, H, W, C] -> [N, C, H, W] and back.
+Shape nchw_of(const Shape& nhwc);
+Shape nhwc_of(const Shape& nchw);
 // A memory descriptor with explicit element strides (transposed operands, broadcast views).
 dnnl::memory::desc strided_desc(const Shape& shape, const Strides& strides,
                                 dnnl::memory::data_type dt = dnnl::memory::data_type::f32);

@@ -4,10 +4,10 @@
 // oneDNN's workspace does not hold ONNX's flat indices. float64 (which oneDNN lacks, and which
 // gradient checks run in) runs plain loops.
 //
-// ai.kiln.MaxPoolChannelsLast / AveragePoolChannelsLast (registered in pool_fused.cpp) pool 2-D maps held channels last
-// ([N, H, W, C] in and out), and ai.kiln.GlobalAveragePoolChannelsLast / GlobalMaxPoolChannelsLast
-// reduce such maps to [N, C, 1, 1] (channels first again, which for one position is the same
-// bytes): the ops of the layout pass (ir/channels_last.h). Float32.
+// ai.kiln.MaxPoolChannelsLast / AveragePoolChannelsLast (registered in pool_fused.cpp) pool 2-D
+// maps held channels last ([N, H, W, C] in and out), and ai.kiln.GlobalAveragePoolChannelsLast /
+// GlobalMaxPoolChannelsLast reduce such maps to [N, C, 1, 1] (channels first again, which for one
+// position is the same bytes): the ops of the layout pass (ir/fusion.h). Float32.
 #include <fmt/format.h>
 
 #include <cstring>
@@ -22,11 +22,10 @@ namespace kiln {
 namespace {
 
 using dnnl::memory;
+using dnnl_util::nchw_of;
+using dnnl_util::nhwc_of;
+using dnnl_util::tensor_desc;
 using dnnl_util::to_dims;
-
-// [N, H, W, C] <-> [N, C, H, W].
-Shape nchw_of(const Shape& nhwc) { return {nhwc[0], nhwc[3], nhwc[1], nhwc[2]}; }
-Shape nhwc_of(const Shape& nchw) { return {nchw[0], nchw[2], nchw[3], nchw[1]}; }
 
 bool is_channels_last(const Node& node) {
   return node.domain == kKilnDomain && node.op_type.size() > 12 &&
@@ -41,11 +40,6 @@ TensorMeta channels_first(const Node& node, const TensorMeta& x) {
   TensorMeta m = x;
   m.shape = nchw_of(x.shape);
   return m;
-}
-
-// Kiln's tensor for a shape given as [N, C, H, W]: row-major, channels first or last.
-memory::desc tensor_desc(const Shape& nchw, memory::data_type dt, bool channels_last) {
-  return channels_last ? memory::desc(to_dims(nchw), dt, memory::format_tag::nhwc) : dnnl_util::plain_desc(nchw, dt);
 }
 
 void check_pool_input(const char* op, const TensorMeta& x, size_t max_spatial) {
