@@ -32,6 +32,12 @@ struct SessionOptions {
   // convolutions (the layout pass); a chain whose intermediate values the graph returns or reads
   // elsewhere stays as it is.
   bool fuse = true;
+  // A folder for the plan cache (empty: none): the graph as fused and each input signature's memory
+  // plan are stored there, and a later Session of the same model (same content, options, Kiln
+  // version and library build) loads them instead of fusing and placing again. Shapes are still
+  // inferred and kernels prepared; a stale or corrupt entry is ignored with a warning on stderr.
+  // The Trainer sets it to the IPUConfig's executable_cache_dir.
+  std::string plan_cache_dir;
 };
 
 // Time spent per op type over the runs of a profiling session, largest first.
@@ -56,12 +62,14 @@ struct RunProfile {
 };
 
 struct PlanStats {
-  size_t peak_bytes = 0;         // size of the activation arena: the planned peak
-  size_t unplanned_bytes = 0;    // bytes the arena would need without any reuse: every run-time value
-                                 // in its own buffer (in-place outputs too), each 64-byte aligned
-  size_t num_steps = 0;          // kernels run per call
-  size_t num_folded = 0;         // nodes computed at plan time
-  size_t num_dynamic_steps = 0;  // steps whose shapes are known only at run time
+  size_t peak_bytes = 0;                // size of the activation arena: the planned peak
+  size_t unplanned_bytes = 0;           // bytes the arena would need without any reuse: every run-time value
+                                        // in its own buffer (in-place outputs too), each 64-byte aligned
+  size_t num_steps = 0;                 // kernels run per call
+  size_t num_folded = 0;                // nodes computed at plan time
+  size_t num_dynamic_steps = 0;         // steps whose shapes are known only at run time
+  bool graph_from_cache = false;        // the Session's graph was loaded from the plan cache
+  bool memory_plan_from_cache = false;  // and this plan's buffer offsets
 };
 
 // Sets the thread count for all kernels (OpenMP and oneDNN); 0 means all cores.
@@ -69,6 +77,7 @@ void set_num_threads(int n);
 int get_num_threads();
 
 class ExecutionPlan;
+class PlanCache;
 
 class Session {
  public:
@@ -109,6 +118,9 @@ class Session {
   // The same from dtypes and shapes alone (`value` unused): no input, and no arena, is allocated,
   // so a plan for a batch that would not fit in memory still reports its size (kiln inspect).
   PlanStats plan_shapes(const std::map<std::string, TensorMeta>& feeds);
+  // The same for a run_with_binding call that binds the graph outputs named in `bound` (the plan
+  // such a call uses, which the plan cache then holds for it).
+  PlanStats plan_shapes(const std::map<std::string, TensorMeta>& feeds, const std::set<std::string>& bound);
   const PlanStats& last_plan_stats() const;  // InvalidArgument before the first plan
   bool has_plan() const { return last_plan_ != nullptr; }
   // Plans for the feeds and returns the dtype and shape of every value known at plan time (values
@@ -147,6 +159,8 @@ class Session {
   RunProfile profile_;
   uint64_t runs_ = 0;
   std::unique_ptr<BindingCache> binding_;
+  std::unique_ptr<PlanCache> plan_cache_;  // SessionOptions::plan_cache_dir
+  bool graph_from_cache_ = false;
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  // a pointer: Sessions move
 };
 

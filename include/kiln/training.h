@@ -41,7 +41,7 @@ class Module {
   // for every trainable parameter (else InvalidModel). `device` must be "cpu".
   Module(const std::string& train_model_path, CheckpointState& state,
          const std::optional<std::string>& eval_model_path = std::nullopt, const std::string& device = "cpu",
-         SessionOptions options = {});
+         const SessionOptions& options = {});
   ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;

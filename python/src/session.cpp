@@ -79,13 +79,39 @@ py::object output_value(const Tensor& t) {
 
 void register_session(py::module_& m) {
   py::class_<Session, std::shared_ptr<Session>>(m, "Session")
-      .def(py::init([](const py::object& model, int num_threads, bool check) {
+      .def(py::init([](const py::object& model, int num_threads, bool check, const std::string& plan_cache_dir) {
              SessionOptions o;
              o.num_threads = num_threads;
+             o.plan_cache_dir = plan_cache_dir;
              return std::make_shared<Session>(load_any(model, check), o);
            }),
-           // check=False skips ONNX's checker (graphs Kiln made, whose outputs may lack a type)
-           py::arg("model"), py::arg("num_threads") = 0, py::arg("check") = true)
+           // check=False skips ONNX's checker (graphs Kiln made, whose outputs may lack a type);
+           // plan_cache_dir: SessionOptions::plan_cache_dir
+           py::arg("model"), py::arg("num_threads") = 0, py::arg("check") = true, py::arg("plan_cache_dir") = "")
+      .def(
+          "plan",
+          [](Session& s, const std::map<std::string, std::vector<int64_t>>& shapes,
+             const std::set<std::string>& bound) {
+            // Plans for inputs of these shapes (the model's declared dtypes) without running.
+            std::map<std::string, TensorMeta> metas;
+            for (const auto& [name, shape] : shapes) {
+              const ValueInfo* v = declared_input(s, name);
+              metas[name] = TensorMeta{v && v->has_type ? v->dtype : DType::Float32, shape, false, Tensor()};
+            }
+            PlanStats st;
+            {
+              py::gil_scoped_release release;
+              st = s.plan_shapes(metas, bound);
+            }
+            py::dict d;
+            d["peak_bytes"] = st.peak_bytes;
+            d["num_steps"] = st.num_steps;
+            d["num_folded"] = st.num_folded;
+            d["graph_from_cache"] = st.graph_from_cache;
+            d["memory_plan_from_cache"] = st.memory_plan_from_cache;
+            return d;
+          },
+          py::arg("shapes"), py::arg("bound") = std::set<std::string>())
       .def_property_readonly("input_names", [](const Session& s) { return names(s.inputs()); })
       .def_property_readonly("output_names", [](const Session& s) { return names(s.outputs()); })
       .def(

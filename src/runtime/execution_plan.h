@@ -88,11 +88,15 @@ class ExecutionPlan {
   RunValues run_values;  // the executor's table, kept between runs (a Session runs one call at a time)
 };
 
+// Places the arena's buffers: plan_memory, or a plan cache's stored plan (runtime/plan_cache.h).
+using MemoryPlacer = std::function<MemoryPlan(const std::vector<BufferRequest>&)>;
+
 // Builds the plan for a model and the feeds of one run (their dtypes and shapes). Graph outputs
 // named in `bound` are written by their step straight into a tensor the caller binds at run time.
+// `place` (empty: plan_memory) places the buffers once every step is planned.
 std::unique_ptr<ExecutionPlan> build_plan(const Model& model, const std::vector<size_t>& order,
                                           const std::map<std::string, TensorMeta>& feeds,
-                                          const std::set<std::string>& bound = {});
+                                          const std::set<std::string>& bound = {}, const MemoryPlacer& place = {});
 
 // The caller's tensors for one run, by value index: every feed (contiguous), and the bound
 // outputs. They must outlive the run.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 namespace kiln {
@@ -20,5 +21,10 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const std::vector<BufferRequest>& requests);
+
+// Whether `plan` places `requests` soundly, as a plan loaded from a file must before it is used:
+// one offset per request, each aligned, every buffer inside the arena, and no two buffers alive at
+// one step (lifetimes overlapping) sharing a byte. False with the reason in `why` otherwise.
+bool memory_plan_fits(const std::vector<BufferRequest>& requests, const MemoryPlan& plan, std::string* why = nullptr);
 
 }  // namespace kiln

@@ -20,6 +20,7 @@ struct Planner {
   const std::vector<size_t>& order;
   const std::map<std::string, TensorMeta>& feeds;
   const std::set<std::string>& bound;
+  const MemoryPlacer& place;
   std::unique_ptr<ExecutionPlan> plan = std::make_unique<ExecutionPlan>();
   std::unordered_map<std::string, size_t> last_use;     // value name -> last topological position
   std::vector<size_t> step_pos;                         // each step's topological position
@@ -256,7 +257,7 @@ struct Planner {
       if (!plan->index.count(out.name))
         throw InvalidModel(fmt::format("graph output '{}' is not produced by any node", out.name));
     trim_lifetimes();
-    plan->memory = plan_memory(plan->buffers);  // the arena is allocated by the first run
+    plan->memory = place ? place(plan->buffers) : plan_memory(plan->buffers);  // allocated by the first run
     plan->stats.peak_bytes = plan->memory.arena_bytes;
     // Without reuse (across lifetimes or in place) every run-time value would have its own buffer.
     for (const PlannedValue& v : plan->values)
@@ -297,8 +298,8 @@ struct Planner {
 
 std::unique_ptr<ExecutionPlan> build_plan(const Model& model, const std::vector<size_t>& order,
                                           const std::map<std::string, TensorMeta>& feeds,
-                                          const std::set<std::string>& bound) {
-  return Planner{model, order, feeds, bound}.run();
+                                          const std::set<std::string>& bound, const MemoryPlacer& place) {
+  return Planner{model, order, feeds, bound, place}.run();
 }
 
 }  // namespace kiln

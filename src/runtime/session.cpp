@@ -4,12 +4,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "ir/fusion.h"
 #include "ir/subgraph.h"
 #include "kernels/subgraph_runner.h"
 #include "runtime/execution_plan.h"
+#include "runtime/plan_cache.h"
 #include "runtime/session_binding.h"
 
 namespace kiln {
@@ -21,10 +23,22 @@ void set_num_threads(int n) {
 
 int get_num_threads() { return omp_get_max_threads(); }
 
-Session::Session(Model model, SessionOptions options) : model_(std::move(model)), options_(options) {
+Session::Session(Model model, SessionOptions options) : model_(std::move(model)), options_(std::move(options)) {
   if (options_.num_threads != 0) set_num_threads(options_.num_threads);
-  lift_captures(model_.graph);  // subgraphs' reads of outer values become node inputs
-  if (options_.fuse) fuse(model_);
+  if (!options_.plan_cache_dir.empty()) plan_cache_ = PlanCache::open(options_.plan_cache_dir, model_, options_.fuse);
+  if (plan_cache_) {
+    if (std::optional<Model> planned = plan_cache_->load_graph(model_)) {
+      model_ = std::move(*planned);
+      graph_from_cache_ = true;
+    }
+  }
+  if (!graph_from_cache_) {
+    std::map<std::string, Tensor> given;  // the initializers as given (handles: the bytes are shared)
+    if (plan_cache_) given = model_.graph.initializers;
+    lift_captures(model_.graph);  // subgraphs' reads of outer values become node inputs
+    if (options_.fuse) fuse(model_);
+    if (plan_cache_) plan_cache_->store_graph(model_, given);
+  }
   order_ = model_.graph.topological_order();
 }
 
@@ -108,7 +122,21 @@ ExecutionPlan& Session::plan_for(const std::map<std::string, TensorMeta>& feeds,
   for (const auto& name : bound) key += "bound:" + name + ";";
   auto it = plans_.find(key);
   if (it == plans_.end()) {
-    CachedPlan fresh{build_plan(model_, order_, feeds, bound), 0};
+    bool placed_from_cache = false;
+    MemoryPlacer place;
+    if (plan_cache_)
+      place = [&](const std::vector<BufferRequest>& requests) {
+        if (std::optional<MemoryPlan> stored = plan_cache_->load_memory_plan(key, requests)) {
+          placed_from_cache = true;
+          return *std::move(stored);
+        }
+        MemoryPlan planned = plan_memory(requests);
+        plan_cache_->store_memory_plan(key, requests, planned);
+        return planned;
+      };
+    CachedPlan fresh{build_plan(model_, order_, feeds, bound, place), 0};
+    fresh.plan->stats.graph_from_cache = graph_from_cache_;
+    fresh.plan->stats.memory_plan_from_cache = placed_from_cache;
     if (plans_.size() >= kMaxPlans) evict_least_recent_plan();
     it = plans_.emplace(key, std::move(fresh)).first;
   }
@@ -135,6 +163,11 @@ PlanStats Session::plan(const std::map<std::string, Tensor>& feeds) {
 PlanStats Session::plan_shapes(const std::map<std::string, TensorMeta>& feeds) {
   const std::lock_guard lock(*mutex_);
   return plan_for(feeds).stats;
+}
+
+PlanStats Session::plan_shapes(const std::map<std::string, TensorMeta>& feeds, const std::set<std::string>& bound) {
+  const std::lock_guard lock(*mutex_);
+  return plan_for(feeds, bound).stats;
 }
 
 std::map<std::string, TensorMeta> Session::value_metas(const std::map<std::string, Tensor>& feeds) {

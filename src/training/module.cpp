@@ -172,7 +172,8 @@ struct Module::Graphs {
 };
 
 Module::Module(const std::string& train_model_path, CheckpointState& state,
-               const std::optional<std::string>& eval_model_path, const std::string& device, SessionOptions options)
+               const std::optional<std::string>& eval_model_path, const std::string& device,
+               const SessionOptions& options)
     : state_(state), options_(options), graphs_(std::make_unique<Graphs>()) {
   if (device != "cpu") throw Unsupported(fmt::format("device '{}': Kiln trains on 'cpu' only for now", device));
   graphs_->train = bind_model(train_model_path, "training model", state, true, options);
@@ -279,8 +280,12 @@ PlanStats Module::plan(const std::vector<Tensor>& inputs, bool training) {
     metas[p] = TensorMeta{param.dtype(), param.shape(), false, Tensor()};
   }
   if (!b.loss_scale_input.empty()) metas[b.loss_scale_input] = TensorMeta{DType::Float32, {}, false, Tensor()};
+  // A training step binds every gradient output (bind_gradients): the plan it runs.
+  std::set<std::string> bound;
+  if (training)
+    for (const auto& [param, grad] : b.grads) bound.insert(grad);
   try {
-    return b.session->plan_shapes(metas);
+    return b.session->plan_shapes(metas, bound);
   } catch (Error& e) {
     e.add_context(fmt::format("{}: ", b.where()));
     throw;

@@ -39,6 +39,14 @@ struct Binding {
   bool operator==(const Binding& o) const { return kind == o.kind && update == o.update && slot == o.slot; }
 };
 
+// The optimizer model shares the Module's plan cache (SessionOptions::plan_cache_dir) and nothing
+// else of its options.
+SessionOptions plan_cache_options(const Module& m) {
+  SessionOptions o;
+  o.plan_cache_dir = m.session_options().plan_cache_dir;
+  return o;
+}
+
 }  // namespace
 
 struct Optimizer::Impl {
@@ -65,7 +73,11 @@ struct Optimizer::Impl {
   std::optional<Shard> shard;  // the element ranges updated, when not every whole parameter
 
   Impl(const std::string& p, Module& m, std::optional<Shard> only)
-      : path(p), session(shard_of(load_model(p), only, p)), module(m), state(m.state()), shard(std::move(only)) {}
+      : path(p),
+        session(shard_of(load_model(p), only, p), plan_cache_options(m)),
+        module(m),
+        state(m.state()),
+        shard(std::move(only)) {}
 
   // The optimizer model with only the update nodes of the shard's parameters, each over its range
   // of elements (a 1-D tensor: the update ops are elementwise), and the graph inputs and outputs
@@ -449,7 +461,10 @@ PlanStats Optimizer::plan() {
       metas[g.inputs[i].name] = TensorMeta{m.state.parameter(u.param).dtype(), shape, false, Tensor()};
     }
   }
-  return m.session.plan_shapes(metas);
+  // A step binds every output (each parameter's and slot's new value): the plan it runs.
+  std::set<std::string> bound;
+  for (const ValueInfo& v : g.outputs) bound.insert(v.name);
+  return m.session.plan_shapes(metas, bound);
 }
 
 void Optimizer::set_learning_rate(float lr) {

@@ -218,8 +218,11 @@ def test_compile_only_plans_and_takes_no_step(tmp_path):
                          eval_dataset=blobs(32, 2))
     out = trainer.train()
     assert out.global_step == 0 and trainer.state.global_step == 0
-    for key in ("train_plan_bytes", "eval_plan_bytes", "optimizer_plan_bytes"):
+    for key in ("train_plan_bytes", "eval_plan_bytes"):
         assert out.metrics[key] > 0, key
+    # The plans the steps run: the optimizer's binds every parameter and slot, which its updates
+    # write in place, so it needs no arena at all.
+    assert out.metrics["optimizer_plan_bytes"] == 0
     assert not list((tmp_path / "compile").glob("checkpoint-*"))
 
 
@@ -239,7 +242,7 @@ def test_executable_cache_reuses_checked_artifacts(tmp_path, capfd):
         return [e["loss"] for e in trainer.state.log_history if "loss" in e]
 
     first = run("a")
-    entries = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    entries = [p for p in cache.iterdir() if not p.name.startswith(".") and p.name != "plans"]
     assert len(entries) == 1 and (entries[0] / "manifest.json").is_file()
     entry = entries[0]
     assert run("b") == first
@@ -252,7 +255,60 @@ def test_executable_cache_reuses_checked_artifacts(tmp_path, capfd):
     assert "ignoring the cache entry" in capfd.readouterr().err
     assert os.stat(entry / "checkpoint").st_size > 100  # written again
     run("d", learning_rate=0.5)  # the optimizer model holds the learning rate: another entry
-    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 2
+    assert len([p for p in cache.iterdir() if not p.name.startswith(".") and p.name != "plans"]) == 2
+
+
+def test_executable_cache_holds_the_plans(tmp_path, capfd):
+    """executable_cache_dir also holds the plans (the fused graphs, each signature's memory plan):
+    compile_only fills it, a later compile_only and a later training run load every graph's plan
+    from it and train as a run without any cache does; a corrupt plan is ignored with a warning."""
+    _, path = export_mlp(tmp_path / "mlp.onnx")
+    cache = tmp_path / "cache"
+
+    def run(name, cached=True, **more):
+        args = ipu_args(tmp_path, name, max_steps=4, logging_steps=1, eval_strategy="steps", eval_steps=2, **more)
+        capfd.readouterr()
+        config = IPUConfig(**({"executable_cache_dir": str(cache)} if cached else {}))
+        trainer = IPUTrainer(model=path, ipu_config=config, args=args, train_dataset=blobs(64, 1),
+                             eval_dataset=blobs(32, 2))
+        trainer.train()
+        err = capfd.readouterr().err
+        return [e["loss"] for e in trainer.state.log_history if "loss" in e], err
+
+    _, err = run("fill", compile_only=True)
+    assert "compile_only: training model planned" in err and "from the plan cache" not in err, err
+    _, err = run("again", compile_only=True)
+    for graph in ("training", "eval", "optimizer"):
+        assert f"{graph} model planned" in err and err.count("(from the plan cache: graph, memory plan)") == 3, err
+    plans = sorted((cache / "plans").rglob("*.kplan"))
+    assert len(plans) == 6, plans  # three graphs, one memory plan each
+    uncached, _ = run("plain", cached=False)
+    assert run("cached")[0] == uncached
+    assert len(sorted((cache / "plans").rglob("*.kplan"))) == 6  # the steps ran the plans compile_only made
+    graph = next(p for p in plans if p.name == "graph.kplan")
+    data = bytearray(graph.read_bytes())
+    data[-50] ^= 1
+    graph.write_bytes(bytes(data))
+    losses, err = run("corrupt")
+    assert losses == uncached
+    assert "plan cache: ignoring" in err and "changed or truncated" in err, err
+
+
+def test_a_session_takes_the_plan_cache(tmp_path):
+    """kiln._kiln.Session(plan_cache_dir=...): the second Session of a model plans from the cache and
+    computes what an uncached one does; plan() plans without running."""
+    _, path = export_mlp(tmp_path / "mlp.onnx")
+    x = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
+    want = kiln._kiln.Session(path).run({"input": x})
+    cache = str(tmp_path / "plans")
+    first = kiln._kiln.Session(path, plan_cache_dir=cache)
+    stats = first.plan({"input": [5, 8]})
+    assert not stats["graph_from_cache"] and not stats["memory_plan_from_cache"] and stats["num_steps"] > 0
+    second = kiln._kiln.Session(path, plan_cache_dir=cache)
+    assert second.plan({"input": [5, 8]})["memory_plan_from_cache"]
+    got = second.run({"input": x})
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
 
 
 def test_rank_counts_and_what_kiln_does_not_run_are_clear_errors(tmp_path):

@@ -46,6 +46,19 @@ void expect_valid(const std::vector<BufferRequest>& requests, const MemoryPlan& 
     }
 }
 
+// 1 to `most` buffers of 0-5000 bytes, each alive for up to 13 steps from one of the first 41.
+std::vector<BufferRequest> random_requests(uint32_t seed, size_t most) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<size_t> count(1, most), bytes(0, 5000), start(0, 40), length(0, 12);
+  std::vector<BufferRequest> r(count(rng));
+  for (BufferRequest& b : r) {
+    b.bytes = bytes(rng);
+    b.first = start(rng);
+    b.last = b.first + length(rng);
+  }
+  return r;
+}
+
 size_t total_bytes(const std::vector<BufferRequest>& requests) {
   size_t sum = 0;
   for (const BufferRequest& r : requests) sum += align_up(r.bytes);
@@ -113,14 +126,7 @@ TEST(MemoryPlan, FitsSmallBuffersIntoGaps) {
 TEST(MemoryPlan, RandomRequestsNeverShareLiveBytes) {
   for (uint32_t seed : {1u, 2u, 3u, 17u, 2024u}) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<size_t> count(1, 60), bytes(0, 5000), start(0, 40), length(0, 12);
-    std::vector<BufferRequest> r(count(rng));
-    for (BufferRequest& b : r) {
-      b.bytes = bytes(rng);
-      b.first = start(rng);
-      b.last = b.first + length(rng);
-    }
+    const std::vector<BufferRequest> r = random_requests(seed, 60);
     const MemoryPlan p = plan_memory(r);
     expect_valid(r, p);
     EXPECT_LE(p.arena_bytes, total_bytes(r));
@@ -141,6 +147,40 @@ TEST(MemoryPlan, RandomChainsReuseBytes) {
     expect_valid(r, p);
     EXPECT_EQ(p.arena_bytes, 2 * align_up(bytes));
   }
+}
+
+// memory_plan_fits, the check a plan read from the plan cache passes before it is used: every plan
+// plan_memory makes fits; a plan that puts two live buffers on one byte, misaligns one, passes the
+// arena's end or has another number of offsets does not, and says which buffers.
+TEST(MemoryPlanFits, PlansFromPlanMemoryFit) {
+  for (uint32_t seed : {1u, 2u, 3u, 17u, 2024u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const std::vector<BufferRequest> r = random_requests(seed, 80);
+    std::string why;
+    EXPECT_TRUE(memory_plan_fits(r, plan_memory(r), &why)) << why;
+  }
+}
+
+TEST(MemoryPlanFits, EveryUnsoundPlanIsRefusedWithItsReason) {
+  // 0 and 1 alive together (steps 1-2), 2 after both: 2 may share 0's bytes.
+  const std::vector<BufferRequest> r = {{100, 0, 2}, {100, 1, 3}, {100, 4, 5}, {0, 0, 5}};
+  const MemoryPlan good{{0, 128, 0, 0}, 256};
+  std::string why;
+  EXPECT_TRUE(memory_plan_fits(r, good, &why)) << why;
+  auto refused = [&](MemoryPlan p, const std::string& reason) {
+    std::string w;
+    EXPECT_FALSE(memory_plan_fits(r, p, &w));
+    EXPECT_NE(w.find(reason), std::string::npos) << w;
+  };
+  refused({{0, 64, 0, 0}, 256}, "buffers 0 and 1 are alive at once and share bytes");  // 1 starts inside 0
+  refused({{128, 64, 0, 0}, 256}, "share bytes");                                      // 1 ends inside 0
+  refused({{0, 130, 0, 0}, 256}, "not aligned");
+  refused({{0, 192, 0, 0}, 256}, "passes the arena's end");
+  refused({{0, 128, 0}, 256}, "3 offsets for 4 buffers");
+  // Lifetimes touching at one step overlap: buffer 2 alive from step 2 would meet buffer 0.
+  std::vector<BufferRequest> touching = r;
+  touching[2].first = 2;
+  EXPECT_FALSE(memory_plan_fits(touching, good, &why));
 }
 
 }  // namespace

@@ -1,8 +1,6 @@
 #include "trainer/loop/artifact_cache.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -11,11 +9,12 @@
 
 #include "core/atomic_file.h"
 #include "core/compression.h"
+#include "core/content_hash.h"
 #include "core/file_io.h"
 #include "core/json_text.h"
 #include "kiln/error.h"
-#include "kiln/onnx_io.h"
 #include "kiln/version.h"
+#include "onnx/model_key.h"
 
 namespace kiln::trainer {
 
@@ -23,22 +22,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-// FNV-1a, 64 bits, over several strings.
-uint64_t fnv1a(std::string_view bytes, uint64_t h = 14695981039346656037ull) {
-  for (const unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-// The library build these artifacts come from: a rebuilt libkiln (a new autodiff rule) must not
-// reuse a cache its predecessor wrote, even under the same version number.
-std::string library_build() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<const void*>(&library_build), &info) == 0 || info.dli_fname == nullptr) return "unknown";
-  struct stat st {};
-  if (stat(info.dli_fname, &st) != 0) return "unknown";
-  return fmt::format("{}:{}:{}", st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-}
 
 json options_json(const training::ArtifactOptions& o) {
   json j;
@@ -107,20 +90,9 @@ std::string check_entry(const fs::path& entry, const std::string& key, json& man
 }  // namespace
 
 std::string artifact_cache_key(const Model& forward, const training::ArtifactOptions& options) {
-  // The graph without its weights (serialized: small), then each weight's name, shape, dtype and
-  // bytes by CRC-32 (zlib's runs at gigabytes per second: a 45 MB model in a few milliseconds).
-  Model structure = forward;
-  structure.graph.initializers.clear();
-  std::string text = serialize_model(structure);
-  uint64_t bytes = text.size();
-  for (const auto& [name, t] : forward.graph.initializers) {
-    const Tensor packed = t.contiguous();
-    const std::string_view data(static_cast<const char*>(packed.raw_data()), packed.nbytes());
-    text += fmt::format("|{}:{}:{}:{:08x}", name, dtype_name(t.dtype()), to_string(t.shape()), crc32_of(data));
-    bytes += data.size();
-  }
-  text += "|" + options_json(options).dump() + "|" + kVersion + "|" + library_build();
-  return fmt::format("{:016x}{:08x}{:012x}", fnv1a(text), crc32_of(text), bytes & 0xffffffffffffull);
+  const std::string text =
+      model_content_key(forward) + "|" + options_json(options).dump() + "|" + kVersion + "|" + library_build_id();
+  return fmt::format("{:016x}{:08x}", fnv1a(text), crc32_of(text));
 }
 
 bool restore_cached_artifacts(const std::string& cache_dir, const std::string& key, const std::string& dir) {

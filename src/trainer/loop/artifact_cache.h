@@ -2,8 +2,8 @@
 // initial checkpoint (Kiln's "executable": the gradient graph built op by op) kept under a key of
 // everything they are made from -- the forward model's bytes, the artifact options, Kiln's version
 // and the library build -- so that a later run copies them instead of building them again.
-// Planning (memory plans, kernel choices) is not cached: it takes about a tenth of what generating
-// the artifacts takes (bench/compile_cache.py).
+// The Sessions' plans (fused graphs, memory plans) go to the same folder through the plan cache
+// (runtime/plan_cache.h, SessionOptions::plan_cache_dir), under <cache_dir>/plans/.
 //
 // An entry is a folder <cache_dir>/<key>/ holding the files and manifest.json (each file's size
 // and CRC-32). It is written to a temporary folder and renamed into place, so a reader sees a whole

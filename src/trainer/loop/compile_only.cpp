@@ -48,9 +48,15 @@ TrainOutput compile_only(Trainer::Impl& m, const TrainingArguments& args, const 
   TrainOutput out;
   auto report = [&](const char* what, const std::string& shapes, const PlanStats& s, double secs) {
     if (speak)
-      std::cerr << fmt::format("kiln: compile_only: {} planned{}: {} kernels, {} folded, arena {:.1f} MiB, {:.2f} s\n",
-                               what, shapes.empty() ? "" : " for " + shapes, s.num_steps, s.num_folded,
-                               static_cast<double>(s.peak_bytes) / (1 << 20), secs);
+      std::cerr << fmt::format(
+          "kiln: compile_only: {} planned{}: {} kernels, {} folded, arena {:.1f} MiB, {:.2f} s{}\n", what,
+          shapes.empty() ? "" : " for " + shapes, s.num_steps, s.num_folded,
+          static_cast<double>(s.peak_bytes) / (1 << 20), secs,
+          s.graph_from_cache || s.memory_plan_from_cache
+              ? fmt::format(" (from the plan cache: {}{}{})", s.graph_from_cache ? "graph" : "",
+                            s.graph_from_cache && s.memory_plan_from_cache ? ", " : "",
+                            s.memory_plan_from_cache ? "memory plan" : "")
+              : "");
   };
   data::Example batch = train_loader.batch(0, 0);
   if (args.pad_on_batch_axis) pad_batch(batch, args.per_device_train_batch_size, label_columns(args));

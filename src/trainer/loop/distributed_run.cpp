@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/content_hash.h"
 #include "kiln/error.h"
 #include "kiln/npy.h"
 #include "trainer/loop/gather.h"
@@ -45,10 +46,7 @@ void check_same(const DistributedRun& run, const nlohmann::json& mine, const cha
 
 uint64_t tensor_checksum(const Tensor& t) {
   const Tensor packed = t.contiguous();
-  const auto* p = static_cast<const unsigned char*>(packed.raw_data());
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < packed.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
+  return fnv1a(std::string_view(static_cast<const char*>(packed.raw_data()), packed.nbytes()));
 }
 
 void check_same_model(const DistributedRun& run, const nlohmann::json& fingerprint) {

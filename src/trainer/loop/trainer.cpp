@@ -113,8 +113,10 @@ Trainer::Trainer(ModelSource model, TrainingArguments args, std::shared_ptr<cons
   const fs::path dir(m.artifacts_dir);
   m.state = std::make_unique<training::CheckpointState>(
       training::CheckpointState::load_checkpoint((dir / training::checkpoint_file()).string()));
+  SessionOptions sessions;  // the plan cache: IPUConfig's executable_cache_dir (pipelined runs: none)
+  if (m.ipu && m.ipu->stages() == 1) sessions.plan_cache_dir = m.ipu->executable_cache_dir;
   m.module = std::make_unique<training::Module>((dir / training::training_model_file()).string(), *m.state,
-                                                (dir / training::eval_model_file()).string());
+                                                (dir / training::eval_model_file()).string(), "cpu", sessions);
   for (const auto& [asked, name] : {std::pair{args_.bf16, "bf16"}, {args_.fp16, "fp16"}}) {
     if (asked && m.module->mixed_precision() != name)
       throw InvalidArgument(fmt::format(
