@@ -65,6 +65,66 @@ TEST(Recurrent, EmptyBatchesSequencesAndLengths) {
   for (double v : as_doubles(out[0])) EXPECT_EQ(v, 0.0);
 }
 
+// Float32 over enough steps and wide enough states that the recurrent weights are packed once
+// (PackedProduct) for the forward's H_prev R^T and the backward's dA R, against the same layers in
+// float64 (never packed): RNN, GRU both ways (without linear_before_reset its recurrent product
+// is the first 2H of 3H columns), a bidirectional LSTM with sequence lengths; outputs, and every
+// gradient of the ai.kiln.*Grad kernels, within 2e-5 of the largest value.
+Tensor to_f64(const Tensor& t) {
+  if (!t.defined()) return t;
+  return Tensor::from_vector<double>(t.shape(), as_doubles(t));
+}
+
+void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<double> g = as_doubles(got), w = as_doubles(want);
+  double scale = 1e-30;
+  for (double v : w) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(g[i], w[i], 2e-5 * scale) << what << " at " << i;
+}
+
+void check_packed_against_float64(const std::string& op, int64_t gates, std::map<std::string, Attribute> attrs,
+                                  bool lstm) {
+  const int64_t S = 9, B = 6, I = 16, H = 64, dirs = attrs.count("direction") ? 2 : 1;
+  attrs["hidden_size"] = Attribute::of_int(H);
+  std::vector<Tensor> in = {random_f32({S, B, I}, 1, -1.f, 1.f),
+                            random_f32({dirs, gates * H, I}, 2, -0.2f, 0.2f),
+                            random_f32({dirs, gates * H, H}, 3, -0.2f, 0.2f),
+                            random_f32({dirs, 2 * gates * H}, 4, -0.2f, 0.2f),
+                            Tensor::from_vector<int32_t>({B}, {9, 9, 7, 5, 9, 4}),
+                            random_f32({dirs, B, H}, 5, -0.5f, 0.5f)};
+  if (lstm) {
+    in.push_back(random_f32({dirs, B, H}, 6, -0.5f, 0.5f));
+    in.push_back(random_f32({dirs, 3 * H}, 7, -0.2f, 0.2f));
+  }
+  const size_t outs = lstm ? 3 : 2;
+  std::vector<Tensor> in64;
+  for (const Tensor& t : in) in64.push_back(t.defined() && t.dtype() == DType::Float32 ? to_f64(t) : t);
+  const auto y32 = run_node(rnn(op, in.size(), attrs, outs), in);
+  const auto y64 = run_node(rnn(op, in.size(), attrs, outs), in64);
+  for (size_t k = 0; k < outs; ++k) expect_close(y32[k], y64[k], op + " output " + std::to_string(k));
+  // The gradients, for random output gradients.
+  Node grad = make_node(op + "Grad", in.size() + outs, attrs, in.size());
+  grad.domain = kKilnDomain;
+  std::vector<Tensor> g32 = in, g64 = in64;
+  for (size_t k = 0; k < outs; ++k) {
+    const Tensor dy = random_f32(y32[k].shape(), static_cast<uint32_t>(20 + k), -1.f, 1.f);
+    g32.push_back(dy);
+    g64.push_back(to_f64(dy));
+  }
+  const auto d32 = run_node(grad, g32), d64 = run_node(grad, g64);
+  ASSERT_EQ(d32.size(), d64.size());
+  for (size_t k = 0; k < d32.size(); ++k)
+    if (d64[k].defined()) expect_close(d32[k], d64[k], op + "Grad output " + std::to_string(k));
+}
+
+TEST(Recurrent, PackedFloat32MatchesFloat64) {
+  check_packed_against_float64("RNN", 1, {}, false);
+  check_packed_against_float64("GRU", 3, {}, false);
+  check_packed_against_float64("GRU", 3, {{"linear_before_reset", Attribute::of_int(1)}}, false);
+  check_packed_against_float64("LSTM", 4, {{"direction", Attribute::of_string("bidirectional")}}, true);
+}
+
 TEST(Recurrent, ErrorsNameTheProblem) {
   const Tensor x = f32({3, 2, 4}, std::vector<float>(24, 0.1f));
   const Tensor w = f32({1, 20, 4}, std::vector<float>(80, 0.1f)), r = f32({1, 20, 5}, std::vector<float>(100, 0.1f));

@@ -6,6 +6,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/packed_product.h"
 #include "kernels/cpu/rnn_common.h"
 
 namespace kiln::rnn {
@@ -16,6 +17,32 @@ void gemm(const blas::GemmShape& s, const T* a, const T* b, T beta, T* c) {
   if constexpr (std::is_same_v<T, float>) blas::sgemm(s, 1.0f, a, b, beta, c);
   else blas::dgemm(s, 1.0, a, b, beta, c);
 }
+
+// From this many time steps on, float32 passes pack the recurrent weights once (PackedProduct)
+// instead of letting each step's product pack them again.
+constexpr int64_t kPackFromSteps = 4;
+
+// The product by the recurrent weights repeated at every step: C = A op(R), R packed once for float32
+// over enough steps, else a gemm per call.
+template <class T>
+class RecurrentProduct {
+ public:
+  RecurrentProduct(const blas::GemmShape& s, const T* r, int64_t steps) : s_(s), r_(r) {
+    if constexpr (std::is_same_v<T, float>)
+      if (steps >= kPackFromSteps)
+        packed_ = std::make_unique<PackedProduct>(s.m, s.n, s.k, r, s.trans_b, s.lda, s.ldb, s.ldc);
+  }
+  void run(const T* a, T* c) {
+    if constexpr (std::is_same_v<T, float>)
+      if (packed_) return packed_->run(a, c);
+    gemm<T>(s_, a, r_, T(0), c);
+  }
+
+ private:
+  blas::GemmShape s_;
+  const T* r_;
+  std::unique_ptr<PackedProduct> packed_;
+};
 
 // What the backward pass needs of one direction's forward, indexed by time step t and batch row b.
 template <class T>
@@ -96,16 +123,18 @@ class Pass {
   const T* wb_ = nullptr;
   const T* rb_ = nullptr;
   const T* p_ = nullptr;
-  std::vector<T> xw_;     // [S*B, G*H] X W^T + biases, rows in X's order
-  std::vector<T> hr_;     // [B, G*H] H_prev R^T
-  std::vector<T> hq_;     // GRU without linear_before_reset: [B, H] (r (.) H_prev) Rh^T
-  std::vector<T> pre_;    // [B, G*H] this step's pre-activations
-  std::vector<T> act_;    // [B, G*H] this step's gates
-  std::vector<T> q_;      // GRU: [B, H]
-  std::vector<T> dax_;    // [S*B, G*H] gradient of the X-side pre-activations, rows in X's order
-  std::vector<T> dar_;    // [S*B, G*H] gradient of the R-side pre-activations, rows t*B + b
-  std::vector<T> carry_;  // [B, H] gradient reaching H_prev other than through R
-  std::vector<T> tmp_;    // [B, H]
+  RecurrentProduct<T>* hr_product_ = nullptr;  // run()'s H_prev R^T, for its steps
+  RecurrentProduct<T>* dh_product_ = nullptr;  // back()'s dA_R R
+  std::vector<T> xw_;                          // [S*B, G*H] X W^T + biases, rows in X's order
+  std::vector<T> hr_;                          // [B, G*H] H_prev R^T
+  std::vector<T> hq_;                          // GRU without linear_before_reset: [B, H] (r (.) H_prev) Rh^T
+  std::vector<T> pre_;                         // [B, G*H] this step's pre-activations
+  std::vector<T> act_;                         // [B, G*H] this step's gates
+  std::vector<T> q_;                           // GRU: [B, H]
+  std::vector<T> dax_;                         // [S*B, G*H] gradient of the X-side pre-activations, rows in X's order
+  std::vector<T> dar_;                         // [S*B, G*H] gradient of the R-side pre-activations, rows t*B + b
+  std::vector<T> carry_;                       // [B, H] gradient reaching H_prev other than through R
+  std::vector<T> tmp_;                         // [B, H]
   Outputs<T> out_;
   const T* in_dy_ = nullptr;  // dY of the backward pass, null when no gradient reaches Y
 };
@@ -143,7 +172,11 @@ void Pass<T>::run(const Outputs<T>& out, Tape<T>* tape) {
     }
     if (s_.kind == Kind::Gru) tape->q.assign(states, T(0));
   }
+  const int64_t n_rec = s_.kind == Kind::Gru && !s_.linear_before_reset ? 2 * H : GH;  // Rh waits for r
+  RecurrentProduct<T> hr({false, true, B_, n_rec, H, H, H, GH}, r_, S_);
+  hr_product_ = &hr;
   for (int64_t k = 0; k < S_; ++k) step(time(k), h, c, tape);
+  hr_product_ = nullptr;
   store_state(h, out.yh);
   if (s_.kind == Kind::Lstm) store_state(c, out.yc);
 }
@@ -158,7 +191,7 @@ void Pass<T>::step(int64_t t, std::vector<T>& h, std::vector<T>& c, Tape<T>* tap
   }
   const bool gru = s_.kind == Kind::Gru, lbr = s_.linear_before_reset;
   const int64_t n_rec = gru && !lbr ? 2 * H : GH;  // without linear_before_reset, Rh waits for r
-  gemm<T>({false, true, B_, n_rec, H, H, H, GH}, h.data(), r_, T(0), hr_.data());
+  hr_product_->run(h.data(), hr_.data());
   const auto active = [&](int64_t b) { return t < len(b); };
   const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, GH));
   // Phase 1: every gate but GRU's h; RNN and LSTM finish here.
@@ -258,7 +291,11 @@ void Pass<T>::back(const Grads<T>& g, const Tape<T>& tape) {
   dar_.assign(dax_.size(), T(0));
   carry_.assign(static_cast<size_t>(B_ * H), T(0));
   tmp_.assign(carry_.size(), T(0));
+  const int64_t n_rec = s_.kind == Kind::Gru && !s_.linear_before_reset ? 2 * H_ : GH_;
+  RecurrentProduct<T> dr({false, false, B_, H_, n_rec, GH_, H_, H_}, r_, S_);  // dA_R R, to H_prev
+  dh_product_ = &dr;
   for (int64_t k = S_ - 1; k >= 0; --k) back_step(time(k), tape, dh, dc);
+  dh_product_ = nullptr;
   store_state(dh, g.dh0);
   if (s_.kind == Kind::Lstm) store_state(dc, g.dc0);
 
@@ -332,8 +369,7 @@ void Pass<T>::back_step(int64_t t, const Tape<T>& tape, std::vector<T>& dh, std:
     }
   });
   if (s_.kind == Kind::Gru && !lbr) gru_reset_back(t, tape);
-  const int64_t n_rec = s_.kind == Kind::Gru && !lbr ? 2 * H : GH;
-  gemm<T>({false, false, B_, H, n_rec, GH, H, H}, dar_t, r_, T(0), tmp_.data());
+  dh_product_->run(dar_t, tmp_.data());
   for (int64_t b = 0; b < B_; ++b) {
     if (!active(b)) continue;
     for (int64_t j = 0; j < H; ++j) dh[size_t(b * H + j)] = tmp_[size_t(b * H + j)] + carry_[size_t(b * H + j)];
