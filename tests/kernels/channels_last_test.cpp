@@ -52,6 +52,8 @@ std::vector<ConvCase> conv_cases() {
       {"dilated", {1, 4, 12, 12}, {8, 4, 3, 3}, {{"dilations", A::of_ints({2, 2})}}},
       {"grouped", {2, 8, 6, 6}, {12, 2, 3, 3}, {{"group", A::of_int(4)}, {"pads", A::of_ints({1, 1, 1, 1})}}},
       {"depthwise", {2, 16, 7, 7}, {16, 1, 3, 3}, {{"group", A::of_int(16)}, {"pads", A::of_ints({1, 1, 1, 1})}}},
+      // LeNet's first convolution: one input channel, read channels last either way (same bytes).
+      {"one input channel", {3, 1, 28, 28}, {6, 1, 5, 5}, {{"pads", A::of_ints({2, 2, 2, 2})}}},
       {"three input channels",
        {2, 3, 16, 16},
        {8, 3, 7, 7},
