@@ -131,9 +131,6 @@ void PlanCache::store_graph(const Model& planned, const std::map<std::string, Te
     kept.push_back(it->first);
     it = stored.graph.initializers.erase(it);
   }
-  // The overridable ones among them are graph inputs in the file; the loader is told which.
-  json overridable = json::array();
-  for (const ValueInfo& v : stored.graph.overridable_initializers) overridable.push_back(v.name);
   std::string payload;
   try {
     payload = serialize_model(stored);
@@ -141,7 +138,7 @@ void PlanCache::store_graph(const Model& planned, const std::map<std::string, Te
     warn(fmt::format("could not store the graph: {}", e.what()));
     return;
   }
-  write_entry(graph_path(), {{"key", key_}, {"kind", "graph"}, {"kept", kept}, {"overridable", overridable}}, payload);
+  write_entry(graph_path(), {{"key", key_}, {"kind", "graph"}, {"kept", kept}}, payload);
 }
 
 std::optional<Model> PlanCache::load_graph(const Model& model) const {
@@ -162,9 +159,7 @@ std::optional<Model> PlanCache::load_graph(const Model& model) const {
   } catch (const Error& e) {
     return ignore(e.what());
   }
-  if (!header.contains("kept") || !header["kept"].is_array() || !header.contains("overridable") ||
-      !header["overridable"].is_array())
-    return ignore("its header lists no initializers");
+  if (!header.contains("kept") || !header["kept"].is_array()) return ignore("its header lists no initializers");
   for (const auto& name : header["kept"]) {
     if (!name.is_string()) return ignore("a malformed initializer name");
     const auto it = model.graph.initializers.find(name.get<std::string>());
@@ -172,29 +167,21 @@ std::optional<Model> PlanCache::load_graph(const Model& model) const {
       return ignore(fmt::format("it names an initializer '{}' the model lacks", name.get<std::string>()));
     m.graph.initializers[it->first] = it->second;
   }
-  // Overridable initializers whose tensor was left out read back as plain inputs: put them back.
+  // Overridable initializers whose tensor was left out read back as plain inputs: the model's own
+  // list stands, each with its tensor.
   std::set<std::string> overridable;
-  for (const auto& name : header["overridable"])
-    if (name.is_string()) overridable.insert(name.get<std::string>());
-  std::vector<ValueInfo> inputs;
-  for (ValueInfo& v : m.graph.inputs) {
-    if (overridable.count(v.name) && m.graph.initializers.count(v.name))
-      m.graph.overridable_initializers.push_back(std::move(v));
-    else inputs.push_back(std::move(v));
+  for (const ValueInfo& v : model.graph.overridable_initializers) {
+    if (!m.graph.initializers.count(v.name))
+      return ignore(fmt::format("it lacks the overridable initializer '{}'", v.name));
+    overridable.insert(v.name);
   }
+  std::vector<ValueInfo> inputs;
+  for (ValueInfo& v : m.graph.inputs)
+    if (!overridable.count(v.name)) inputs.push_back(std::move(v));
   m.graph.inputs = std::move(inputs);
-  std::map<std::string, size_t> position;
-  for (size_t i = 0; i < model.graph.overridable_initializers.size(); ++i)
-    position[model.graph.overridable_initializers[i].name] = i;
-  std::stable_sort(m.graph.overridable_initializers.begin(), m.graph.overridable_initializers.end(),
-                   [&](const ValueInfo& a, const ValueInfo& b) {
-                     const auto pa = position.find(a.name), pb = position.find(b.name);
-                     return (pa == position.end() ? SIZE_MAX : pa->second) <
-                            (pb == position.end() ? SIZE_MAX : pb->second);
-                   });
+  m.graph.overridable_initializers = model.graph.overridable_initializers;
   // The passes keep a graph's inputs and outputs as they are.
-  if (!same_values(m.graph.inputs, model.graph.inputs) || !same_values(m.graph.outputs, model.graph.outputs) ||
-      !same_values(m.graph.overridable_initializers, model.graph.overridable_initializers))
+  if (!same_values(m.graph.inputs, model.graph.inputs) || !same_values(m.graph.outputs, model.graph.outputs))
     return ignore("its inputs or outputs are not the model's");
   return m;
 }
