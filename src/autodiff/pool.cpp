@@ -1,6 +1,6 @@
-// Gradient rules of the pools (kernels/cpu/pool.cpp). MaxPool and AveragePool emit ai.kiln ops that
-// know the window geometry; the global pools are standard ops: the mean's gradient is dY spread
-// evenly, the max's goes to the positions equal to the maximum.
+// Gradient rules of the pools (kernels/cpu/pool.cpp). MaxPool, AveragePool and GlobalAveragePool
+// emit ai.kiln ops (kernels/cpu/pool_grad.cpp); GlobalMaxPool's is standard ops: the max's
+// gradient goes to the positions equal to the maximum.
 #include "autodiff/registry.h"
 
 namespace kiln {
@@ -15,12 +15,9 @@ void average_pool_grad(GradContext& g) {
   g.set_GI(0, g.emit(kKilnDomain, "AveragePoolGrad", {g.GO_or_zeros(0), g.I(0)}, g.node.attrs));
 }
 
-// Y = mean over the spatial dims: dX = Expand(dY / count, shape(X)), count = size(X) / size(Y).
+// Y = mean over the spatial dims: dX = dY / count spread over each plane (ai.kiln.GlobalAveragePoolGrad).
 void global_average_pool_grad(GradContext& g) {
-  const auto to = Attribute::of_int(dtype_to_onnx(g.dtype(g.I(0)).value_or(DType::Float32)));
-  const std::string count = g.emit("Div", {g.emit("Cast", {g.emit("Size", {g.I(0)})}, {{"to", to}}),
-                                           g.emit("Cast", {g.emit("Size", {g.O(0)})}, {{"to", to}})});
-  g.set_GI(0, g.emit("Expand", {g.emit("Div", {g.GO(0), count}), g.emit("Shape", {g.I(0)})}));
+  g.set_GI(0, g.emit(kKilnDomain, "GlobalAveragePoolGrad", {g.GO(0), g.I(0)}));
 }
 
 // Y = max over the spatial dims: dX = dY where X equals its plane's maximum (every tied position

@@ -13,12 +13,16 @@ using fusion::kNone;
 
 // How a node takes part in a region.
 enum class Role {
-  None,        // stays as it is
-  Conv,        // Conv -> ai.kiln.ConvChannelsLast
-  Pool,        // MaxPool / AveragePool -> ai.kiln.*ChannelsLast, channels last in and out
-  GlobalPool,  // GlobalAveragePool / GlobalMaxPool -> ai.kiln.*ChannelsLast: its output is channels first
-  Norm,        // BatchNormalization in inference mode -> ai.kiln.BatchNormalizationChannelsLast
-  Elementwise  // the same op over channels-last operands
+  None,         // stays as it is
+  Conv,         // Conv -> ai.kiln.ConvChannelsLast
+  Pool,         // MaxPool / AveragePool -> ai.kiln.*ChannelsLast, channels last in and out
+  GlobalPool,   // GlobalAveragePool / GlobalMaxPool -> ai.kiln.*ChannelsLast: its output is channels first
+  Norm,         // BatchNormalization -> ai.kiln.BatchNormalizationChannelsLast
+  Elementwise,  // the same op over channels-last operands
+  // Training graphs' backward: the gradient ops of the above, dY (and X) channels last
+  ConvGrad,       // ai.kiln.ConvGrad -> ConvGradChannelsLast: dX channels last when X is
+  Grad,           // BatchNormalizationGrad, MaxPoolGrad, AveragePoolGrad -> *ChannelsLast
+  GlobalPoolGrad  // GlobalAveragePoolGrad -> *ChannelsLast: dY stays [N, C, 1, 1]
 };
 
 bool is_standard(const Node& n, std::initializer_list<const char*> ops) {
@@ -56,6 +60,11 @@ bool is_unary(const Node& n) {
 bool is_binary(const Node& n) {
   return is_standard(n, {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "PRelu", "Pow"});
 }
+// Gradients of unary ops: (dY, Y or X) -> dX, element by element, both operands of one shape.
+bool is_unary_grad(const Node& n) {
+  return n.domain == kKilnDomain && (n.op_type == "ReluGrad" || n.op_type == "GeluGrad");
+}
+bool is_kiln(const Node& n, const char* op) { return n.domain == kKilnDomain && n.op_type == op; }
 
 // A float32 rank-4 convolution weight: an initializer, or a declared graph input.
 bool conv_weight_ok(const Graph& g, const std::string& w) {
@@ -126,20 +135,46 @@ struct Pass {
       }
       return any ? Role::Elementwise : Role::None;
     }
+    if (const Role r = classify_grad(n); r != Role::None) return r;
     if (!x_in) return Role::None;
     if (is_standard(n, {"MaxPool"})) return one_output && n.attr_int("storage_order", 0) == 0 ? Role::Pool : Role::None;
     if (is_standard(n, {"AveragePool"}))
       return n.attr_int("ceil_mode", 0) != 0 && n.attr_int("count_include_pad", 0) != 0 ? Role::None : Role::Pool;
     if (is_standard(n, {"GlobalAveragePool", "GlobalMaxPool"})) return Role::GlobalPool;
-    if (is_standard(n, {"BatchNormalization"}))
-      return one_output && n.inputs.size() == 5 && n.attr_int("training_mode", 0) == 0 &&
-                     n.attr_int("spatial", 1) == 1 && model.opset() >= 7 && float32(n.inputs, 1)
-                 ? Role::Norm
-                 : Role::None;
+    if (is_standard(n, {"BatchNormalization"})) {  // training mode: running_mean and running_var too
+      const bool training = n.attr_int("training_mode", 0) != 0;
+      const bool outputs = training ? n.outputs.size() <= 3 && model.opset() >= 14 : one_output && model.opset() >= 7;
+      return outputs && n.inputs.size() == 5 && n.attr_int("spatial", 1) == 1 && float32(n.inputs, 1) ? Role::Norm
+                                                                                                      : Role::None;
+    }
     if (n.outputs.size() != 1 || !is_unary(n)) return Role::None;
     for (size_t k = 1; k < n.inputs.size(); ++k)
       if (!n.inputs[k].empty() && !uses.scalar(n.inputs[k], true)) return Role::None;
     return Role::Elementwise;
+  }
+
+  // The backward's ops: dY channels last, and X too but for a convolution's (its first layer reads
+  // the graph's input). Topological order puts them after the forward's ops and dY's producer.
+  Role classify_grad(const Node& n) const {
+    if (n.domain != kKilnDomain || n.inputs.size() < 2) return Role::None;
+    const bool dy_in = in_region(n.inputs[0]), x_in = in_region(n.inputs[1]);
+    if (is_unary_grad(n)) return dy_in && x_in && n.inputs.size() == 2 ? Role::Elementwise : Role::None;
+    if (is_kiln(n, "ConvGrad"))
+      return dy_in && n.inputs.size() == 3 && conv_weight_ok(g, n.inputs[2]) && !in_region(n.inputs[2]) ? Role::ConvGrad
+                                                                                                        : Role::None;
+    if (is_kiln(n, "GlobalAveragePoolGrad")) return x_in && !dy_in ? Role::GlobalPoolGrad : Role::None;
+    if (!dy_in || !x_in) return Role::None;
+    if (is_kiln(n, "BatchNormalizationGrad"))  // the per-channel inputs stay as they are
+      return std::none_of(n.inputs.begin() + 2, n.inputs.end(), [&](const std::string& v) { return in_region(v); }) &&
+                     float32(n.inputs, 2) && n.inputs.size() <= 7
+                 ? Role::Grad
+                 : Role::None;
+    if (is_kiln(n, "MaxPoolGrad")) return n.inputs.size() == 2 ? Role::Grad : Role::None;
+    if (is_kiln(n, "AveragePoolGrad"))
+      return n.inputs.size() == 2 && !(n.attr_int("ceil_mode", 0) != 0 && n.attr_int("count_include_pad", 0) != 0)
+                 ? Role::Grad
+                 : Role::None;
+    return Role::None;
   }
 
   // Finds the regions: nodes in topological order join when their activations are channels last.
@@ -150,7 +185,8 @@ struct Pass {
       if (role[i] == Role::None) continue;
       for (const std::string& v : n.inputs)
         if (!v.empty() && in_region(v)) join(i, region_value.at(v));
-      if (role[i] != Role::GlobalPool) region_value[n.outputs[0]] = i;
+      const bool dx_channels_last = role[i] != Role::ConvGrad || in_region(n.inputs[1]);
+      if (role[i] != Role::GlobalPool && !n.outputs[0].empty() && dx_channels_last) region_value[n.outputs[0]] = i;
     }
   }
 
@@ -227,32 +263,40 @@ struct Pass {
     return permuted[v] = edit.constant(v + "/channels_last", nhwc);
   }
 
+  bool backward(Role r) const { return r == Role::ConvGrad || r == Role::Grad || r == Role::GlobalPoolGrad; }
+
   void rewrite_node(GraphEditor& edit, size_t i) {
     Node& n = g.nodes[i];
-    const bool x_channels_last = in_region(n.inputs[0]);
-    for (size_t k = 0; k < n.inputs.size(); ++k)
-      if (role[i] == Role::Elementwise || k == 0) n.inputs[k] = operand(edit, n.inputs[k]);
-    if (role[i] == Role::Elementwise) {
+    const Role r = role[i];
+    const bool x_channels_last = in_region(n.inputs[r == Role::ConvGrad ? 1 : 0]);
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      if (backward(r)) {  // the activations it reads: those of the region channels last, the rest as they are
+        if (const auto it = cl.find(n.inputs[k]); it != cl.end()) n.inputs[k] = it->second;
+      } else if (r == Role::Elementwise || k == 0) {
+        n.inputs[k] = operand(edit, n.inputs[k]);
+      }
+    }
+    if (r == Role::Elementwise) {
       n.outputs[0] = cl.at(n.outputs[0]);
       return;
     }
     n.domain = kKilnDomain;
     n.op_type += "ChannelsLast";
-    if (role[i] == Role::GlobalPool) return;  // writes [N, C, 1, 1] under its old name
+    if (r == Role::GlobalPool) return;  // writes [N, C, 1, 1] under its old name
+    while (n.outputs.size() > 1 && n.outputs.back().empty()) n.outputs.pop_back();
     const std::string out = n.outputs[0];
-    n.outputs.resize(1);
-    n.outputs[0] = cl.at(out);
-    if (role[i] != Role::Conv) return;
-    n.attrs["input_channels_last"] = Attribute::of_int(x_channels_last ? 1 : 0);
+    if (region_value.count(out)) n.outputs[0] = cl.at(out);  // not a first layer's dX: channels first
+    if (r == Role::Conv || r == Role::ConvGrad) n.attrs["input_channels_last"] = Attribute::of_int(x_channels_last);
+    if (r != Role::Conv) return;
     if (const auto a = add_of.find(i); a != add_of.end()) {
       const std::vector<std::string>& in = g.nodes[a->second].inputs;
       n.inputs.resize(3);
       n.inputs.push_back(cl.at(in[0] == out ? in[1] : in[0]));
       n.outputs[0] = cl.at(g.nodes[a->second].outputs[0]);
     }
-    if (const auto r = relu_of.find(i); r != relu_of.end()) {
+    if (const auto relu = relu_of.find(i); relu != relu_of.end()) {
       n.attrs["activation"] = Attribute::of_string("Relu");
-      n.outputs[0] = cl.at(g.nodes[r->second].outputs[0]);
+      n.outputs[0] = cl.at(g.nodes[relu->second].outputs[0]);
     }
   }
 

@@ -62,19 +62,22 @@ size_t fold_result_casts_into_products(Model& model);
 // output_ready) hears of it then. Sessions only (not for_training). Returns how many it removed.
 size_t forward_identities(Model& model);
 // The layout pass, Sessions only (not for_training): regions of float32 2-D convolutional networks
-// (Conv, MaxPool, AveragePool, GlobalAveragePool / GlobalMaxPool, BatchNormalization in inference
-// mode, and the elementwise ops between them: activations, Add / Mul / ... with each other or with
-// constants) hold their activations channels last ([N, H, W, C]), the layout oneDNN's convolution
-// kernels read and write, instead of reordering to and from it at every convolution. Conv becomes
+// (Conv, MaxPool, AveragePool, GlobalAveragePool / GlobalMaxPool, BatchNormalization, and the
+// elementwise ops between them: activations, Add / Mul / ... with each other or with constants)
+// hold their activations channels last ([N, H, W, C]), the layout oneDNN's convolution kernels read
+// and write, instead of reordering to and from it at every convolution. Conv becomes
 // ai.kiln.ConvChannelsLast (the first one of a region reads the channels-first input itself; an Add
 // alone reading a convolution, its other operand channels last, and then a Relu alone reading that,
 // are applied by oneDNN as it writes: ResNet's residual); the pools and BatchNormalization
 // become their ai.kiln.*ChannelsLast ops (a global pool writes [N, C, 1, 1] channels first, the
 // same bytes); elementwise ops stay as they are over permuted operands (a constant operand gets a
-// permuted copy); every value something outside the region reads (or the graph returns) gets a
-// Transpose back under its own name. A region is rewritten only with at least two convolutions per
-// such Transpose: a lone Conv stays, and so does a training graph, whose backward reads most forward
-// activations. Returns how many nodes it rewrote.
+// permuted copy). In a training graph the backward joins the regions: ConvGrad, BatchNormalizationGrad,
+// MaxPoolGrad, AveragePoolGrad and GlobalAveragePoolGrad reading channels-last dY (and X) become their
+// *ChannelsLast ops writing dX channels last (a first layer's dX, of the graph's input, channels
+// first), ReluGrad and GeluGrad run over the permuted operands. Every value something outside the
+// region reads (or the graph returns) gets a Transpose back under its own name. A region is
+// rewritten only with at least two convolutions per such Transpose: a lone Conv stays. Returns how
+// many nodes it rewrote.
 size_t to_channels_last(Model& model);
 // Every pass above; returns how many nodes were rewritten.
 size_t fuse(Model& model, bool for_training = false);

@@ -383,8 +383,12 @@ void Module::set_batch_norm_sync(std::function<void(double* values, size_t n)> r
   Model m = b.session->model();
   size_t marked = 0;
   for (Node& n : m.graph.nodes) {
-    const bool bn = n.domain.empty() && n.op_type == "BatchNormalization";
-    const bool grad = n.domain == kKilnDomain && n.op_type == "BatchNormalizationGrad";
+    // The Session's layout pass (ir/fusion.h) may have made them their channels-last forms.
+    const bool kiln = n.domain == kKilnDomain;
+    const bool bn = (n.domain.empty() && n.op_type == "BatchNormalization") ||
+                    (kiln && n.op_type == "BatchNormalizationChannelsLast");
+    const bool grad =
+        kiln && (n.op_type == "BatchNormalizationGrad" || n.op_type == "BatchNormalizationGradChannelsLast");
     if (!bn && !grad) continue;
     n.attrs["sync_statistics"] = Attribute::of_int(reduce ? 1 : 0);
     ++marked;

@@ -2,9 +2,11 @@
 // ops between them run channels last, with a Relu and a residual Add folded into the convolution
 // before them and no Transpose when a global pool ends the region; a value read outside the region
 // gets one Transpose back under its own name; constant operands are permuted; BatchNormalization in
-// inference mode joins, its parameters graph inputs (an eval model's) or constants; a lone Conv, a
-// training graph, a float64 network and the pools the kernels do not take stay. Each rewritten
-// graph's outputs are within 1e-5 of the graph run without the pass (Session fuse off), float32.
+// inference mode joins, its parameters graph inputs (an eval model's) or constants; a training
+// graph's backward joins its forward (the gradient ops channels last, no Transpose left), its loss,
+// running statistics and gradients within 2e-5 of the graph run without the pass; a lone Conv, a
+// float64 network and the pools the kernels do not take stay. Each rewritten graph's outputs are
+// within 1e-5 of the graph run without the pass (Session fuse off), float32.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -62,7 +64,7 @@ Model resnet_like(bool leak = false) {
   return m;
 }
 
-void expect_same_outputs(const Model& m, const std::map<std::string, Tensor>& feeds) {
+void expect_same_outputs(const Model& m, const std::map<std::string, Tensor>& feeds, double tol = 1e-5) {
   const auto want = Session(m, {.fuse = false}).run(feeds);
   Model fused = m;
   fuse(fused);
@@ -72,7 +74,7 @@ void expect_same_outputs(const Model& m, const std::map<std::string, Tensor>& fe
     const Tensor& g = got.at(name);
     ASSERT_EQ(g.shape(), w.shape()) << name;
     const std::vector<double> gv = test_util::as_doubles(g), wv = test_util::as_doubles(w);
-    for (size_t i = 0; i < wv.size(); ++i) ASSERT_NEAR(gv[i], wv[i], 1e-5) << name << " at " << i;
+    for (size_t i = 0; i < wv.size(); ++i) ASSERT_NEAR(gv[i], wv[i], tol) << name << " at " << i;
   }
 }
 
@@ -166,6 +168,77 @@ TEST(ChannelsLast, AnEvalModelsBatchNormalizationRunsChannelsLast) {
                           {"bn.running_var", test_util::random_f32({8}, 28, 0.5f, 2.f)}});
 }
 
+// resnet_like with BatchNormalization after each convolution (ResNet's training graph; `frozen`:
+// in inference mode, as when fine-tuning a backbone), the loss a sum of the logits.
+Model resnet_training_graph(bool frozen = false) {
+  GraphBuilder b("resnet_train", 30, 15);
+  const std::string x = b.input("x", DType::Float32, {4, 3, 16, 16});
+  int norms = 0;
+  auto bn = [&](const std::string& h, int64_t c) {
+    const std::string p = "bn" + std::to_string(norms++);
+    return b.op("BatchNormalization",
+                {h, b.initializer(p + ".weight", test_util::random_f32({c}, 40 + norms, 0.5f, 1.5f)),
+                 b.initializer(p + ".bias", test_util::random_f32({c}, 50 + norms, -0.5f, 0.5f)),
+                 b.initializer(p + ".running_mean", Tensor::zeros(DType::Float32, {c})),
+                 b.initializer(p + ".running_var", test_util::random_f32({c}, 60 + norms, 0.5f, 1.5f))},
+                {{"training_mode", A::of_int(frozen ? 0 : 1)}, {"momentum", A::of_float(0.9f)}}, p);
+  };
+  std::string h = b.op("Relu", {bn(b.conv2d(x, 3, 8, 3, 1, 1, "stem"), 8)});
+  h = b.op("MaxPool", {h}, window(3, 2, 1), "pool");
+  std::string r = b.op("Relu", {bn(b.conv2d(h, 8, 8, 3, 1, 1, "c1"), 8)});
+  r = bn(b.conv2d(r, 8, 8, 3, 1, 1, "c2"), 8);
+  h = b.op("Relu", {b.op("Add", {r, h})});
+  r = b.op("Relu", {bn(b.conv2d(h, 8, 16, 3, 2, 1, "c3"), 16)});  // a downsampling block
+  r = bn(b.conv2d(r, 16, 16, 3, 1, 1, "c4"), 16);
+  h = b.op("Relu", {b.op("Add", {r, bn(b.conv2d(h, 8, 16, 1, 2, 0, "down"), 16)})});
+  h = b.op("AveragePool", {h}, window(2, 1, 0), "avg");
+  h = b.op("Flatten", {b.op("GlobalAveragePool", {h})}, {{"axis", A::of_int(1)}});
+  b.output(b.op("ReduceSum", {b.linear(h, 16, 5, "fc")}, {{"keepdims", A::of_int(0)}}), "loss", DType::Float32, {});
+  Model m = b.build();
+  for (Node& n : m.graph.nodes)  // the running statistics, as a training graph returns them
+    if (n.op_type == "BatchNormalization" && !frozen) {
+      for (const char* s : {".running_mean_out", ".running_var_out"}) {
+        n.outputs.push_back(n.name + s);
+        m.graph.outputs.push_back(ValueInfo{n.name + s, DType::Float32, true, false, {}, "", ValueKind::Tensor});
+      }
+    }
+  infer_shapes(m);
+  std::vector<std::string> params;
+  for (const auto& [name, t] : m.graph.initializers)
+    if (name.find("running") == std::string::npos) params.push_back(name);
+  return build_gradient_graph(m, {.loss = "loss", .requires_grad = params}).model;
+}
+
+TEST(ChannelsLast, ATrainingGraphsBackwardRunsChannelsLast) {
+  const Model m = resnet_training_graph();
+  Model cl = m;
+  EXPECT_GT(to_channels_last(cl), 0u);
+  EXPECT_EQ(count(cl, "Conv") + count(cl, "ConvGrad") + count(cl, "BatchNormalization") +
+                count(cl, "BatchNormalizationGrad") + count(cl, "MaxPoolGrad") + count(cl, "AveragePoolGrad") +
+                count(cl, "GlobalAveragePoolGrad"),
+            0u);
+  EXPECT_EQ(count(cl, "ConvGradChannelsLast"), 6u);
+  EXPECT_EQ(count(cl, "BatchNormalizationGradChannelsLast"), 6u);
+  EXPECT_EQ(count(cl, "MaxPoolGradChannelsLast"), 1u);
+  EXPECT_EQ(count(cl, "GlobalAveragePoolGradChannelsLast"), 1u);
+  EXPECT_EQ(count(cl, "Transpose"), 0u);
+  const Node& stem_grad = *std::find_if(cl.graph.nodes.begin(), cl.graph.nodes.end(), [](const Node& n) {
+    return n.op_type == "ConvGradChannelsLast" && n.attr_int("input_channels_last", 1) == 0;
+  });
+  EXPECT_EQ(stem_grad.inputs[1], "x");  // the stem's gradient reads the input as it is
+  expect_same_outputs(m, {{"x", test_util::random_f32({4, 3, 16, 16}, 70, -1.f, 1.f)}}, 2e-5);
+}
+
+TEST(ChannelsLast, AFrozenBatchNormalizationsTrainingGraph) {
+  Model m = resnet_training_graph(/*frozen=*/true);
+  infer_shapes(m);  // the gradient's 1 / sqrt(var + epsilon) typed, as in an exported training model
+  Model cl = m;
+  EXPECT_GT(to_channels_last(cl), 0u);
+  EXPECT_EQ(count(cl, "BatchNormalizationGradChannelsLast"), 6u);
+  EXPECT_EQ(count(cl, "Transpose"), 0u);
+  expect_same_outputs(m, {{"x", test_util::random_f32({4, 3, 16, 16}, 72, -1.f, 1.f)}}, 2e-5);
+}
+
 TEST(ChannelsLast, WhatStays) {
   {  // a lone convolution: its reorders would only move into a Transpose
     GraphBuilder b("lone", 5);
@@ -173,13 +246,6 @@ TEST(ChannelsLast, WhatStays) {
     b.output(b.op("Relu", {b.conv2d(x, 4, 8, 3, 1, 1, "c")}), "y", DType::Float32, {1, 8, 8, 8});
     Model m = b.build();
     EXPECT_EQ(to_channels_last(m), 0u);
-  }
-  {  // a training graph: the backward reads the forward's activations
-    Model m = resnet_like();
-    m.graph.nodes.push_back(Node{"loss", "ReduceSum", "", {"y"}, {"loss"}, {{"keepdims", A::of_int(0)}}, ""});
-    m.graph.outputs.push_back(ValueInfo{"loss", DType::Float32, true, true, {}, "", ValueKind::Tensor});
-    Model grad = build_gradient_graph(m, {.loss = "loss"}).model;
-    EXPECT_EQ(to_channels_last(grad), 0u) << "the training graph was rewritten";
   }
   {  // a weight the region computes: read channels first, through a Transpose
     GraphBuilder b("weights", 9);

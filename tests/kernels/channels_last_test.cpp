@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 
+#include "kernels/channels_last_util.h"
 #include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 #include "test_util.h"
@@ -19,27 +20,6 @@ namespace {
 
 using namespace test_util;
 using kiln::test::expect_error;
-
-Tensor to_nhwc(const Tensor& t) { return t.permute({0, 2, 3, 1}).contiguous(); }
-Tensor to_nchw(const Tensor& t) { return t.permute({0, 3, 1, 2}).contiguous(); }
-
-void expect_near(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  for (int64_t i = 0; i < got.numel(); ++i)
-    ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], tol) << what << " at " << i;
-}
-
-Node kiln_node(Node n, const std::string& op) {
-  n.domain = kKilnDomain;
-  n.op_type = op;
-  return n;
-}
-
-struct ConvCase {
-  std::string name;
-  Shape x, w;
-  std::map<std::string, Attribute> attrs;
-};
 
 std::vector<ConvCase> conv_cases() {
   using A = Attribute;

@@ -104,17 +104,6 @@ using conv::copy_taps;
 using dnnl_util::nchw_of;
 using dnnl_util::nhwc_of;
 
-// copy_taps for a channels-last input read as one product: w'[m, (taps..., c)] = w[m, c, taps...].
-void copy_taps_channels_last(const float* w, const Shape& wshape, const TapCrop& c, float* out) {
-  const std::vector<int64_t> offsets = conv::tap_offsets(wshape, c);
-  const int64_t taps = static_cast<int64_t>(offsets.size()), channels = wshape[1];
-  const int64_t k = numel(wshape) / (wshape[0] * channels);
-  for (int64_t m = 0; m < wshape[0]; ++m)
-    for (int64_t t = 0; t < taps; ++t)
-      for (int64_t ch = 0; ch < channels; ++ch)
-        out[(m * taps + t) * channels + ch] = w[(m * channels + ch) * k + offsets[size_t(t)]];
-}
-
 // How a ConvChannelsLast node lays out its operands and what it applies to its output.
 struct Layout {
   bool x_channels_last = false, y_channels_last = false;
@@ -263,7 +252,7 @@ class ConvDnnl final : public NativeBf16Kernel {
 
   // The cropped taps as the product reads them: in the input's order of channels and taps.
   void copy_product_taps(const float* w, float* out) const {
-    if (layout_.x_channels_last) copy_taps_channels_last(w, s_.w, crop_, out);
+    if (layout_.x_channels_last) conv::copy_taps_channels_last(w, s_.w, crop_, out);
     else copy_taps(w, s_.w, crop_, out);
   }
 

@@ -128,6 +128,42 @@ void expand_taps(const T* cropped, const Shape& wshape, const TapCrop& c, T* w) 
   });
 }
 
+// copy_taps for a channels-last input read as one product: out[m, (taps..., c)] = w[m, c, taps...];
+// output channels split across threads.
+template <class T>
+void copy_taps_channels_last(const T* w, const Shape& wshape, const TapCrop& c, T* out) {
+  const std::vector<int64_t> offsets = tap_offsets(wshape, c);
+  const int64_t taps = static_cast<int64_t>(offsets.size()), channels = wshape[1];
+  const int64_t k = numel(wshape) / (wshape[0] * channels);
+  parallel_for(wshape[0], std::max<int64_t>(1, 16384 / std::max<int64_t>(1, channels * k)),
+               [&](int64_t m0, int64_t m1) {
+                 for (int64_t m = m0; m < m1; ++m)
+                   for (int64_t t = 0; t < taps; ++t) {
+                     const T* src = w + m * channels * k + offsets[size_t(t)];
+                     T* dst = out + (m * taps + t) * channels;
+                     for (int64_t ch = 0; ch < channels; ++ch) dst[ch] = src[ch * k];
+                   }
+               });
+}
+
+// Its inverse for a gradient: w[m, c, taps...] from cropped[m, (taps..., c)], zeros elsewhere.
+template <class T>
+void expand_taps_channels_last(const T* cropped, const Shape& wshape, const TapCrop& c, T* w) {
+  const std::vector<int64_t> offsets = tap_offsets(wshape, c);
+  const int64_t taps = static_cast<int64_t>(offsets.size()), channels = wshape[1];
+  const int64_t k = numel(wshape) / (wshape[0] * channels);
+  parallel_for(wshape[0], std::max<int64_t>(1, 16384 / std::max<int64_t>(1, channels * k)),
+               [&](int64_t m0, int64_t m1) {
+                 std::fill(w + m0 * channels * k, w + m1 * channels * k, T{});
+                 for (int64_t m = m0; m < m1; ++m)
+                   for (int64_t t = 0; t < taps; ++t) {
+                     const T* src = cropped + (m * taps + t) * channels;
+                     T* dst = w + m * channels * k + offsets[size_t(t)];
+                     for (int64_t ch = 0; ch < channels; ++ch) dst[ch * k] = src[ch];
+                   }
+               });
+}
+
 // Spatial geometry padded to three dims (size 1, kernel 1) so one loop nest serves 1-D to 3-D.
 struct Geometry {
   int64_t n = 0, c = 0, m = 0, cg = 0, mg = 0;  // batch, in/out channels, per group
@@ -254,12 +290,21 @@ void channel_sum(const Shape& shape, const T* t, T* db) {
 // convolution_backward_weights for a float32 Problem, each built only when asked, once per planned
 // shape. build() returns false when oneDNN has no implementation for the geometry; the caller then
 // runs the direct loops.
+// Which activations of a 2-D convolution Kiln holds channels last ([N, H, W, C]; the layout pass,
+// ir/fusion.h): X (and dX), Y (and dY). The others are channels first.
+struct ChannelsLast {
+  bool x = false, y = false;
+  bool any() const { return x || y; }
+};
+
 class DnnlConv {
  public:
   // false when oneDNN has no implementation for the geometry, or (`native_only`) only its
-  // reference loops. `dt`: f32, or bf16 (native bfloat16 with float32 accumulation).
+  // reference loops. `dt`: f32, or bf16 (native bfloat16 with float32 accumulation). Channels-last
+  // activations are read and written in place where oneDNN has a kernel for that layout.
   bool build(const Problem& pr, bool forward, bool data, bool weights, bool bias,
-             dnnl::memory::data_type dt = dnnl::memory::data_type::f32, bool native_only = false);
+             dnnl::memory::data_type dt = dnnl::memory::data_type::f32, bool native_only = false,
+             ChannelsLast layout = {});
   void forward(const Tensor& x, const Tensor& w, Tensor& y);
   void data(const Tensor& dy, const Tensor& w, Tensor& dx);
   // `dy_from_data`: data() ran in this same kernel call with the same dy, so when both passes
@@ -267,6 +312,11 @@ class DnnlConv {
   void weights(const Tensor& x, const Tensor& dy, Tensor& dw_out, Tensor* db, bool dy_from_data = false);
 
  private:
+  // The primitives for activation descriptors xa and ya (explicit layouts, or "any").
+  void make(const Problem& pr, bool forward, bool data, bool weights, dnnl::memory::data_type dt,
+            const dnnl::memory::desc& xa, const dnnl::memory::desc& ya);
+  // Whether any primitive built is one of oneDNN's reference loops.
+  bool any_reference() const;
   // The weights' taps the primitives read (a contiguous copy), and dW's they write.
   Tensor kept_taps(const Tensor& w) const;
 
@@ -277,7 +327,8 @@ class DnnlConv {
   dnnl_util::Operand fw_x_, fw_w_, fw_y_;
   dnnl_util::Operand bd_dy_, bd_w_, bd_dx_;
   dnnl_util::Operand bw_x_, bw_dy_, bw_dw_;
-  dnnl::memory::desc bias_;
+  dnnl::memory::desc bias_, xp_, yp_, wp_;  // the bias, and Kiln's layouts of X, Y and the weights
+  std::vector<std::string> impls_;          // oneDNN's implementation of each primitive built
   dnnl::convolution_forward forward_prim_;
   dnnl::convolution_backward_data data_prim_;
   dnnl::convolution_backward_weights weights_prim_;

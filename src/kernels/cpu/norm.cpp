@@ -20,11 +20,69 @@
 #include <cmath>
 
 #include "core/parallel.h"
-#include "kernels/cpu/norm_common.h"
+#include "kernels/cpu/norm_layout.h"
 #include "kernels/cpu/statistics_reduce.h"
 #include "kiln/kernel.h"
 
 namespace kiln {
+
+// Training mode: the batch's mean and (biased) variance per channel, two passes over X, then the
+// affine pass, in either layout (norm_layout.h). With synchronized statistics (statistics_reduce.h)
+// the sums, and the element count, are those of every rank's batch.
+void norm::batch_norm_training(const Node& node, ComputeContext& ctx, const Layout& l) {
+  const int64_t c = l.c;
+  const double eps = node.attr_float("epsilon", 1e-5f), momentum = node.attr_float("momentum", 0.9f);
+  std::vector<double> mean(size_t(c), 0.0), var(size_t(c), 0.0);
+  double m = 0;
+  Tensor& y = ctx.output(0);
+  visit_dtype(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>) {
+      const T* px = ctx.input(0).data<T>();
+      T* py = y.data<T>();
+      // [count, sum per channel], then the sums of squares, over the ranks when synced.
+      std::vector<double> sums = norm::channel_sums(px, l);
+      sums.insert(sums.begin(), double(l.rows()));
+      reduce_statistics(node, sums.data(), sums.size());
+      m = sums[0];
+      if (m <= 1)
+        throw ShapeError(
+            fmt::format("BatchNormalization: training mode needs more than one value per channel to "
+                        "compute batch statistics, X is {}",
+                        ctx.input(0).describe()));
+      for (int64_t ch = 0; ch < c; ++ch) mean[size_t(ch)] = sums[size_t(ch) + 1] / m;
+      std::vector<double> squares = norm::channel_centered_squares(px, l, mean);
+      reduce_statistics(node, squares.data(), squares.size());
+      std::vector<double> a(static_cast<size_t>(c)), b(static_cast<size_t>(c));
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const size_t k = size_t(ch);
+        var[k] = squares[k] / m;
+        a[k] = ctx.input(1).item_as_double(ch) / std::sqrt(var[k] + eps);
+        b[k] = ctx.input(2).item_as_double(ch) - mean[k] * a[k];
+      }
+      norm::channel_affine(px, py, l, a, b);
+    } else {
+      throw Unsupported(fmt::format("BatchNormalization: {} input", dtype_name(y.dtype())));
+    }
+  });
+  auto update = [&](size_t out, size_t in, const std::vector<double>& batch, double correction) {
+    if (out >= ctx.outputs.size() || !ctx.outputs[out] || !ctx.outputs[out]->defined()) return;
+    Tensor& r = ctx.output(out);
+    visit_dtype(r.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>) {
+        for (int64_t ch = 0; ch < c; ++ch)
+          r.data<T>()[ch] = from_double<T>(ctx.input(in).item_as_double(ch) * momentum +
+                                           batch[size_t(ch)] * correction * (1.0 - momentum));
+      } else {
+        throw TypeError(fmt::format("BatchNormalization: running statistic {} must be a float", r.describe()));
+      }
+    });
+  };
+  update(1, 3, mean, 1.0);
+  update(2, 4, var, m / (m - 1));
+}
+
 namespace {
 
 bool training_mode(const Node& node) { return node.attr_int("training_mode", 0) != 0; }
@@ -75,71 +133,6 @@ std::vector<TensorMeta> batch_norm_outputs(const Node& node, const InferContext&
   return out;
 }
 
-// Training mode on [N, C, rest]: batch statistics per channel in double, Y normalised by them, the
-// running statistics updated as the header says (unbiased variance, PyTorch's convention).
-// Training mode: the batch's mean and (biased) variance per channel, two passes over X, then the
-// affine pass. With synchronized statistics (statistics_reduce.h) the sums, and the element count,
-// are those of every rank's batch.
-void batch_norm_training(const Node& node, ComputeContext& ctx, const Shape& data) {
-  const int64_t n = data[0], c = data[1], rest = data[2];
-  // [count, sum per channel] and then [sum of squares per channel], over the ranks when synced.
-  std::vector<double> sums(size_t(c) + 1, 0.0), squares(size_t(c), 0.0);
-  sums[0] = double(n * rest);
-  const double eps = node.attr_float("epsilon", 1e-5f), momentum = node.attr_float("momentum", 0.9f);
-  std::vector<double> mean(size_t(c), 0.0), var(size_t(c), 0.0);
-  double m = 0;
-  Tensor& y = ctx.output(0);
-  visit_dtype(y.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>) {
-      const T* px = ctx.input(0).data<T>();
-      T* py = y.data<T>();
-      parallel_for(c, 1, [&](int64_t s, int64_t e) {
-        for (int64_t ch = s; ch < e; ++ch) sums[size_t(ch) + 1] = norm::sum(px, norm::Channel{n, c, rest, ch});
-      });
-      reduce_statistics(node, sums.data(), sums.size());
-      m = sums[0];
-      if (m <= 1)
-        throw ShapeError(
-            fmt::format("BatchNormalization: training mode needs more than one value per channel to "
-                        "compute batch statistics, X is {}",
-                        ctx.input(0).describe()));
-      for (int64_t ch = 0; ch < c; ++ch) mean[size_t(ch)] = sums[size_t(ch) + 1] / m;
-      parallel_for(c, 1, [&](int64_t s, int64_t e) {
-        for (int64_t ch = s; ch < e; ++ch)
-          squares[size_t(ch)] = norm::centered_squares(px, norm::Channel{n, c, rest, ch}, mean[size_t(ch)]);
-      });
-      reduce_statistics(node, squares.data(), squares.size());
-      parallel_for(c, 1, [&](int64_t s, int64_t e) {
-        for (int64_t ch = s; ch < e; ++ch) {
-          const double mu = mean[size_t(ch)], v = squares[size_t(ch)] / m;
-          var[size_t(ch)] = v;
-          const double a = ctx.input(1).item_as_double(ch) / std::sqrt(v + eps);
-          norm::affine(px, py, norm::Channel{n, c, rest, ch}, a, ctx.input(2).item_as_double(ch) - mu * a);
-        }
-      });
-    } else {
-      throw Unsupported(fmt::format("BatchNormalization: {} input", dtype_name(y.dtype())));
-    }
-  });
-  auto update = [&](size_t out, size_t in, const std::vector<double>& batch, double correction) {
-    if (out >= ctx.outputs.size() || !ctx.outputs[out] || !ctx.outputs[out]->defined()) return;
-    Tensor& r = ctx.output(out);
-    visit_dtype(r.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half>) {
-        for (int64_t ch = 0; ch < c; ++ch)
-          r.data<T>()[ch] = from_double<T>(ctx.input(in).item_as_double(ch) * momentum +
-                                           batch[size_t(ch)] * correction * (1.0 - momentum));
-      } else {
-        throw TypeError(fmt::format("BatchNormalization: running statistic {} must be a float", r.describe()));
-      }
-    });
-  };
-  update(1, 3, mean, 1.0);
-  update(2, 4, var, m / (m - 1));
-}
-
 // Inference: y = x * a + b per channel with a = scale / sqrt(var + eps), b = B - mean * a (a and b
 // in double; float32 then runs a float multiply-add, float64 and float16 compute in double). Not
 // oneDNN: its 2.6 batch_normalization_forward on plain NCHW is a reference loop, measured 60-100x
@@ -152,7 +145,8 @@ class BatchNormPlain final : public Kernel {
     return batch_norm_outputs(node_, ctx);
   }
   void compute(ComputeContext& ctx) override {
-    if (training_mode(node_)) return batch_norm_training(node_, ctx, data_);
+    if (training_mode(node_))
+      return norm::batch_norm_training(node_, ctx, norm::Layout{false, data_[0], data_[1], data_[2]});
     const double eps = node_.attr_float("epsilon", 1e-5f);
     const int64_t c = data_[1], rest = data_[2];
     std::vector<double> a(static_cast<size_t>(c)), b(static_cast<size_t>(c));

@@ -1,14 +1,16 @@
-// ai.kiln.BatchNormalizationChannelsLast: BatchNormalization in inference mode over 2-D maps held
-// channels last ([N, H, W, C]), the layout pass's normalisation (ir/fusion.h, to_channels_last):
+// ai.kiln.BatchNormalizationChannelsLast: BatchNormalization over 2-D maps held channels last
+// ([N, H, W, C]), the layout pass's normalisation (ir/fusion.h, to_channels_last). Inference mode:
 // per channel, y = x * a + b with a = scale / sqrt(var + epsilon) and b = B - mean * a, worked out
 // in double once per call (the statistics are inputs: an eval model's parameters), then one pass
-// over the rows. Float32.
+// over the rows. Training mode (training_mode 1): BatchNormalization's (norm.cpp) over the rows,
+// with its running_mean and running_var outputs. Float32.
 #include <fmt/format.h>
 
 #include <cmath>
 #include <vector>
 
 #include "core/parallel.h"
+#include "kernels/cpu/norm_layout.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
 
@@ -32,11 +34,22 @@ class BatchNormChannelsLast final : public Kernel {
         throw ShapeError(fmt::format("{}: {} {} must be float[{}], one value per channel of X {}", node_.label(),
                                      names[i], p.describe(), x.shape[3], x.describe()));
     }
-    return {TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
+    std::vector<TensorMeta> out{TensorMeta{x.dtype, x.shape, x.dynamic, Tensor()}};
+    for (size_t i = 1; i < node_.outputs.size(); ++i) {
+      if (i > 2 || (!training() && !node_.outputs[i].empty()))
+        throw InvalidModel(fmt::format("{}: output {} ('{}') exists only in training mode (training_mode 1)",
+                                       node_.label(), i, node_.outputs[i]));
+      out.push_back(TensorMeta{DType::Float32, Shape{x.shape[3]}, false, Tensor()});
+    }
+    return out;
   }
 
   void compute(ComputeContext& ctx) override {
     const Tensor& x = ctx.input(0);
+    if (training()) {
+      const Shape& s = x.shape();
+      return norm::batch_norm_training(node_, ctx, norm::Layout{true, s[0], s[3], s[1] * s[2]});
+    }
     Tensor& y = ctx.output(0);
     const int64_t c = x.shape()[3], rows = c == 0 ? 0 : x.numel() / c;
     const double eps = node_.attr_float("epsilon", 1e-5f);
@@ -64,7 +77,10 @@ class BatchNormChannelsLast final : public Kernel {
     });
   }
 
-  std::optional<size_t> inplace_input() const override { return 0; }
+  std::optional<size_t> inplace_input() const override { return training() ? std::nullopt : std::optional<size_t>(0); }
+
+ private:
+  bool training() const { return node_.attr_int("training_mode", 0) != 0; }
 };
 
 const KernelRegistrar batch_norm_cl({kKilnDomain, "BatchNormalizationChannelsLast", 1, kMaxOpset, {DType::Float32}},
@@ -72,11 +88,12 @@ const KernelRegistrar batch_norm_cl({kKilnDomain, "BatchNormalizationChannelsLas
 const OpDocRegistrar batch_norm_cl_doc(
     {kKilnDomain,
      "BatchNormalizationChannelsLast",
-     "BatchNormalization in inference mode over 2-D maps held channels last (the layout pass, ir/fusion.h).",
+     "BatchNormalization over 2-D maps held channels last (the layout pass, ir/fusion.h).",
      {"X: [N, H, W, C]", "scale: [C]", "B: [C]", "input_mean: [C]", "input_var: [C]"},
-     {"Y: [N, H, W, C]"},
-     "attribute epsilon. Per channel, a = scale / sqrt(input_var + epsilon), Y = X * a + (B - input_mean * a). "
-     "Float32."});
+     {"Y: [N, H, W, C]", "running_mean (optional, training mode): [C]", "running_var (optional, training mode): [C]"},
+     "attributes epsilon, momentum, training_mode (default 0). Inference: per channel, a = scale / sqrt(input_var "
+     "+ epsilon), Y = X * a + (B - input_mean * a). Training: BatchNormalization's training mode with the "
+     "statistics over N, H and W. Float32."});
 
 }  // namespace
 }  // namespace kiln

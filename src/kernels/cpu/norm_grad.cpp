@@ -11,7 +11,7 @@
 #include <cmath>
 
 #include "core/parallel.h"
-#include "kernels/cpu/norm_common.h"
+#include "kernels/cpu/norm_layout.h"
 #include "kernels/cpu/statistics_reduce.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
@@ -25,17 +25,18 @@ Shape ncr(const Shape& x) {
   return {x[0], x[1], rest};
 }
 
-// Checks dY against X and the per-channel inputs; returns outputs dX (X's dtype), dScale, dB
-// (scale's dtype).
-std::vector<TensorMeta> grad_outputs(const InferContext& ctx, const char* op, size_t last_channel_input) {
+// Checks dY against X and the per-channel inputs (channels along axis `channel` of X); returns
+// outputs dX (X's dtype), dScale, dB (scale's dtype).
+std::vector<TensorMeta> grad_outputs(const InferContext& ctx, const char* op, size_t last_channel_input,
+                                     size_t channel = 1) {
   const TensorMeta& dy = ctx.input(0);
   const TensorMeta& x = ctx.input(1);
   if (x.shape.size() < 2 || dy.shape != x.shape || dy.dtype != x.dtype)
     throw ShapeError(fmt::format("{}: dY {} must match X {} (rank >= 2)", op, dy.describe(), x.describe()));
   for (size_t i = 2; i <= last_channel_input; ++i)
-    if (ctx.has_input(i) && (ctx.shape(i) != Shape{x.shape[1]} || !is_floating(ctx.dtype(i))))
+    if (ctx.has_input(i) && (ctx.shape(i) != Shape{x.shape[channel]} || !is_floating(ctx.dtype(i))))
       throw ShapeError(fmt::format("{}: input {} {} must be a float [{}], one value per channel of X {}", op, i,
-                                   ctx.input(i).describe(), x.shape[1], x.describe()));
+                                   ctx.input(i).describe(), x.shape[channel], x.describe()));
   const TensorMeta& scale = ctx.input(2);
   return {{x.dtype, x.shape, x.dynamic, Tensor()},
           {scale.dtype, scale.shape, false, Tensor()},
@@ -66,7 +67,8 @@ void write_doubles(Tensor& t, const std::vector<double>& v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// BatchNormalizationGrad(dY, X, scale, mean?, inv_std?, dRunningMean?, dRunningVar?)
+// BatchNormalizationGrad(dY, X, scale, mean?, inv_std?, dRunningMean?, dRunningVar?), and
+// BatchNormalizationGradChannelsLast: the same over 2-D maps held channels last ([N, H, W, C]).
 
 class BatchNormGradKernel final : public Kernel {
  public:
@@ -75,7 +77,9 @@ class BatchNormGradKernel final : public Kernel {
     training_ = node_.attr_int("training_mode", 1) != 0;
     if (!training_ && (!ctx.has_input(3) || !ctx.has_input(4)))
       throw InvalidModel("BatchNormalizationGrad: inference mode (training_mode=0) needs mean and inv_std inputs");
-    return grad_outputs(ctx, "BatchNormalizationGrad", 6);
+    if (channels_last_ && ctx.shape(1).size() != 4)
+      throw ShapeError(fmt::format("{}: X {} must have rank 4 ([N, H, W, C])", node_.label(), ctx.input(1).describe()));
+    return grad_outputs(ctx, node_.op_type.c_str(), 6, channels_last_ ? 3 : 1);
   }
 
   // In phases over the channels: the statistics when the node has none (their sums over the
@@ -83,7 +87,8 @@ class BatchNormGradKernel final : public Kernel {
   // dB are this rank's; dX takes the sums over every rank's batch, as torch's SyncBatchNorm), dX.
   void compute(ComputeContext& ctx) override {
     const Tensor& x = ctx.input(1);
-    const Shape d = ncr(x.shape());
+    const Shape& xs = x.shape();
+    const Shape d = channels_last_ ? Shape{xs[0], xs[3], xs[1] * xs[2]} : ncr(xs);
     const int64_t n = d[0], c = d[1], rest = d[2];
     const double eps = node_.attr_float("epsilon", 1e-5f), momentum = node_.attr_float("momentum", 0.9f);
     const std::vector<double> scale = doubles(&ctx.input(2), c);
@@ -94,50 +99,53 @@ class BatchNormGradKernel final : public Kernel {
     const std::vector<double> drm = doubles(has_drm ? &ctx.input(5) : nullptr, c);
     const std::vector<double> drv = doubles(has_drv ? &ctx.input(6) : nullptr, c);
     std::vector<double> dscale(static_cast<size_t>(c)), dbias(static_cast<size_t>(c));
-    // [count, per-channel sums...] reduced over the ranks when synced.
-    std::vector<double> stats(size_t(2 * c) + 1, 0.0);
+    const norm::Layout l{channels_last_, n, c, rest};
     visit_float(x.dtype(), "BatchNormalizationGrad", [&](auto tag) {
       using T = decltype(tag);
       const T* px = x.data<T>();
       const T* pg = ctx.input(0).data<T>();
       T* pdx = ctx.output(0).data<T>();
-      const auto channels = [&](auto&& f) {
-        parallel_for(c, 1, [&](int64_t s, int64_t e) {
-          for (int64_t ch = s; ch < e; ++ch) f(size_t(ch), norm::Channel{n, c, rest, ch});
-        });
-      };
-      stats[0] = double(n * rest);
       if (recompute) {  // ONNX's training-mode node has no saved statistics: two more passes
-        channels([&](size_t k, const norm::Channel& run) { stats[k + 1] = norm::sum(px, run); });
-        reduce_statistics(node_, stats.data(), size_t(c) + 1);
-        for (size_t k = 0; k < size_t(c); ++k) mean[k] = stats[k + 1] / stats[0];
-        channels([&](size_t k, const norm::Channel& run) { stats[k + 1] = norm::centered_squares(px, run, mean[k]); });
-        reduce_statistics(node_, stats.data() + 1, size_t(c));
-        for (size_t k = 0; k < size_t(c); ++k) inv[k] = 1.0 / std::sqrt(stats[k + 1] / stats[0] + eps);
+        // [count, per-channel sums], over the ranks when synced
+        std::vector<double> sums = norm::channel_sums(px, l);
+        sums.insert(sums.begin(), double(n * rest));
+        reduce_statistics(node_, sums.data(), sums.size());
+        for (size_t k = 0; k < size_t(c); ++k) mean[k] = sums[k + 1] / sums[0];
+        std::vector<double> squares = norm::channel_centered_squares(px, l, mean);
+        reduce_statistics(node_, squares.data(), squares.size());
+        for (size_t k = 0; k < size_t(c); ++k) inv[k] = 1.0 / std::sqrt(squares[k] / sums[0] + eps);
       }
-      channels([&](size_t k, const norm::Channel& run) {
-        double db = 0, dgxc = 0;
-        norm::grad_sums(pg, px, run, mean[k], db, dgxc);
-        dbias[k] = db;
-        dscale[k] = dgxc * inv[k];
-        stats[1 + k] = db;
-        stats[1 + size_t(c) + k] = dgxc;
-      });
+      std::vector<double> sum_g, sum_gxc;
+      norm::channel_grad_sums(pg, px, l, mean, sum_g, sum_gxc);
+      for (size_t k = 0; k < size_t(c); ++k) {
+        dbias[k] = sum_g[k];
+        dscale[k] = sum_gxc[k] * inv[k];
+      }
       if (!training_) {
-        channels([&](size_t k, const norm::Channel& run) { norm::affine(pg, pdx, run, scale[k] * inv[k], 0.0); });
+        std::vector<double> a(static_cast<size_t>(c)), zero(static_cast<size_t>(c), 0.0);
+        for (size_t k = 0; k < size_t(c); ++k) a[k] = scale[k] * inv[k];
+        norm::channel_affine(pg, pdx, l, a, zero);
         return;
       }
-      stats[0] = double(n * rest);  // this rank's count again: the reduction sums them
+      // [count, sums of dY, sums of dY * (x - mean)] over every rank's batch when synced
+      std::vector<double> stats(size_t(2 * c) + 1, 0.0);
+      stats[0] = double(n * rest);
+      std::copy(sum_g.begin(), sum_g.end(), stats.begin() + 1);
+      std::copy(sum_gxc.begin(), sum_gxc.end(), stats.begin() + 1 + c);
       reduce_statistics(node_, stats.data(), stats.size());
       const double m = stats[0];
       // dx = a / M * (M g - dB - x^ dScale) + rm + rv (x - mean), x^ = (x - mean) inv, where rm
       // and rv carry the gradients reaching running_mean / running_var through the batch statistics.
-      channels([&](size_t k, const norm::Channel& run) {
-        const double db = stats[1 + k], ds = stats[1 + size_t(c) + k] * inv[k], a = scale[k] * inv[k];
+      std::vector<double> a(static_cast<size_t>(c)), b0(static_cast<size_t>(c)), b1(static_cast<size_t>(c));
+      for (size_t k = 0; k < size_t(c); ++k) {
+        const double db = stats[1 + k], ds = stats[1 + size_t(c) + k] * inv[k];
+        a[k] = scale[k] * inv[k];
         const double rm = has_drm ? drm[k] * (1.0 - momentum) / m : 0.0;
         const double rv = has_drv ? drv[k] * (1.0 - momentum) * 2.0 / (m - 1) : 0.0;
-        norm::grad_input(pg, px, pdx, run, mean[k], a, rm - a * db / m, a * inv[k] * ds / m - rv);
-      });
+        b0[k] = rm - a[k] * db / m;
+        b1[k] = a[k] * inv[k] * ds / m - rv;
+      }
+      norm::channel_grad_input(pg, px, pdx, l, mean, a, b0, b1);
     });
     write_doubles(ctx.output(1), dscale);
     write_doubles(ctx.output(2), dbias);
@@ -145,6 +153,7 @@ class BatchNormGradKernel final : public Kernel {
 
  private:
   bool training_ = true;
+  const bool channels_last_ = node_.op_type == "BatchNormalizationGradChannelsLast";
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -204,6 +213,8 @@ const std::vector<DType> kFloats = {DType::Float32, DType::Float64, DType::Float
 
 const KernelRegistrar bn_grad({kKilnDomain, "BatchNormalizationGrad", 1, kMaxOpset, kFloats},
                               [](const Node& n) { return std::make_unique<BatchNormGradKernel>(n); });
+const KernelRegistrar bn_grad_cl({kKilnDomain, "BatchNormalizationGradChannelsLast", 1, kMaxOpset, kFloats},
+                                 [](const Node& n) { return std::make_unique<BatchNormGradKernel>(n); });
 const KernelRegistrar in_grad({kKilnDomain, "InstanceNormalizationGrad", 1, kMaxOpset, kFloats},
                               [](const Node& n) { return std::make_unique<InstanceNormGradKernel>(n); });
 
@@ -221,6 +232,14 @@ const OpDocRegistrar bn_doc(
      "x^ = (x - mean) * inv_std; dB = sum dY; dScale = sum dY * x^ (sums over N and rest). Inference: "
      "dX = dY * scale * inv_std. Training (M = N * rest): dX = scale * inv_std / M * (M * dY - dB - x^ * dScale) "
      "+ dRunningMean * (1 - momentum) / M + dRunningVar * (1 - momentum) * 2 * (x - mean) / (M - 1)"});
+const OpDocRegistrar bn_cl_doc(
+    {kKilnDomain,
+     "BatchNormalizationGradChannelsLast",
+     "BatchNormalizationGrad over 2-D maps held channels last (the layout pass, ir/fusion.h).",
+     {"dY: [N, H, W, C]", "X: [N, H, W, C]", "scale: [C]", "mean (optional)", "inv_std (optional)",
+      "dRunningMean (optional)", "dRunningVar (optional)"},
+     {"dX: [N, H, W, C]", "dScale: [C]", "dB: [C]"},
+     "BatchNormalizationGrad's inputs, attributes and formulas with the channels on the last axis."});
 const OpDocRegistrar in_doc(
     {kKilnDomain,
      "InstanceNormalizationGrad",
