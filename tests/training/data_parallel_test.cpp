@@ -280,5 +280,42 @@ TEST(SyncedBatchStatistics, TwoRanksWithTheSameBatchNormalizeAsOne) {
   expect_error<Unsupported>([&] { run_node(batch_norm(true), in); }, "runs no distributed training");
 }
 
+// The layout pass's channels-last forms (ir/fusion.h) sync the same way: [N, H, W, C] maps.
+TEST(SyncedBatchStatistics, TheChannelsLastFormsSyncToo) {
+  const Tensor x = random_tensor({4, 5, 1, 3}, 4), dy = random_tensor({4, 5, 1, 3}, 5), scale = random_tensor({3}, 6);
+  const std::vector<Tensor> in{x, scale, random_tensor({3}, 7), Tensor::zeros(DType::Float32, {3}),
+                               Tensor::from_vector<float>({3}, {1.f, 1.f, 1.f})};
+  std::vector<size_t> sizes;
+  set_statistics_reduce([&](double* v, size_t n) {
+    sizes.push_back(n);
+    for (size_t i = 0; i < n; ++i) v[i] *= 2;  // a second rank with the same batch
+  });
+  Node bn = batch_norm(true);
+  bn.domain = kKilnDomain;
+  bn.op_type = "BatchNormalizationChannelsLast";
+  Node grad;
+  grad.domain = kKilnDomain;
+  grad.op_type = "BatchNormalizationGradChannelsLast";
+  grad.name = "bn_grad";
+  grad.inputs = {"dy", "x", "scale"};
+  grad.outputs = {"dx", "dscale", "db"};
+  const Node alone_grad = grad;
+  grad.attrs["sync_statistics"] = Attribute::of_int(1);
+  const std::vector<Tensor> synced = run_node(bn, in), synced_grad = run_node(grad, {dy, x, scale});
+  EXPECT_EQ(sizes, (std::vector<size_t>{4, 3, 4, 3, 7}));  // forward; gradient: statistics, then its sums
+  set_statistics_reduce(nullptr);
+  bn.attrs.erase("sync_statistics");
+  const std::vector<Tensor> alone = run_node(bn, in), alone_grad_out = run_node(alone_grad, {dy, x, scale});
+  for (int64_t i = 0; i < alone[0].numel(); ++i)
+    EXPECT_NEAR(synced[0].data<float>()[i], alone[0].data<float>()[i], 1e-6) << i;
+  for (int64_t c = 0; c < 3; ++c) {  // 40 elements, not 20: the unbiased correction 40/39
+    const double batch_var = (alone[2].data<float>()[c] - 0.9) / 0.1 * 19.0 / 20.0;
+    EXPECT_NEAR(synced[2].data<float>()[c], 0.9 + 0.1 * batch_var * 40.0 / 39.0, 1e-6) << c;
+  }
+  for (size_t k = 0; k < 3; ++k)  // the same batch twice: the same gradients
+    for (int64_t i = 0; i < alone_grad_out[k].numel(); ++i)
+      EXPECT_NEAR(synced_grad[k].data<float>()[i], alone_grad_out[k].data<float>()[i], 1e-5) << k << " at " << i;
+}
+
 }  // namespace
 }  // namespace kiln::training
