@@ -193,21 +193,9 @@ TEST(BatchNormChannelsLast, SumsDoNotDependOnTheThreadCount) {
 }
 
 TEST(PoolGradChannelsLast, MatchesThePoolGradientsOnPermutedData) {
-  using A = Attribute;
-  const std::vector<std::pair<std::string, std::map<std::string, Attribute>>> cases = {
-      {"MaxPool",
-       {{"kernel_shape", A::of_ints({3, 3})}, {"strides", A::of_ints({2, 2})}, {"pads", A::of_ints({1, 1, 1, 1})}}},
-      {"MaxPool",
-       {{"kernel_shape", A::of_ints({2, 3})}, {"ceil_mode", A::of_int(1)}, {"dilations", A::of_ints({2, 1})}}},
-      {"AveragePool", {{"kernel_shape", A::of_ints({3, 3})}, {"pads", A::of_ints({1, 1, 1, 1})}}},
-      {"AveragePool",
-       {{"kernel_shape", A::of_ints({3, 3})}, {"pads", A::of_ints({1, 1, 1, 1})}, {"count_include_pad", A::of_int(1)}}},
-      {"AveragePool",
-       {{"kernel_shape", A::of_ints({2, 2})}, {"strides", A::of_ints({2, 2})}, {"ceil_mode", A::of_int(1)}}},
-  };
   uint32_t seed = 700;
   for (const Shape& s : {Shape{2, 16, 9, 11}, Shape{2, 70, 6, 5}}) {  // 70: a block of 64 and a part
-    for (const auto& [op, attrs] : cases) {
+    for (const auto& [op, attrs] : pool_cases()) {
       const Tensor x = random_f32(s, seed++, -3.f, 3.f);  // continuous values: no tied maxima
       const Tensor dy = random_f32(run1(make_node(op, 1, attrs), {x}).shape(), seed++, -1.f, 1.f);
       const Node grad = kiln_node(make_node(op + "Grad", 2, attrs), op + "Grad");

@@ -188,20 +188,8 @@ TEST(BatchNormalizationChannelsLast, BadInputsAreErrorsNamingThem) {
 }
 
 TEST(PoolChannelsLast, MatchesThePoolsOnPermutedData) {
-  using A = Attribute;
   const Tensor x = random_f32({2, 16, 9, 11}, 7, -3.f, 3.f);
-  const std::vector<std::pair<std::string, std::map<std::string, Attribute>>> cases = {
-      {"MaxPool",
-       {{"kernel_shape", A::of_ints({3, 3})}, {"strides", A::of_ints({2, 2})}, {"pads", A::of_ints({1, 1, 1, 1})}}},
-      {"MaxPool",
-       {{"kernel_shape", A::of_ints({2, 3})}, {"ceil_mode", A::of_int(1)}, {"dilations", A::of_ints({2, 1})}}},
-      {"AveragePool", {{"kernel_shape", A::of_ints({3, 3})}, {"pads", A::of_ints({1, 1, 1, 1})}}},
-      {"AveragePool",
-       {{"kernel_shape", A::of_ints({3, 3})}, {"pads", A::of_ints({1, 1, 1, 1})}, {"count_include_pad", A::of_int(1)}}},
-      {"AveragePool",
-       {{"kernel_shape", A::of_ints({2, 2})}, {"strides", A::of_ints({2, 2})}, {"ceil_mode", A::of_int(1)}}},
-  };
-  for (const auto& [op, attrs] : cases) {
+  for (const auto& [op, attrs] : pool_cases()) {
     const Node pool = make_node(op, 1, attrs);
     expect_near(to_nchw(run1(kiln_node(pool, op + "ChannelsLast"), {to_nhwc(x)})), run1(pool, {x}), 1e-5, op);
   }

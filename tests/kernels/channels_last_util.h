@@ -1,12 +1,14 @@
 // Helpers of the layout pass's kernel tests (channels_last_test.cpp, channels_last_grad_test.cpp):
 // the permutations between [N, C, H, W] and [N, H, W, C], a float32 comparison, a node moved to
-// the ai.kiln domain under another op name, and a convolution case.
+// the ai.kiln domain under another op name, a convolution case and the pooling cases.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kiln/kernel.h"
 
@@ -32,5 +34,22 @@ struct ConvCase {
   Shape x, w;
   std::map<std::string, Attribute> attrs;
 };
+
+// MaxPool and AveragePool: strides, pads, ceil_mode, dilations and count_include_pad.
+using PoolCase = std::pair<std::string, std::map<std::string, Attribute>>;
+inline std::vector<PoolCase> pool_cases() {
+  using A = Attribute;
+  return {
+      {"MaxPool",
+       {{"kernel_shape", A::of_ints({3, 3})}, {"strides", A::of_ints({2, 2})}, {"pads", A::of_ints({1, 1, 1, 1})}}},
+      {"MaxPool",
+       {{"kernel_shape", A::of_ints({2, 3})}, {"ceil_mode", A::of_int(1)}, {"dilations", A::of_ints({2, 1})}}},
+      {"AveragePool", {{"kernel_shape", A::of_ints({3, 3})}, {"pads", A::of_ints({1, 1, 1, 1})}}},
+      {"AveragePool",
+       {{"kernel_shape", A::of_ints({3, 3})}, {"pads", A::of_ints({1, 1, 1, 1})}, {"count_include_pad", A::of_int(1)}}},
+      {"AveragePool",
+       {{"kernel_shape", A::of_ints({2, 2})}, {"strides", A::of_ints({2, 2})}, {"ceil_mode", A::of_int(1)}}},
+  };
+}
 
 }  // namespace kiln::test_util
