@@ -415,12 +415,15 @@ size_t fold_transposes_into_matmul(Model& model) {
 }
 
 size_t fuse(Model& model, bool for_training) {
-  const size_t n = drop_inactive_dropout(model) + fuse_gelu(model) + fuse_masked_softmax(model);
+  // First: its ranks follow the standard ops the other passes replace.
+  const size_t folded = fold_score_slices_into_labels(model);
+  const size_t n = folded + drop_inactive_dropout(model) + fuse_gelu(model) + fuse_masked_softmax(model);
   const size_t m = fuse_attention(model, for_training) + fold_transposes_into_matmul(model);
   // Not in the gradient builder's forward graph, whose products have no Casts yet and whose
   // gradient rules do not take out_dtype.
   if (for_training) return n + m;
-  return n + m + fold_result_casts_into_products(model) + to_channels_last(model) + forward_identities(model);
+  const size_t k = fold_result_casts_into_products(model) + to_channels_last(model) + forward_identities(model);
+  return n + m + k + fuse_loss_with_gradient(model);
 }
 
 }  // namespace kiln

@@ -79,6 +79,25 @@ size_t forward_identities(Model& model);
 // rewritten only with at least two convolutions per such Transpose: a lone Conv stays. Returns how
 // many nodes it rewrote.
 size_t to_channels_last(Model& model);
+// SoftmaxCrossEntropyLoss(Reshape(Slice(X, [start], [end], [axis], [1]), [n, C]), Reshape(labels, [m]))
+// over scores X [..., C] sliced on another axis, labels shaped as the sliced scores without the
+// classes (by the hints), reduction mean or sum, log_prob not read: a causal language model's
+// shifted loss (logits[..., :-1, :] against labels[..., 1:]). The loss reads Reshape(X, [-1, C])
+// and the labels padded back to X's extent with ignore_index (the loss's own, else the labels'
+// dtype's lowest value, which it then gets), Reshape(Pad(labels), [-1]): the same loss, and no
+// slice of the logits in the forward nor its padding in the backward. Needs opset 13 (Pad's
+// inputs) and the axis's extent by the hints unless start >= 0 and end < 0 or to the end. Runs
+// before the gradient builder and in Sessions. Returns how many losses it rewrote.
+size_t fold_score_slices_into_labels(Model& model);
+// A training graph's SoftmaxCrossEntropyLoss(scores, labels[, weights]) and its gradient from the
+// scores, ai.kiln.SoftmaxCrossEntropyLossGrad(dY, scores, labels[, weights]) with the same
+// reduction and ignore_index: one ai.kiln.SoftmaxCrossEntropyLossAndGrad(dY, scores, labels[,
+// weights]) -> (dScores, loss[, dWeights]) where the gradient was, one pass over the scores instead
+// of two. Only when nothing before the gradient reads the loss (a training graph returns it; dY is
+// then not made from it) and the forward's log_prob is not read. Runs after forward_identities (the
+// loss's naming Identity, read before the backward, is gone by then); Sessions only. Returns how
+// many losses it fused.
+size_t fuse_loss_with_gradient(Model& model);
 // Every pass above; returns how many nodes were rewritten.
 size_t fuse(Model& model, bool for_training = false);
 

@@ -10,9 +10,11 @@ Models (small sizes, so that the file runs in about two minutes on two cores):
   training mode (the gradient then flows through the batch statistics);
 - torchvision's ResNet-18 in training mode on 2 x 3 x 64 x 64 images;
 - the ViT, the BERT-style encoder (classification loss) and the GPT-2-style decoder (the language
-  model loss over shifted tokens, with the LM head tied to the token embedding), dropout 0.
+  model loss over shifted tokens, with the LM head tied to the token embedding, which Kiln computes
+  over the unsliced logits and padded labels), dropout 0.
 """
 import numpy as np
+import onnx
 import pytest
 import torch
 import torch_models
@@ -130,3 +132,8 @@ def test_gpt2_gradients_match_torch(tmp_path):
     so the parameters to differentiate are named."""
     case = zoo_case("gpt2", "test", batch=2, seq=16)
     check(tmp_path, case, requires_grad=[n for n, _ in case.module.named_parameters()])
+    # The shifted loss (logits[:, :-1] against ids[:, 1:], dynamic axes) reads the unsliced logits
+    # and padded labels (ir/fusion.h, fold_score_slices_into_labels): no Slice of the logits, and
+    # none of its gradient.
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "train.onnx")).graph.node]
+    assert "SliceGrad" not in ops and ops.count("Pad") == 1

@@ -1,6 +1,11 @@
 // Gradients of the loss ops (loss.cpp), as ONNX defines the losses:
 //   ai.kiln.SoftmaxCrossEntropyLossGrad(dY, X, labels[, weights]) -> (dScores[, dWeights])
 //   ai.kiln.NegativeLogLikelihoodLossGrad(dY, input, target[, weight]) -> (dInput[, dWeight])
+//   ai.kiln.SoftmaxCrossEntropyLossAndGrad(dY, scores, labels[, weights]) -> (dScores, loss[, dWeights]):
+//     a training graph's SoftmaxCrossEntropyLoss and its gradient in one pass over the scores
+//     (ir/fusion.h, fuse_loss_with_gradient): the loss, reduced as the forward's, from the same
+//     log-sum-exp of each row the gradient takes (float32 exponentials within 2 ulp, summed in
+//     double, where the forward takes them in double).
 //
 // With the (N, C, D) view, element i = (n, d) has target t_i, weight w_i (w[t_i], 1 without
 // weights, 0 where t_i == ignore_index) and loss l_i = -w_i * logp[n, t_i, d]. The reduction gives
@@ -34,7 +39,9 @@ using loss::Reduction;
 
 class LossGradKernel : public Kernel {
  public:
-  LossGradKernel(const Node& n, bool softmax) : Kernel(n), softmax_(softmax), reduction_(parse_reduction(n)) {
+  // `with_loss`: SoftmaxCrossEntropyLossAndGrad, which also writes the loss (output 1).
+  LossGradKernel(const Node& n, bool softmax, bool with_loss = false)
+      : Kernel(n), softmax_(softmax), with_loss_(with_loss), reduction_(parse_reduction(n)) {
     if (n.has_attr("ignore_index")) ignore_ = n.attr_int("ignore_index");
   }
 
@@ -60,8 +67,11 @@ class LossGradKernel : public Kernel {
     c_ = x[1];
     d_ = numel(Shape(x.begin() + 2, x.end()));
     std::vector<TensorMeta> out{{ctx.dtype(0), x, false, Tensor()}};
-    if (node_.outputs.size() > 1) {
-      if (!ctx.has_input(3)) throw InvalidModel("the weights' gradient (output 1) needs the weights (input 3)");
+    if (with_loss_) out.push_back({ctx.dtype(0), dy, false, Tensor()});
+    if (node_.outputs.size() > weights_output()) {
+      if (!ctx.has_input(3))
+        throw InvalidModel(
+            fmt::format("the weights' gradient (output {}) needs the weights (input 3)", weights_output()));
       out.push_back({ctx.dtype(0), {c_}, false, Tensor()});
     }
     return out;
@@ -109,7 +119,7 @@ class LossGradKernel : public Kernel {
     // -logp of each counted element, for the weights' gradient.
     std::vector<double> nlogp(m, 0.0);
     const int64_t cls = c_, dd = d_;
-    const bool from_scores = softmax_ && node_.attr_int("x_is_log_prob", 1) == 0;
+    const bool from_scores = softmax_ && (with_loss_ || node_.attr_int("x_is_log_prob", 1) == 0);
     parallel_for(n_ * dd, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, cls)), [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const int64_t n = i / dd, d = i % dd;
@@ -152,8 +162,25 @@ class LossGradKernel : public Kernel {
         if (w[k] != 0) nlogp[k] = -(target - shift);
       }
     });
-    if (ctx.outputs.size() > 1 && ctx.outputs[1] && ctx.outputs[1]->defined())
-      weight_grad<T>(t, w, nlogp, wsum, dy, ctx.output(1).data<T>());
+    if (with_loss_) write_loss<T>(w, nlogp, wsum, ctx.output(1).data<T>());
+    const size_t wo = weights_output();
+    if (ctx.outputs.size() > wo && ctx.outputs[wo] && ctx.outputs[wo]->defined())
+      weight_grad<T>(t, w, nlogp, wsum, dy, ctx.output(wo).data<T>());
+  }
+
+  size_t weights_output() const { return with_loss_ ? 2 : 1; }
+
+  // The forward's loss from the gradient's pass: l_i = w_i * -logp_i (0 where nothing counts),
+  // reduced as SoftmaxCrossEntropyLoss reduces it, in double (a mean over nothing counted is NaN).
+  template <class T>
+  void write_loss(const std::vector<double>& w, const std::vector<double>& nlogp, double wsum, T* out) const {
+    if (reduction_ == Reduction::None) {
+      for (size_t i = 0; i < w.size(); ++i) out[i] = static_cast<T>(w[i] * nlogp[i]);
+      return;
+    }
+    double sum = 0;
+    for (size_t i = 0; i < w.size(); ++i) sum += w[i] * nlogp[i];
+    out[0] = static_cast<T>(reduction_ == Reduction::Sum ? sum : sum / wsum);
   }
 
   template <class T>
@@ -178,6 +205,7 @@ class LossGradKernel : public Kernel {
   }
 
   bool softmax_;
+  bool with_loss_;
   Reduction reduction_;
   std::optional<int64_t> ignore_;
   int64_t n_ = 0, c_ = 0, d_ = 1;
@@ -186,6 +214,8 @@ class LossGradKernel : public Kernel {
 const std::vector<DType> kTypes{DType::Float32, DType::Float64};
 const KernelRegistrar reg_sce({kKilnDomain, "SoftmaxCrossEntropyLossGrad", 1, kMaxOpset, kTypes},
                               [](const Node& n) { return std::make_unique<LossGradKernel>(n, true); });
+const KernelRegistrar reg_sce_and_grad({kKilnDomain, "SoftmaxCrossEntropyLossAndGrad", 1, kMaxOpset, kTypes},
+                                       [](const Node& n) { return std::make_unique<LossGradKernel>(n, true, true); });
 const KernelRegistrar reg_nll({kKilnDomain, "NegativeLogLikelihoodLossGrad", 1, kMaxOpset, kTypes},
                               [](const Node& n) { return std::make_unique<LossGradKernel>(n, false); });
 
@@ -206,6 +236,20 @@ const OpDocRegistrar doc_sce(
          "[c == t_i]); dWeights[c] = sum over counted i with t_i = c of -logp_i * dY_i (none), dY * A_c (sum), "
          "dY * (A_c - L * K_c) / W (mean; A_c = sum -logp_i, K_c their count, W = sum w_i, L the loss); "
          "0 when W = 0"});
+const OpDocRegistrar doc_sce_and_grad(
+    {kKilnDomain,
+     "SoftmaxCrossEntropyLossAndGrad",
+     "SoftmaxCrossEntropyLoss and its gradient with respect to its scores (and weights) in one pass over the scores: "
+     "the fused form of a training graph's loss and its SoftmaxCrossEntropyLossGrad.",
+     {"dY: the gradient of the loss (shape of labels for reduction none, else a scalar)",
+      "scores: (N, C) or (N, C, d1, ..., dk)", "labels: int32/int64 (N) or (N, d1, ..., dk)",
+      "weights (optional): [C] class weights"},
+     {"dScores: as SoftmaxCrossEntropyLossGrad's", "loss: as SoftmaxCrossEntropyLoss's output",
+      "dWeights (optional): as SoftmaxCrossEntropyLossGrad's"},
+     std::string(kLossMath) +
+         "attributes reduction and ignore_index as the forward's. loss = reduce(l_i) (mean: sum l_i / sum w_i, "
+         "NaN when nothing counts); the log-sum-exp of each row is the gradient's (float32: exponentials within 2 "
+         "ulp, summed in double)"});
 const OpDocRegistrar doc_nll(
     {kKilnDomain,
      "NegativeLogLikelihoodLossGrad",
