@@ -227,6 +227,14 @@ bool find_rows(const Graph& g, const Uses& uses, SlicedScores& m) {
   return true;
 }
 
+// Whether `x` is MatMul(A, B) with B [..., k, n] by its hint.
+bool product_columns_are(const Graph& g, const Uses& uses, const std::string& x, int64_t n) {
+  const size_t p = uses.producer(x, "MatMul");
+  if (p == fusion::kNone || g.nodes[p].inputs.size() != 2) return false;
+  const auto hb = fusion::hinted_info(g, g.nodes[p].inputs[1]);
+  return hb && hb->dims.size() >= 2 && hb->dims.back().value == n;
+}
+
 // The labels, shaped as the sliced scores without the classes: the pads that line them up, from
 // both hints, or (the scores unshaped, behind a computed Reshape) from the ops that make the scores.
 bool line_up_labels(const Graph& g, const Uses& uses, SlicedScores& m) {
@@ -244,8 +252,10 @@ bool line_up_labels(const Graph& g, const Uses& uses, SlicedScores& m) {
   if (!hs) {
     // Scores [a, b, classes] by their producers, labels [a', b']: the loss's row count, (b - pads) a
     // = a' b', and the padded labels', b a = a' (b' + pads), which the rewritten loss checks, leave
-    // a = a' and b = b' + pads.
+    // a = a' and b = b' + pads. The classes are the scores' last dim: read from their Shape, or
+    // the columns of the product that makes them (a language-model head).
     if (m.rank != 3 || Ranks(g, uses).of(g, m.scores) != std::optional<size_t>(3)) return false;
+    if (m.rows.empty() && !product_columns_are(g, uses, m.scores, m.classes)) return false;
     const auto pads = slice_pads(m.start, m.end, -1);
     if (pads) std::tie(m.before, m.after) = *pads;
     return pads.has_value();

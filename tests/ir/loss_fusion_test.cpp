@@ -6,7 +6,8 @@
 // the shifted language-model loss over sliced logits gives the same loss and gradients (1e-6
 // (|x| + 1)) over the unsliced logits and padded labels, with no Slice of the logits nor SliceGrad
 // left, with the rows' shape constant or computed from the logits' Shape (torch's dynamic axes)
-// and the logits with or without a shape hint; slices of the classes and unreduced losses stay.
+// and the logits with or without a shape hint; slices of the classes, unreduced losses and rows
+// that are not the logits' last axis stay.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -229,7 +230,33 @@ TEST(LossFusion, ShiftedLanguageModelLossesPadTheLabelsInsteadOfSlicingTheLogits
       }
 }
 
-TEST(LossFusion, SlicesOfTheClassesAndUnreducedLossesStay) {
+// Rows of 11 over logits of 22 columns: each row of the loss is half a position's logits, which
+// padded labels would not line up with; with the logits' hint and without it.
+Model half_rows() {
+  GraphBuilder b("half", 9);
+  const std::string x = b.input("x", DType::Float32, {2, 6, 4});
+  const std::string labels = b.input("labels", DType::Int64, {2, 11});
+  auto ints = [&](const std::string& name, std::vector<int64_t> v) {
+    return b.initializer(name, Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v));
+  };
+  const std::string logits = b.op("MatMul", {x, b.initializer("w", Tensor::zeros(DType::Float32, {4, 22}))});
+  const std::string one = ints("one", {1});
+  const std::string sliced = b.op("Slice", {logits, ints("zero", {0}), ints("minus_one", {-1}), one, one});
+  const std::string rows = b.op("Reshape", {sliced, ints("rows", {-1, 11})});
+  const std::string shifted =
+      b.op("Slice", {labels, one, ints("end", {std::numeric_limits<int64_t>::max()}), one, one});
+  const std::string flat = b.op("Reshape", {shifted, ints("flat", {-1})});
+  b.output(b.op("SoftmaxCrossEntropyLoss", {rows, flat}), "loss", DType::Float32, {});
+  Model m = b.build();
+  infer_shapes(m);
+  return m;
+}
+
+TEST(LossFusion, SlicesOfTheClassesUnreducedLossesAndPartRowsStay) {
+  for (bool unshaped : {false, true}) {
+    Model halves = unshaped ? unshaped_logits(half_rows()) : half_rows();
+    EXPECT_EQ(fold_score_slices_into_labels(halves), 0u) << "unshaped " << unshaped;
+  }
   Model classes = shifted_lm(std::nullopt, 2);
   EXPECT_EQ(fold_score_slices_into_labels(classes), 0u);
   Model unreduced = shifted_lm(std::nullopt, 1, "none");
