@@ -423,7 +423,7 @@ size_t fuse(Model& model, bool for_training) {
   // gradient rules do not take out_dtype.
   if (for_training) return n + m;
   const size_t k = fold_result_casts_into_products(model) + to_channels_last(model) + forward_identities(model);
-  return n + m + k + fuse_loss_with_gradient(model);
+  return n + m + k + join_slice_gradients(model) + fuse_loss_with_gradient(model);
 }
 
 }  // namespace kiln

@@ -89,6 +89,13 @@ size_t to_channels_last(Model& model);
 // inputs) and the axis's extent by the hints unless start >= 0 and end < 0 or to the end. Runs
 // before the gradient builder and in Sessions. Returns how many losses it rewrote.
 size_t fold_score_slices_into_labels(Model& model);
+// Sum(SliceGrad(dY_1, Shape(x), [s_1], [e_1], [axis]), ...) over slices of x that partition the
+// axis (steps 1, constant bounds side by side from 0 to the end, or to the extent by the hints),
+// each SliceGrad read by the Sum alone: Concat(dY_1, ..., axis), the parts side by side instead of
+// one zero-filled full-size tensor per part and their sum (the backward of torch's chunk and
+// split as Slices, as nn.MultiheadAttention's packed projection exports). Sessions only. Returns
+// how many Sums it rewrote.
+size_t join_slice_gradients(Model& model);
 // A training graph's SoftmaxCrossEntropyLoss(scores, labels[, weights]) and its gradient from the
 // scores, ai.kiln.SoftmaxCrossEntropyLossGrad(dY, scores, labels[, weights]) with the same
 // reduction and ignore_index: one ai.kiln.SoftmaxCrossEntropyLossAndGrad(dY, scores, labels[,

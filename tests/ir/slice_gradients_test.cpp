@@ -1,0 +1,87 @@
+// join_slice_gradients (ir/fusion.h): the backward of a tensor split into Slices that partition an
+// axis is one Concat of the parts' gradients in a Session, with the unfused graph's gradients
+// (bit for bit: the same values, placed rather than summed with zeros); slices that overlap or
+// leave part of the axis out keep their SliceGrads and Sum.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <random>
+
+#include "graph_builder.h"
+#include "ir/fusion.h"
+#include "kiln/autodiff.h"
+#include "kiln/onnx_io.h"
+#include "kiln/session.h"
+
+namespace kiln {
+namespace {
+
+size_t count(const Model& m, const std::string& op) {
+  size_t n = 0;
+  for (const Node& node : m.graph.nodes) n += node.op_type == op;
+  return n;
+}
+
+// h = x W, [3, 12], cut on axis 1 at `bounds` (an end of 12 written INT64_MAX when `to_the_end`);
+// loss = sum over the parts of part k scaled by k + 1 and squared, so each part's gradient differs.
+Model split_model(const std::vector<std::pair<int64_t, int64_t>>& bounds, bool to_the_end) {
+  GraphBuilder b("split", 3);
+  const std::string x = b.input("x", DType::Float32, {3, 4});
+  Tensor w = Tensor::empty(DType::Float32, {4, 12});
+  std::mt19937 gen(2);
+  std::normal_distribution<float> d(0.f, 1.f);
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = d(gen);
+  const std::string h = b.op("MatMul", {x, b.initializer("w", w)});
+  auto ints = [&](const std::string& name, std::vector<int64_t> v) {
+    return b.initializer(name, Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v));
+  };
+  const std::string axis = ints("axis", {1});
+  std::string total;
+  for (size_t k = 0; k < bounds.size(); ++k) {
+    const int64_t end = to_the_end && bounds[k].second == 12 ? std::numeric_limits<int64_t>::max() : bounds[k].second;
+    const std::string part = b.op("Slice", {h, ints("start" + std::to_string(k), {bounds[k].first}),
+                                            ints("end" + std::to_string(k), {end}), axis});
+    const std::string scaled =
+        b.op("Mul", {part, b.initializer("scale" + std::to_string(k), Tensor::scalar<float>(float(k + 1)))});
+    const std::string s = b.op("ReduceSum", {b.op("Mul", {scaled, scaled})}, {{"keepdims", Attribute::of_int(0)}});
+    total = total.empty() ? s : b.op("Add", {total, s});
+  }
+  b.output(total, "loss", DType::Float32, {});
+  Model m = b.build();
+  infer_shapes(m);
+  return m;
+}
+
+std::map<std::string, Tensor> feeds() {
+  Tensor x = Tensor::empty(DType::Float32, {3, 4});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+  return {{"x", x}};
+}
+
+TEST(JoinSliceGradients, SlicesThatPartitionAnAxisConcatTheirGradients) {
+  for (bool to_the_end : {false, true}) {
+    const GradientGraph grads =
+        build_gradient_graph(split_model({{0, 4}, {8, 12}, {4, 8}}, to_the_end), {.loss = "loss"});
+    ASSERT_EQ(count(grads.model, "SliceGrad"), 3u);
+    Session fused(grads.model);
+    EXPECT_EQ(count(fused.model(), "SliceGrad"), 0u) << "to the end " << to_the_end;
+    EXPECT_EQ(count(fused.model(), "Concat"), 1u);
+    Session plain(grads.model, {.fuse = false});
+    const Tensor a = fused.run(feeds()).at(grads.grads.at("w"));
+    const Tensor b = plain.run(feeds()).at(grads.grads.at("w"));
+    ASSERT_EQ(a.shape(), b.shape());
+    for (int64_t i = 0; i < a.numel(); ++i) EXPECT_EQ(a.data<float>()[i], b.data<float>()[i]) << i;
+  }
+}
+
+TEST(JoinSliceGradients, OverlappingOrPartialSlicesStay) {
+  for (const auto& bounds : {std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {4, 8}, {8, 12}},
+                             std::vector<std::pair<int64_t, int64_t>>{{0, 4}, {4, 8}, {8, 11}},
+                             std::vector<std::pair<int64_t, int64_t>>{{1, 4}, {4, 8}, {8, 12}}}) {
+    Model m = build_gradient_graph(split_model(bounds, false), {.loss = "loss"}).model;
+    EXPECT_EQ(join_slice_gradients(m), 0u) << bounds[0].first << ":" << bounds[0].second;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
