@@ -41,6 +41,18 @@ std::string GraphBuilder::initializer(const std::string& name, Tensor value) {
   return name;
 }
 
+std::string GraphBuilder::ints(const std::string& name, const std::vector<int64_t>& values) {
+  return initializer(name, Tensor::from_vector<int64_t>({static_cast<int64_t>(values.size())}, values));
+}
+
+std::string GraphBuilder::normal(const std::string& name, const Shape& shape, uint32_t seed) {
+  Tensor t = Tensor::empty(DType::Float32, shape);
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(gen);
+  return initializer(name, std::move(t));
+}
+
 std::string GraphBuilder::op(const std::string& op_type, std::vector<std::string> inputs,
                              std::map<std::string, Attribute> attrs, const std::string& name) {
   Node n;

@@ -26,6 +26,10 @@ class GraphBuilder {
   std::string input(const std::string& name, DType dtype, const std::vector<int64_t>& dims);
   void output(const std::string& value, const std::string& name, DType dtype, const std::vector<int64_t>& dims);
   std::string initializer(const std::string& name, Tensor value);
+  // A 1-D int64 initializer (Slice's starts, a Reshape's shape).
+  std::string ints(const std::string& name, const std::vector<int64_t>& values);
+  // A float32 initializer of standard normal values drawn from `seed`.
+  std::string normal(const std::string& name, const Shape& shape, uint32_t seed);
   // Adds a node; returns its first output's name (generated from the op type when empty).
   std::string op(const std::string& op_type, std::vector<std::string> inputs,
                  std::map<std::string, Attribute> attrs = {}, const std::string& name = "");

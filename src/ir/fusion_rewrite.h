@@ -73,6 +73,21 @@ class Uses {
     if (!is_floating(t->dtype()) && !any_numeric) return std::nullopt;
     return t->item_as_double();
   }
+  // The values of `v` when it is an int32 or int64 constant (initializer or Constant node).
+  std::optional<std::vector<int64_t>> ints(const std::string& v) const {
+    const Tensor* t = nullptr;
+    if (const auto it = g_.initializers.find(v); it != g_.initializers.end()) t = &it->second;
+    if (const auto it = producer_.find(v); t == nullptr && it != producer_.end()) {
+      const Node& n = g_.nodes[it->second];
+      const auto a = n.attrs.find("value");
+      if (n.domain.empty() && n.op_type == "Constant" && a != n.attrs.end() &&
+          a->second.kind == Attribute::Kind::Tensor)
+        t = &a->second.t;
+    }
+    if (t == nullptr || !t->defined() || (t->dtype() != DType::Int64 && t->dtype() != DType::Int32))
+      return std::nullopt;
+    return t->to_int64_vector();
+  }
   // The value of `v` when it is a one-element bool constant (Dropout's training_mode), as 0 or 1.
   std::optional<double> boolean(const std::string& v) const {
     const auto it = producer_.find(v);

@@ -41,14 +41,7 @@ std::optional<std::vector<int64_t>> constant_ints(const Graph& g, const Uses& us
     const auto one = constant_ints(g, uses, g.nodes[u].inputs[0], depth + 1);  // [x] or x: the same values
     return one && one->size() == 1 ? one : std::nullopt;
   }
-  const Tensor* t = nullptr;
-  if (const auto it = g.initializers.find(v); it != g.initializers.end()) t = &it->second;
-  if (const size_t p = uses.producer(v, "Constant"); t == nullptr && p != fusion::kNone) {
-    const auto a = g.nodes[p].attrs.find("value");
-    if (a != g.nodes[p].attrs.end() && a->second.kind == Attribute::Kind::Tensor) t = &a->second.t;
-  }
-  if (t == nullptr || !t->defined() || (t->dtype() != DType::Int64 && t->dtype() != DType::Int32)) return std::nullopt;
-  return t->to_int64_vector();
+  return uses.ints(v);
 }
 
 bool same_dim(const Dim& a, const Dim& b) {

@@ -29,16 +29,9 @@ struct Part {
 };
 
 // A one-element integer constant (an initializer or a Constant node).
-std::optional<int64_t> int_constant(const Graph& g, const Uses& uses, const std::string& v) {
-  const Tensor* t = nullptr;
-  if (const auto it = g.initializers.find(v); it != g.initializers.end()) t = &it->second;
-  if (const size_t p = uses.producer(v, "Constant"); t == nullptr && p != kNone) {
-    const auto a = g.nodes[p].attrs.find("value");
-    if (a != g.nodes[p].attrs.end() && a->second.kind == Attribute::Kind::Tensor) t = &a->second.t;
-  }
-  if (t == nullptr || !t->defined() || t->numel() != 1) return std::nullopt;
-  if (t->dtype() != DType::Int64 && t->dtype() != DType::Int32) return std::nullopt;
-  return t->to_int64_vector()[0];
+std::optional<int64_t> int_constant(const Uses& uses, const std::string& v) {
+  const auto values = uses.ints(v);
+  return values && values->size() == 1 ? std::optional((*values)[0]) : std::nullopt;
 }
 
 // The SliceGrad writing `v` for the Sum at index `sum`, when that Sum is its only reader: one named
@@ -50,7 +43,7 @@ std::optional<Part> part_of(const Graph& g, const Uses& uses, const std::string&
   const Node& n = g.nodes[p.node];
   if (n.domain != kKilnDomain || n.op_type != "SliceGrad" || n.inputs.size() < 5 || n.inputs[4].empty())
     return std::nullopt;
-  if (n.inputs.size() > 5 && !n.inputs[5].empty() && int_constant(g, uses, n.inputs[5]) != 1) return std::nullopt;
+  if (n.inputs.size() > 5 && !n.inputs[5].empty() && int_constant(uses, n.inputs[5]) != 1) return std::nullopt;
   p.shape = uses.producer(n.inputs[1], "Shape");
   if (p.shape == kNone || g.nodes[p.shape].inputs.size() != 1 || !g.nodes[p.shape].attrs.empty()) return std::nullopt;
   p.dy = n.inputs[0];
@@ -58,7 +51,7 @@ std::optional<Part> part_of(const Graph& g, const Uses& uses, const std::string&
   p.start_v = n.inputs[2];
   p.end_v = n.inputs[3];
   p.axis_v = n.inputs[4];
-  const auto start = int_constant(g, uses, p.start_v), end = int_constant(g, uses, p.end_v);
+  const auto start = int_constant(uses, p.start_v), end = int_constant(uses, p.end_v);
   if (start && end && *start >= 0 && *end > *start) {
     p.start = *start;
     p.end = *end;
@@ -68,9 +61,9 @@ std::optional<Part> part_of(const Graph& g, const Uses& uses, const std::string&
 
 // The parts' axis: one value, or equal constants.
 std::optional<int64_t> common_axis(const Graph& g, const Uses& uses, const std::vector<Part>& parts) {
-  const auto axis = int_constant(g, uses, parts[0].axis_v);
+  const auto axis = int_constant(uses, parts[0].axis_v);
   for (const Part& p : parts)
-    if (p.data != parts[0].data || (p.axis_v != parts[0].axis_v && int_constant(g, uses, p.axis_v) != axis) ||
+    if (p.data != parts[0].data || (p.axis_v != parts[0].axis_v && int_constant(uses, p.axis_v) != axis) ||
         (!axis && p.axis_v != parts[0].axis_v))
       return std::nullopt;
   return axis.value_or(std::numeric_limits<int64_t>::min());  // min: a computed axis

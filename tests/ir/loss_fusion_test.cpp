@@ -150,29 +150,22 @@ Model shifted_lm(std::optional<int64_t> ignore, int64_t slice_axis = 1, const st
   GraphBuilder b("shifted", 9);
   const std::string x = b.input("x", DType::Float32, {2, 6, 4});
   const std::string labels = b.input("labels", DType::Int64, {2, 6});
-  Tensor w = Tensor::empty(DType::Float32, {4, 11});
-  std::mt19937 gen(4);
-  std::normal_distribution<float> d(0.f, 1.f);
-  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = d(gen);
-  const std::string logits = b.op("MatMul", {x, b.initializer("w", w)});
-  auto ints = [&](const std::string& name, std::vector<int64_t> v) {
-    return b.initializer(name, Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v));
-  };
-  const std::string one = ints("one", {1}), zero = ints("zero", {0}), minus_one = ints("minus_one", {-1});
-  const std::string sliced = b.op("Slice", {logits, zero, minus_one, ints("axis", {slice_axis}), one});
+  const std::string logits = b.op("MatMul", {x, b.normal("w", {4, 11}, 4)});
+  const std::string one = b.ints("one", {1}), zero = b.ints("zero", {0}), minus_one = b.ints("minus_one", {-1});
+  const std::string sliced = b.op("Slice", {logits, zero, minus_one, b.ints("axis", {slice_axis}), one});
   const int64_t classes = slice_axis == 2 ? 10 : 11;
   // [-1, 11], or as torch exports view(-1, logits.size(-1)) with dynamic axes: [-1] joined to
   // Gather(Shape(logits), 2).
-  std::string target = ints("rows", {-1, classes});
+  std::string target = b.ints("rows", {-1, classes});
   if (computed_rows) {
     const std::string two = b.initializer("two", Tensor::scalar<int64_t>(2));
     const std::string last = b.op("Unsqueeze", {b.op("Gather", {b.op("Shape", {logits}), two}), zero});
-    target = b.op("Concat", {ints("lead", {-1}), last}, {{"axis", Attribute::of_int(0)}});
+    target = b.op("Concat", {b.ints("lead", {-1}), last}, {{"axis", Attribute::of_int(0)}});
   }
   const std::string rows = b.op("Reshape", {sliced, target});
   const int64_t end = std::numeric_limits<int64_t>::max();
-  const std::string shifted = slice_axis == 2 ? labels : b.op("Slice", {labels, one, ints("end", {end}), one, one});
-  const std::string flat = b.op("Reshape", {shifted, ints("flat", {-1})});
+  const std::string shifted = slice_axis == 2 ? labels : b.op("Slice", {labels, one, b.ints("end", {end}), one, one});
+  const std::string flat = b.op("Reshape", {shifted, b.ints("flat", {-1})});
   std::map<std::string, Attribute> attrs{{"reduction", Attribute::of_string(reduction)}};
   if (ignore) attrs["ignore_index"] = Attribute::of_int(*ignore);
   std::string loss = b.op("SoftmaxCrossEntropyLoss", {rows, flat}, attrs);
@@ -236,16 +229,13 @@ Model half_rows() {
   GraphBuilder b("half", 9);
   const std::string x = b.input("x", DType::Float32, {2, 6, 4});
   const std::string labels = b.input("labels", DType::Int64, {2, 11});
-  auto ints = [&](const std::string& name, std::vector<int64_t> v) {
-    return b.initializer(name, Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v));
-  };
   const std::string logits = b.op("MatMul", {x, b.initializer("w", Tensor::zeros(DType::Float32, {4, 22}))});
-  const std::string one = ints("one", {1});
-  const std::string sliced = b.op("Slice", {logits, ints("zero", {0}), ints("minus_one", {-1}), one, one});
-  const std::string rows = b.op("Reshape", {sliced, ints("rows", {-1, 11})});
+  const std::string one = b.ints("one", {1});
+  const std::string sliced = b.op("Slice", {logits, b.ints("zero", {0}), b.ints("minus_one", {-1}), one, one});
+  const std::string rows = b.op("Reshape", {sliced, b.ints("rows", {-1, 11})});
   const std::string shifted =
-      b.op("Slice", {labels, one, ints("end", {std::numeric_limits<int64_t>::max()}), one, one});
-  const std::string flat = b.op("Reshape", {shifted, ints("flat", {-1})});
+      b.op("Slice", {labels, one, b.ints("end", {std::numeric_limits<int64_t>::max()}), one, one});
+  const std::string flat = b.op("Reshape", {shifted, b.ints("flat", {-1})});
   b.output(b.op("SoftmaxCrossEntropyLoss", {rows, flat}), "loss", DType::Float32, {});
   Model m = b.build();
   infer_shapes(m);

@@ -30,27 +30,20 @@ size_t count(const Model& m, const std::string& op) {
 Model split_model(const std::vector<std::pair<int64_t, int64_t>>& bounds, bool to_the_end, bool computed = false) {
   GraphBuilder b("split", 3);
   const std::string x = b.input("x", DType::Float32, {3, 4});
-  Tensor w = Tensor::empty(DType::Float32, {4, 12});
-  std::mt19937 gen(2);
-  std::normal_distribution<float> d(0.f, 1.f);
-  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = d(gen);
-  const std::string h = b.op("MatMul", {x, b.initializer("w", w)});
-  auto ints = [&](const std::string& name, std::vector<int64_t> v) {
-    return b.initializer(name, Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v));
-  };
-  const std::string axis = ints("axis", {1});
-  const std::string extent = b.op("Slice", {b.op("Shape", {h}), ints("one", {1}), ints("two", {2})});
-  const std::string chunk = b.op("Div", {extent, ints("three", {3})});
+  const std::string h = b.op("MatMul", {x, b.normal("w", {4, 12}, 2)});
+  const std::string axis = b.ints("axis", {1});
+  const std::string extent = b.op("Slice", {b.op("Shape", {h}), b.ints("one", {1}), b.ints("two", {2})});
+  const std::string chunk = b.op("Div", {extent, b.ints("three", {3})});
   auto bound = [&](int64_t v, const std::string& name) {
-    if (!computed) return ints(name, {v});
-    return b.op("Add", {b.op("Mul", {chunk, ints(name + "_chunks", {v / 4})}), ints(name + "_rest", {v % 4})});
+    if (!computed) return b.ints(name, {v});
+    return b.op("Add", {b.op("Mul", {chunk, b.ints(name + "_chunks", {v / 4})}), b.ints(name + "_rest", {v % 4})});
   };
   std::string total;
   for (size_t k = 0; k < bounds.size(); ++k) {
     const int64_t end = to_the_end && bounds[k].second == 12 ? std::numeric_limits<int64_t>::max() : bounds[k].second;
     const std::string part = b.op("Slice", {h, bound(bounds[k].first, "start" + std::to_string(k)),
                                             end == bounds[k].second ? bound(end, "end" + std::to_string(k))
-                                                                    : ints("end" + std::to_string(k), {end}),
+                                                                    : b.ints("end" + std::to_string(k), {end}),
                                             axis});
     const std::string scaled =
         b.op("Mul", {part, b.initializer("scale" + std::to_string(k), Tensor::scalar<float>(float(k + 1)))});
