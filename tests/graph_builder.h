@@ -48,6 +48,13 @@ class GraphBuilder {
   int counter_ = 0;
 };
 
+// How many nodes of the model run op `op` (any domain).
+inline size_t count(const Model& m, const std::string& op) {
+  size_t n = 0;
+  for (const Node& node : m.graph.nodes) n += node.op_type == op;
+  return n;
+}
+
 // A small CNN classifier for 1x28x28 images and 10 classes (LeNet-style, BatchNorm, pooling).
 Model make_small_cnn(uint64_t seed);
 

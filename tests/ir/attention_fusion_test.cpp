@@ -61,11 +61,6 @@ Model attention(Form form, bool leak = false) {
   return m;
 }
 
-size_t count(const Model& m, const std::string& op) {
-  return static_cast<size_t>(
-      std::count_if(m.graph.nodes.begin(), m.graph.nodes.end(), [&](const Node& n) { return n.op_type == op; }));
-}
-
 std::map<std::string, Tensor> feeds(uint64_t seed) {
   Tensor pad = Tensor::zeros(DType::Float32, {kB, 1, 1, kS});
   pad.data<float>()[kS - 1] = pad.data<float>()[kS - 2] = -INFINITY;  // the first row's last two tokens

@@ -23,11 +23,6 @@ namespace {
 
 using A = Attribute;
 
-size_t count(const Model& m, const std::string& op) {
-  return static_cast<size_t>(
-      std::count_if(m.graph.nodes.begin(), m.graph.nodes.end(), [&](const Node& n) { return n.op_type == op; }));
-}
-
 const Node& node_named(const Model& m, const std::string& name) {
   const auto it =
       std::find_if(m.graph.nodes.begin(), m.graph.nodes.end(), [&](const Node& n) { return n.name == name; });

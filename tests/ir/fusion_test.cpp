@@ -52,12 +52,6 @@ Model gelu_model(Form form, bool leak = false, float half = 0.5f) {
   return m;
 }
 
-size_t count(const Model& m, const std::string& op) {
-  size_t n = 0;
-  for (const Node& node : m.graph.nodes) n += node.op_type == op;
-  return n;
-}
-
 Tensor normal(Shape shape, uint64_t seed, float scale) {
   Tensor t = Tensor::empty(DType::Float32, std::move(shape));
   std::mt19937 gen(static_cast<uint32_t>(seed));

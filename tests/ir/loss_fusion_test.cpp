@@ -24,12 +24,6 @@
 namespace kiln {
 namespace {
 
-size_t count(const Model& m, const std::string& op) {
-  size_t n = 0;
-  for (const Node& node : m.graph.nodes) n += node.op_type == op;
-  return n;
-}
-
 // x [batch, 8] -> Linear(8, 16) -> Relu -> Linear(16, classes) -> SoftmaxCrossEntropyLoss.
 Model classifier(int64_t classes, bool weighted, bool log_prob_output) {
   GraphBuilder b("classifier", 5);

@@ -54,11 +54,6 @@ Model attention(Scale scale, bool fill_where, float fill, bool leak = false, int
   return m;
 }
 
-size_t count(const Model& m, const std::string& op) {
-  return static_cast<size_t>(
-      std::count_if(m.graph.nodes.begin(), m.graph.nodes.end(), [&](const Node& n) { return n.op_type == op; }));
-}
-
 TEST(MaskedSoftmaxFusion, EveryFormBecomesOneNodeThatMatchesTheOps) {
   const float inf = std::numeric_limits<float>::infinity();
   for (const Scale scale : {Scale::MulRight, Scale::MulLeft, Scale::Div, Scale::None})

@@ -17,12 +17,6 @@
 namespace kiln {
 namespace {
 
-size_t count(const Model& m, const std::string& op) {
-  size_t n = 0;
-  for (const Node& node : m.graph.nodes) n += node.op_type == op;
-  return n;
-}
-
 // h = x W, [3, 12], cut on axis 1 at `bounds` (an end of 12 written INT64_MAX when `to_the_end`);
 // loss = sum over the parts of part k scaled by k + 1 and squared, so each part's gradient differs.
 // `computed`: each bound v computed at run time as torch exports chunk's, from the axis's extent

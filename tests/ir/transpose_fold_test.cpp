@@ -17,11 +17,6 @@
 namespace kiln {
 namespace {
 
-size_t count(const Model& m, const std::string& op) {
-  return static_cast<size_t>(
-      std::count_if(m.graph.nodes.begin(), m.graph.nodes.end(), [&](const Node& n) { return n.op_type == op; }));
-}
-
 // y = x @ W^T (+ b), x [2, 3, 4], W [5, 4]: torch's export of a Linear over a batch of sequences.
 Model linear(bool leak_transpose = false, std::vector<int64_t> perm = {1, 0}) {
   GraphBuilder b("linear", 1);
