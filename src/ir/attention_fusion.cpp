@@ -19,6 +19,42 @@ std::optional<double> scalar_through_cast(const Graph& g, const Uses& u, const s
   return u.scalar(g.nodes[cast].inputs[0], /*any_numeric=*/true);
 }
 
+// The rank of `v`: from its hint, else from the ops that make it (ONNX's inference leaves values
+// behind a computed Reshape unshaped): a Transpose's perm, a Reshape's shape length, the largest of
+// an elementwise op's operands, a unary op's input. nullopt when that does not tell.
+std::optional<size_t> rank_of(const Graph& g, const Uses& u, const std::string& v, int depth = 0) {
+  if (const auto h = hinted_info(g, v)) return h->dims.size();
+  const size_t at = u.producer_any(v);
+  if (at == kNone || depth > 24) return std::nullopt;
+  const Node& n = g.nodes[at];
+  if (!n.domain.empty() || n.inputs.empty()) return std::nullopt;
+  const std::string& op = n.op_type;
+  if (op == "Transpose" && n.has_attr("perm")) return n.attrs.at("perm").ints.size();
+  if (op == "Constant") {
+    const auto a = n.attrs.find("value");
+    if (a != n.attrs.end() && a->second.kind == Attribute::Kind::Tensor) return a->second.t.shape().size();
+    return n.has_attr("value_float") || n.has_attr("value_int") ? std::optional<size_t>(0) : std::nullopt;
+  }
+  if (op == "Reshape" && n.inputs.size() == 2) {
+    const auto shape = hinted_info(g, n.inputs[1]);
+    if (shape && shape->dims.size() == 1 && shape->dims[0].value >= 0) return shape->dims[0].value;
+    return std::nullopt;
+  }
+  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Where" || op == "Pow" || op == "MatMul") {
+    size_t r = 0;
+    for (const std::string& x : n.inputs) {
+      const auto rx = rank_of(g, u, x, depth + 1);
+      if (!rx) return std::nullopt;
+      r = std::max(r, *rx);
+    }
+    return r;
+  }
+  if (op == "Cast" || op == "Identity" || op == "Relu" || op == "Neg" || op == "Softmax" || op == "Dropout" ||
+      op == "Sqrt" || op == "Exp" || op == "Tanh" || op == "Sigmoid")
+    return rank_of(g, u, n.inputs[0], depth + 1);
+  return std::nullopt;
+}
+
 // Q, Kt, V of rank >= 2 (MatMul's 1-D promotion is not attention's), and each mask or bias dim that
 // the hints fix either 1 or the scores' own.
 bool attention_shapes(const Graph& g, const Uses& u, const std::string& q, const std::string& kt, const std::string& v,

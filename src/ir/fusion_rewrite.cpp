@@ -1,7 +1,5 @@
 #include "ir/fusion_rewrite.h"
 
-#include <algorithm>
-
 namespace kiln::fusion {
 
 // Marks `nodes` taken unless one of them already is (by an overlapping match): whether it did.
@@ -68,39 +66,6 @@ std::optional<ValueInfo> hinted_info(const Graph& g, const std::string& v) {
     for (const ValueInfo& info : *list)
       if (info.name == v && info.has_shape) return info;
   if (const auto it = g.initializers.find(v); it != g.initializers.end()) return ValueInfo::of(v, it->second);
-  return std::nullopt;
-}
-
-std::optional<size_t> rank_of(const Graph& g, const Uses& u, const std::string& v, int depth) {
-  if (const auto h = hinted_info(g, v)) return h->dims.size();
-  const size_t at = u.producer_any(v);
-  if (at == kNone || depth > 24) return std::nullopt;
-  const Node& n = g.nodes[at];
-  if (!n.domain.empty() || n.inputs.empty()) return std::nullopt;
-  const std::string& op = n.op_type;
-  if (op == "Transpose" && n.has_attr("perm")) return n.attrs.at("perm").ints.size();
-  if (op == "Constant") {
-    const auto a = n.attrs.find("value");
-    if (a != n.attrs.end() && a->second.kind == Attribute::Kind::Tensor) return a->second.t.shape().size();
-    return n.has_attr("value_float") || n.has_attr("value_int") ? std::optional<size_t>(0) : std::nullopt;
-  }
-  if (op == "Reshape" && n.inputs.size() == 2) {
-    const auto shape = hinted_info(g, n.inputs[1]);
-    if (shape && shape->dims.size() == 1 && shape->dims[0].value >= 0) return shape->dims[0].value;
-    return std::nullopt;
-  }
-  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Where" || op == "Pow" || op == "MatMul") {
-    size_t r = 0;
-    for (const std::string& x : n.inputs) {
-      const auto rx = rank_of(g, u, x, depth + 1);
-      if (!rx) return std::nullopt;
-      r = std::max(r, *rx);
-    }
-    return r;
-  }
-  if (op == "Cast" || op == "Identity" || op == "Relu" || op == "Neg" || op == "Softmax" || op == "Dropout" ||
-      op == "Sqrt" || op == "Exp" || op == "Tanh" || op == "Sigmoid" || op == "LayerNormalization")
-    return rank_of(g, u, n.inputs[0], depth + 1);
   return std::nullopt;
 }
 

@@ -134,12 +134,6 @@ std::optional<DType> hinted_dtype(const Graph& g, const std::string& v);
 // shape), if any.
 std::optional<ValueInfo> hinted_info(const Graph& g, const std::string& v);
 
-// The rank of `v`: from its hint, else from the ops that make it (ONNX's inference leaves values
-// behind a computed Reshape unshaped): a Transpose's perm, a Reshape's shape length, the largest of
-// an elementwise op's operands (and MatMul's), a unary or normalising op's input. nullopt when that
-// does not tell.
-std::optional<size_t> rank_of(const Graph& g, const Uses& u, const std::string& v, int depth = 0);
-
 // The rewrites `match(graph, uses, node index, names)` finds at the nodes `candidate` accepts, each
 // kept unless it overlaps one found before.
 template <class Candidate, class Match>

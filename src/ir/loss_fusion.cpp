@@ -83,9 +83,8 @@ size_t fuse_loss_with_gradient(Model& model) {
   for (const Rewrite& r : rewrites) losses.insert(r.fused.outputs[1]);
   for (Node& n : model.graph.nodes)
     if (is_shape(n) && n.inputs.size() == 1 && losses.count(n.inputs[0])) make_scalar_shape(n);
-  const size_t fused = rewrites.size();
   fusion::apply(model, rewrites);
-  return fused;
+  return rewrites.size();
 }
 
 }  // namespace kiln

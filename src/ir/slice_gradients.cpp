@@ -59,21 +59,24 @@ std::optional<Part> part_of(const Graph& g, const Uses& uses, const std::string&
   return p;
 }
 
-// The parts' axis: one value, or equal constants.
-std::optional<int64_t> common_axis(const Graph& g, const Uses& uses, const std::vector<Part>& parts) {
+constexpr int64_t kComputedAxis = std::numeric_limits<int64_t>::min();
+
+// The parts' axis, when they slice one tensor on one axis (the same value, or equal constants):
+// the constant, or kComputedAxis.
+std::optional<int64_t> common_axis(const Uses& uses, const std::vector<Part>& parts) {
   const auto axis = int_constant(uses, parts[0].axis_v);
-  for (const Part& p : parts)
-    if (p.data != parts[0].data || (p.axis_v != parts[0].axis_v && int_constant(uses, p.axis_v) != axis) ||
-        (!axis && p.axis_v != parts[0].axis_v))
-      return std::nullopt;
-  return axis.value_or(std::numeric_limits<int64_t>::min());  // min: a computed axis
+  for (const Part& p : parts) {
+    if (p.data != parts[0].data) return std::nullopt;
+    if (p.axis_v != parts[0].axis_v && (!axis || int_constant(uses, p.axis_v) != axis)) return std::nullopt;
+  }
+  return axis.value_or(kComputedAxis);
 }
 
 // Constant bounds side by side (sorted) from 0 to the axis's end: to the end, or to its extent by
 // the hints.
 bool partition(const Graph& g, const std::vector<Part>& parts, int64_t axis) {
   constexpr int64_t kToTheEnd = std::numeric_limits<int32_t>::max();  // torch writes INT64_MAX
-  if (parts.front().start != 0 || axis == std::numeric_limits<int64_t>::min()) return false;
+  if (parts.front().start != 0 || axis == kComputedAxis) return false;
   for (size_t k = 1; k < parts.size(); ++k)
     if (parts[k].start < 0 || parts[k].start != parts[k - 1].end) return false;
   const int64_t end = parts.back().end;
@@ -94,7 +97,7 @@ std::optional<Rewrite> match(const Graph& g, const Uses& uses, size_t i, GraphEd
     if (!p) return std::nullopt;
     parts.push_back(*p);
   }
-  const auto axis = common_axis(g, uses, parts);
+  const auto axis = common_axis(uses, parts);
   if (!axis) return std::nullopt;
   std::vector<Part> sorted = parts;
   std::sort(sorted.begin(), sorted.end(), [](const Part& a, const Part& b) { return a.start < b.start; });

@@ -101,5 +101,16 @@ TEST(SoftmaxCrossEntropyLossAndGrad, AMeanOverNothingCountedIsNaNWithAZeroGradie
   for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(out[0].data<float>()[i], 0.f) << i;
 }
 
+TEST(SoftmaxCrossEntropyLossAndGrad, TheWeightsGradientNeedsTheWeights) {
+  const Tensor x = random_f32({2, 3}, 5, -1.f, 1.f);
+  const Tensor t = Tensor::from_vector<int64_t>({2}, {0, 2});
+  kiln::test::expect_error<InvalidModel>(
+      [&] {
+        run_node(sce_node("SoftmaxCrossEntropyLossAndGrad", false, "mean", std::nullopt, 3),
+                 {Tensor::scalar<float>(1.f), x, t}, 17);
+      },
+      "the weights' gradient (output 2) needs the weights (input 3)");
+}
+
 }  // namespace
 }  // namespace kiln
