@@ -19,7 +19,9 @@ faster counts) and ONNX Runtime. In this order:
            resnet18 32x32 with and without gradient checkpointing (issue 19: >= 40% less memory for
            <= 1.35x the time);
   bf16     Kiln's step time for bert and gpt2 in float32 and with bf16 mixed precision, and how
-           this machine runs bfloat16 products (issue 19: >= 1.5x faster on AVX512-BF16 CPUs).
+           this machine runs bfloat16 products (issue 19: >= 1.5x faster on AVX512-BF16 CPUs),
+           against PyTorch's float32 step (issue 17: >= 2.0x on bert and gpt2) and its bf16
+           autocast step.
 
 Each measurement runs in its own process; a round runs each side once, the sides alternating, and
 a table shows the median over the rounds. The default rounds keep the whole run within 15 minutes

@@ -46,7 +46,7 @@ def torch_measure(what, case_args, policy):
 
 def case_args(case):
     return [case.model, "--batch", case.batch, "--seq", case.seq, "--image", case.image, "--warmup", case.warmup,
-            "--steps", case.steps, "--runs", case.runs]
+            "--steps", case.steps, "--runs", case.runs, "--bf16", int(case.bf16)]
 
 
 def kiln_run_ms(kiln, model_path, feed_paths, runs, threads=THREADS):

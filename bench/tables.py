@@ -262,24 +262,38 @@ TARGET_BF16_SPEEDUP = 1.5  # on CPUs with AVX512-BF16 only
 
 def bf16_table(bench, names, compute_path):
     """Kiln's full training step in float32 and with bf16 mixed precision (`kiln artifacts
-    --mixed-precision bf16`), and how this machine runs bfloat16 products (`kiln ops`)."""
+    --mixed-precision bf16`), and how this machine runs bfloat16 products (`kiln ops`); beside them
+    PyTorch's step in float32 and under its own bf16 autocast (the faster wait policy of each), and
+    Kiln's bf16 step against both."""
     rows = [n for n in BF16_ROWS if n in names]
     if not rows:
         return False
     native = not compute_path.startswith("float32")
-    target = (f"target bf16 >= {TARGET_BF16_SPEEDUP}x faster on {', '.join(BF16_TARGET_ROWS)}" if native
-              else "no target: products emulated")
-    print(header(f"bf16 mixed precision: Kiln full training step, float32 and bf16 ({target}; bfloat16 products: "
+    target = (f"targets: bf16 >= {TARGET_BF16_SPEEDUP}x faster than Kiln's float32 and >= {TARGET_SPEEDUP:.1f}x "
+              f"PyTorch's float32 on {', '.join(BF16_TARGET_ROWS)}" if native else "no target: products emulated")
+    print(header(f"bf16 mixed precision: full training step, float32 and bf16 ({target}; bfloat16 products: "
                  f"{compute_path})", bench.rounds))
-    print(f"{'model':<13} {'batch':>5} {'size':>7} {'N':>3} {'fp32 ms':>8} {'bf16 ms':>8} {'speedup':>8}")
+    print(f"{'model':<13} {'batch':>5} {'size':>7} {'N':>3} {'fp32 ms':>8} {'bf16 ms':>8} {'speedup':>8} "
+          f"{'PyTorch ms':>11} {'PyTorch ms':>11} {'bf16 vs':>8} {'bf16 vs':>8}")
+    print(f"{'':<59} {'(fp32)':>11} {'(autocast)':>11} {'PyTorch':>8} {'autocast':>8}")
     failed = False
     for name in rows:
         case = bench.case(name)
+        head = f"{_head(name, case)} {case.steps:>3}"
         try:
             ms, low_ms = bench.kiln_train_ms(case), bench.kiln_train_ms(replace(case, bf16=True))
-            speedup = f"{ms / low_ms:.2f}x"
-            print(f"{_head(name, case)} {case.steps:>3} {ms:>8.2f} {low_ms:>8.2f} {speedup:>8}", flush=True)
         except KilnError as e:
-            print(f"{_head(name, case)} {case.steps:>3} {'-':>8}  failed: {e}")
+            print(f"{head} {'-':>8}  failed: {e}")
             failed = True
+            continue
+        kiln = f"{head} {ms:>8.2f} {low_ms:>8.2f} {f'{ms / low_ms:.2f}x':>8}"
+        try:
+            peer = min(bench.torch_train_ms(case)[0].values())
+            peer_low = min(bench.torch_train_ms(replace(case, bf16=True))[0].values())
+        except PeerError as e:
+            print(f"{kiln} {'-':>11} {'-':>11}  {e}")
+            failed = True
+            continue
+        print(f"{kiln} {peer:>11.2f} {peer_low:>11.2f} {f'{peer / low_ms:.2f}x':>8} {f'{peer_low / low_ms:.2f}x':>8}",
+              flush=True)
     return failed

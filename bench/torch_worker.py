@@ -3,14 +3,16 @@
 its own and the parent can set its OpenMP wait policy): torch.set_num_threads(THREADS), then
 
 - `train CASE`: WARMUP steps, then STEPS timed steps of `loss_fn(module(*inputs), labels).backward();
-  optimizer.step(); optimizer.zero_grad(set_to_none=True)` with torch.optim.AdamW(lr=1e-3);
+  optimizer.step(); optimizer.zero_grad(set_to_none=True)` with torch.optim.AdamW(lr=1e-3); with
+  --bf16 the forward and the loss run under torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's
+  own mixed precision (float32 parameters and optimizer, bfloat16 products);
 - `forward CASE`: three warm-up calls, then RUNS timed calls under torch.no_grad() in eval mode;
 - `matmul N`: one warm-up, then RUNS timed float32 N x N @ N x N products.
 
 Prints one JSON line: {"mean_ms", "peak_rss_kb"}.
 
     /usr/bin/python3 bench/torch_worker.py train|forward MODEL --batch B [--seq S] [--image I]
-                                           [--warmup W] [--steps N] [--runs N]
+                                           [--warmup W] [--steps N] [--runs N] [--bf16 1]
     /usr/bin/python3 bench/torch_worker.py matmul 2048 --runs N
 """
 import argparse
@@ -42,8 +44,9 @@ def train(case):
     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3)
 
     def step():
-        out = module(*inputs)
-        value = out if loss == "none" else cross_entropy_loss(out, labels)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=case.bf16):
+            out = module(*inputs)
+            value = out if loss == "none" else cross_entropy_loss(out, labels)
         value.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -70,7 +73,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["train", "forward", "matmul"])
     parser.add_argument("model", help="a model of bench/cases.py, or the matmul's N")
-    for flag in ("--batch", "--seq", "--image", "--warmup", "--steps", "--runs"):
+    for flag in ("--batch", "--seq", "--image", "--warmup", "--steps", "--runs", "--bf16"):
         parser.add_argument(flag, type=int, default=0)
     a = parser.parse_args()
     torch.set_num_threads(THREADS)
@@ -79,7 +82,7 @@ def main():
     else:
         from cases import Case
 
-        case = Case(a.model, a.batch, a.seq, a.image, a.steps, a.runs, a.warmup)
+        case = Case(a.model, a.batch, a.seq, a.image, a.steps, a.runs, a.warmup, bf16=bool(a.bf16))
         ms = train(case) if a.what == "train" else forward(case)
     print(json.dumps({"mean_ms": ms, "peak_rss_kb": peak_rss_kb()}))
 

@@ -2,7 +2,7 @@
 // they cannot compute with errors naming the operands: shapes that do not chain, batch dims that
 // do not broadcast, a mask or bias larger than the scores, wrong dtypes, a bad probabilities mode,
 // a dY or kept P of the wrong shape. Their values are checked in tests/ir/attention_fusion_test.cpp
-// and tests/autodiff/attention_rules_test.cpp.
+// and tests/autodiff/attention_rules_test.cpp; here, their 16-bit forms against the float32 ones.
 #include <gtest/gtest.h>
 
 #include "kernels/kernel_test_util.h"
@@ -12,7 +12,10 @@ namespace kiln {
 namespace {
 
 using test::expect_error;
+using test_util::cast_to;
+using test_util::expect_bytes_equal;
 using test_util::make_node;
+using test_util::random_f32;
 
 Node attention(size_t inputs, std::map<std::string, Attribute> attrs = {}, size_t outputs = 1) {
   Node n = make_node("Attention", inputs, std::move(attrs), outputs);
@@ -87,7 +90,7 @@ TEST(AttentionKernel, TheGradientChecksDYAndTheKeptProbabilities) {
       [&] {
         run_node(grad, {f32({2, 5, 2}), Tensor::zeros(DType::Int64, {2, 5, 4}), kt, v});
       },
-      "AttentionGrad: Q must be float32 or float64, got int64[2, 5, 4]");
+      "AttentionGrad: Q must be float32, float64, bfloat16 or float16, got int64[2, 5, 4]");
   Node kept = make_node("AttentionGrad", 7, {}, 3);
   kept.domain = kKilnDomain;
   kept.inputs[4] = kept.inputs[5] = "";
@@ -96,6 +99,45 @@ TEST(AttentionKernel, TheGradientChecksDYAndTheKeptProbabilities) {
         run_node(kept, {f32({2, 5, 2}), q, kt, v, Tensor(), Tensor(), f32({2, 5, 5})});
       },
       "P must be empty or float[2, 5, 6] (the forward's probabilities), got float[2, 5, 5]");
+}
+
+// 16-bit operands (mixed precision's bfloat16 and float16): Attention and AttentionGrad widen the
+// blocks they read in their own buffers and round each output once, so they give exactly the float32
+// kernels' outputs on the same values, rounded. With a mask (a fully masked row among its rows), a
+// float32 or 16-bit bias, batch dims that broadcast, query blocks of 3 over 7 rows, P kept or
+// recomputed, and the scores' gradient dZ.
+TEST(AttentionKernel, SixteenBitOperandsGiveTheFloat32KernelsOutputsRounded) {
+  const Tensor q = random_f32({2, 3, 7, 4}, 1, -2.f, 2.f), kt = random_f32({1, 3, 4, 5}, 2, -2.f, 2.f),
+               v = random_f32({2, 3, 5, 3}, 3, -1.f, 1.f), bias = random_f32({7, 5}, 4, -1.f, 1.f),
+               dy = random_f32({2, 3, 7, 3}, 5, -1.f, 1.f);
+  Tensor mask = Tensor::empty(DType::Bool, {7, 5});
+  for (int64_t i = 0; i < mask.numel(); ++i) mask.data<bool>()[i] = i % 3 == 0 || i / 5 == 4;  // row 4: all filled
+  for (const DType type : {DType::BFloat16, DType::Float16}) {
+    const auto low = [&](const Tensor& t) { return cast_to(t, type); };
+    const auto wide = [&](const Tensor& t) { return cast_to(cast_to(t, type), DType::Float32); };
+    for (const bool low_bias : {false, true}) {
+      for (const char* mode : {"keep", "recompute"}) {
+        std::map<std::string, Attribute> attrs{{"probabilities", Attribute::of_string(mode)},
+                                               {"block_rows", Attribute::of_int(3)},
+                                               {"scale", Attribute::of_float(0.5f)},
+                                               {"fill", Attribute::of_float(-1e4f)}};
+        const std::string what = std::string(dtype_name(type)) + ", " + mode + (low_bias ? ", 16-bit bias" : "");
+        SCOPED_TRACE(what);
+        const Tensor b16 = low_bias ? low(bias) : bias, bw = low_bias ? wide(bias) : bias;
+        const std::vector<Tensor> got = run_node(attention(5, attrs, 2), {low(q), low(kt), low(v), mask, b16});
+        const std::vector<Tensor> want = run_node(attention(5, attrs, 2), {wide(q), wide(kt), wide(v), mask, bw});
+        ASSERT_EQ(got.size(), 2u);
+        for (size_t o = 0; o < got.size(); ++o) expect_bytes_equal(got[o], cast_to(want[o], type));
+        Node grad = make_node("AttentionGrad", 7, attrs, 4);
+        grad.domain = kKilnDomain;
+        const std::vector<Tensor> dgot = run_node(grad, {low(dy), low(q), low(kt), low(v), mask, b16, got[1]});
+        const std::vector<Tensor> dwant =
+            run_node(grad, {wide(dy), wide(q), wide(kt), wide(v), mask, bw, cast_to(got[1], DType::Float32)});
+        ASSERT_EQ(dgot.size(), 4u);
+        for (size_t o = 0; o < dgot.size(); ++o) expect_bytes_equal(dgot[o], cast_to(dwant[o], type));
+      }
+    }
+  }
 }
 
 }  // namespace

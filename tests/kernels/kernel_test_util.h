@@ -110,6 +110,17 @@ inline int64_t source_index(const Shape& s, const Shape& out, int64_t linear) {
   return offset;
 }
 
+// t converted to dtype `to` by the Cast kernel (16-bit types: rounded to nearest even).
+inline Tensor cast_to(const Tensor& t, DType to) {
+  Node c;
+  c.name = "cast";
+  c.op_type = "Cast";
+  c.inputs = {"x"};
+  c.outputs = {"y"};
+  c.attrs["to"] = Attribute::of_int(dtype_to_onnx(to));
+  return run_node(c, {t}).at(0);
+}
+
 inline void expect_bytes_equal(const Tensor& got, const Tensor& want) {
   ASSERT_EQ(got.dtype(), want.dtype());
   ASSERT_EQ(got.shape(), want.shape());

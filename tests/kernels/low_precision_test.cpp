@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
 #include "test_util.h"
 #include "training/training_test_util.h"
@@ -38,14 +39,7 @@ class Bf16Mode {
   std::optional<std::string> saved_;
 };
 
-Tensor cast(const Tensor& t, DType to) {
-  Node c;
-  c.op_type = "Cast";
-  c.inputs = {"x"};
-  c.outputs = {"y"};
-  c.attrs["to"] = Attribute::of_int(dtype_to_onnx(to));
-  return run_node(c, {t}).at(0);
-}
+Tensor cast(const Tensor& t, DType to) { return test_util::cast_to(t, to); }
 
 Node node_of(const std::string& op, std::vector<std::string> inputs, const std::string& domain = "") {
   Node n;

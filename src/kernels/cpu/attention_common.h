@@ -31,6 +31,8 @@ struct Attrs {
   int64_t block_rows = 0;  // query rows per block; 0: Geometry::block_rows decides
 };
 
+inline bool is_16_bit(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
+
 inline Attrs attrs_of(const Node& n) {
   return {n.attr_float("scale", 1.f), n.attr_float("fill", 0.f), n.attr_int("fill_where", 1) != 0,
           std::max<int64_t>(0, n.attr_int("block_rows", 0))};
@@ -176,7 +178,10 @@ inline bool keep_probabilities(const char* op, const Node& n, const Geometry& g,
   if (mode != "auto")
     throw InvalidModel(
         fmt::format("{}: attribute probabilities must be \"auto\", \"keep\" or \"recompute\", got \"{}\"", op, mode));
-  return g.items() * g.sq() * g.sk() * static_cast<int64_t>(dtype_size(dtype)) <= kKeepBytes;
+  // 16-bit P is sized as float32, as when these kernels ran on widened operands (the decision, and
+  // so the backward's numerics, stays what it was).
+  const DType sized = is_16_bit(dtype) ? DType::Float32 : dtype;
+  return g.items() * g.sq() * g.sk() * static_cast<int64_t>(dtype_size(sized)) <= kKeepBytes;
 }
 
 // Calls f(chunk, begin, end) over [0, n) in at most one chunk per thread, each with its own
@@ -190,25 +195,34 @@ void parallel_chunks(int64_t n, int64_t per_chunk, F&& f) {
   for (int64_t c = 0; c < chunks; ++c) f(buffers + c * per_chunk, n * c / chunks, n * (c + 1) / chunks);
 }
 
+// A stored element in the kernels' compute type: 16-bit values (mixed precision's bfloat16 or
+// float16 operands) widened to float32, which holds each exactly.
+inline float load(float v) { return v; }
+inline double load(double v) { return v; }
+inline float load(BFloat16 v) { return bfloat16_to_float(v); }
+inline float load(Half v) { return half_to_float(v); }
+
 // Rows [r0, r0 + rows) of batch item `item`'s probabilities into p (rows x Sk): the scaled scores
 // from one product, the bias added, the fill written where the mask selects, softmax along each row.
-template <class T>
-void probabilities(const Geometry& g, const Attrs& a, const T* q, const T* kt, const bool* mask, const T* bias,
-                   int64_t item, int64_t r0, int64_t rows, T* p) {
+// `q_rows` is the item's Q from row r0 ([rows, D]), `kt_item` the item's Kt ([D, Sk]); B, the bias's
+// element type, is T or (for 16-bit operands) the bias's own 16-bit or float32 type.
+template <class T, class B>
+void probabilities(const Geometry& g, const Attrs& a, const T* q_rows, const T* kt_item, const bool* mask,
+                   const B* bias, int64_t item, int64_t r0, int64_t rows, T* p) {
   const int64_t sk = g.sk(), d = g.d();
   const auto at = [&](const Spread& s) { return s.item[static_cast<size_t>(item)]; };
   if (d == 0) std::fill(p, p + rows * sk, T(0));
-  else gemm(false, false, rows, sk, d, T(a.scale), q + at(g.q()) + r0 * d, d, kt + at(g.kt()), sk, T(0), p, sk);
+  else gemm(false, false, rows, sk, d, T(a.scale), q_rows, d, kt_item, sk, T(0), p, sk);
   const T fill = static_cast<T>(a.fill);
   for (int64_t r = 0; r < rows; ++r) {
     T* row = p + r * sk;
     if (bias) {
-      const T* b = bias + at(g.bias()) + (r0 + r) * g.bias().row;
+      const B* b = bias + at(g.bias()) + (r0 + r) * g.bias().row;
       if (g.bias().col == 1) {
 #pragma omp simd
-        for (int64_t k = 0; k < sk; ++k) row[k] += b[k];
+        for (int64_t k = 0; k < sk; ++k) row[k] += load(b[k]);
       } else {
-        for (int64_t k = 0; k < sk; ++k) row[k] += b[0];
+        for (int64_t k = 0; k < sk; ++k) row[k] += load(b[0]);
       }
     }
     if (mask != nullptr) {
@@ -235,12 +249,13 @@ void probabilities(const Geometry& g, const Attrs& a, const T* q, const T* kt, c
   }
 }
 
-// Y's shape after checking the operands' dtypes: Q, Kt, V (and the bias) one float dtype, the mask bool.
+// Y's shape after checking the operands' dtypes: Q, Kt, V one float dtype, the bias that dtype (or
+// float32 beside 16-bit operands, as mixed precision leaves it), the mask bool.
 inline Geometry check(const char* op, const InferContext& ctx, size_t mask_input, size_t bias_input) {
   const TensorMeta &q = ctx.input(0), &kt = ctx.input(1), &v = ctx.input(2);
-  if (q.dtype != DType::Float32 && q.dtype != DType::Float64)
-    throw TypeError(
-        fmt::format("{}: Q must be float32 or float64, got {}{}", op, dtype_name(q.dtype), to_string(q.shape)));
+  if (q.dtype != DType::Float32 && q.dtype != DType::Float64 && !is_16_bit(q.dtype))
+    throw TypeError(fmt::format("{}: Q must be float32, float64, bfloat16 or float16, got {}{}", op,
+                                dtype_name(q.dtype), to_string(q.shape)));
   for (const TensorMeta* t : {&kt, &v})
     if (t->dtype != q.dtype)
       throw TypeError(fmt::format("{}: Kt and V must have Q's dtype {}, got {}{}", op, dtype_name(q.dtype),
@@ -248,7 +263,7 @@ inline Geometry check(const char* op, const InferContext& ctx, size_t mask_input
   const bool has_mask = ctx.has_input(mask_input), has_bias = ctx.has_input(bias_input);
   if (has_mask && ctx.dtype(mask_input) != DType::Bool)
     throw TypeError(fmt::format("{}: the mask must be bool, got {}", op, dtype_name(ctx.dtype(mask_input))));
-  if (has_bias && ctx.dtype(bias_input) != q.dtype)
+  if (has_bias && ctx.dtype(bias_input) != q.dtype && !(is_16_bit(q.dtype) && ctx.dtype(bias_input) == DType::Float32))
     throw TypeError(fmt::format("{}: the bias must have Q's dtype {}, got {}", op, dtype_name(q.dtype),
                                 dtype_name(ctx.dtype(bias_input))));
   return Geometry(op, q.shape, kt.shape, v.shape, has_mask ? &ctx.shape(mask_input) : nullptr,

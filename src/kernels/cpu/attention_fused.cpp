@@ -34,8 +34,16 @@ class Attention final : public Kernel {
 
   void compute(ComputeContext& ctx) override {
     if (ctx.output(0).numel() == 0) return;
-    if (ctx.input(0).dtype() == DType::Float32) return run<float>(ctx);
-    run<double>(ctx);
+    switch (ctx.input(0).dtype()) {
+      case DType::Float32:
+        return run<float>(ctx);
+      case DType::Float64:
+        return run<double>(ctx);
+      case DType::BFloat16:
+        return run_16_bit<BFloat16>(ctx);
+      default:
+        return run_16_bit<Half>(ctx);
+    }
   }
 
  private:
@@ -60,9 +68,62 @@ class Attention final : public Kernel {
       for (int64_t task = begin; task < end; ++task) {
         const int64_t item = task / blocks, r0 = task % blocks * bq, rows = std::min(bq, sq - r0);
         T* p = kept ? kept + (item * sq + r0) * sk : buffer;
-        attention::probabilities(g, attrs_, q, kt, mask, bias, item, r0, rows, p);
+        attention::probabilities(g, attrs_, q + g.q().item[static_cast<size_t>(item)] + r0 * g.d(),
+                                 kt + g.kt().item[static_cast<size_t>(item)], mask, bias, item, r0, rows, p);
         attention::gemm(false, false, rows, dv, sk, T(1), p, sk, v + g.v().item[static_cast<size_t>(item)], dv, T(0),
                         y + (item * sq + r0) * dv, dv);
+      }
+    });
+  }
+
+  // 16-bit Q, Kt and V (S: BFloat16 or Half, as mixed precision casts them): each task widens what
+  // it reads into its thread's float32 buffers (an item's Kt and V once for its blocks), computes
+  // the block as run<float> does, and rounds its rows of Y, and of P when kept, once. Every 16-bit
+  // value is exact in float32, so the outputs are those of the float32 kernel on widened operands,
+  // rounded, without widening whole tensors into memory first. The bias may be S or float32.
+  template <class S>
+  void run_16_bit(ComputeContext& ctx) {
+    const Tensor* bias = ctx.has_input(4) ? &ctx.input(4) : nullptr;
+    if (bias != nullptr && bias->dtype() == DType::Float32) return run_16_bit<S, float>(ctx, bias->data<float>());
+    run_16_bit<S, S>(ctx, bias != nullptr ? bias->data<S>() : nullptr);
+  }
+
+  template <class S, class B>
+  void run_16_bit(ComputeContext& ctx, const B* bias) {
+    const Geometry& g = geometry_;
+    const S* q = ctx.input(0).data<S>();
+    const S* kt = ctx.input(1).data<S>();
+    const S* v = ctx.input(2).data<S>();
+    const bool* mask = ctx.has_input(3) ? ctx.input(3).data<bool>() : nullptr;
+    S* y = ctx.output(0).data<S>();
+    S* kept = keep_ ? ctx.output(1).data<S>() : nullptr;
+    const int64_t sq = g.sq(), sk = g.sk(), d = g.d(), dv = g.dv(), bq = g.block_rows(attrs_.block_rows);
+    if (sk == 0) {
+      std::fill(y, y + ctx.output(0).numel(), S{});
+      return;
+    }
+    const int64_t blocks = (sq + bq - 1) / bq;
+    const int64_t per_chunk = bq * sk + bq * d + d * sk + sk * dv + bq * dv;
+    attention::parallel_chunks<float>(g.items() * blocks, per_chunk, [&](float* buffer, int64_t begin, int64_t end) {
+      float* p = buffer;
+      float* q_rows = p + bq * sk;
+      float* kt_item = q_rows + bq * d;
+      float* v_item = kt_item + d * sk;
+      float* y_rows = v_item + sk * dv;
+      int64_t widened = -1;  // the item whose Kt and V are in kt_item and v_item
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t item = task / blocks, r0 = task % blocks * bq, rows = std::min(bq, sq - r0);
+        const size_t at = static_cast<size_t>(item);
+        if (item != widened) {
+          widen_values(kt + g.kt().item[at], kt_item, d * sk);
+          widen_values(v + g.v().item[at], v_item, sk * dv);
+          widened = item;
+        }
+        widen_values(q + g.q().item[at] + r0 * d, q_rows, rows * d);
+        attention::probabilities(g, attrs_, q_rows, kt_item, mask, bias, item, r0, rows, p);
+        if (kept) narrow_values(p, kept + (item * sq + r0) * sk, rows * sk);
+        attention::gemm(false, false, rows, dv, sk, 1.f, p, sk, v_item, dv, 0.f, y_rows, dv);
+        narrow_values(y_rows, y + (item * sq + r0) * dv, rows * dv);
       }
     });
   }
@@ -75,7 +136,7 @@ class Attention final : public Kernel {
 const KernelRegistrar reg({kKilnDomain, "Attention", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                           [](const Node& n) { return std::make_unique<Attention>(n); });
 const KernelRegistrar reg_low({kKilnDomain, "Attention", 1, kMaxOpset, {DType::BFloat16, DType::Float16}},
-                              via_float32([](const Node& n) { return std::make_unique<Attention>(n); }));
+                              [](const Node& n) { return std::make_unique<Attention>(n); });
 const OpDocRegistrar doc(
     {kKilnDomain,
      "Attention",
@@ -83,8 +144,9 @@ const OpDocRegistrar doc(
      "MatMul(Softmax(Z), V) with Z from MatMul(Q, Kt), scaled, plus an additive bias or under a Where mask. The "
      "probabilities are made a block of query rows at a time in a per-thread buffer, and stored only when a "
      "training graph's backward keeps them.",
-     {"Q: [.., Sq, D], float32 or float64", "Kt: [.., D, Sk], the keys transposed", "V: [.., Sk, Dv]",
-      "mask (optional): bool, broadcast to [.., Sq, Sk]", "bias (optional): Q's dtype, broadcast to [.., Sq, Sk]"},
+     {"Q: [.., Sq, D], float32, float64, bfloat16 or float16 (computed in float32)",
+      "Kt: [.., D, Sk], the keys transposed", "V: [.., Sk, Dv]", "mask (optional): bool, broadcast to [.., Sq, Sk]",
+      "bias (optional): Q's dtype (or float32 beside 16-bit operands), broadcast to [.., Sq, Sk]"},
      {"Y: [.., Sq, Dv], the batch dims of all inputs broadcast",
       "P (optional): the probabilities [.., Sq, Sk] for AttentionGrad when kept, else an empty [0]"},
      "attributes scale (default 1), fill, fill_where (1: the fill goes where the mask is true; 0: where false), "

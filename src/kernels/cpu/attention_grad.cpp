@@ -8,6 +8,8 @@
 // Items are split across threads (each item's dKt and dV are summed over its blocks by one
 // thread; a single item runs on one thread). The outputs have the full broadcast batch; the gradient rule sums them
 // back to each input's shape. With a fourth output (the bias needs a gradient) dZ is written out too, [.., Sq, Sk].
+#include <cstring>
+
 #include "kernels/cpu/attention_common.h"
 #include "kernels/cpu/low_precision.h"
 
@@ -46,8 +48,23 @@ class AttentionGrad final : public Kernel {
   }
 
   void compute(ComputeContext& ctx) override {
-    if (ctx.input(1).dtype() == DType::Float32) return run<float>(ctx);
-    run<double>(ctx);
+    if (geometry_.sq() == 0 || geometry_.sk() == 0) {  // no scores: every gradient is zero
+      for (size_t i = 0; i < ctx.outputs.size(); ++i)
+        if (ctx.outputs[i] != nullptr && ctx.output(i).defined())
+          std::memset(ctx.output(i).raw_data(), 0,
+                      static_cast<size_t>(ctx.output(i).numel()) * dtype_size(ctx.output(i).dtype()));
+      return;
+    }
+    switch (ctx.input(1).dtype()) {
+      case DType::Float32:
+        return run<float>(ctx);
+      case DType::Float64:
+        return run<double>(ctx);
+      case DType::BFloat16:
+        return run_16_bit<BFloat16>(ctx);
+      default:
+        return run_16_bit<Half>(ctx);
+    }
   }
 
  private:
@@ -68,12 +85,6 @@ class AttentionGrad final : public Kernel {
                                                                                            : nullptr;
     const int64_t sq = g.sq(), sk = g.sk(), d = g.d(), dv = g.dv(), bq = g.block_rows(attrs_.block_rows);
     const T scale = static_cast<T>(attrs_.scale);
-    if (sq == 0 || sk == 0) {  // no scores: every gradient is zero
-      for (size_t i = 0; i < ctx.outputs.size(); ++i)
-        if (ctx.outputs[i] != nullptr && ctx.output(i).defined())
-          std::fill(ctx.output(i).data<T>(), ctx.output(i).data<T>() + ctx.output(i).numel(), T(0));
-      return;
-    }
     attention::parallel_chunks<T>(g.items(), (kept ? 1 : 2) * bq * sk, [&](T* buffers, int64_t begin, int64_t end) {
       T* dp = buffers;
       T* recomputed = buffers + bq * sk;
@@ -88,7 +99,7 @@ class AttentionGrad final : public Kernel {
           const T beta = r0 == 0 ? T(0) : T(1);  // the first block writes dKt and dV, the others add
           const T* dy_block = dy + (item * sq + r0) * dv;
           const T* p = kept ? kept + (item * sq + r0) * sk : recomputed;
-          if (!kept) attention::probabilities(g, attrs_, q, kt, mask, bias, item, r0, rows, recomputed);
+          if (!kept) attention::probabilities(g, attrs_, q_item + r0 * d, kt_item, mask, bias, item, r0, rows, recomputed);
           if (dv == 0) std::fill(dp, dp + rows * sk, T(0));
           else attention::gemm(false, true, rows, sk, dv, T(1), dy_block, dv, v_item, dv, T(0), dp, sk);
           attention::gemm(true, false, sk, dv, rows, T(1), p, sk, dy_block, dv, beta, dv_item, dv);
@@ -97,6 +108,72 @@ class AttentionGrad final : public Kernel {
           attention::gemm(false, true, rows, d, sk, scale, dp, sk, kt_item, sk, T(0), dq + (item * sq + r0) * d, d);
           attention::gemm(true, false, d, sk, rows, scale, q_item + r0 * d, d, dp, sk, beta, dkt_item, sk);
         }
+      }
+    });
+  }
+
+  // 16-bit operands (S: BFloat16 or Half): as run<float>, on float32 copies of what each step reads
+  // (an item's Kt and V, a block's rows of Q, dY and the kept P) in the thread's buffers, with dKt and
+  // dV summed over the item's blocks in float32 and every output rounded once: the float32 kernel's
+  // values on widened operands, rounded, as attention_fused.cpp's run_16_bit. The bias may be S or
+  // float32.
+  template <class S>
+  void run_16_bit(ComputeContext& ctx) {
+    const Tensor* bias = ctx.has_input(5) ? &ctx.input(5) : nullptr;
+    if (bias != nullptr && bias->dtype() == DType::Float32) return run_16_bit<S, float>(ctx, bias->data<float>());
+    run_16_bit<S, S>(ctx, bias != nullptr ? bias->data<S>() : nullptr);
+  }
+
+  template <class S, class B>
+  void run_16_bit(ComputeContext& ctx, const B* bias) {
+    const Geometry& g = geometry_;
+    const S* dy = ctx.input(0).data<S>();
+    const S* q = ctx.input(1).data<S>();
+    const S* kt = ctx.input(2).data<S>();
+    const S* v = ctx.input(3).data<S>();
+    const bool* mask = ctx.has_input(4) ? ctx.input(4).data<bool>() : nullptr;
+    const S* kept = kept_ ? ctx.input(6).data<S>() : nullptr;
+    S* dq = ctx.output(0).data<S>();
+    S* dkt = ctx.output(1).data<S>();
+    S* dv_out = ctx.output(2).data<S>();
+    S* dz = ctx.outputs.size() > 3 && ctx.outputs[3] != nullptr && ctx.output(3).defined() ? ctx.output(3).data<S>()
+                                                                                           : nullptr;
+    const int64_t sq = g.sq(), sk = g.sk(), d = g.d(), dv = g.dv(), bq = g.block_rows(attrs_.block_rows);
+    const float scale = static_cast<float>(attrs_.scale);
+    // Per thread: dP, P, the item's Kt, V and their gradients, a block's rows of Q, dY and dQ.
+    const int64_t per_chunk = 2 * bq * sk + 2 * (d * sk + sk * dv) + bq * (d + dv + d);
+    attention::parallel_chunks<float>(g.items(), per_chunk, [&](float* buffers, int64_t begin, int64_t end) {
+      float* dp = buffers;
+      float* p = dp + bq * sk;
+      float* kt_item = p + bq * sk;
+      float* v_item = kt_item + d * sk;
+      float* dkt_item = v_item + sk * dv;
+      float* dv_item = dkt_item + d * sk;
+      float* q_rows = dv_item + sk * dv;
+      float* dy_rows = q_rows + bq * d;
+      float* dq_rows = dy_rows + bq * dv;
+      for (int64_t item = begin; item < end; ++item) {
+        const size_t at = static_cast<size_t>(item);
+        widen_values(kt + g.kt().item[at], kt_item, d * sk);
+        widen_values(v + g.v().item[at], v_item, sk * dv);
+        for (int64_t r0 = 0; r0 < sq; r0 += bq) {
+          const int64_t rows = std::min(bq, sq - r0);
+          const float beta = r0 == 0 ? 0.f : 1.f;  // the first block writes dKt and dV, the others add
+          widen_values(q + g.q().item[at] + r0 * d, q_rows, rows * d);
+          widen_values(dy + (item * sq + r0) * dv, dy_rows, rows * dv);
+          if (kept) widen_values(kept + (item * sq + r0) * sk, p, rows * sk);
+          else attention::probabilities(g, attrs_, q_rows, kt_item, mask, bias, item, r0, rows, p);
+          if (dv == 0) std::fill(dp, dp + rows * sk, 0.f);
+          else attention::gemm(false, true, rows, sk, dv, 1.f, dy_rows, dv, v_item, dv, 0.f, dp, sk);
+          attention::gemm(true, false, sk, dv, rows, 1.f, p, sk, dy_rows, dv, beta, dv_item, dv);
+          scores_gradient(mask, item, r0, rows, p, dp);
+          if (dz) narrow_values(dp, dz + (item * sq + r0) * sk, rows * sk);
+          attention::gemm(false, true, rows, d, sk, scale, dp, sk, kt_item, sk, 0.f, dq_rows, d);
+          narrow_values(dq_rows, dq + (item * sq + r0) * d, rows * d);
+          attention::gemm(true, false, d, sk, rows, scale, q_rows, d, dp, sk, beta, dkt_item, sk);
+        }
+        narrow_values(dkt_item, dkt + item * d * sk, d * sk);
+        narrow_values(dv_item, dv_out + item * sk * dv, sk * dv);
       }
     });
   }
@@ -131,7 +208,7 @@ class AttentionGrad final : public Kernel {
 const KernelRegistrar reg({kKilnDomain, "AttentionGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
                           [](const Node& n) { return std::make_unique<AttentionGrad>(n); });
 const KernelRegistrar reg_low({kKilnDomain, "AttentionGrad", 1, kMaxOpset, {DType::BFloat16, DType::Float16}},
-                              via_float32([](const Node& n) { return std::make_unique<AttentionGrad>(n); }));
+                              [](const Node& n) { return std::make_unique<AttentionGrad>(n); });
 const OpDocRegistrar doc({kKilnDomain,
                           "AttentionGrad",
                           "The gradient of ai.kiln.Attention in one kernel, a block of query rows at a time: the "

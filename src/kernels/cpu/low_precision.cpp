@@ -23,36 +23,19 @@ bool is_low(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
 // A tensor's 16-bit values into float32 (exact).
 void widen(const Tensor& t, float* dst) {
   const Tensor packed = t.is_contiguous() ? t : t.clone();
-  const auto* src = static_cast<const uint16_t*>(packed.raw_data());
   const bool bf16 = t.dtype() == DType::BFloat16;
   parallel_for(packed.numel(), kGrain, [&](int64_t begin, int64_t end) {
-    if (bf16) {
-      for (int64_t i = begin; i < end; ++i) {
-        const uint32_t u = uint32_t(src[i]) << 16;
-        std::memcpy(dst + i, &u, 4);
-      }
-    } else {
-      for (int64_t i = begin; i < end; ++i) dst[i] = half_to_float(Half{src[i]});
-    }
+    if (bf16) widen_values(packed.data<BFloat16>() + begin, dst + begin, end - begin);
+    else widen_values(packed.data<Half>() + begin, dst + begin, end - begin);
   });
 }
 
-// float32 values rounded to the output's 16-bit type (nearest even; NaN stays NaN, and float16
-// overflows to infinity, as a float16 unit would).
+// float32 values rounded to the output's 16-bit type (narrow_values).
 void narrow(const float* src, Tensor& out) {
-  auto* dst = static_cast<uint16_t*>(out.raw_data());
   const bool bf16 = out.dtype() == DType::BFloat16;
   parallel_for(out.numel(), kGrain, [&](int64_t begin, int64_t end) {
-    if (bf16) {  // float_to_bfloat16, inline so that the loop vectorizes
-      for (int64_t i = begin; i < end; ++i) {
-        uint32_t u;
-        std::memcpy(&u, src + i, 4);
-        const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        dst[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
-      }
-    } else {
-      for (int64_t i = begin; i < end; ++i) dst[i] = float_to_half(src[i]).bits;
-    }
+    if (bf16) narrow_values(src + begin, out.data<BFloat16>() + begin, end - begin);
+    else narrow_values(src + begin, out.data<Half>() + begin, end - begin);
   });
 }
 
@@ -155,6 +138,30 @@ class ViaFloat32 : public Kernel {
 };
 
 }  // namespace
+
+void widen_values(const BFloat16* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = uint32_t(src[i].bits) << 16;
+    std::memcpy(dst + i, &u, 4);
+  }
+}
+
+void widen_values(const Half* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
+}
+
+void narrow_values(const float* src, BFloat16* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {  // float_to_bfloat16, inline so that the loop vectorizes
+    uint32_t u;
+    std::memcpy(&u, src + i, 4);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    dst[i].bits = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+  }
+}
+
+void narrow_values(const float* src, Half* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_half(src[i]);
+}
 
 KernelFactory via_float32(KernelFactory float32) {
   return [float32 = std::move(float32)](const Node& n) -> std::unique_ptr<Kernel> {

@@ -24,6 +24,14 @@ namespace kiln {
 
 using KernelFactory = std::function<std::unique_ptr<Kernel>(const Node&)>;
 
+// n 16-bit values into float32 (exact) and float32 values rounded to 16 bits (nearest even; NaN
+// stays NaN, and float16 overflows to infinity, as a float16 unit would), on the calling thread:
+// what via_float32 does to whole tensors, for kernels that convert the blocks they work on.
+void widen_values(const BFloat16* src, float* dst, int64_t n);
+void widen_values(const Half* src, float* dst, int64_t n);
+void narrow_values(const float* src, BFloat16* dst, int64_t n);
+void narrow_values(const float* src, Half* dst, int64_t n);
+
 // A factory of 16-bit kernels around the float32 kernels that `float32` makes. The 16-bit type is
 // that of the node's first bfloat16 or float16 input; inputs of other dtypes (indices, masks,
 // float32 inputs) pass through unchanged.
