@@ -348,7 +348,41 @@ void match_result_cast(const Graph& g, const Uses& u, size_t mm, std::set<size_t
   rewrites.push_back(std::move(summed));
 }
 
+// A Cast to bfloat16 or float16 that alone reads its input, written by an ai.kiln.Gelu of a float32
+// X: the Gelu, with out_dtype, writes the Cast's output. Appends the rewrite.
+void match_gelu_cast(const Graph& g, const Uses& u, size_t cast, std::set<size_t>& taken,
+                     std::vector<Rewrite>& rewrites) {
+  const Node& c = g.nodes[cast];
+  const auto to = c.attrs.find("to");
+  if (c.inputs.size() != 1 || c.outputs.size() != 1 || to == c.attrs.end() || to->second.kind != Attribute::Kind::Int)
+    return;
+  const std::optional<DType> low = dtype_from_onnx(to->second.i);
+  if (low != DType::BFloat16 && low != DType::Float16) return;
+  const size_t p = u.sole_reader(c.inputs[0]) == cast ? u.producer_any(c.inputs[0]) : kNone;
+  if (p == kNone) return;
+  const Node& n = g.nodes[p];
+  if (n.domain != kKilnDomain || n.op_type != "Gelu" || n.has_attr("out_dtype") || n.inputs.size() != 1 ||
+      n.outputs.size() != 1 || hinted_dtype(g, n.inputs[0]) != DType::Float32 || !claim(taken, {p, cast}))
+    return;
+  Rewrite r{{p, cast}, n};
+  r.fused.attrs["out_dtype"] = Attribute::of_int(dtype_to_onnx(*low));
+  r.fused.outputs = c.outputs;
+  rewrites.push_back(std::move(r));
+}
+
 }  // namespace
+
+size_t fold_casts_into_gelu(Model& model) {
+  const Graph& g = model.graph;
+  const Uses uses(g);
+  std::set<size_t> taken;
+  std::vector<Rewrite> rewrites;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].domain.empty() && g.nodes[i].op_type == "Cast") match_gelu_cast(g, uses, i, taken, rewrites);
+  if (rewrites.empty()) return 0;
+  apply(model, rewrites);
+  return rewrites.size();
+}
 
 size_t forward_identities(Model& model) {
   Graph& g = model.graph;
@@ -422,7 +456,8 @@ size_t fuse(Model& model, bool for_training) {
   // Not in the gradient builder's forward graph, whose products have no Casts yet and whose
   // gradient rules do not take out_dtype.
   if (for_training) return n + m;
-  const size_t k = fold_result_casts_into_products(model) + to_channels_last(model) + forward_identities(model);
+  const size_t k = fold_result_casts_into_products(model) + fold_casts_into_gelu(model) + to_channels_last(model) +
+                   forward_identities(model);
   return n + m + k + join_slice_gradients(model) + fuse_loss_with_gradient(model);
 }
 

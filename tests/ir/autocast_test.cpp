@@ -11,6 +11,8 @@
 #include <tuple>
 
 #include "graph_builder.h"
+#include "ir/fusion.h"
+#include "kernels/kernel_test_util.h"
 #include "kiln/onnx_io.h"
 #include "kiln/session.h"
 #include "test_util.h"
@@ -21,6 +23,7 @@ namespace {
 
 using kiln::test::expect_error;
 using kiln::testing::random_tensor;
+using kiln::test_util::expect_bytes_equal;
 
 // The pass on a plain graph: a shared operand is cast once, a float64 product is left alone, the
 // graph stays in topological order, and strip_autocast gives back the original nodes.
@@ -101,6 +104,41 @@ TEST(Autocast, SessionsFoldResultCastsIntoTheProducts) {
     }
   }
   ::unsetenv("KILN_BF16");
+}
+
+// A Session folds mixed precision's Cast of a Gelu's result into the Gelu (fold_casts_into_gelu):
+// the Gelu writes bfloat16 or float16 itself, with exactly the values of the Gelu and the Cast. Not
+// when something else reads the float32 result (here, the graph returns it).
+TEST(Autocast, SessionsFoldTheCastOfAGeluIntoTheGelu) {
+  for (const DType low : {DType::BFloat16, DType::Float16}) {
+    for (const bool returned : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(low)) + (returned ? ", Gelu's result returned" : ""));
+      GraphBuilder b("gelu_product", 1);
+      const std::string x = b.input("x", DType::Float32, {3, 16, 32});
+      const std::string h = b.op("MatMul", {x, b.initializer("w1", random_tensor({32, 64}, 1))});
+      const std::string half = b.op("Mul", {h, b.initializer("half", Tensor::scalar<float>(0.5f))});
+      const std::string erf =
+          b.op("Erf", {b.op("Div", {h, b.initializer("root2", Tensor::scalar<float>(1.4142135381698608f))})});
+      const std::string gelu = b.op("Mul", {half, b.op("Add", {erf, b.initializer("one", Tensor::scalar<float>(1.f))})});
+      b.output(b.op("MatMul", {gelu, b.initializer("w2", random_tensor({64, 8}, 2))}), "y", DType::Float32, {3, 16, 8});
+      if (returned) b.output(gelu, "g", DType::Float32, {3, 16, 64});
+      Model m = b.build();
+      infer_shapes(m);
+      autocast(m, low);
+      infer_shapes(m);
+      ASSERT_EQ(fuse_gelu(m), 1u);
+      Model folded = m;
+      EXPECT_EQ(fold_casts_into_gelu(folded), returned ? 0u : 1u);
+      const Session session(m);  // every Session pass
+      size_t rounding = 0;
+      for (const Node& n : session.model().graph.nodes) rounding += n.op_type == "Gelu" && n.has_attr("out_dtype");
+      EXPECT_EQ(rounding, returned ? 0u : 1u);
+      EXPECT_EQ(count(folded, "Cast"), count(m, "Cast") - (returned ? 0 : 1));
+      const std::map<std::string, Tensor> feeds{{"x", random_tensor({3, 16, 32}, 3)}};
+      const Tensor want = Session(m, {.fuse = false}).run(feeds).at("y");
+      expect_bytes_equal(Session(folded, {.fuse = false}).run(feeds).at("y"), want);
+    }
+  }
 }
 
 }  // namespace

@@ -150,6 +150,41 @@ TEST(Activation, OtherFloatDtypesUseTheSameFormula) {
   }
 }
 
+// ai.kiln.Gelu with out_dtype (what fold_casts_into_gelu writes for mixed precision) gives exactly
+// Gelu then a Cast: both forms, bfloat16 and float16, lengths around its 2048-element chunks and the
+// threads' shares, NaN and the infinities; it refuses other out_dtypes and non-float32 inputs.
+TEST(Activation, GeluWithOutDtypeIsGeluThenCast) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const int64_t n : {int64_t{1}, int64_t{2047}, int64_t{2048}, int64_t{2049}, int64_t{70001}}) {
+    Tensor x = sweep(-12.f, 12.f, std::max<int64_t>(n, 8));
+    x = x.reshape({x.numel()});
+    if (n < x.numel()) x = Tensor::from_vector<float>({n}, std::vector<float>(x.data<float>(), x.data<float>() + n));
+    if (n > 3) {
+      x.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+      x.data<float>()[1] = inf;
+      x.data<float>()[2] = -inf;
+    }
+    for (const char* form : {"none", "tanh"}) {
+      Node gelu = make_node("Gelu", 1, {{"approximate", Attribute::of_string(form)}});
+      gelu.domain = kKilnDomain;
+      const Tensor full = run1(gelu, {x});
+      for (const DType type : {DType::BFloat16, DType::Float16}) {
+        Node rounded = gelu;
+        rounded.attrs["out_dtype"] = Attribute::of_int(dtype_to_onnx(type));
+        SCOPED_TRACE(std::to_string(n) + " " + form + " " + dtype_name(type));
+        expect_bytes_equal(run1(rounded, {x}), cast_to(full, type));
+      }
+    }
+  }
+  Node bad = make_node("Gelu", 1, {{"out_dtype", Attribute::of_int(1)}});
+  bad.domain = kKilnDomain;
+  expect_error<InvalidModel>([&] { run1(bad, {Tensor::zeros(DType::Float32, {4})}); },
+                             "attribute out_dtype is 1; it must be bfloat16 (16) or float16 (10)");
+  bad.attrs["out_dtype"] = Attribute::of_int(dtype_to_onnx(DType::BFloat16));
+  expect_error<TypeError>([&] { run1(bad, {Tensor::zeros(DType::Float64, {4})}); },
+                          "Gelu with out_dtype: X must be float32, got double[4]");
+}
+
 TEST(Activation, ReluOnIntegersAndEmptyTensors) {
   const Tensor y = run1(make_node("Relu", {"X"}), {Tensor::from_vector<int8_t>({4}, {-128, -1, 0, 127})}, 14);
   EXPECT_EQ(y.to_int64_vector(), (std::vector<int64_t>{0, 0, 0, 127}));

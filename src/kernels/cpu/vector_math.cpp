@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/parallel.h"
+#include "kernels/cpu/low_precision.h"
 #include "kernels/cpu/simd_dispatch.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -299,6 +300,23 @@ template <bool Tanh>
   }
 }
 
+// gelu() into a 16-bit y: each thread's share a chunk at a time into a float32 buffer on its stack,
+// then rounded.
+template <class S>
+void gelu_rounded(const float* x, S* y, int64_t n, bool tanh_form) {
+  constexpr int64_t kChunk = 2048;
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    alignas(64) float buffer[kChunk];
+    for (int64_t i = b; i < e; i += kChunk) {
+      const int64_t count = std::min(kChunk, e - i);
+      const GeluRows rows{x + i, buffer, nullptr};
+      if (tanh_form) simd::run_best<gelu_body<true>>(rows, count);
+      else simd::run_best<gelu_body<false>>(rows, count);
+      narrow_values(buffer, y + i, count);
+    }
+  });
+}
+
 }  // namespace
 
 float erf_one(float x) { return static_cast<float>(std::erf(static_cast<double>(x))); }
@@ -350,6 +368,9 @@ void gelu_grad(const float* dy, const float* x, float* dx, int64_t n, bool tanh_
     else simd::run_best<gelu_grad_body<false>>(rows, e - b);
   });
 }
+
+void gelu(const float* x, BFloat16* y, int64_t n, bool tanh_form) { gelu_rounded(x, y, n, tanh_form); }
+void gelu(const float* x, Half* y, int64_t n, bool tanh_form) { gelu_rounded(x, y, n, tanh_form); }
 
 void erf(const float* x, float* y, int64_t n) {
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {

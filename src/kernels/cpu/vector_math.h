@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "kiln/dtype.h"
+
 namespace kiln::vmath {
 
 // y[i] = erf(x[i]), rounded once from erf in double: the float nearest the true value up to the
@@ -37,6 +39,11 @@ double exp_sum(float* x, int64_t n, float shift);
 // (x/2 erfc(-x/sqrt 2) and x sigmoid(2u) equal the textbook forms and do not cancel for x << 0.)
 void gelu(const float* x, float* y, int64_t n, bool tanh_form);
 void gelu_grad(const float* dy, const float* x, float* dx, int64_t n, bool tanh_form);
+// gelu() with each block of float32 results rounded to a 16-bit type as it is made (low_precision.h's
+// narrow_values): the values of gelu() then a Cast, without the float32 array. Mixed precision's
+// Gelu whose result only a 16-bit product reads (ir/fusion.h's fold_casts_into_gelu).
+void gelu(const float* x, BFloat16* y, int64_t n, bool tanh_form);
+void gelu(const float* x, Half* y, int64_t n, bool tanh_form);
 // The same formulas on one double, the reference of the float32 paths and the float64 kernels.
 double gelu_one(double x, bool tanh_form);
 double gelu_slope(double x, bool tanh_form);
