@@ -5,6 +5,12 @@
 // and tests/autodiff/attention_rules_test.cpp; here, their 16-bit forms against the float32 ones.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
+#include <optional>
+#include <string>
+
+#include "kernels/cpu/low_precision.h"
 #include "kernels/kernel_test_util.h"
 #include "test_util.h"
 
@@ -101,12 +107,29 @@ TEST(AttentionKernel, TheGradientChecksDYAndTheKeptProbabilities) {
       "P must be empty or float[2, 5, 6] (the forward's probabilities), got float[2, 5, 5]");
 }
 
-// 16-bit operands (mixed precision's bfloat16 and float16): Attention and AttentionGrad widen the
-// blocks they read in their own buffers and round each output once, so they give exactly the float32
-// kernels' outputs on the same values, rounded. With a mask (a fully masked row among its rows), a
-// float32 or 16-bit bias, batch dims that broadcast, query blocks of 3 over 7 rows, P kept or
-// recomputed, and the scores' gradient dZ.
+// Sets KILN_BF16 for a scope, then puts back what was there.
+class Bf16Mode {
+ public:
+  explicit Bf16Mode(const char* mode) {
+    if (const char* v = ::getenv("KILN_BF16")) saved_ = v;
+    ::setenv("KILN_BF16", mode, 1);
+  }
+  ~Bf16Mode() { saved_ ? (void)::setenv("KILN_BF16", saved_->c_str(), 1) : (void)::unsetenv("KILN_BF16"); }
+  Bf16Mode(const Bf16Mode&) = delete;
+  Bf16Mode& operator=(const Bf16Mode&) = delete;
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+// 16-bit operands (mixed precision's bfloat16 and float16) without oneDNN's bfloat16 products
+// (float16 always; bfloat16 on CPUs without the instructions, or KILN_BF16=emulate): Attention and
+// AttentionGrad widen the blocks they read in their own buffers and round each output once, so they
+// give exactly the float32 kernels' outputs on the same values, rounded. With a mask (a fully masked
+// row among its rows), a float32 or 16-bit bias, batch dims that broadcast, query blocks of 3 over 7
+// rows, P kept or recomputed, and the scores' gradient dZ.
 TEST(AttentionKernel, SixteenBitOperandsGiveTheFloat32KernelsOutputsRounded) {
+  const Bf16Mode emulate("emulate");
   const Tensor q = random_f32({2, 3, 7, 4}, 1, -2.f, 2.f), kt = random_f32({1, 3, 4, 5}, 2, -2.f, 2.f),
                v = random_f32({2, 3, 5, 3}, 3, -1.f, 1.f), bias = random_f32({7, 5}, 4, -1.f, 1.f),
                dy = random_f32({2, 3, 7, 3}, 5, -1.f, 1.f);
@@ -135,6 +158,56 @@ TEST(AttentionKernel, SixteenBitOperandsGiveTheFloat32KernelsOutputsRounded) {
             run_node(grad, {wide(dy), wide(q), wide(kt), wide(v), mask, bw, cast_to(got[1], DType::Float32)});
         ASSERT_EQ(dgot.size(), 4u);
         for (size_t o = 0; o < dgot.size(); ++o) expect_bytes_equal(dgot[o], cast_to(dwant[o], type));
+      }
+    }
+  }
+}
+
+// Attention and AttentionGrad on oneDNN's bfloat16 products (attention_bf16.h, where the CPU has the
+// instructions): within bfloat16's roundings of the float32 kernels on the same values. The products
+// are exact in float32 either way; this path also rounds P and dZ to bfloat16 before the products
+// that read them (as a bfloat16 autocast does), and writes each output rounded once: 1e-2 relative
+// (L2) bounds both, where bfloat16's own rounding is 2^-9 = 2e-3 per element. With a mask, a
+// float32 and a bfloat16 bias, P kept or recomputed, dZ, and (1200 x 1200 scores per item) items
+// in two chunks.
+TEST(AttentionKernel, Bfloat16ProductsStayWithinBfloat16RoundingOfFloat32) {
+  if (!bf16_native()) GTEST_SKIP() << "this CPU computes bfloat16 products in float32: " << bf16_compute_path();
+  struct Case {
+    Shape q, kt, v;
+    bool masked;
+  };
+  for (const Case& c : {Case{{2, 3, 7, 4}, {2, 3, 4, 5}, {2, 3, 5, 3}, true}, Case{{3, 1200, 8}, {3, 8, 1200}, {3, 1200, 8}, false}}) {
+    const int64_t sq = c.q[c.q.size() - 2], sk = c.kt.back();
+    const Tensor q = random_f32(c.q, 1, -2.f, 2.f), kt = random_f32(c.kt, 2, -2.f, 2.f), v = random_f32(c.v, 3, -1.f, 1.f);
+    Shape y_shape = c.q;
+    y_shape.back() = c.v.back();
+    const Tensor dy = random_f32(y_shape, 5, -1.f, 1.f), bias = random_f32({sq, sk}, 4, -1.f, 1.f);
+    Tensor mask = Tensor::empty(DType::Bool, {sq, sk});
+    for (int64_t i = 0; i < mask.numel(); ++i) mask.data<bool>()[i] = c.masked && (i % 3 == 0 || i / sk == 4);
+    const auto low = [](const Tensor& t) { return cast_to(t, DType::BFloat16); };
+    const auto wide = [](const Tensor& t) { return cast_to(cast_to(t, DType::BFloat16), DType::Float32); };
+    for (const bool low_bias : {false, true}) {
+      for (const char* mode : {"keep", "recompute"}) {
+        SCOPED_TRACE(to_string(c.q) + ", " + mode + (low_bias ? ", bfloat16 bias" : ""));
+        std::map<std::string, Attribute> attrs{{"probabilities", Attribute::of_string(mode)},
+                                               {"scale", Attribute::of_float(0.5f)},
+                                               {"fill", Attribute::of_float(-1e4f)}};
+        const Tensor b16 = low_bias ? low(bias) : bias, bw = low_bias ? wide(bias) : bias;
+        const std::vector<Tensor> got = run_node(attention(5, attrs, 2), {low(q), low(kt), low(v), mask, b16});
+        const std::vector<Tensor> want = run_node(attention(5, attrs, 2), {wide(q), wide(kt), wide(v), mask, bw});
+        EXPECT_LT(test::relative_l2(cast_to(got[0], DType::Float32), want[0]), 1e-2);
+        if (std::string(mode) == "keep") {
+          EXPECT_LT(test::relative_l2(cast_to(got[1], DType::Float32), want[1]), 1e-2);
+        }
+        Node grad = make_node("AttentionGrad", 7, attrs, 4);
+        grad.domain = kKilnDomain;
+        const Tensor p32 = std::string(mode) == "keep" ? cast_to(got[1], DType::Float32) : Tensor::zeros(DType::Float32, {0});
+        const std::vector<Tensor> dgot = run_node(grad, {low(dy), low(q), low(kt), low(v), mask, b16, got[1]});
+        const std::vector<Tensor> dwant = run_node(grad, {wide(dy), wide(q), wide(kt), wide(v), mask, bw, p32});
+        for (size_t o = 0; o < dgot.size(); ++o) {
+          ASSERT_EQ(dgot[o].dtype(), DType::BFloat16) << o;
+          EXPECT_LT(test::relative_l2(cast_to(dgot[o], DType::Float32), dwant[o]), 1e-2) << "output " << o;
+        }
       }
     }
   }

@@ -206,13 +206,13 @@ inline float load(Half v) { return half_to_float(v); }
 // from one product, the bias added, the fill written where the mask selects, softmax along each row.
 // `q_rows` is the item's Q from row r0 ([rows, D]), `kt_item` the item's Kt ([D, Sk]); B, the bias's
 // element type, is T or (for 16-bit operands) the bias's own 16-bit or float32 type.
+// The rows after the product: p holds rows [r0, r0 + rows) of item `item`'s scaled scores, and
+// leaves with their probabilities (bias, fill, softmax), as probabilities() below.
 template <class T, class B>
-void probabilities(const Geometry& g, const Attrs& a, const T* q_rows, const T* kt_item, const bool* mask,
-                   const B* bias, int64_t item, int64_t r0, int64_t rows, T* p) {
-  const int64_t sk = g.sk(), d = g.d();
+void finish_rows(const Geometry& g, const Attrs& a, const bool* mask, const B* bias, int64_t item, int64_t r0,
+                 int64_t rows, T* p) {
+  const int64_t sk = g.sk();
   const auto at = [&](const Spread& s) { return s.item[static_cast<size_t>(item)]; };
-  if (d == 0) std::fill(p, p + rows * sk, T(0));
-  else gemm(false, false, rows, sk, d, T(a.scale), q_rows, d, kt_item, sk, T(0), p, sk);
   const T fill = static_cast<T>(a.fill);
   for (int64_t r = 0; r < rows; ++r) {
     T* row = p + r * sk;
@@ -246,6 +246,39 @@ void probabilities(const Geometry& g, const Attrs& a, const T* q_rows, const T* 
       for (int64_t k = 0; k < sk; ++k) sum += row[k] = std::exp(row[k] - max);
       for (int64_t k = 0; k < sk; ++k) row[k] /= sum;
     }
+  }
+}
+
+template <class T, class B>
+void probabilities(const Geometry& g, const Attrs& a, const T* q_rows, const T* kt_item, const bool* mask,
+                   const B* bias, int64_t item, int64_t r0, int64_t rows, T* p) {
+  const int64_t sk = g.sk(), d = g.d();
+  if (d == 0) std::fill(p, p + rows * sk, T(0));
+  else gemm(false, false, rows, sk, d, T(a.scale), q_rows, d, kt_item, sk, T(0), p, sk);
+  finish_rows(g, a, mask, bias, item, r0, rows, p);
+}
+
+// The scores' gradient from rows [r0, r0 + rows) of item `item`'s probabilities p and their
+// gradient dp: dp = p (dp - rowsum(p dp)) row by row, 0 where the mask filled (no path to the
+// scores there).
+template <class T>
+void scores_gradient(const Geometry& g, const Attrs& a, const bool* mask, int64_t item, int64_t r0, int64_t rows,
+                     const T* p, T* dp) {
+  const int64_t sk = g.sk();
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* pr = p + r * sk;
+    T* gr = dp + r * sk;
+    double dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t k = 0; k < sk; ++k) dot += static_cast<double>(pr[k]) * static_cast<double>(gr[k]);
+    const T delta = static_cast<T>(dot);
+#pragma omp simd
+    for (int64_t k = 0; k < sk; ++k) gr[k] = pr[k] * (gr[k] - delta);
+    if (mask == nullptr) continue;
+    const bool* m = mask + g.mask().item[static_cast<size_t>(item)] + (r0 + r) * g.mask().row;
+    const int64_t step = g.mask().col;
+    for (int64_t k = 0; k < sk; ++k)
+      if (m[k * step] == a.fill_where) gr[k] = T(0);
   }
 }
 

@@ -4,6 +4,7 @@
 // output rows from a second product. With a second output (what the fusion writes for a training
 // graph) the probabilities are written there when attention_common.h's keep_probabilities says so,
 // for the backward to reuse; otherwise the [.., Sq, Sk] probabilities never reach memory.
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/attention_common.h"
 #include "kernels/cpu/low_precision.h"
 
@@ -26,6 +27,7 @@ class Attention final : public Kernel {
         {ctx.dtype(0), geometry_.with_batch({geometry_.sq(), geometry_.dv()}), dynamic, Tensor()}};
     keep_ = node_.outputs.size() > 1 && !node_.outputs[1].empty() &&
             attention::keep_probabilities("Attention", node_, geometry_, ctx.dtype(0));
+    bf16_products_ = attention::bf16_products_apply(geometry_, ctx.dtype(0));
     if (node_.outputs.size() > 1)
       out.push_back(
           {ctx.dtype(0), keep_ ? geometry_.with_batch({geometry_.sq(), geometry_.sk()}) : Shape{0}, dynamic, Tensor()});
@@ -84,6 +86,16 @@ class Attention final : public Kernel {
   template <class S>
   void run_16_bit(ComputeContext& ctx) {
     const Tensor* bias = ctx.has_input(4) ? &ctx.input(4) : nullptr;
+    if constexpr (std::is_same_v<S, BFloat16>) {
+      if (bf16_products_) {
+        const bool f32_bias = bias != nullptr && bias->dtype() == DType::Float32;
+        return attention::bf16_forward(
+            products_, geometry_, attrs_, ctx.input(0).data<S>(), ctx.input(1).data<S>(), ctx.input(2).data<S>(),
+            ctx.has_input(3) ? ctx.input(3).data<bool>() : nullptr, f32_bias ? bias->data<float>() : nullptr,
+            bias != nullptr && !f32_bias ? bias->data<S>() : nullptr, ctx.output(0).data<S>(),
+            keep_ ? ctx.output(1).data<S>() : nullptr);
+      }
+    }
     if (bias != nullptr && bias->dtype() == DType::Float32) return run_16_bit<S, float>(ctx, bias->data<float>());
     run_16_bit<S, S>(ctx, bias != nullptr ? bias->data<S>() : nullptr);
   }
@@ -131,6 +143,8 @@ class Attention final : public Kernel {
   Geometry geometry_;
   Attrs attrs_;
   bool keep_ = false;
+  bool bf16_products_ = false;  // attention_bf16.h's path
+  attention::Bf16Products products_;
 };
 
 const KernelRegistrar reg({kKilnDomain, "Attention", 1, kMaxOpset, {DType::Float32, DType::Float64}},

@@ -10,6 +10,7 @@
 // back to each input's shape. With a fourth output (the bias needs a gradient) dZ is written out too, [.., Sq, Sk].
 #include <cstring>
 
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/attention_common.h"
 #include "kernels/cpu/low_precision.h"
 
@@ -41,6 +42,7 @@ class AttentionGrad final : public Kernel {
                                    dtype_name(dy.dtype), to_string(probs), dtype_name(ctx.dtype(6)),
                                    to_string(ctx.shape(6))));
     const DType t = dy.dtype;
+    bf16_products_ = attention::bf16_products_apply(g, t);
     std::vector<TensorMeta> out{
         {t, g.with_batch({g.sq(), g.d()})}, {t, g.with_batch({g.d(), g.sk()})}, {t, g.with_batch({g.sk(), g.dv()})}};
     if (node_.outputs.size() > 3) out.push_back({t, g.with_batch({g.sq(), g.sk()})});
@@ -103,7 +105,7 @@ class AttentionGrad final : public Kernel {
           if (dv == 0) std::fill(dp, dp + rows * sk, T(0));
           else attention::gemm(false, true, rows, sk, dv, T(1), dy_block, dv, v_item, dv, T(0), dp, sk);
           attention::gemm(true, false, sk, dv, rows, T(1), p, sk, dy_block, dv, beta, dv_item, dv);
-          scores_gradient(mask, item, r0, rows, p, dp);
+          attention::scores_gradient(g, attrs_, mask, item, r0, rows, p, dp);
           if (dz) std::copy(dp, dp + rows * sk, dz + (item * sq + r0) * sk);
           attention::gemm(false, true, rows, d, sk, scale, dp, sk, kt_item, sk, T(0), dq + (item * sq + r0) * d, d);
           attention::gemm(true, false, d, sk, rows, scale, q_item + r0 * d, d, dp, sk, beta, dkt_item, sk);
@@ -120,6 +122,18 @@ class AttentionGrad final : public Kernel {
   template <class S>
   void run_16_bit(ComputeContext& ctx) {
     const Tensor* bias = ctx.has_input(5) ? &ctx.input(5) : nullptr;
+    if constexpr (std::is_same_v<S, BFloat16>) {
+      if (bf16_products_) {
+        const bool f32_bias = bias != nullptr && bias->dtype() == DType::Float32;
+        const bool dz = ctx.outputs.size() > 3 && ctx.outputs[3] != nullptr && ctx.output(3).defined();
+        return attention::bf16_backward(
+            products_, geometry_, attrs_, ctx.input(0).data<S>(), ctx.input(1).data<S>(), ctx.input(2).data<S>(),
+            ctx.input(3).data<S>(), ctx.has_input(4) ? ctx.input(4).data<bool>() : nullptr,
+            f32_bias ? bias->data<float>() : nullptr, bias != nullptr && !f32_bias ? bias->data<S>() : nullptr,
+            kept_ ? ctx.input(6).data<S>() : nullptr, ctx.output(0).data<S>(), ctx.output(1).data<S>(),
+            ctx.output(2).data<S>(), dz ? ctx.output(3).data<S>() : nullptr);
+      }
+    }
     if (bias != nullptr && bias->dtype() == DType::Float32) return run_16_bit<S, float>(ctx, bias->data<float>());
     run_16_bit<S, S>(ctx, bias != nullptr ? bias->data<S>() : nullptr);
   }
@@ -166,7 +180,7 @@ class AttentionGrad final : public Kernel {
           if (dv == 0) std::fill(dp, dp + rows * sk, 0.f);
           else attention::gemm(false, true, rows, sk, dv, 1.f, dy_rows, dv, v_item, dv, 0.f, dp, sk);
           attention::gemm(true, false, sk, dv, rows, 1.f, p, sk, dy_rows, dv, beta, dv_item, dv);
-          scores_gradient(mask, item, r0, rows, p, dp);
+          attention::scores_gradient(g, attrs_, mask, item, r0, rows, p, dp);
           if (dz) narrow_values(dp, dz + (item * sq + r0) * sk, rows * sk);
           attention::gemm(false, true, rows, d, sk, scale, dp, sk, kt_item, sk, 0.f, dq_rows, d);
           narrow_values(dq_rows, dq + (item * sq + r0) * d, rows * d);
@@ -178,31 +192,11 @@ class AttentionGrad final : public Kernel {
     });
   }
 
-  // dp = p (dp - rowsum(p dp)) row by row, 0 where the mask filled (no path to the scores there).
-  template <class T>
-  void scores_gradient(const bool* mask, int64_t item, int64_t r0, int64_t rows, const T* p, T* dp) const {
-    const Geometry& g = geometry_;
-    const int64_t sk = g.sk();
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* pr = p + r * sk;
-      T* gr = dp + r * sk;
-      double dot = 0;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t k = 0; k < sk; ++k) dot += static_cast<double>(pr[k]) * static_cast<double>(gr[k]);
-      const T delta = static_cast<T>(dot);
-#pragma omp simd
-      for (int64_t k = 0; k < sk; ++k) gr[k] = pr[k] * (gr[k] - delta);
-      if (mask == nullptr) continue;
-      const bool* m = mask + g.mask().item[static_cast<size_t>(item)] + (r0 + r) * g.mask().row;
-      const int64_t step = g.mask().col;
-      for (int64_t k = 0; k < sk; ++k)
-        if (m[k * step] == attrs_.fill_where) gr[k] = T(0);
-    }
-  }
-
   Geometry geometry_;
   Attrs attrs_;
   bool kept_ = false;
+  bool bf16_products_ = false;  // attention_bf16.h's path
+  attention::Bf16Products products_;
 };
 
 const KernelRegistrar reg({kKilnDomain, "AttentionGrad", 1, kMaxOpset, {DType::Float32, DType::Float64}},
