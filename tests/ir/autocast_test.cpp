@@ -12,7 +12,6 @@
 
 #include "graph_builder.h"
 #include "ir/fusion.h"
-#include "kernels/kernel_test_util.h"
 #include "kiln/onnx_io.h"
 #include "kiln/session.h"
 #include "test_util.h"
@@ -23,7 +22,6 @@ namespace {
 
 using kiln::test::expect_error;
 using kiln::testing::random_tensor;
-using kiln::test_util::expect_bytes_equal;
 
 // The pass on a plain graph: a shared operand is cast once, a float64 product is left alone, the
 // graph stays in topological order, and strip_autocast gives back the original nodes.
@@ -107,8 +105,9 @@ TEST(Autocast, SessionsFoldResultCastsIntoTheProducts) {
 }
 
 // A Session folds mixed precision's Cast of a Gelu's result into the Gelu (fold_casts_into_gelu):
-// the Gelu writes bfloat16 or float16 itself, with exactly the values of the Gelu and the Cast. Not
-// when something else reads the float32 result (here, the graph returns it).
+// the Gelu writes bfloat16 or float16 itself, its values those of the Gelu and the Cast or (rarely)
+// the neighbouring 16-bit value, so the product after it moves by far less than a 16-bit rounding.
+// Not when something else reads the float32 result (here, the graph returns it).
 TEST(Autocast, SessionsFoldTheCastOfAGeluIntoTheGelu) {
   for (const DType low : {DType::BFloat16, DType::Float16}) {
     for (const bool returned : {false, true}) {
@@ -136,7 +135,7 @@ TEST(Autocast, SessionsFoldTheCastOfAGeluIntoTheGelu) {
       EXPECT_EQ(count(folded, "Cast"), count(m, "Cast") - (returned ? 0 : 1));
       const std::map<std::string, Tensor> feeds{{"x", random_tensor({3, 16, 32}, 3)}};
       const Tensor want = Session(m, {.fuse = false}).run(feeds).at("y");
-      expect_bytes_equal(Session(folded, {.fuse = false}).run(feeds).at("y"), want);
+      EXPECT_LT(test::relative_l2(Session(folded, {.fuse = false}).run(feeds).at("y"), want), 1e-4);
     }
   }
 }

@@ -150,14 +150,16 @@ TEST(Activation, OtherFloatDtypesUseTheSameFormula) {
   }
 }
 
-// ai.kiln.Gelu with out_dtype (what fold_casts_into_gelu writes for mixed precision) gives exactly
-// Gelu then a Cast: both forms, bfloat16 and float16, lengths around its 2048-element chunks and the
-// threads' shares, NaN and the infinities; it refuses other out_dtypes and non-float32 inputs.
-TEST(Activation, GeluWithOutDtypeIsGeluThenCast) {
+// ai.kiln.Gelu with out_dtype (what fold_casts_into_gelu writes for mixed precision) evaluates in
+// float32 and rounds to 16 bits: against Gelu (evaluated in double) then a Cast, each element is the
+// same 16-bit value or its neighbour, and few are neighbours (where the value lies within the float
+// evaluation's error of halfway between two 16-bit values). Both forms, bfloat16 and float16,
+// lengths around its 2048-element chunks and the threads' shares, NaN and the infinities. It
+// refuses other out_dtypes and non-float32 inputs.
+TEST(Activation, GeluWithOutDtypeIsGeluThenCastWithinOneUnit) {
   const float inf = std::numeric_limits<float>::infinity();
   for (const int64_t n : {int64_t{1}, int64_t{2047}, int64_t{2048}, int64_t{2049}, int64_t{70001}}) {
     Tensor x = sweep(-12.f, 12.f, std::max<int64_t>(n, 8));
-    x = x.reshape({x.numel()});
     if (n < x.numel()) x = Tensor::from_vector<float>({n}, std::vector<float>(x.data<float>(), x.data<float>() + n));
     if (n > 3) {
       x.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
@@ -172,7 +174,28 @@ TEST(Activation, GeluWithOutDtypeIsGeluThenCast) {
         Node rounded = gelu;
         rounded.attrs["out_dtype"] = Attribute::of_int(dtype_to_onnx(type));
         SCOPED_TRACE(std::to_string(n) + " " + form + " " + dtype_name(type));
-        expect_bytes_equal(run1(rounded, {x}), cast_to(full, type));
+        const Tensor got = run1(rounded, {x}), want = cast_to(full, type);
+        ASSERT_EQ(got.dtype(), type);
+        ASSERT_EQ(got.shape(), want.shape());
+        const auto* g = static_cast<const uint16_t*>(got.raw_data());
+        const auto* w = static_cast<const uint16_t*>(want.raw_data());
+        const Tensor got32 = cast_to(got, DType::Float32), want32 = cast_to(want, DType::Float32);
+        int64_t neighbours = 0;
+        for (int64_t i = n > 3 ? 1 : 0; i < n; ++i) {  // element 0: NaN, below
+          if (g[i] == w[i]) continue;
+          // In the tanh form's tail (x below -9.5) float's exp(-2u) overflows where double's does
+          // not: 0 against values below 1e-37.
+          const float gv = got32.data<float>()[i], wv = want32.data<float>()[i];
+          if (gv == 0.f && std::fabs(wv) < 1e-37f) continue;
+          ASSERT_EQ(g[i] >> 15, w[i] >> 15) << "element " << i << " (x = " << x.data<float>()[i] << ") changed sign";
+          ASSERT_EQ(std::abs(int(g[i]) - int(w[i])), 1)
+              << "element " << i << " (x = " << x.data<float>()[i] << "): " << gv << " against " << wv;
+          ++neighbours;
+        }
+        EXPECT_LE(neighbours, std::max<int64_t>(1, n / 1000));
+        if (n > 3) {
+          EXPECT_TRUE(std::isnan(cast_to(got, DType::Float32).data<float>()[0]));
+        }
       }
     }
   }

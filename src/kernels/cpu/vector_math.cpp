@@ -300,8 +300,31 @@ template <bool Tanh>
   }
 }
 
-// gelu() into a 16-bit y: each thread's share a chunk at a time into a float32 buffer on its stack,
-// then rounded.
+// Gelu into a 16-bit type, evaluated in float32 (erfc and exp from the float vector library, as
+// the gradient): for x << 0 the float argument's rounding error grows with x^2 (1e-5 relative at
+// x = -10), which is three orders of magnitude below bfloat16's and float16's own roundings.
+template <bool Tanh>
+[[gnu::always_inline]] inline void gelu_float_body(const GeluRows& r, int64_t begin, int64_t end) {
+  const Apply<float>& special = Tanh ? exp_apply_float() : erfc_apply_float();
+  alignas(64) float a[kBlock], f[kBlock];
+  for (int64_t i = begin; i < end; i += kBlock) {
+    const int64_t count = std::min(kBlock, end - i);
+    const float* x = r.x + i;
+    float* y = r.y + i;
+#pragma omp simd
+    for (int64_t j = 0; j < count; ++j) {
+      const float v = x[j];
+      a[j] = Tanh ? -2.f * (float(kSqrt2OverPi) * (v + float(kCubic) * v * v * v)) : v * -float(kSqrtHalf);
+    }
+    for (int64_t j = count; j < kBlock; ++j) a[j] = 0.f;
+    special.f(a, f, round_up(count, special.lanes));
+#pragma omp simd
+    for (int64_t j = 0; j < count; ++j) y[j] = Tanh ? x[j] / (1.f + f[j]) : 0.5f * x[j] * f[j];
+  }
+}
+
+// gelu() into a 16-bit y: each thread's share a chunk at a time into a float32 buffer on its stack
+// (gelu_float_body), then rounded.
 template <class S>
 void gelu_rounded(const float* x, S* y, int64_t n, bool tanh_form) {
   constexpr int64_t kChunk = 2048;
@@ -310,8 +333,8 @@ void gelu_rounded(const float* x, S* y, int64_t n, bool tanh_form) {
     for (int64_t i = b; i < e; i += kChunk) {
       const int64_t count = std::min(kChunk, e - i);
       const GeluRows rows{x + i, buffer, nullptr};
-      if (tanh_form) simd::run_best<gelu_body<true>>(rows, count);
-      else simd::run_best<gelu_body<false>>(rows, count);
+      if (tanh_form) simd::run_best<gelu_float_body<true>>(rows, count);
+      else simd::run_best<gelu_float_body<false>>(rows, count);
       narrow_values(buffer, y + i, count);
     }
   });

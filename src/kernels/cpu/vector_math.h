@@ -39,9 +39,13 @@ double exp_sum(float* x, int64_t n, float shift);
 // (x/2 erfc(-x/sqrt 2) and x sigmoid(2u) equal the textbook forms and do not cancel for x << 0.)
 void gelu(const float* x, float* y, int64_t n, bool tanh_form);
 void gelu_grad(const float* dy, const float* x, float* dx, int64_t n, bool tanh_form);
-// gelu() with each block of float32 results rounded to a 16-bit type as it is made (low_precision.h's
-// narrow_values): the values of gelu() then a Cast, without the float32 array. Mixed precision's
-// Gelu whose result only a 16-bit product reads (ir/fusion.h's fold_casts_into_gelu).
+// Gelu of float32 x into a 16-bit y, each block of results rounded as it is made (low_precision.h's
+// narrow_values): mixed precision's Gelu whose result only a 16-bit product reads (ir/fusion.h's
+// fold_casts_into_gelu). Evaluated in float32 with the float vector library's erfc and exp (the
+// gradient's accuracy: within 1e-5 relative of the double evaluation, far below a 16-bit
+// rounding), so a result differs from gelu() then a Cast by at most one 16-bit unit, where the
+// double value lies that close to halfway between two 16-bit values; in the tanh form's tail
+// (x < -9.5, |y| < 1e-37) float's exponential overflows and the result is 0.
 void gelu(const float* x, BFloat16* y, int64_t n, bool tanh_form);
 void gelu(const float* x, Half* y, int64_t n, bool tanh_form);
 // The same formulas on one double, the reference of the float32 paths and the float64 kernels.
