@@ -348,40 +348,82 @@ void match_result_cast(const Graph& g, const Uses& u, size_t mm, std::set<size_t
   rewrites.push_back(std::move(summed));
 }
 
-// A Cast to bfloat16 or float16 that alone reads its input, written by an ai.kiln.Gelu of a float32
-// X: the Gelu, with out_dtype, writes the Cast's output. Appends the rewrite.
-void match_gelu_cast(const Graph& g, const Uses& u, size_t cast, std::set<size_t>& taken,
-                     std::vector<Rewrite>& rewrites) {
+// The node whose output `v` is, directly or through one Reshape, when each value on the way has
+// one reader; the Reshape (or kNone) in `reshape`.
+size_t sole_source(const Graph& g, const Uses& u, const std::string& v, size_t& reshape) {
+  reshape = kNone;
+  size_t p = u.producer_any(v);
+  if (p != kNone && g.nodes[p].domain.empty() && g.nodes[p].op_type == "Reshape" && !g.nodes[p].inputs.empty() &&
+      u.sole_reader(g.nodes[p].inputs[0]) == p) {
+    reshape = p;
+    p = u.producer_any(g.nodes[p].inputs[0]);
+  }
+  return p;
+}
+
+// Whether node `p` can write its first output in 16 bits itself (out_dtype), by the hints: an
+// ai.kiln.Gelu of a float32 X, or the gradient of a SoftmaxCrossEntropyLoss over float32 scores
+// [N, C] (ai.kiln.SoftmaxCrossEntropyLossAndGrad, or its LossGrad recomputing from the scores).
+bool writes_16_bits(const Graph& g, const Node& n) {
+  if (n.domain != kKilnDomain || n.has_attr("out_dtype") || n.outputs.empty()) return false;
+  if (n.op_type == "Gelu") return n.inputs.size() == 1 && hinted_dtype(g, n.inputs[0]) == DType::Float32;
+  const bool from_scores = n.op_type == "SoftmaxCrossEntropyLossAndGrad" ||
+                           (n.op_type == "SoftmaxCrossEntropyLossGrad" && n.attr_int("x_is_log_prob", 1) == 0);
+  if (!from_scores || n.inputs.size() < 3) return false;
+  const std::optional<ValueInfo> scores = hinted_info(g, n.inputs[1]);
+  return scores && scores->has_type && scores->dtype == DType::Float32 && scores->has_shape && scores->dims.size() == 2;
+}
+
+// A Cast to bfloat16 or float16 of a value that only it reads, made by a node writes_16_bits
+// accepts (through a Reshape): that node, with out_dtype, writes the 16-bit value, the Reshape
+// reshapes it under the Cast's output name, and the Cast goes. Appends the rewrites.
+void match_16_bit_cast(const Graph& g, const Uses& u, size_t cast, std::set<size_t>& taken,
+                       std::vector<Rewrite>& rewrites) {
   const Node& c = g.nodes[cast];
   const auto to = c.attrs.find("to");
   if (c.inputs.size() != 1 || c.outputs.size() != 1 || to == c.attrs.end() || to->second.kind != Attribute::Kind::Int)
     return;
   const std::optional<DType> low = dtype_from_onnx(to->second.i);
   if (low != DType::BFloat16 && low != DType::Float16) return;
-  const size_t p = u.sole_reader(c.inputs[0]) == cast ? u.producer_any(c.inputs[0]) : kNone;
-  if (p == kNone) return;
-  const Node& n = g.nodes[p];
-  if (n.domain != kKilnDomain || n.op_type != "Gelu" || n.has_attr("out_dtype") || n.inputs.size() != 1 ||
-      n.outputs.size() != 1 || hinted_dtype(g, n.inputs[0]) != DType::Float32 || !claim(taken, {p, cast}))
+  if (u.sole_reader(c.inputs[0]) != cast) return;
+  size_t reshape = kNone;
+  const size_t p = sole_source(g, u, c.inputs[0], reshape);
+  if (p == kNone || !writes_16_bits(g, g.nodes[p])) return;
+  if (!claim(taken, reshape == kNone ? std::vector<size_t>{p, cast} : std::vector<size_t>{p, reshape, cast})) return;
+  Rewrite producer{{p}, g.nodes[p]};
+  producer.fused.attrs["out_dtype"] = Attribute::of_int(dtype_to_onnx(*low));
+  if (reshape == kNone) {
+    producer.nodes.push_back(cast);
+    producer.fused.outputs[0] = c.outputs[0];
+    rewrites.push_back(std::move(producer));
     return;
-  Rewrite r{{p, cast}, n};
-  r.fused.attrs["out_dtype"] = Attribute::of_int(dtype_to_onnx(*low));
-  r.fused.outputs = c.outputs;
-  rewrites.push_back(std::move(r));
+  }
+  Rewrite reshaped{{reshape, cast}, g.nodes[reshape]};
+  reshaped.fused.outputs = c.outputs;
+  rewrites.push_back(std::move(producer));
+  rewrites.push_back(std::move(reshaped));
 }
 
 }  // namespace
 
-size_t fold_casts_into_gelu(Model& model) {
+size_t fold_16_bit_casts(Model& model) {
   const Graph& g = model.graph;
   const Uses uses(g);
   std::set<size_t> taken;
   std::vector<Rewrite> rewrites;
   for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (g.nodes[i].domain.empty() && g.nodes[i].op_type == "Cast") match_gelu_cast(g, uses, i, taken, rewrites);
+    if (g.nodes[i].domain.empty() && g.nodes[i].op_type == "Cast") match_16_bit_cast(g, uses, i, taken, rewrites);
   if (rewrites.empty()) return 0;
+  std::set<std::string> retyped;  // producers that now write 16 bits under their old output name
+  size_t folded = 0;
+  for (const Rewrite& r : rewrites) {
+    if (!r.fused.has_attr("out_dtype")) continue;
+    ++folded;
+    if (r.nodes.size() == 1) retyped.insert(r.fused.outputs[0]);
+  }
   apply(model, rewrites);
-  return rewrites.size();
+  std::erase_if(model.graph.value_info, [&](const ValueInfo& v) { return retyped.count(v.name) != 0; });
+  return folded;
 }
 
 size_t forward_identities(Model& model) {
@@ -456,9 +498,9 @@ size_t fuse(Model& model, bool for_training) {
   // Not in the gradient builder's forward graph, whose products have no Casts yet and whose
   // gradient rules do not take out_dtype.
   if (for_training) return n + m;
-  const size_t k = fold_result_casts_into_products(model) + fold_casts_into_gelu(model) + to_channels_last(model) +
-                   forward_identities(model);
-  return n + m + k + join_slice_gradients(model) + fuse_loss_with_gradient(model);
+  const size_t k = fold_result_casts_into_products(model) + to_channels_last(model) + forward_identities(model);
+  const size_t l = join_slice_gradients(model) + fuse_loss_with_gradient(model);
+  return n + m + k + l + fold_16_bit_casts(model);  // after the loss fusion, whose node it may fold into
 }
 
 }  // namespace kiln

@@ -56,12 +56,13 @@ size_t fold_transposes_into_matmul(Model& model);
 // the result and no pass over it. Runs last, in Sessions only (not for_training). Returns how
 // many products it rewrote.
 size_t fold_result_casts_into_products(Model& model);
-// Mixed precision's Cast to bfloat16 or float16 of a Gelu's result that only the Cast reads (the
-// operand of the next 16-bit product): the ai.kiln.Gelu, of a float32 X by the hints, writes the
-// Cast's output itself (out_dtype), rounding each block of results as it makes it: the Cast's
-// values, without the float32 result in memory or a pass over it. Sessions only. Returns how many
-// it folded.
-size_t fold_casts_into_gelu(Model& model);
+// Mixed precision's Cast to bfloat16 or float16 of a value that only the Cast reads (directly or
+// through a Reshape), made by a node that can write 16 bits itself (out_dtype), by the hints: an
+// ai.kiln.Gelu of a float32 X (the next product's operand), or the scores' gradient of a
+// SoftmaxCrossEntropyLoss over float32 [N, C] scores (the gradient a language model's head product
+// reads). The node rounds each block of results as it makes it: no float32 result in memory and no
+// pass over it. Sessions only, last. Returns how many it folded.
+size_t fold_16_bit_casts(Model& model);
 // Identity(x) -> y where only the Identity reads x, which a node writes: that node writes y itself
 // and the Identity goes (the gradient builder names each gradient output through one). A graph
 // output y is then written where it is computed: no copy, and a caller waiting for it (Session's

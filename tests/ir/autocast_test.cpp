@@ -104,7 +104,7 @@ TEST(Autocast, SessionsFoldResultCastsIntoTheProducts) {
   ::unsetenv("KILN_BF16");
 }
 
-// A Session folds mixed precision's Cast of a Gelu's result into the Gelu (fold_casts_into_gelu):
+// A Session folds mixed precision's Cast of a Gelu's result into the Gelu (fold_16_bit_casts):
 // the Gelu writes bfloat16 or float16 itself, its values those of the Gelu and the Cast or (rarely)
 // the neighbouring 16-bit value, so the product after it moves by far less than a 16-bit rounding.
 // Not when something else reads the float32 result (here, the graph returns it).
@@ -127,7 +127,7 @@ TEST(Autocast, SessionsFoldTheCastOfAGeluIntoTheGelu) {
       infer_shapes(m);
       ASSERT_EQ(fuse_gelu(m), 1u);
       Model folded = m;
-      EXPECT_EQ(fold_casts_into_gelu(folded), returned ? 0u : 1u);
+      EXPECT_EQ(fold_16_bit_casts(folded), returned ? 0u : 1u);
       const Session session(m);  // every Session pass
       size_t rounding = 0;
       for (const Node& n : session.model().graph.nodes) rounding += n.op_type == "Gelu" && n.has_attr("out_dtype");

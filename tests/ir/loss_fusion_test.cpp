@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <random>
@@ -88,6 +89,58 @@ TEST(LossFusion, TheLossAndItsGradientRunAsOneNodeWithTheUnfusedResults) {
       expect_close(a.at("loss"), b.at("loss"), "loss");
       for (const auto& [param, grad] : grads.grads) expect_close(a.at(grad), b.at(grad), param);
     }
+}
+
+// Mixed precision: the bfloat16 Cast of the scores' gradient (for the products before the loss)
+// folds into the fused loss and gradient (fold_16_bit_casts: out_dtype), directly or through the
+// Reshape of a language model's [batch, T, C] logits to rows; the graph's outputs are bit for bit
+// those with the Cast. Not when the Reshape's result has another reader.
+TEST(LossFusion, MixedPrecisionsCastOfTheScoresGradientFoldsIntoTheLoss) {
+  for (const bool reshaped : {false, true}) {
+    for (const bool returned : {false, true}) {
+      if (returned && !reshaped) continue;
+      SCOPED_TRACE(std::string(reshaped ? "through a Reshape" : "direct") + (returned ? ", returned" : ""));
+      GraphBuilder b("lm_head", 5);
+      const Shape xs = reshaped ? Shape{4, 3, 8} : Shape{12, 8};
+      const std::string x = b.input("x", DType::Float32, xs);
+      const std::string labels = b.input("labels", DType::Int64, {12});
+      std::string scores = b.op("MatMul", {x, b.normal("head", {8, 3000}, 7)});
+      if (reshaped) scores = b.op("Reshape", {scores, b.ints("rows", {-1, 3000})});
+      const std::string loss = b.op("SoftmaxCrossEntropyLoss", {scores, labels},
+                                    {{"reduction", Attribute::of_string("mean")}, {"ignore_index", Attribute::of_int(-100)}});
+      b.output(loss, "loss", DType::Float32, {});
+      Model forward = b.build();
+      infer_shapes(forward);
+      GradientGraph grads = build_gradient_graph(forward, {.loss = "loss", .mixed_precision = DType::BFloat16});
+      Model m = grads.model;
+      forward_identities(m);
+      ASSERT_EQ(fuse_loss_with_gradient(m), 1u);
+      if (returned) {  // the gradient through the Reshape also returned
+        for (const Node& n : m.graph.nodes)
+          if (n.op_type == "Reshape" && n.name.find("_Grad") != std::string::npos) {
+            ValueInfo v;
+            v.name = n.outputs[0];
+            m.graph.outputs.push_back(v);
+          }
+      }
+      Model folded = m;
+      EXPECT_EQ(fold_16_bit_casts(folded), returned ? 0u : 1u);
+      size_t rounding = 0;
+      for (const Node& n : folded.graph.nodes) rounding += n.op_type == "SoftmaxCrossEntropyLossAndGrad" && n.has_attr("out_dtype");
+      EXPECT_EQ(rounding, returned ? 0u : 1u);
+      std::map<std::string, Tensor> in{{"x", Tensor::empty(DType::Float32, xs)}, {"labels", Tensor::empty(DType::Int64, {12})}};
+      std::mt19937 gen(9);
+      std::normal_distribution<float> d(0.f, 1.f);
+      for (int64_t i = 0; i < 96; ++i) in.at("x").data<float>()[i] = d(gen);
+      for (int64_t i = 0; i < 12; ++i) in.at("labels").data<int64_t>()[i] = i == 5 ? -100 : (i * 251) % 3000;
+      const auto want = Session(m, {.fuse = false}).run(in), got = Session(folded, {.fuse = false}).run(in);
+      for (const auto& [param, grad] : grads.grads) {
+        ASSERT_EQ(got.at(grad).nbytes(), want.at(grad).nbytes()) << param;
+        EXPECT_EQ(std::memcmp(got.at(grad).raw_data(), want.at(grad).raw_data(), want.at(grad).nbytes()), 0) << param;
+      }
+      EXPECT_EQ(got.at("loss").item_as_double(), want.at("loss").item_as_double());
+    }
+  }
 }
 
 TEST(LossFusion, LossesReadBeforeTheirGradientOrWithOtherAttributesStay) {

@@ -150,7 +150,7 @@ TEST(Activation, OtherFloatDtypesUseTheSameFormula) {
   }
 }
 
-// ai.kiln.Gelu with out_dtype (what fold_casts_into_gelu writes for mixed precision) evaluates in
+// ai.kiln.Gelu with out_dtype (what fold_16_bit_casts writes for mixed precision) evaluates in
 // float32 and rounds to 16 bits: against Gelu (evaluated in double) then a Cast, each element is the
 // same 16-bit value or its neighbour, and few are neighbours (where the value lies within the float
 // evaluation's error of halfway between two 16-bit values). Both forms, bfloat16 and float16,

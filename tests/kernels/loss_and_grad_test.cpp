@@ -112,5 +112,52 @@ TEST(SoftmaxCrossEntropyLossAndGrad, TheWeightsGradientNeedsTheWeights) {
       "the weights' gradient (output 2) needs the weights (input 3)");
 }
 
+// With out_dtype (what fold_16_bit_casts writes for mixed precision's Cast of the scores' gradient)
+// both gradient kernels write dScores rounded to bfloat16 or float16: exactly the float32 dScores
+// then a Cast, the loss and the weights' gradient unchanged. Rows of 8192 classes and of 7, every
+// reduction, weights, ignore_index. Only float32 scores [N, C], not log-probabilities, take it.
+TEST(SoftmaxCrossEntropyLossAndGrad, OutDtypeRoundsTheScoresGradientAsACastWould) {
+  uint32_t seed = 300;
+  for (const DType low : {DType::BFloat16, DType::Float16})
+    for (const Shape& xs : {Shape{6, 8192}, Shape{4, 7}})
+      for (const std::string red : {"none", "mean"})
+        for (bool weighted : {false, true}) {
+          SCOPED_TRACE(fmt::format("{} {} {} weighted {}", dtype_name(low), to_string(xs), red, weighted));
+          const Tensor x = random_real(DType::Float32, xs, seed += 4, -4.0, 4.0);
+          const Tensor t = labels({xs[0]}, xs[1], -100, seed + 1);
+          const Tensor w = random_real(DType::Float32, {xs[1]}, seed + 2, 0.1, 2.0);
+          const Tensor dy = red == "none" ? random_real(DType::Float32, {xs[0]}, seed + 3, -1.0, 1.0)
+                                          : random_real(DType::Float32, {}, seed + 3, 0.5, 2.0);
+          std::vector<Tensor> in{dy, x, t};
+          if (weighted) in.push_back(w);
+          for (const char* op : {"SoftmaxCrossEntropyLossAndGrad", "SoftmaxCrossEntropyLossGrad"}) {
+            const size_t outputs = (std::string(op) == "SoftmaxCrossEntropyLossGrad" ? 1 : 2) + (weighted ? 1 : 0);
+            Node plain = sce_node(op, weighted, red, -100, outputs), rounded = plain;
+            rounded.attrs["out_dtype"] = Attribute::of_int(dtype_to_onnx(low));
+            const auto want = run_node(plain, in, 17), got = run_node(rounded, in, 17);
+            ASSERT_EQ(got.size(), want.size()) << op;
+            expect_bytes_equal(got[0], cast_to(want[0], low));
+            for (size_t o = 1; o < got.size(); ++o) expect_bytes_equal(got[o], want[o]);
+          }
+        }
+  Node log_prob = sce_node("SoftmaxCrossEntropyLossGrad", false, "mean", std::nullopt, 1);
+  log_prob.attrs["x_is_log_prob"] = Attribute::of_int(1);
+  log_prob.attrs["out_dtype"] = Attribute::of_int(dtype_to_onnx(DType::BFloat16));
+  const std::vector<Tensor> in{Tensor::scalar<float>(1.f), random_f32({2, 3}, 5, -1.f, 1.f),
+                               Tensor::from_vector<int64_t>({2}, {0, 2})};
+  kiln::test::expect_error<InvalidModel>([&] { run_node(log_prob, in, 17); },
+                                         "out_dtype bfloat16 needs float32 scores [N, C] (not log-probabilities)");
+  Node spatial = sce_node("SoftmaxCrossEntropyLossAndGrad", false, "mean", std::nullopt, 2);
+  spatial.attrs["out_dtype"] = Attribute::of_int(dtype_to_onnx(DType::BFloat16));
+  kiln::test::expect_error<InvalidModel>(
+      [&] {
+        run_node(spatial, {Tensor::scalar<float>(1.f), random_f32({2, 3, 4}, 5, -1.f, 1.f), Tensor::zeros(DType::Int64, {2, 4})}, 17);
+      },
+      "got float[2, 3, 4]");
+  spatial.attrs["out_dtype"] = Attribute::of_int(1);
+  kiln::test::expect_error<InvalidModel>([&] { run_node(spatial, in, 17); },
+                                         "attribute out_dtype is 1; it must be bfloat16 (16) or float16 (10)");
+}
+
 }  // namespace
 }  // namespace kiln

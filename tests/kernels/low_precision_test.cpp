@@ -9,10 +9,13 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "kernels/kernel_test_util.h"
 #include "kiln/kernel.h"
@@ -68,6 +71,31 @@ void expect_float32_on_rounded(const Node& n, const std::vector<Tensor>& f32_inp
 
 void expect_float32_on_rounded(const Node& n, const std::vector<Tensor>& f32_inputs) {
   for (DType type : {DType::BFloat16, DType::Float16}) expect_float32_on_rounded(n, f32_inputs, type);
+}
+
+// widen_values / narrow_values (at AVX-512 width where the CPU has it, 16 values a step) give the
+// scalar conversions' bits: ties to even, NaN quieted, infinities, subnormals, the largest values
+// (rounding up to infinity), at every length around the vector width.
+TEST(LowPrecisionKernels, WidenAndNarrowValuesAreTheScalarConversions) {
+  std::vector<float> values;
+  for (const uint32_t bits : {0x00000000u, 0x80000000u, 0x00000001u, 0x007fffffu, 0x00808000u, 0x3f808000u,
+                              0x3f818000u, 0x3f808001u, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u,
+                              0x7fc00000u, 0x7f800001u, 0xffa00000u, 0x3effffffu})
+    values.push_back(std::bit_cast<float>(bits));
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> d(-1e3f, 1e3f);
+  while (values.size() < 100) values.push_back(d(gen));
+  for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{33}, int64_t{100}}) {
+    std::vector<BFloat16> low(static_cast<size_t>(n));
+    narrow_values(values.data(), low.data(), n);
+    std::vector<float> wide(static_cast<size_t>(n));
+    widen_values(low.data(), wide.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t k = static_cast<size_t>(i);
+      ASSERT_EQ(low[k].bits, float_to_bfloat16(values[k]).bits) << "n " << n << ", element " << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(wide[k]), std::bit_cast<uint32_t>(bfloat16_to_float(low[k]))) << i;
+    }
+  }
 }
 
 TEST(LowPrecisionKernels, ProductsComputeInFloat32On16BitValues) {

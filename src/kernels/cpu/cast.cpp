@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kernels/cpu/elementwise_common.h"
+#include "kernels/cpu/low_precision.h"
 #include "kernels/cpu/string_cast.h"
 
 namespace kiln {
@@ -74,29 +75,21 @@ To convert(From v) {
   }
 }
 
-// float32 <-> bfloat16, mixed precision's casts, as loops the compiler vectorizes (the generic path
-// calls float_to_bfloat16 per element). The same rounding: nearest even, NaN kept and quieted.
+// float32 <-> bfloat16, mixed precision's casts, at the CPU's vector width (low_precision.h's
+// widen_values / narrow_values; the generic path calls float_to_bfloat16 per element). The same
+// rounding: nearest even, NaN kept and quieted.
 bool cast_bfloat16_fast(const Tensor& x, Tensor& y) {
   const int64_t n = x.numel();
   if (x.dtype() == DType::Float32 && y.dtype() == DType::BFloat16) {
-    const auto* src = static_cast<const uint32_t*>(x.raw_data());
-    auto* dst = static_cast<uint16_t*>(y.raw_data());
-    parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        const uint32_t u = src[i];
-        const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        const uint32_t nan = (u >> 16) | 0x40u;
-        dst[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-      }
-    });
+    const float* src = x.data<float>();
+    BFloat16* dst = y.data<BFloat16>();
+    parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) { narrow_values(src + b, dst + b, e - b); });
     return true;
   }
   if (x.dtype() == DType::BFloat16 && y.dtype() == DType::Float32) {
-    const auto* src = static_cast<const uint16_t*>(x.raw_data());
-    auto* dst = static_cast<uint32_t*>(y.raw_data());
-    parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) dst[i] = uint32_t(src[i]) << 16;
-    });
+    const BFloat16* src = x.data<BFloat16>();
+    float* dst = y.data<float>();
+    parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) { widen_values(src + b, dst + b, e - b); });
     return true;
   }
   return false;

@@ -27,7 +27,7 @@ inline bool tanh_form(const Node& n) {
 }
 
 // The 16-bit dtype an ai.kiln.Gelu node with attribute out_dtype (ONNX's code: what
-// ir/fusion.h's fold_casts_into_gelu writes) rounds its float32 result to; nullopt without it;
+// ir/fusion.h's fold_16_bit_casts writes) rounds its float32 result to; nullopt without it;
 // InvalidModel for any other dtype.
 inline std::optional<DType> out_dtype(const Node& n) {
   if (!n.has_attr("out_dtype")) return std::nullopt;

@@ -27,6 +27,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/log_softmax_row.h"
+#include "kernels/cpu/low_precision.h"
 #include "kernels/cpu/loss_reduction.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
@@ -43,6 +44,13 @@ class LossGradKernel : public Kernel {
   LossGradKernel(const Node& n, bool softmax, bool with_loss = false)
       : Kernel(n), softmax_(softmax), with_loss_(with_loss), reduction_(parse_reduction(n)) {
     if (n.has_attr("ignore_index")) ignore_ = n.attr_int("ignore_index");
+    if (n.has_attr("out_dtype")) {
+      out_ = dtype_from_onnx(n.attr_int("out_dtype"));
+      if (out_ != DType::BFloat16 && out_ != DType::Float16)
+        throw InvalidModel(fmt::format("attribute out_dtype is {}; it must be bfloat16 ({}) or float16 ({})",
+                                       n.attr_int("out_dtype"), dtype_to_onnx(DType::BFloat16),
+                                       dtype_to_onnx(DType::Float16)));
+    }
   }
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
@@ -66,7 +74,10 @@ class LossGradKernel : public Kernel {
     n_ = x[0];
     c_ = x[1];
     d_ = numel(Shape(x.begin() + 2, x.end()));
-    std::vector<TensorMeta> out{{ctx.dtype(0), x, false, Tensor()}};
+    if (out_ && (!softmax_ || !from_scores() || ctx.dtype(1) != DType::Float32 || x.size() != 2))
+      throw InvalidModel(fmt::format("out_dtype {} needs float32 scores [N, C] (not log-probabilities), got {}{}",
+                                     dtype_name(*out_), dtype_name(ctx.dtype(1)), to_string(x)));
+    std::vector<TensorMeta> out{{out_.value_or(ctx.dtype(0)), x, false, Tensor()}};
     if (with_loss_) out.push_back({ctx.dtype(0), dy, false, Tensor()});
     if (node_.outputs.size() > weights_output()) {
       if (!ctx.has_input(3))
@@ -77,8 +88,9 @@ class LossGradKernel : public Kernel {
     return out;
   }
 
-  // dX may take X's buffer: each row's elements are read before they are written.
-  std::optional<size_t> inplace_input() const override { return 1; }
+  // dX may take X's buffer: each row's elements are read before they are written (not a 16-bit dX,
+  // whose rows are half as long as X's).
+  std::optional<size_t> inplace_input() const override { return out_ ? std::nullopt : std::optional<size_t>(1); }
 
   void compute(ComputeContext& ctx) override {
     visit_dtype(ctx.input(0).dtype(), [&](auto tag) {
@@ -115,16 +127,18 @@ class LossGradKernel : public Kernel {
       return wsum == 0 ? 0.0 : static_cast<double>(dy[0]) / wsum;
     };
     const T* x = ctx.input(1).data<T>();
-    T* dx = ctx.output(0).data<T>();
+    T* dx = out_ ? nullptr : ctx.output(0).data<T>();
+    void* dx16 = out_ ? ctx.output(0).raw_data() : nullptr;  // out_dtype's rows, each rounded from float32
     // -logp of each counted element, for the weights' gradient.
     std::vector<double> nlogp(m, 0.0);
     const int64_t cls = c_, dd = d_;
-    const bool from_scores = softmax_ && (with_loss_ || node_.attr_int("x_is_log_prob", 1) == 0);
+    const bool from_scores = this->from_scores();
     parallel_for(n_ * dd, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, cls)), [&](int64_t b, int64_t e) {
+      std::vector<T> row_buffer(out_ ? static_cast<size_t>(cls) : 0);
       for (int64_t i = b; i < e; ++i) {
         const int64_t n = i / dd, d = i % dd;
         const T* row = x + n * cls * dd + d;
-        T* grow = dx + n * cls * dd + d;
+        T* grow = out_ ? row_buffer.data() : dx + n * cls * dd + d;
         const size_t k = static_cast<size_t>(i);
         const double a = w[k] == 0 ? 0.0 : coefficient(k) * w[k];
         // grow may be row itself (inplace_input): every read of an element comes before its write.
@@ -150,6 +164,8 @@ class LossGradKernel : public Kernel {
               grow[t[k]] = static_cast<T>(a * (e_target / sum - 1.0));
               nlogp[k] = -(target - m - std::log(sum));
             }
+            if (out_ == DType::BFloat16) narrow_values(grow, static_cast<BFloat16*>(dx16) + n * cls, cls);
+            else if (out_ == DType::Float16) narrow_values(grow, static_cast<Half*>(dx16) + n * cls, cls);
             continue;
           }
         }
@@ -169,6 +185,8 @@ class LossGradKernel : public Kernel {
   }
 
   size_t weights_output() const { return with_loss_ ? 2 : 1; }
+  // Whether X holds scores (the softmax recomputed from them), not log-probabilities.
+  bool from_scores() const { return softmax_ && (with_loss_ || node_.attr_int("x_is_log_prob", 1) == 0); }
 
   // The forward's loss from the gradient's pass: l_i = w_i * -logp_i (0 where nothing counts),
   // reduced as SoftmaxCrossEntropyLoss reduces it, in double (a mean over nothing counted is NaN).
@@ -208,6 +226,7 @@ class LossGradKernel : public Kernel {
   bool with_loss_;
   Reduction reduction_;
   std::optional<int64_t> ignore_;
+  std::optional<DType> out_;  // dScores rounded to bfloat16 or float16 (ir/fusion.h's fold_16_bit_casts)
   int64_t n_ = 0, c_ = 0, d_ = 1;
 };
 
@@ -230,7 +249,9 @@ const OpDocRegistrar doc_sce(
       "X: the forward's log_prob output (x_is_log_prob = 1, the default) or its scores (x_is_log_prob = 0; "
       "log_softmax is recomputed)",
       "labels: int32/int64 (N) or (N, d1, ..., dk)", "weights (optional): [C] class weights"},
-     {"dScores: the scores' gradient, (N, C, d1, ..., dk)", "dWeights (optional): the class weights' gradient, [C]"},
+     {"dScores: the scores' gradient, (N, C, d1, ..., dk); with attribute out_dtype (bfloat16 or float16, for "
+      "float32 scores [N, C] and x_is_log_prob = 0) rounded to it",
+      "dWeights (optional): the class weights' gradient, [C]"},
      std::string(kLossMath) +
          "attributes reduction and ignore_index as the forward's. dScores[n, c, d] = a_i * w_i * (softmax[n, c, d] - "
          "[c == t_i]); dWeights[c] = sum over counted i with t_i = c of -logp_i * dY_i (none), dY * A_c (sum), "
@@ -244,7 +265,7 @@ const OpDocRegistrar doc_sce_and_grad(
      {"dY: the gradient of the loss (shape of labels for reduction none, else a scalar)",
       "scores: (N, C) or (N, C, d1, ..., dk)", "labels: int32/int64 (N) or (N, d1, ..., dk)",
       "weights (optional): [C] class weights"},
-     {"dScores: as SoftmaxCrossEntropyLossGrad's", "loss: as SoftmaxCrossEntropyLoss's output",
+     {"dScores: as SoftmaxCrossEntropyLossGrad's (out_dtype too)", "loss: as SoftmaxCrossEntropyLoss's output",
       "dWeights (optional): as SoftmaxCrossEntropyLossGrad's"},
      std::string(kLossMath) +
          "attributes reduction and ignore_index as the forward's. loss = reduce(l_i) (mean: sum l_i / sum w_i, "

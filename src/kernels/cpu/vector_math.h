@@ -41,7 +41,7 @@ void gelu(const float* x, float* y, int64_t n, bool tanh_form);
 void gelu_grad(const float* dy, const float* x, float* dx, int64_t n, bool tanh_form);
 // Gelu of float32 x into a 16-bit y, each block of results rounded as it is made (low_precision.h's
 // narrow_values): mixed precision's Gelu whose result only a 16-bit product reads (ir/fusion.h's
-// fold_casts_into_gelu). Evaluated in float32 with the float vector library's erfc and exp (the
+// fold_16_bit_casts). Evaluated in float32 with the float vector library's erfc and exp (the
 // gradient's accuracy: within 1e-5 relative of the double evaluation, far below a 16-bit
 // rounding), so a result differs from gelu() then a Cast by at most one 16-bit unit, where the
 // double value lies that close to halfway between two 16-bit values; in the tanh form's tail
