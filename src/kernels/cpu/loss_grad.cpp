@@ -154,8 +154,7 @@ class LossGradKernel : public Kernel {
         if constexpr (std::is_same_v<T, float>) {
           if (dd == 1 && from_scores) {  // contiguous float32 scores: one vector exp pass, in place in grow
             const float m = vmath::max(row, cls);
-            if (grow != row) std::copy(row, row + cls, grow);
-            const double sum = vmath::exp_sum(grow, cls, m);  // grow = exp(row - m)
+            const double sum = vmath::exp_sum(row, grow, cls, m);  // grow = exp(row - m)
             const double e_target = w[k] != 0 ? static_cast<double>(grow[t[k]]) : 0.0;
             const float scale = static_cast<float>(a / sum);
 #pragma omp simd

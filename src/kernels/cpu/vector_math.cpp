@@ -208,7 +208,8 @@ struct MaxRow {
 // (results below 1.7e-38, near float's smallest normal, and -inf: masked scores) give 0, without the
 // slow scalar path libmvec's expf takes for such lanes; NaN stays NaN; above 88.72, inf.
 struct ExpSum {
-  float* x;
+  const float* x;
+  float* y;  // x itself, or another array
   float shift;
   double* sum;
 };
@@ -238,13 +239,14 @@ struct ExpSum {
 }
 
 [[gnu::always_inline]] inline void exp_sum_body(const ExpSum& r, int64_t begin, int64_t end) {
-  float* x = r.x;
+  const float* x = r.x;
+  float* y = r.y;
   const float shift = r.shift;
 #pragma omp simd
-  for (int64_t j = begin; j < end; ++j) x[j] = exp_poly(x[j] - shift);
+  for (int64_t j = begin; j < end; ++j) y[j] = exp_poly(x[j] - shift);
   double total = 0;
 #pragma omp simd reduction(+ : total)
-  for (int64_t j = begin; j < end; ++j) total += static_cast<double>(x[j]);
+  for (int64_t j = begin; j < end; ++j) total += static_cast<double>(y[j]);
   *r.sum = total;
 }
 
@@ -360,9 +362,11 @@ void scaled_exp(const float* x, float* y, int64_t n, double shift, double scale)
   simd::run_best<float_rows_body>(FloatRows{x, y, shift, scale, &exp_apply(), nullptr}, n);
 }
 
-double exp_sum(float* x, int64_t n, float shift) {
+double exp_sum(float* x, int64_t n, float shift) { return exp_sum(x, x, n, shift); }
+
+double exp_sum(const float* x, float* y, int64_t n, float shift) {
   double total = 0;
-  simd::run_best<exp_sum_body>(ExpSum{x, shift, &total}, n);
+  simd::run_best<exp_sum_body>(ExpSum{x, y, shift, &total}, n);
   return total;
 }
 

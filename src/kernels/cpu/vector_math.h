@@ -30,6 +30,8 @@ void scaled_exp(const float* x, float* y, int64_t n, double shift, double scale)
 // calling thread; returns the sum of the results, summed in double. The rows of a softmax over
 // float32 scores (the fused attention kernels), where masked scores are -inf.
 double exp_sum(float* x, int64_t n, float shift);
+// The same into y (x unchanged): y[i] = exp(x[i] - shift), returning their sum.
+double exp_sum(const float* x, float* y, int64_t n, float shift);
 
 // Gelu and its gradient over float32 arrays, evaluated in double with libmvec's erfc and exp at
 // vector width (scalar libm otherwise) and rounded once; x and y (dx and dy) may be the same.
