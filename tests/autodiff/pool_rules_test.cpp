@@ -210,6 +210,8 @@ TEST(PoolGradient, MaxPoolGradMatchesBruteForceWithTies) {
   const std::vector<MaxPoolGradCase> cases = {
       {{2, 3, 9, 150}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},     // ResNet's stem pool, wide rows
       {{1, 2, 8, 140}, {2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}},     // LeNet's, 70 windows per row
+      {{2, 3, 9, 141}, {2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}},     // tiled, a last row and column in no window
+      {{1, 2, 9, 13}, {3, 3}, {3, 3}, {1, 1}, {0, 0, 0, 0}},      // tiled 3 x 3
       {{1, 2, 7, 131}, {3, 2}, {1, 3}, {2, 1}, {2, 0, 1, 1}, 1},  // dilated, ceil_mode, asymmetric pads
       {{2, 2, 200}, {4}, {3}, {1}, {3, 2}},                       // 1-D, windows mostly in the padding
       {{1, 2, 3, 4, 90}, {2, 2, 3}, {1, 2, 2}, {1, 1, 2}, {1, 0, 1, 0, 1, 2}},

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <type_traits>
 #include <cstring>
 #include <vector>
 
@@ -73,7 +75,7 @@ class PoolGradKernel : public Kernel {
         const T* dy = ctx.input(0).data<T>();
         const T* x = ctx.input(1).data<T>();
         T* out = dx.data<T>();
-        std::memset(out, 0, dx.nbytes());
+        if (channels_last_ || !writes_every_input()) std::memset(out, 0, dx.nbytes());
         if (channels_last_) {
           const int64_t c = channels_, blocks = (c + kChannelBlock - 1) / kChannelBlock;
           parallel_for(images_ * blocks, 1, [&](int64_t begin, int64_t end) {
@@ -101,6 +103,8 @@ class PoolGradKernel : public Kernel {
   struct Block {
     int64_t c = 0, first = 0, last = 0;
   };
+  // Whether scatter() writes every element of dX itself (no zeroing first).
+  virtual bool writes_every_input() const { return false; }
   // Precomputes what scatter() needs of the windows over an input plane of `spatial` dims.
   virtual void plan_windows(const Shape& spatial, const dnnl_util::Window& win) = 0;
   // One plane: adds each output's gradient to the inputs it came from.
@@ -161,8 +165,80 @@ class MaxPoolGradKernel final : public PoolGradKernel {
     return a;
   }
 
+  // v where `keep`, else +0, by masking its bits: no branch on the data (a select on a store
+  // compiled to one, mispredicted on every other window), and an infinite v stays infinite.
+  template <class T>
+  static T kept(bool keep, T v) {
+    using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+    return std::bit_cast<T>(std::bit_cast<Bits>(v) & (Bits(0) - Bits(keep)));
+  }
+
+  // Whether the windows of a 2-D map tile it: kernel == stride, no dilation, no padding (each input
+  // in at most one window; LeNet's and VGG's 2 x 2 pools).
+  bool tiled() const {
+    const Axis& a0 = axes_[0];  // the padding axis (2-D and 1-D maps), or a depth of one tap
+    if (a0.out() != 1 || a0.in != 1 || a0.k != 1 || a0.p != 0) return false;
+    for (size_t i = 1; i < 3; ++i)
+      if (axes_[i].k != axes_[i].s || axes_[i].d != 1 || axes_[i].p != 0) return false;
+    return true;
+  }
+
+  // 2 x 2 windows tiling the whole map: run_tiled writes every element of dX.
+  bool writes_every_input() const override {
+    return tiled() && axes_[1].k == 2 && axes_[2].k == 2 && axes_[1].in == 2 * axes_[1].out() &&
+           axes_[2].in == 2 * axes_[2].out();
+  }
+
+  // Tiled windows, dX zeroed by compute() (but for 2 x 2 windows that tile the whole map, which
+  // write all four taps): each window's gradient at its first maximum in row-major order (the
+  // selects as scatter_one's).
+  template <class T>
+  void run_tiled(const T* dy, const T* x, T* dx) const {
+    const Axis &a1 = axes_[1], &a2 = axes_[2];
+    const int64_t w = a2.in, kh = a1.k, kw = a2.k, ow = a2.out();
+    for (int64_t oy = 0; oy < a1.out(); ++oy) {
+      const T* g = dy + oy * ow;
+      const T* r0 = x + oy * kh * w;
+      T* d0 = dx + oy * kh * w;
+      if (kh == 2 && kw == 2) {
+        const T* r1 = r0 + w;
+        T* d1 = d0 + w;
+        // All four taps written (0 but at the maximum): no data-dependent stores or branches, so
+        // the loop vectorizes.
+#pragma omp simd
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          const int64_t c = 2 * ox;
+          const T a = r0[c], b = r0[c + 1], e = r1[c], f = r1[c + 1], v = g[ox];
+          const bool second = b > a;
+          const T m1 = second ? b : a;
+          const bool third = e > m1;
+          const T m2 = third ? e : m1;
+          const bool fourth = f > m2;
+          d0[c] = kept(!second & !third & !fourth, v);
+          d0[c + 1] = kept(second & !third & !fourth, v);
+          d1[c] = kept(third & !fourth, v);
+          d1[c + 1] = kept(fourth, v);
+        }
+        continue;
+      }
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        int64_t at = ox * kw;
+        T best = r0[at];
+        for (int64_t ky = 0; ky < kh; ++ky)
+          for (int64_t kx = 0; kx < kw; ++kx) {
+            const int64_t i = ky * w + ox * kw + kx;
+            const bool better = r0[i] > best;
+            at = better ? i : at;
+            best = better ? r0[i] : best;
+          }
+        d0[at] = g[ox];
+      }
+    }
+  }
+
   template <class T>
   void run(const T* dy, const T* x, T* dx) const {
+    if (tiled()) return run_tiled(dy, x, dx);
     const Axis &a0 = axes_[0], &a1 = axes_[1], &a2 = axes_[2];
     for (int64_t o0 = 0; o0 < a0.out(); ++o0)
       for (int64_t o1 = 0; o1 < a1.out(); ++o1) {
