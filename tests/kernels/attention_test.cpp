@@ -17,6 +17,8 @@
 namespace kiln {
 namespace {
 
+using test_util::Bf16Mode;
+
 using test::expect_error;
 using test_util::cast_to;
 using test_util::expect_bytes_equal;
@@ -106,21 +108,6 @@ TEST(AttentionKernel, TheGradientChecksDYAndTheKeptProbabilities) {
       },
       "P must be empty or float[2, 5, 6] (the forward's probabilities), got float[2, 5, 5]");
 }
-
-// Sets KILN_BF16 for a scope, then puts back what was there.
-class Bf16Mode {
- public:
-  explicit Bf16Mode(const char* mode) {
-    if (const char* v = ::getenv("KILN_BF16")) saved_ = v;
-    ::setenv("KILN_BF16", mode, 1);
-  }
-  ~Bf16Mode() { saved_ ? (void)::setenv("KILN_BF16", saved_->c_str(), 1) : (void)::unsetenv("KILN_BF16"); }
-  Bf16Mode(const Bf16Mode&) = delete;
-  Bf16Mode& operator=(const Bf16Mode&) = delete;
-
- private:
-  std::optional<std::string> saved_;
-};
 
 // 16-bit operands (mixed precision's bfloat16 and float16) without oneDNN's bfloat16 products
 // (float16 always; bfloat16 on CPUs without the instructions, or KILN_BF16=emulate): Attention and

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <cstring>
 #include <map>
@@ -109,6 +110,21 @@ inline int64_t source_index(const Shape& s, const Shape& out, int64_t linear) {
   }
   return offset;
 }
+
+// Sets KILN_BF16 (low_precision.h) for a scope, then puts back what was there.
+class Bf16Mode {
+ public:
+  explicit Bf16Mode(const char* mode) {
+    if (const char* v = ::getenv("KILN_BF16")) saved_ = v;
+    ::setenv("KILN_BF16", mode, 1);
+  }
+  ~Bf16Mode() { saved_ ? (void)::setenv("KILN_BF16", saved_->c_str(), 1) : (void)::unsetenv("KILN_BF16"); }
+  Bf16Mode(const Bf16Mode&) = delete;
+  Bf16Mode& operator=(const Bf16Mode&) = delete;
+
+ private:
+  std::optional<std::string> saved_;
+};
 
 // t converted to dtype `to` by the Cast kernel (16-bit types: rounded to nearest even).
 inline Tensor cast_to(const Tensor& t, DType to) {

@@ -25,22 +25,9 @@
 namespace kiln {
 namespace {
 
+using test_util::Bf16Mode;
+
 using kiln::testing::random_tensor;
-
-// Sets KILN_BF16 for a scope, then puts back what was there.
-class Bf16Mode {
- public:
-  explicit Bf16Mode(const char* mode) {
-    if (const char* v = ::getenv("KILN_BF16")) saved_ = v;
-    ::setenv("KILN_BF16", mode, 1);
-  }
-  ~Bf16Mode() { saved_ ? (void)::setenv("KILN_BF16", saved_->c_str(), 1) : (void)::unsetenv("KILN_BF16"); }
-  Bf16Mode(const Bf16Mode&) = delete;
-  Bf16Mode& operator=(const Bf16Mode&) = delete;
-
- private:
-  std::optional<std::string> saved_;
-};
 
 Tensor cast(const Tensor& t, DType to) { return test_util::cast_to(t, to); }
 

@@ -282,6 +282,14 @@ void scores_gradient(const Geometry& g, const Attrs& a, const bool* mask, int64_
   }
 }
 
+// Calls f with the bias's elements: float32 or S (beside 16-bit operands S, mixed precision leaves
+// the bias in float32), or a null S pointer without one.
+template <class S, class F>
+void visit_bias(const Tensor* bias, F&& f) {
+  if (bias != nullptr && bias->dtype() == DType::Float32) return f(bias->data<float>());
+  f(bias != nullptr ? bias->data<S>() : static_cast<const S*>(nullptr));
+}
+
 // Y's shape after checking the operands' dtypes: Q, Kt, V one float dtype, the bias that dtype (or
 // float32 beside 16-bit operands, as mixed precision leaves it), the mask bool.
 inline Geometry check(const char* op, const InferContext& ctx, size_t mask_input, size_t bias_input) {

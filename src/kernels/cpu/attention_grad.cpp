@@ -134,8 +134,7 @@ class AttentionGrad final : public Kernel {
             ctx.output(2).data<S>(), dz ? ctx.output(3).data<S>() : nullptr);
       }
     }
-    if (bias != nullptr && bias->dtype() == DType::Float32) return run_16_bit<S, float>(ctx, bias->data<float>());
-    run_16_bit<S, S>(ctx, bias != nullptr ? bias->data<S>() : nullptr);
+    attention::visit_bias<S>(bias, [&](const auto* b) { run_16_bit<S>(ctx, b); });
   }
 
   template <class S, class B>

@@ -125,6 +125,12 @@ const Apply<float>& exp_apply_float() {
 constexpr double kSqrtHalf = 0.7071067811865476, kSqrt2OverPi = 0.7978845608028654, kCubic = 0.044715,
                  kInvSqrt2Pi = 0.3989422804014327;
 
+// gelu_arg in float, for the float paths (the gradient, and Gelu into 16 bits).
+template <bool Tanh>
+[[gnu::always_inline]] inline float gelu_arg_float(float v) {
+  if constexpr (Tanh) return -2.f * (float(kSqrt2OverPi) * (v + float(kCubic) * v * v * v));
+  return v * -float(kSqrtHalf);
+}
 template <bool Tanh>
 [[gnu::always_inline]] inline double gelu_arg(double v) {
   if constexpr (Tanh) return -2.0 * (kSqrt2OverPi * (v + kCubic * v * v * v));
@@ -290,9 +296,8 @@ template <bool Tanh>
     float* dx = r.y + i;
 #pragma omp simd
     for (int64_t j = 0; j < count; ++j) {
-      const float v = x[j];
-      a[j] = Tanh ? -2.f * (float(kSqrt2OverPi) * (v + float(kCubic) * v * v * v)) : v * -float(kSqrtHalf);
-      b[j] = -0.5f * v * v;
+      a[j] = gelu_arg_float<Tanh>(x[j]);
+      b[j] = -0.5f * x[j] * x[j];
     }
     for (int64_t j = count; j < kBlock; ++j) a[j] = b[j] = 0.f;
     special.f(a, f, round_up(count, special.lanes));
@@ -314,10 +319,7 @@ template <bool Tanh>
     const float* x = r.x + i;
     float* y = r.y + i;
 #pragma omp simd
-    for (int64_t j = 0; j < count; ++j) {
-      const float v = x[j];
-      a[j] = Tanh ? -2.f * (float(kSqrt2OverPi) * (v + float(kCubic) * v * v * v)) : v * -float(kSqrtHalf);
-    }
+    for (int64_t j = 0; j < count; ++j) a[j] = gelu_arg_float<Tanh>(x[j]);
     for (int64_t j = count; j < kBlock; ++j) a[j] = 0.f;
     special.f(a, f, round_up(count, special.lanes));
 #pragma omp simd
