@@ -118,7 +118,8 @@ TEST(Autocast, SessionsFoldTheCastOfAGeluIntoTheGelu) {
       const std::string half = b.op("Mul", {h, b.initializer("half", Tensor::scalar<float>(0.5f))});
       const std::string erf =
           b.op("Erf", {b.op("Div", {h, b.initializer("root2", Tensor::scalar<float>(1.4142135381698608f))})});
-      const std::string gelu = b.op("Mul", {half, b.op("Add", {erf, b.initializer("one", Tensor::scalar<float>(1.f))})});
+      const std::string gelu =
+          b.op("Mul", {half, b.op("Add", {erf, b.initializer("one", Tensor::scalar<float>(1.f))})});
       b.output(b.op("MatMul", {gelu, b.initializer("w2", random_tensor({64, 8}, 2))}), "y", DType::Float32, {3, 16, 8});
       if (returned) b.output(gelu, "g", DType::Float32, {3, 16, 64});
       Model m = b.build();

@@ -106,8 +106,9 @@ TEST(LossFusion, MixedPrecisionsCastOfTheScoresGradientFoldsIntoTheLoss) {
       const std::string labels = b.input("labels", DType::Int64, {12});
       std::string scores = b.op("MatMul", {x, b.normal("head", {8, 3000}, 7)});
       if (reshaped) scores = b.op("Reshape", {scores, b.ints("rows", {-1, 3000})});
-      const std::string loss = b.op("SoftmaxCrossEntropyLoss", {scores, labels},
-                                    {{"reduction", Attribute::of_string("mean")}, {"ignore_index", Attribute::of_int(-100)}});
+      const std::string loss =
+          b.op("SoftmaxCrossEntropyLoss", {scores, labels},
+               {{"reduction", Attribute::of_string("mean")}, {"ignore_index", Attribute::of_int(-100)}});
       b.output(loss, "loss", DType::Float32, {});
       Model forward = b.build();
       infer_shapes(forward);
@@ -126,9 +127,11 @@ TEST(LossFusion, MixedPrecisionsCastOfTheScoresGradientFoldsIntoTheLoss) {
       Model folded = m;
       EXPECT_EQ(fold_16_bit_casts(folded), returned ? 0u : 1u);
       size_t rounding = 0;
-      for (const Node& n : folded.graph.nodes) rounding += n.op_type == "SoftmaxCrossEntropyLossAndGrad" && n.has_attr("out_dtype");
+      for (const Node& n : folded.graph.nodes)
+        rounding += n.op_type == "SoftmaxCrossEntropyLossAndGrad" && n.has_attr("out_dtype");
       EXPECT_EQ(rounding, returned ? 0u : 1u);
-      std::map<std::string, Tensor> in{{"x", Tensor::empty(DType::Float32, xs)}, {"labels", Tensor::empty(DType::Int64, {12})}};
+      std::map<std::string, Tensor> in{{"x", Tensor::empty(DType::Float32, xs)},
+                                       {"labels", Tensor::empty(DType::Int64, {12})}};
       std::mt19937 gen(9);
       std::normal_distribution<float> d(0.f, 1.f);
       for (int64_t i = 0; i < 96; ++i) in.at("x").data<float>()[i] = d(gen);

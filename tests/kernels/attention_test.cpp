@@ -4,7 +4,6 @@
 // a dY or kept P of the wrong shape. Their values are checked in tests/ir/attention_fusion_test.cpp
 // and tests/autodiff/attention_rules_test.cpp; here, their 16-bit forms against the float32 ones.
 #include <gtest/gtest.h>
-
 #include <stdlib.h>
 
 #include <optional>
@@ -163,9 +162,11 @@ TEST(AttentionKernel, Bfloat16ProductsStayWithinBfloat16RoundingOfFloat32) {
     Shape q, kt, v;
     bool masked;
   };
-  for (const Case& c : {Case{{2, 3, 7, 4}, {2, 3, 4, 5}, {2, 3, 5, 3}, true}, Case{{3, 1200, 8}, {3, 8, 1200}, {3, 1200, 8}, false}}) {
+  for (const Case& c :
+       {Case{{2, 3, 7, 4}, {2, 3, 4, 5}, {2, 3, 5, 3}, true}, Case{{3, 1200, 8}, {3, 8, 1200}, {3, 1200, 8}, false}}) {
     const int64_t sq = c.q[c.q.size() - 2], sk = c.kt.back();
-    const Tensor q = random_f32(c.q, 1, -2.f, 2.f), kt = random_f32(c.kt, 2, -2.f, 2.f), v = random_f32(c.v, 3, -1.f, 1.f);
+    const Tensor q = random_f32(c.q, 1, -2.f, 2.f), kt = random_f32(c.kt, 2, -2.f, 2.f),
+                 v = random_f32(c.v, 3, -1.f, 1.f);
     Shape y_shape = c.q;
     y_shape.back() = c.v.back();
     const Tensor dy = random_f32(y_shape, 5, -1.f, 1.f), bias = random_f32({sq, sk}, 4, -1.f, 1.f);
@@ -188,7 +189,8 @@ TEST(AttentionKernel, Bfloat16ProductsStayWithinBfloat16RoundingOfFloat32) {
         }
         Node grad = make_node("AttentionGrad", 7, attrs, 4);
         grad.domain = kKilnDomain;
-        const Tensor p32 = std::string(mode) == "keep" ? cast_to(got[1], DType::Float32) : Tensor::zeros(DType::Float32, {0});
+        const Tensor p32 =
+            std::string(mode) == "keep" ? cast_to(got[1], DType::Float32) : Tensor::zeros(DType::Float32, {0});
         const std::vector<Tensor> dgot = run_node(grad, {low(dy), low(q), low(kt), low(v), mask, b16, got[1]});
         const std::vector<Tensor> dwant = run_node(grad, {wide(dy), wide(q), wide(kt), wide(v), mask, bw, p32});
         for (size_t o = 0; o < dgot.size(); ++o) {

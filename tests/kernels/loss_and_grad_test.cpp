@@ -151,7 +151,9 @@ TEST(SoftmaxCrossEntropyLossAndGrad, OutDtypeRoundsTheScoresGradientAsACastWould
   spatial.attrs["out_dtype"] = Attribute::of_int(dtype_to_onnx(DType::BFloat16));
   kiln::test::expect_error<InvalidModel>(
       [&] {
-        run_node(spatial, {Tensor::scalar<float>(1.f), random_f32({2, 3, 4}, 5, -1.f, 1.f), Tensor::zeros(DType::Int64, {2, 4})}, 17);
+        run_node(spatial,
+                 {Tensor::scalar<float>(1.f), random_f32({2, 3, 4}, 5, -1.f, 1.f), Tensor::zeros(DType::Int64, {2, 4})},
+                 17);
       },
       "got float[2, 3, 4]");
   spatial.attrs["out_dtype"] = Attribute::of_int(1);

@@ -65,9 +65,9 @@ void expect_float32_on_rounded(const Node& n, const std::vector<Tensor>& f32_inp
 // (rounding up to infinity), at every length around the vector width.
 TEST(LowPrecisionKernels, WidenAndNarrowValuesAreTheScalarConversions) {
   std::vector<float> values;
-  for (const uint32_t bits : {0x00000000u, 0x80000000u, 0x00000001u, 0x007fffffu, 0x00808000u, 0x3f808000u,
-                              0x3f818000u, 0x3f808001u, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u,
-                              0x7fc00000u, 0x7f800001u, 0xffa00000u, 0x3effffffu})
+  for (const uint32_t bits :
+       {0x00000000u, 0x80000000u, 0x00000001u, 0x007fffffu, 0x00808000u, 0x3f808000u, 0x3f818000u, 0x3f808001u,
+        0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffa00000u, 0x3effffffu})
     values.push_back(std::bit_cast<float>(bits));
   std::mt19937 gen(3);
   std::uniform_real_distribution<float> d(-1e3f, 1e3f);

@@ -52,7 +52,8 @@ class Bf16Products {
 
 // Items per chunk: as many as fit kChunkBytes of float32 scores, at least one.
 inline int64_t chunk_items(const Geometry& g) {
-  return std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(1, g.sq() * g.sk() * 4), 1, std::max<int64_t>(1, g.items()));
+  return std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(1, g.sq() * g.sk() * 4), 1,
+                             std::max<int64_t>(1, g.items()));
 }
 
 // Forward: Y (bfloat16) and, when `kept` is not null, P (bfloat16).

@@ -101,7 +101,8 @@ class AttentionGrad final : public Kernel {
           const T beta = r0 == 0 ? T(0) : T(1);  // the first block writes dKt and dV, the others add
           const T* dy_block = dy + (item * sq + r0) * dv;
           const T* p = kept ? kept + (item * sq + r0) * sk : recomputed;
-          if (!kept) attention::probabilities(g, attrs_, q_item + r0 * d, kt_item, mask, bias, item, r0, rows, recomputed);
+          if (!kept)
+            attention::probabilities(g, attrs_, q_item + r0 * d, kt_item, mask, bias, item, r0, rows, recomputed);
           if (dv == 0) std::fill(dp, dp + rows * sk, T(0));
           else attention::gemm(false, true, rows, sk, dv, T(1), dy_block, dv, v_item, dv, T(0), dp, sk);
           attention::gemm(true, false, sk, dv, rows, T(1), p, sk, dy_block, dv, beta, dv_item, dv);

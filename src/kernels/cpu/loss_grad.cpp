@@ -27,8 +27,8 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/log_softmax_row.h"
-#include "kernels/cpu/low_precision.h"
 #include "kernels/cpu/loss_reduction.h"
+#include "kernels/cpu/low_precision.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
 

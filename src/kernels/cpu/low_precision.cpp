@@ -166,7 +166,8 @@ inline uint16_t bf16_bits(uint32_t u) {
   for (; i + 16 <= n; i += 16) {
     const __m512i u = _mm512_loadu_si512(src + i);
     const __m512i high = _mm512_srli_epi32(u, 16);
-    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, round), _mm512_and_si512(high, one)), 16);
+    const __m512i rounded =
+        _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, round), _mm512_and_si512(high, one)), 16);
     const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs), inf);
     const __m512i bits = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, quiet));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(bits));

@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <type_traits>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/parallel.h"
