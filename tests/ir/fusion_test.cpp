@@ -83,9 +83,11 @@ TEST(GeluFusion, EveryFormBecomesOneNodeThatMatchesTheChain) {
       const double exact = tanh ? v / (1 + std::exp(-2 * 0.7978845608028654 * (v + 0.044715 * v * v * v)))
                                 : 0.5 * v * std::erfc(-v / std::sqrt(2.0));
       const float w = want.data<float>()[i], g = got.data<float>()[i];
-      // The node: within one rounding of the double value. The float32 chain: within its own
-      // error, which cancellation in 1 + erf (1 + tanh) makes absolute for x < 0.
-      ASSERT_LE(std::abs(g - exact), 1.2 * std::numeric_limits<float>::epsilon() * std::abs(exact) + 1e-38)
+      // The node: the tanh form within one rounding of the double value, the erf form within 4 ulp
+      // (vector_math.h). The float32 chain: within its own error, which cancellation in 1 + erf
+      // (1 + tanh) makes absolute for x < 0.
+      ASSERT_LE(std::abs(g - exact),
+                (tanh ? 1.2 : 2.0) * std::numeric_limits<float>::epsilon() * std::abs(exact) + 1e-38)
           << "x = " << v;
       ASSERT_LE(std::abs(g - w), 1e-6f * std::max(1.f, std::abs(w))) << "x = " << v;
     }

@@ -151,9 +151,10 @@ TEST(VectorMath, MaxSkipsNaNsLikeTheScalarLoop) {
   EXPECT_EQ(vmath::max(nans.data(), 20), -inf);
 }
 
-// gelu (double inside, rounded once) against gelu_one within one float rounding (libmvec's erfc
-// and exp are within 4 ulp of double), and gelu_grad (float inside) against gelu_slope within
-// 1e-5 relative (2e-7 of dY absolute): both forms, every length around the blocks and vector widths, in place.
+// gelu against gelu_one: the tanh form (double inside, rounded once) within one float rounding
+// (libmvec's exp is within 4 ulp of double), the erf form (float erfc with its argument's rounding
+// corrected) within 4 ulp (2.4e-7 relative; measured 3.3 ulp at worst), and gelu_grad (float inside) against gelu_slope
+// within 1e-5 relative (2e-7 of dY absolute): both forms, every length around the blocks and vector widths, in place.
 TEST(VectorMath, GeluAndItsGradientMatchDouble) {
   const std::vector<float> all = test_values();
   for (const bool tanh : {false, true}) {
@@ -167,7 +168,8 @@ TEST(VectorMath, GeluAndItsGradientMatchDouble) {
         const size_t k = static_cast<size_t>(i);
         if (std::isnan(x[k]) || std::isinf(x[k])) continue;
         const double want = vmath::gelu_one(x[k], tanh);
-        ASSERT_LE(std::abs(y[k] - want), 1.2e-7 * std::abs(want) + 1e-44) << "gelu(" << x[k] << "), tanh " << tanh;
+        ASSERT_LE(std::abs(y[k] - want), (tanh ? 1.2e-7 : 2.4e-7) * std::abs(want) + 1e-44)
+            << "gelu(" << x[k] << "), tanh " << tanh;
         const double slope = double(dy[k]) * vmath::gelu_slope(x[k], tanh);
         // Near Gelu's minimum (x = -0.75) the two terms of the slope cancel: an absolute floor.
         ASSERT_LE(std::abs(dx[k] - slope), 1e-5 * std::abs(slope) + 2e-7 * std::abs(dy[k]))

@@ -2,10 +2,10 @@
 // (activation_fused.cpp) and its gradient ai.kiln.GeluGrad (activation_grad.cpp).
 //
 // approximate "none": x/2 (1 + erf(x/sqrt 2)); "tanh": x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-// Written as x/2 erfc(-x/sqrt 2) and x sigmoid(2u), which equal them but do not cancel for x << 0,
-// in double: for x << 0 both forms are exp-like tails whose relative error is the argument's
-// rounding times |x|^2, which float arguments would make reach 1e-5. Float32 runs at vector width
-// (vector_math.h).
+// Written as x/2 erfc(-x/sqrt 2) and x sigmoid(2u), which equal them but do not cancel for x << 0.
+// For x << 0 both forms are exp-like tails whose relative error is the argument's rounding times
+// |x|^2, which plain float arguments would make reach 1e-5: the float32 kernels evaluate the tanh
+// form in double and correct the erf form's rounded argument (vector_math.h), at vector width.
 #pragma once
 
 #include <fmt/format.h>

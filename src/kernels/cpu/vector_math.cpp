@@ -307,6 +307,36 @@ template <bool Tanh>
   }
 }
 
+// Gelu's "none" form in float32 to within a few ulp of the double evaluation: erfc of the float
+// argument a = x * -sqrt(1/2), corrected for a's rounding r (exactly, by fma, plus the constant's
+// own error), erfc(a + r) = erfc(a) - r (2/sqrt(pi)) e^(-a^2) to first order. Without it the
+// rounding of a costs 2 a^2 ulp for x << 0 (about 10 ulp at x = -3).
+[[gnu::always_inline]] inline void gelu_erf_float_body(const GeluRows& r, int64_t begin, int64_t end) {
+  constexpr float kHi = float(kSqrtHalf), kLo = float(kSqrtHalf - double(float(kSqrtHalf)));
+  constexpr float kTwoOverSqrtPi = 1.1283791670955126f;
+  const Apply<float>& erfc = erfc_apply_float();
+  const Apply<float>& exp = exp_apply_float();
+  alignas(64) float a[kBlock], c[kBlock], b[kBlock], f[kBlock], p[kBlock];
+  for (int64_t i = begin; i < end; i += kBlock) {
+    const int64_t count = std::min(kBlock, end - i);
+    const float* x = r.x + i;
+    float* y = r.y + i;
+#pragma omp simd
+    for (int64_t j = 0; j < count; ++j) {
+      const float v = x[j];
+      a[j] = v * -kHi;
+      const float residual = std::fma(v, -kHi, -a[j]) + v * -kLo;
+      c[j] = a[j] - a[j] == 0.f ? residual : 0.f;  // 0 for +-inf (and NaN): no inf - inf
+      b[j] = -a[j] * a[j];
+    }
+    for (int64_t j = count; j < kBlock; ++j) a[j] = b[j] = c[j] = 0.f;
+    erfc.f(a, f, round_up(count, erfc.lanes));
+    exp.f(b, p, round_up(count, exp.lanes));
+#pragma omp simd
+    for (int64_t j = 0; j < count; ++j) y[j] = 0.5f * x[j] * (f[j] - c[j] * kTwoOverSqrtPi * p[j]);
+  }
+}
+
 // Gelu into a 16-bit type, evaluated in float32 (erfc and exp from the float vector library, as
 // the gradient): for x << 0 the float argument's rounding error grows with x^2 (1e-5 relative at
 // x = -10), which is three orders of magnitude below bfloat16's and float16's own roundings.
@@ -386,7 +416,7 @@ void gelu(const float* x, float* y, int64_t n, bool tanh_form) {
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
     const GeluRows rows{x + b, y + b, nullptr};
     if (tanh_form) simd::run_best<gelu_body<true>>(rows, e - b);
-    else simd::run_best<gelu_body<false>>(rows, e - b);
+    else simd::run_best<gelu_erf_float_body>(rows, e - b);
   });
 }
 

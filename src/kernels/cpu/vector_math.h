@@ -33,8 +33,10 @@ double exp_sum(float* x, int64_t n, float shift);
 // The same into y (x unchanged): y[i] = exp(x[i] - shift), returning their sum.
 double exp_sum(const float* x, float* y, int64_t n, float shift);
 
-// Gelu and its gradient over float32 arrays, evaluated in double with libmvec's erfc and exp at
-// vector width (scalar libm otherwise) and rounded once; x and y (dx and dy) may be the same.
+// Gelu and its gradient over float32 arrays at vector width (libmvec; scalar libm otherwise); x and
+// y (dx and dy) may be the same. Gelu's tanh form is evaluated in double and rounded once; its erf
+// form in float32, the erfc of the rounded argument corrected to first order for that rounding
+// (within 4 ulp of the double value: 3.3 measured); the gradient in float32 (within 1e-5).
 //   "none": y = x/2 erfc(-x/sqrt 2), dy/dx = erfc(-x/sqrt 2)/2 + x e^(-x^2/2)/sqrt(2 pi);
 //   "tanh": y = x s with s = sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3),
 //           dy/dx = s + 2 x s (1 - s) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
