@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "core/parallel.h"
+#include "kernels/cpu/simd_dispatch.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
 
@@ -41,6 +42,76 @@ bool broadcasts_to(const Shape& p, const Shape& norm) {
     if (p[d] != want && p[d] != 1) return false;
   }
   return true;
+}
+
+// One chunk's rows [first, first + count) of LayerNormalizationGrad, with its partial sums of dScale
+// and dB: a simd_dispatch.h body, so that its loops run at the CPU's vector width (the library's
+// baseline build ran these double loops two lanes wide).
+template <class T>
+struct RowArgs {
+  const T* x;
+  const T* g;
+  T* dx;
+  const double* scale;
+  double* dxhat;  // [n] scratch
+  double* ps;     // the chunk's partial dScale and dB, [n] each
+  double* pb;
+  int64_t n;
+  double eps;
+  int64_t first;
+  const Tensor* mean;  // the forward's statistics (float32 X), or null: recomputed
+  const Tensor* inv;
+  const Tensor* dmean;  // the statistics' gradients, or null
+  const Tensor* dinv;
+};
+
+template <class T>
+[[gnu::always_inline]] inline void grad_rows_body(const RowArgs<T>& a, int64_t begin, int64_t end) {
+  const int64_t n = a.n;
+  // Raw pointers and omp simd reductions: through the vectors' references GCC could not rule out
+  // aliasing or reorder the sums, and none of these loops vectorised.
+  double* __restrict dxh = a.dxhat;
+  double* __restrict ps_row = a.ps;
+  double* __restrict pb_row = a.pb;
+  const double* __restrict sc = a.scale;
+  for (int64_t k = begin; k < end; ++k) {
+    const int64_t r = a.first + k;
+    const T* __restrict xr = a.x + r * n;
+    const T* __restrict gr = a.g + r * n;
+    double mean, inv;
+    if (a.mean != nullptr) {
+      mean = a.mean->item_as_double(r);
+      inv = a.inv->item_as_double(r);
+    } else {
+      double sum = 0, sq = 0;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < n; ++i) sum += to_double(xr[i]);
+      mean = sum / double(n);
+#pragma omp simd reduction(+ : sq)
+      for (int64_t i = 0; i < n; ++i) sq += (to_double(xr[i]) - mean) * (to_double(xr[i]) - mean);
+      inv = 1.0 / std::sqrt(sq / double(n) + a.eps);
+    }
+    double mean_dxhat = 0, mean_dxhat_xhat = 0;
+#pragma omp simd reduction(+ : mean_dxhat, mean_dxhat_xhat)
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = to_double(gr[i]), xhat = (to_double(xr[i]) - mean) * inv;
+      dxh[i] = g * sc[i];
+      mean_dxhat += dxh[i];
+      mean_dxhat_xhat += dxh[i] * xhat;
+      ps_row[i] += g * xhat;
+      pb_row[i] += g;
+    }
+    mean_dxhat /= double(n);
+    mean_dxhat_xhat /= double(n);
+    const double extra_const = a.dmean ? a.dmean->item_as_double(r) / double(n) : 0.0;
+    const double extra_xhat = a.dinv ? -a.dinv->item_as_double(r) * inv * inv / double(n) : 0.0;
+    T* __restrict dxr = a.dx + r * n;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const double xhat = (to_double(xr[i]) - mean) * inv;
+      dxr[i] = from_double<T>(inv * (dxh[i] - mean_dxhat - xhat * mean_dxhat_xhat) + extra_const + extra_xhat * xhat);
+    }
+  }
 }
 
 // Inputs: 0 dY, 1 X, 2 Scale, 3 Mean?, 4 InvStdDev?, 5 dMean?, 6 dInvStdDev?, 7 B? (shape only).
@@ -114,50 +185,22 @@ class LayerNormGradKernel final : public Kernel {
         std::vector<double>& pb = part_b[size_t(chunk)];
         ps.assign(size_t(n), 0.0);
         pb.assign(size_t(n), 0.0);
-        // Raw pointers and omp simd reductions: through the vectors' references GCC could not
-        // rule out aliasing or reorder the sums, and none of these loops vectorised.
-        double* __restrict dxh = dxhat.data();
-        double* __restrict ps_row = ps.data();
-        double* __restrict pb_row = pb.data();
-        const double* __restrict sc = scale.data();
-        for (int64_t r = chunk * grain; r < std::min(rows, (chunk + 1) * grain); ++r) {
-          const T* __restrict xr = px + r * n;
-          const T* __restrict gr = pg + r * n;
-          double mean, inv;
-          if (saved) {
-            mean = ctx.input(3).item_as_double(r);
-            inv = ctx.input(4).item_as_double(r);
-          } else {
-            double sum = 0, sq = 0;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t i = 0; i < n; ++i) sum += to_double(xr[i]);
-            mean = sum / double(n);
-#pragma omp simd reduction(+ : sq)
-            for (int64_t i = 0; i < n; ++i) sq += (to_double(xr[i]) - mean) * (to_double(xr[i]) - mean);
-            inv = 1.0 / std::sqrt(sq / double(n) + eps);
-          }
-          double mean_dxhat = 0, mean_dxhat_xhat = 0;
-#pragma omp simd reduction(+ : mean_dxhat, mean_dxhat_xhat)
-          for (int64_t i = 0; i < n; ++i) {
-            const double g = to_double(gr[i]), xhat = (to_double(xr[i]) - mean) * inv;
-            dxh[i] = g * sc[i];
-            mean_dxhat += dxh[i];
-            mean_dxhat_xhat += dxh[i] * xhat;
-            ps_row[i] += g * xhat;
-            pb_row[i] += g;
-          }
-          mean_dxhat /= double(n);
-          mean_dxhat_xhat /= double(n);
-          const double extra_const = dmean ? dmean->item_as_double(r) / double(n) : 0.0;
-          const double extra_xhat = dinv ? -dinv->item_as_double(r) * inv * inv / double(n) : 0.0;
-          T* __restrict dxr = pdx + r * n;
-#pragma omp simd
-          for (int64_t i = 0; i < n; ++i) {
-            const double xhat = (to_double(xr[i]) - mean) * inv;
-            dxr[i] =
-                from_double<T>(inv * (dxh[i] - mean_dxhat - xhat * mean_dxhat_xhat) + extra_const + extra_xhat * xhat);
-          }
-        }
+        const int64_t first = chunk * grain, count = std::min(rows, (chunk + 1) * grain) - first;
+        const RowArgs<T> args{px,
+                              pg,
+                              pdx,
+                              scale.data(),
+                              dxhat.data(),
+                              ps.data(),
+                              pb.data(),
+                              n,
+                              eps,
+                              first,
+                              saved ? &ctx.input(3) : nullptr,
+                              saved ? &ctx.input(4) : nullptr,
+                              dmean,
+                              dinv};
+        simd::run_best<grad_rows_body<T>>(args, count);
       }
     });
     fold(ctx.output(1), part_s);
