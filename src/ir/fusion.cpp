@@ -348,6 +348,22 @@ void match_result_cast(const Graph& g, const Uses& u, size_t mm, std::set<size_t
   rewrites.push_back(std::move(summed));
 }
 
+// Applies the cast folds' rewrites: a node given out_dtype that keeps its output's name (a rewrite
+// of that node alone) loses the name's old dtype hint. Returns how many nodes took out_dtype.
+size_t apply_retyping(Model& model, std::vector<Rewrite>& rewrites) {
+  if (rewrites.empty()) return 0;
+  std::set<std::string> retyped;
+  size_t folded = 0;
+  for (const Rewrite& r : rewrites) {
+    if (!r.fused.has_attr("out_dtype")) continue;
+    ++folded;
+    if (r.nodes.size() == 1) retyped.insert(r.fused.outputs[0]);
+  }
+  apply(model, rewrites);
+  std::erase_if(model.graph.value_info, [&](const ValueInfo& v) { return retyped.count(v.name) != 0; });
+  return folded;
+}
+
 // The node whose output `v` is, directly or through one Reshape, when each value on the way has
 // one reader; the Reshape (or kNone) in `reshape`.
 size_t sole_source(const Graph& g, const Uses& u, const std::string& v, size_t& reshape) {
@@ -413,17 +429,7 @@ size_t fold_16_bit_casts(Model& model) {
   std::vector<Rewrite> rewrites;
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (g.nodes[i].domain.empty() && g.nodes[i].op_type == "Cast") match_16_bit_cast(g, uses, i, taken, rewrites);
-  if (rewrites.empty()) return 0;
-  std::set<std::string> retyped;  // producers that now write 16 bits under their old output name
-  size_t folded = 0;
-  for (const Rewrite& r : rewrites) {
-    if (!r.fused.has_attr("out_dtype")) continue;
-    ++folded;
-    if (r.nodes.size() == 1) retyped.insert(r.fused.outputs[0]);
-  }
-  apply(model, rewrites);
-  std::erase_if(model.graph.value_info, [&](const ValueInfo& v) { return retyped.count(v.name) != 0; });
-  return folded;
+  return apply_retyping(model, rewrites);
 }
 
 size_t forward_identities(Model& model) {
@@ -469,17 +475,7 @@ size_t fold_result_casts_into_products(Model& model) {
     if ((n.domain.empty() && n.op_type == "MatMul") || (n.domain == kKilnDomain && n.op_type == "FusedMatMul"))
       match_result_cast(g, uses, i, taken, rewrites);
   }
-  size_t products = 0;
-  std::set<std::string> retyped;  // products that now write float32 under their old name
-  for (const Rewrite& r : rewrites) {
-    if (r.fused.op_type != "FusedMatMul") continue;
-    ++products;
-    if (r.nodes.size() == 1) retyped.insert(r.fused.outputs[0]);
-  }
-  if (rewrites.empty()) return 0;
-  apply(model, rewrites);
-  std::erase_if(model.graph.value_info, [&](const ValueInfo& v) { return retyped.count(v.name) != 0; });
-  return products;
+  return apply_retyping(model, rewrites);
 }
 
 size_t fold_transposes_into_matmul(Model& model) {

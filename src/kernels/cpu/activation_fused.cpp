@@ -2,6 +2,7 @@
 // that exporters emit for them: ai.kiln.Gelu, the one-node Gelu of models whose opset predates
 // ONNX's own (opset 20). Its kernel is Gelu's (gelu_common.h).
 #include "kernels/cpu/gelu_common.h"
+#include "kernels/cpu/low_precision.h"
 
 namespace kiln {
 namespace {
@@ -10,7 +11,7 @@ namespace {
 // then a Cast give, without the float32 result in memory.
 class GeluRounded final : public Kernel {
  public:
-  explicit GeluRounded(const Node& n) : Kernel(n), tanh_(gelu::tanh_form(n)), out_(*gelu::out_dtype(n)) {}
+  explicit GeluRounded(const Node& n) : Kernel(n), tanh_(gelu::tanh_form(n)), out_(*rounded_out_dtype(n)) {}
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     if (ctx.dtype(0) != DType::Float32)
@@ -33,7 +34,7 @@ class GeluRounded final : public Kernel {
 
 const KernelRegistrar reg_gelu({kKilnDomain, "Gelu", 1, kMaxOpset, gelu::GeluOp::Types::dtypes(), 0, {}},
                                [](const Node& n) -> std::unique_ptr<Kernel> {
-                                 if (gelu::out_dtype(n)) return std::make_unique<GeluRounded>(n);
+                                 if (rounded_out_dtype(n)) return std::make_unique<GeluRounded>(n);
                                  return std::make_unique<UnaryKernel<gelu::GeluOp>>(n);
                                });
 const OpDocRegistrar doc_gelu(

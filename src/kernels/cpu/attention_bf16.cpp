@@ -45,13 +45,12 @@ void softmax_rows(const Geometry& g, const Attrs& a, const bool* mask, const B* 
 // Items [i0, i0 + n)'s probabilities into p16: their scaled scores from one batched product, then
 // softmax_rows.
 void probabilities_bf16(Bf16Products& products, const Geometry& g, const Attrs& a, const BFloat16* q,
-                        const BFloat16* kt, const bool* mask, const float* bias_f32, const BFloat16* bias_bf16,
-                        int64_t i0, int64_t n, float* scores, BFloat16* p16) {
+                        const BFloat16* kt, const bool* mask, const Tensor* bias, int64_t i0, int64_t n, float* scores,
+                        BFloat16* p16) {
   const int64_t sq = g.sq(), sk = g.sk(), d = g.d();
   products.run({sq, sk, d, plain(sq, d), plain(d, sk), false, static_cast<float>(a.scale)}, n, q + i0 * sq * d,
                kt + i0 * d * sk, scores);
-  if (bias_bf16 != nullptr) softmax_rows(g, a, mask, bias_bf16, i0, n, scores, p16);
-  else softmax_rows(g, a, mask, bias_f32, i0, n, scores, p16);
+  visit_bias<BFloat16>(bias, [&](const auto* b) { softmax_rows(g, a, mask, b, i0, n, scores, p16); });
 }
 
 }  // namespace
@@ -88,42 +87,41 @@ void Bf16Products::run(const Spec& spec, int64_t batch, const void* a, const voi
 }
 
 void bf16_forward(Bf16Products& products, const Geometry& g, const Attrs& a, const BFloat16* q, const BFloat16* kt,
-                  const BFloat16* v, const bool* mask, const float* bias_f32, const BFloat16* bias_bf16, BFloat16* y,
-                  BFloat16* kept) {
+                  const BFloat16* v, const bool* mask, const Tensor* bias, BFloat16* y, BFloat16* kept) {
   const int64_t sq = g.sq(), sk = g.sk(), dv = g.dv(), chunk = chunk_items(g);
   float* scores = take<float>(chunk * sq * sk);
   BFloat16* p16 = kept != nullptr ? nullptr : take<BFloat16>(chunk * sq * sk);
   for (int64_t i0 = 0; i0 < g.items(); i0 += chunk) {
     const int64_t n = std::min(chunk, g.items() - i0);
     BFloat16* p = kept != nullptr ? kept + i0 * sq * sk : p16;
-    probabilities_bf16(products, g, a, q, kt, mask, bias_f32, bias_bf16, i0, n, scores, p);
+    probabilities_bf16(products, g, a, q, kt, mask, bias, i0, n, scores, p);
     products.run({sq, dv, sk, plain(sq, sk), plain(sk, dv), true, 1.f}, n, p, v + i0 * sk * dv, y + i0 * sq * dv);
   }
 }
 
 void bf16_backward(Bf16Products& products, const Geometry& g, const Attrs& a, const BFloat16* dy, const BFloat16* q,
-                   const BFloat16* kt, const BFloat16* v, const bool* mask, const float* bias_f32,
-                   const BFloat16* bias_bf16, const BFloat16* kept, BFloat16* dq, BFloat16* dkt, BFloat16* dv,
-                   BFloat16* dz) {
+                   const BFloat16* kt, const BFloat16* v, const bool* mask, const Tensor* bias, const BFloat16* kept,
+                   BFloat16* dq, BFloat16* dkt, BFloat16* dv, BFloat16* dz) {
   const int64_t sq = g.sq(), sk = g.sk(), d = g.d(), ndv = g.dv(), chunk = chunk_items(g), per_item = sq * sk;
   const auto scale = static_cast<float>(a.scale);
   float* dp = take<float>(chunk * per_item);
   BFloat16* ds = take<BFloat16>(chunk * per_item);
   float* recomputed = kept != nullptr ? nullptr : take<float>(chunk * per_item);
   BFloat16* p16 = kept != nullptr ? nullptr : take<BFloat16>(chunk * per_item);
+  float* wide = chunk_buffers<float>(chunk, per_item);  // an item's P in float32, per thread
   for (int64_t i0 = 0; i0 < g.items(); i0 += chunk) {
     const int64_t n = std::min(chunk, g.items() - i0);
     const BFloat16* p = kept != nullptr ? kept + i0 * per_item : p16;
-    if (kept == nullptr) probabilities_bf16(products, g, a, q, kt, mask, bias_f32, bias_bf16, i0, n, recomputed, p16);
+    if (kept == nullptr) probabilities_bf16(products, g, a, q, kt, mask, bias, i0, n, recomputed, p16);
     // dP = dY V^T
     products.run({sq, sk, ndv, plain(sq, ndv), transposed(ndv, sk), false, 1.f}, n, dy + i0 * sq * ndv,
                  v + i0 * sk * ndv, dp);
     // dZ = P (dP - rowsum(P dP)), 0 where the mask filled; P widened an item at a time.
-    parallel_chunks<float>(n, per_item, [&](float* wide, int64_t b, int64_t e) {
+    parallel_chunks<float>(n, wide, per_item, [&](float* pj, int64_t b, int64_t e) {
       for (int64_t j = b; j < e; ++j) {
         float* dpj = dp + j * per_item;
-        widen_values(p + j * per_item, wide, per_item);
-        scores_gradient(g, a, mask, i0 + j, 0, sq, wide, dpj);
+        widen_values(p + j * per_item, pj, per_item);
+        scores_gradient(g, a, mask, i0 + j, 0, sq, pj, dpj);
         narrow_values(dpj, ds + j * per_item, per_item);
         if (dz != nullptr) narrow_values(dpj, dz + (i0 + j) * per_item, per_item);
       }

@@ -56,15 +56,14 @@ inline int64_t chunk_items(const Geometry& g) {
                              std::max<int64_t>(1, g.items()));
 }
 
-// Forward: Y (bfloat16) and, when `kept` is not null, P (bfloat16).
+// Forward: Y (bfloat16) and, when `kept` is not null, P (bfloat16). `bias`: null, or float32 or
+// bfloat16 (visit_bias).
 void bf16_forward(Bf16Products& products, const Geometry& g, const Attrs& a, const BFloat16* q, const BFloat16* kt,
-                  const BFloat16* v, const bool* mask, const float* bias_f32, const BFloat16* bias_bf16, BFloat16* y,
-                  BFloat16* kept);
+                  const BFloat16* v, const bool* mask, const Tensor* bias, BFloat16* y, BFloat16* kept);
 
 // Backward: dQ, dKt, dV (bfloat16) and dZ when not null, from P (`kept`, or recomputed when null).
 void bf16_backward(Bf16Products& products, const Geometry& g, const Attrs& a, const BFloat16* dy, const BFloat16* q,
-                   const BFloat16* kt, const BFloat16* v, const bool* mask, const float* bias_f32,
-                   const BFloat16* bias_bf16, const BFloat16* kept, BFloat16* dq, BFloat16* dkt, BFloat16* dv,
-                   BFloat16* dz);
+                   const BFloat16* kt, const BFloat16* v, const bool* mask, const Tensor* bias, const BFloat16* kept,
+                   BFloat16* dq, BFloat16* dkt, BFloat16* dv, BFloat16* dz);
 
 }  // namespace kiln::attention

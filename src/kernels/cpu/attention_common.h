@@ -19,6 +19,7 @@
 
 #include "core/scratch.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/low_precision.h"
 #include "kernels/cpu/vector_math.h"
 #include "kiln/graph.h"
 #include "kiln/kernel.h"
@@ -30,8 +31,6 @@ struct Attrs {
   bool fill_where = true;  // the fill goes where the mask is true, else where it is false
   int64_t block_rows = 0;  // query rows per block; 0: Geometry::block_rows decides
 };
-
-inline bool is_16_bit(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
 
 inline Attrs attrs_of(const Node& n) {
   return {n.attr_float("scale", 1.f), n.attr_float("fill", 0.f), n.attr_int("fill_where", 1) != 0,
@@ -184,15 +183,29 @@ inline bool keep_probabilities(const char* op, const Node& n, const Geometry& g,
   return g.items() * g.sq() * g.sk() * static_cast<int64_t>(dtype_size(sized)) <= kKeepBytes;
 }
 
+// Buffers for parallel_chunks over at most n tasks, `per_chunk` elements each, from the calling
+// thread's scratch memory: taken once for calls in a loop (scratch is given back only when the
+// kernel's call ends).
+template <class T>
+T* chunk_buffers(int64_t n, int64_t per_chunk) {
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(n, omp_in_parallel() ? 1 : omp_get_max_threads()));
+  return static_cast<T*>(scratch_take(static_cast<size_t>(chunks * per_chunk) * sizeof(T)));
+}
+
 // Calls f(chunk, begin, end) over [0, n) in at most one chunk per thread, each with its own
-// `per_chunk` elements of T taken from the calling thread's scratch memory.
+// `per_chunk` elements of T from `buffers` (chunk_buffers for at least n tasks).
 template <class T, class F>
-void parallel_chunks(int64_t n, int64_t per_chunk, F&& f) {
+void parallel_chunks(int64_t n, T* buffers, int64_t per_chunk, F&& f) {
   if (n <= 0) return;
   const int64_t chunks = std::min<int64_t>(n, omp_in_parallel() ? 1 : omp_get_max_threads());
-  T* buffers = static_cast<T*>(scratch_take(static_cast<size_t>(chunks * per_chunk) * sizeof(T)));
 #pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) f(buffers + c * per_chunk, n * c / chunks, n * (c + 1) / chunks);
+}
+
+// The same with buffers of its own.
+template <class T, class F>
+void parallel_chunks(int64_t n, int64_t per_chunk, F&& f) {
+  if (n > 0) parallel_chunks<T>(n, chunk_buffers<T>(n, per_chunk), per_chunk, std::forward<F>(f));
 }
 
 // A stored element in the kernels' compute type: 16-bit values (mixed precision's bfloat16 or
@@ -202,12 +215,9 @@ inline double load(double v) { return v; }
 inline float load(BFloat16 v) { return bfloat16_to_float(v); }
 inline float load(Half v) { return half_to_float(v); }
 
-// Rows [r0, r0 + rows) of batch item `item`'s probabilities into p (rows x Sk): the scaled scores
-// from one product, the bias added, the fill written where the mask selects, softmax along each row.
-// `q_rows` is the item's Q from row r0 ([rows, D]), `kt_item` the item's Kt ([D, Sk]); B, the bias's
-// element type, is T or (for 16-bit operands) the bias's own 16-bit or float32 type.
 // The rows after the product: p holds rows [r0, r0 + rows) of item `item`'s scaled scores, and
-// leaves with their probabilities (bias, fill, softmax), as probabilities() below.
+// leaves with their probabilities (bias, fill, softmax), as probabilities() below. B, the bias's
+// element type, is T or (for 16-bit operands) the bias's own 16-bit or float32 type.
 template <class T, class B>
 void finish_rows(const Geometry& g, const Attrs& a, const bool* mask, const B* bias, int64_t item, int64_t r0,
                  int64_t rows, T* p) {
@@ -249,6 +259,9 @@ void finish_rows(const Geometry& g, const Attrs& a, const bool* mask, const B* b
   }
 }
 
+// Rows [r0, r0 + rows) of batch item `item`'s probabilities into p (rows x Sk): the scaled scores
+// from one product, the bias added, the fill written where the mask selects, softmax along each row.
+// `q_rows` is the item's Q from row r0 ([rows, D]), `kt_item` the item's Kt ([D, Sk]).
 template <class T, class B>
 void probabilities(const Geometry& g, const Attrs& a, const T* q_rows, const T* kt_item, const bool* mask,
                    const B* bias, int64_t item, int64_t r0, int64_t rows, T* p) {

@@ -87,14 +87,10 @@ class Attention final : public Kernel {
   void run_16_bit(ComputeContext& ctx) {
     const Tensor* bias = ctx.has_input(4) ? &ctx.input(4) : nullptr;
     if constexpr (std::is_same_v<S, BFloat16>) {
-      if (bf16_products_) {
-        const bool f32_bias = bias != nullptr && bias->dtype() == DType::Float32;
+      if (bf16_products_)
         return attention::bf16_forward(products_, geometry_, attrs_, ctx.input(0).data<S>(), ctx.input(1).data<S>(),
                                        ctx.input(2).data<S>(), ctx.has_input(3) ? ctx.input(3).data<bool>() : nullptr,
-                                       f32_bias ? bias->data<float>() : nullptr,
-                                       bias != nullptr && !f32_bias ? bias->data<S>() : nullptr,
-                                       ctx.output(0).data<S>(), keep_ ? ctx.output(1).data<S>() : nullptr);
-      }
+                                       bias, ctx.output(0).data<S>(), keep_ ? ctx.output(1).data<S>() : nullptr);
     }
     attention::visit_bias<S>(bias, [&](const auto* b) { run_16_bit<S>(ctx, b); });
   }

@@ -125,12 +125,10 @@ class AttentionGrad final : public Kernel {
     const Tensor* bias = ctx.has_input(5) ? &ctx.input(5) : nullptr;
     if constexpr (std::is_same_v<S, BFloat16>) {
       if (bf16_products_) {
-        const bool f32_bias = bias != nullptr && bias->dtype() == DType::Float32;
         const bool dz = ctx.outputs.size() > 3 && ctx.outputs[3] != nullptr && ctx.output(3).defined();
         return attention::bf16_backward(
             products_, geometry_, attrs_, ctx.input(0).data<S>(), ctx.input(1).data<S>(), ctx.input(2).data<S>(),
-            ctx.input(3).data<S>(), ctx.has_input(4) ? ctx.input(4).data<bool>() : nullptr,
-            f32_bias ? bias->data<float>() : nullptr, bias != nullptr && !f32_bias ? bias->data<S>() : nullptr,
+            ctx.input(3).data<S>(), ctx.has_input(4) ? ctx.input(4).data<bool>() : nullptr, bias,
             kept_ ? ctx.input(6).data<S>() : nullptr, ctx.output(0).data<S>(), ctx.output(1).data<S>(),
             ctx.output(2).data<S>(), dz ? ctx.output(3).data<S>() : nullptr);
       }

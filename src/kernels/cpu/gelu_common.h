@@ -10,7 +10,6 @@
 
 #include <fmt/format.h>
 
-#include <optional>
 #include <string>
 
 #include "kernels/cpu/elementwise_common.h"
@@ -24,19 +23,6 @@ inline bool tanh_form(const Node& n) {
   if (a != "none" && a != "tanh")
     throw InvalidModel(fmt::format("attribute approximate is '{}'; it must be \"none\" or \"tanh\"", a));
   return a == "tanh";
-}
-
-// The 16-bit dtype an ai.kiln.Gelu node with attribute out_dtype (ONNX's code: what
-// ir/fusion.h's fold_16_bit_casts writes) rounds its float32 result to; nullopt without it;
-// InvalidModel for any other dtype.
-inline std::optional<DType> out_dtype(const Node& n) {
-  if (!n.has_attr("out_dtype")) return std::nullopt;
-  const int64_t code = n.attr_int("out_dtype");
-  const std::optional<DType> t = dtype_from_onnx(code);
-  if (t != DType::BFloat16 && t != DType::Float16)
-    throw InvalidModel(fmt::format("attribute out_dtype is {}; it must be bfloat16 ({}) or float16 ({})", code,
-                                   dtype_to_onnx(DType::BFloat16), dtype_to_onnx(DType::Float16)));
-  return t;
 }
 
 struct GeluOp {

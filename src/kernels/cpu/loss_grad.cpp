@@ -44,13 +44,7 @@ class LossGradKernel : public Kernel {
   LossGradKernel(const Node& n, bool softmax, bool with_loss = false)
       : Kernel(n), softmax_(softmax), with_loss_(with_loss), reduction_(parse_reduction(n)) {
     if (n.has_attr("ignore_index")) ignore_ = n.attr_int("ignore_index");
-    if (n.has_attr("out_dtype")) {
-      out_ = dtype_from_onnx(n.attr_int("out_dtype"));
-      if (out_ != DType::BFloat16 && out_ != DType::Float16)
-        throw InvalidModel(fmt::format("attribute out_dtype is {}; it must be bfloat16 ({}) or float16 ({})",
-                                       n.attr_int("out_dtype"), dtype_to_onnx(DType::BFloat16),
-                                       dtype_to_onnx(DType::Float16)));
-    }
+    out_ = rounded_out_dtype(n);
   }
 
   std::vector<TensorMeta> infer(const InferContext& ctx) override {

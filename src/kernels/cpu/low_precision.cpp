@@ -24,8 +24,6 @@ namespace {
 
 constexpr int64_t kGrain = 1 << 15;
 
-bool is_low(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
-
 // A tensor's 16-bit values into float32 (exact).
 void widen(const Tensor& t, float* dst) {
   const Tensor packed = t.is_contiguous() ? t : t.clone();
@@ -46,7 +44,7 @@ void narrow(const float* src, Tensor& out) {
 }
 
 TensorMeta widened(const TensorMeta& m) {
-  if (!is_low(m.dtype)) return m;
+  if (!is_16_bit(m.dtype)) return m;
   Tensor value;
   if (m.value.defined()) {
     value = Tensor::empty(DType::Float32, m.value.shape());
@@ -64,7 +62,7 @@ class ViaFloat32 : public Kernel {
   std::vector<TensorMeta> infer(const InferContext& ctx) override {
     DType low = DType::BFloat16;
     for (const auto& m : ctx.inputs) {
-      if (m && is_low(m->dtype)) {
+      if (m && is_16_bit(m->dtype)) {
         low = m->dtype;
         break;
       }
@@ -77,7 +75,7 @@ class ViaFloat32 : public Kernel {
   void prepare(const InferContext& ctx, const std::vector<TensorMeta>& outputs) override {
     std::vector<TensorMeta> wide = outputs;
     for (TensorMeta& m : wide)
-      if (is_low(m.dtype)) m.dtype = DType::Float32;
+      if (is_16_bit(m.dtype)) m.dtype = DType::Float32;
     inner_->prepare(widened_context(ctx), wide);
   }
   void compute(ComputeContext& ctx) override {
@@ -90,10 +88,10 @@ class ViaFloat32 : public Kernel {
     ComputeContext wide{ctx.node, {}, {}, ctx.run_index};
     for (size_t i = 0; i < ctx.inputs.size(); ++i) {
       const Tensor* t = ctx.inputs[i];
-      if (t != nullptr && is_low(t->dtype()) && inner_->reads_only_shape(i)) {
+      if (t != nullptr && is_16_bit(t->dtype()) && inner_->reads_only_shape(i)) {
         in[i] = Tensor::wrap(const_cast<void*>(t->raw_data()), DType::Float32, t->shape());  // never read
         t = &in[i];
-      } else if (t != nullptr && is_low(t->dtype())) {
+      } else if (t != nullptr && is_16_bit(t->dtype())) {
         in[i] = scratch_float(t->shape());
         widen(*t, in[i].data<float>());
         t = &in[i];
@@ -102,7 +100,7 @@ class ViaFloat32 : public Kernel {
     }
     for (size_t i = 0; i < ctx.outputs.size(); ++i) {
       Tensor* t = ctx.outputs[i];
-      if (t != nullptr && t->defined() && is_low(t->dtype())) {
+      if (t != nullptr && t->defined() && is_16_bit(t->dtype())) {
         out[i] = scratch_float(t->shape());
         t = &out[i];
       }
@@ -195,6 +193,16 @@ bool avx512() {
 }
 
 }  // namespace
+
+std::optional<DType> rounded_out_dtype(const Node& n) {
+  if (!n.has_attr("out_dtype")) return std::nullopt;
+  const int64_t code = n.attr_int("out_dtype");
+  const std::optional<DType> t = dtype_from_onnx(code);
+  if (!t || !is_16_bit(*t))
+    throw InvalidModel(fmt::format("attribute out_dtype is {}; it must be bfloat16 ({}) or float16 ({})", code,
+                                   dtype_to_onnx(DType::BFloat16), dtype_to_onnx(DType::Float16)));
+  return t;
+}
 
 void widen_values(const BFloat16* src, float* dst, int64_t n) {
   const auto* bits = reinterpret_cast<const uint16_t*>(src);

@@ -17,12 +17,21 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "kiln/kernel.h"
 
 namespace kiln {
 
 using KernelFactory = std::function<std::unique_ptr<Kernel>(const Node&)>;
+
+// bfloat16 or float16.
+inline bool is_16_bit(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
+
+// The 16-bit dtype a node's attribute out_dtype (an ONNX dtype code) asks its float32 result to be
+// rounded to (what ir/fusion.h's fold_16_bit_casts writes); nullopt without the attribute;
+// InvalidModel for a dtype other than bfloat16 or float16.
+std::optional<DType> rounded_out_dtype(const Node& n);
 
 // n 16-bit values into float32 (exact) and float32 values rounded to 16 bits (nearest even; NaN
 // stays NaN, and float16 overflows to infinity, as a float16 unit would), on the calling thread:
