@@ -18,7 +18,7 @@ namespace {
 Model fused(const Model& forward, DType mixed_precision) {
   Model m = forward;
   infer_shapes(m);
-  fuse(m, /*for_training=*/true);
+  fuse(m, /*for_training=*/true, /*attention_views=*/mixed_precision == DType::Float32);
   if (mixed_precision != DType::Float32) autocast(m, mixed_precision);
   return m;
 }

@@ -1,5 +1,6 @@
 // fuse_attention (fusion.h): attention's MatMul(Softmax(Z), V) into ai.kiln.Attention.
 #include <algorithm>
+#include <cmath>
 
 #include "ir/fusion.h"
 #include "ir/fusion_rewrite.h"
@@ -151,6 +152,73 @@ std::optional<Rewrite> match_attention(const Graph& g, const Uses& u, size_t sof
   return r;
 }
 
+// The ai.kiln.Attention at `at` with the Transposes around it folded into its perm attributes
+// (attention_common.h's layouts): Q, Kt and V read through a Transpose that only the node reads,
+// its perm keeping the operand's columns the stored last axis (Kt: its rows or its columns), and Y
+// written through a Transpose that alone reads it, keeping Y's last axis last. A scaling of Q or
+// Kt by a constant (Div, or Mul on either side) that only the node reads, the exporters' q /
+// sqrt(d), goes into the scale first. nullopt when nothing folds.
+std::optional<Rewrite> match_attention_views(const Graph& g, const Uses& u, size_t at) {
+  const Node& a = g.nodes[at];
+  if (a.inputs.size() < 3 || a.outputs.empty() || a.has_attr("perm_q") || a.has_attr("perm_kt") ||
+      a.has_attr("perm_v") || a.has_attr("perm_y"))
+    return std::nullopt;
+  const std::optional<DType> dtype = hinted_dtype(g, a.outputs[0]);
+  if (dtype != DType::Float32 && dtype != DType::Float64) return std::nullopt;
+  Rewrite r;
+  r.fused = a;
+  double scale = a.attr_float("scale", 1.f);
+  for (size_t i = 0; i < 2; ++i) {
+    const std::string& x = r.fused.inputs[i];
+    const size_t div = u.producer(x, "Div"), mul = u.producer(x, "Mul");
+    const size_t s = div != kNone ? div : mul;
+    if (s == kNone || u.sole_reader(x) != at || g.nodes[s].inputs.size() != 2) continue;
+    const Node& n = g.nodes[s];
+    for (int side = 1; side >= (mul != kNone ? 0 : 1); --side) {
+      const std::optional<double> k = scalar_through_cast(g, u, n.inputs[side]);
+      if (!k || *k == 0.0 || !std::isfinite(*k)) continue;
+      scale *= div != kNone ? 1.0 / *k : *k;
+      r.fused.inputs[i] = n.inputs[1 - side];
+      r.nodes.push_back(s);
+      break;
+    }
+  }
+  static constexpr const char* kPerms[] = {"perm_q", "perm_kt", "perm_v"};
+  for (size_t i = 0; i < 3; ++i) {
+    const std::string& x = r.fused.inputs[i];
+    const size_t t = u.producer(x, "Transpose");
+    // The scaled operand's Transpose is read by the scaling, which the node replaces.
+    const size_t reader =
+        std::find(r.nodes.begin(), r.nodes.end(), u.sole_reader(x)) != r.nodes.end() ? u.sole_reader(x) : at;
+    if (t == kNone || u.sole_reader(x) != reader || !g.nodes[t].has_attr("perm") || g.nodes[t].inputs.size() != 1)
+      continue;
+    const std::vector<int64_t>& perm = g.nodes[t].attrs.at("perm").ints;
+    const auto rank = static_cast<int64_t>(perm.size());
+    const bool keeps = rank >= 2 && (perm.back() == rank - 1 || (i == 1 && perm[perm.size() - 2] == rank - 1));
+    if (!keeps) continue;
+    r.fused.inputs[i] = g.nodes[t].inputs[0];
+    r.fused.attrs[kPerms[i]] = Attribute::of_ints(perm);
+    r.nodes.insert(r.nodes.begin(), t);
+  }
+  r.nodes.push_back(at);
+  if (const size_t t = u.sole_reader(a.outputs[0]); t != kNone && g.nodes[t].domain.empty() &&
+                                                    g.nodes[t].op_type == "Transpose" && g.nodes[t].has_attr("perm") &&
+                                                    g.nodes[t].outputs.size() == 1) {
+    const std::vector<int64_t>& perm = g.nodes[t].attrs.at("perm").ints;
+    const auto rank = static_cast<int64_t>(perm.size());
+    if (rank >= 2 && perm.back() == rank - 1) {
+      std::vector<int64_t> inverse(perm.size());
+      for (size_t i = 0; i < perm.size(); ++i) inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+      r.fused.attrs["perm_y"] = Attribute::of_ints(inverse);
+      r.fused.outputs[0] = g.nodes[t].outputs[0];
+      r.nodes.push_back(t);
+    }
+  }
+  if (r.nodes.size() == 1) return std::nullopt;
+  r.fused.attrs["scale"] = Attribute::of_float(static_cast<float>(scale));
+  return r;
+}
+
 }  // namespace
 
 size_t fuse_attention(Model& model, bool for_training) {
@@ -177,6 +245,24 @@ size_t fuse_attention(Model& model, bool for_training) {
     }
   apply(model, rewrites);
   g.value_info.insert(g.value_info.end(), probabilities.begin(), probabilities.end());
+  return rewrites.size();
+}
+
+size_t fold_views_into_attention(Model& model) {
+  std::vector<Rewrite> rewrites = find_rewrites(
+      model, [](const Node& n) { return n.domain == kKilnDomain && n.op_type == "Attention"; },
+      [](const Graph& g, const Uses& u, size_t i, GraphEditor&) { return match_attention_views(g, u, i); });
+  if (rewrites.empty()) return 0;
+  // The probabilities keep their type (a split graph may return them), which apply would drop with
+  // the node that wrote them.
+  Graph& g = model.graph;
+  std::vector<ValueInfo> kept;
+  for (const Rewrite& r : rewrites)
+    for (size_t o = 1; o < r.fused.outputs.size(); ++o)
+      for (const ValueInfo& v : g.value_info)
+        if (v.name == r.fused.outputs[o]) kept.push_back(v);
+  apply(model, rewrites);
+  g.value_info.insert(g.value_info.end(), kept.begin(), kept.end());
   return rewrites.size();
 }
 

@@ -486,11 +486,12 @@ size_t fold_transposes_into_matmul(Model& model) {
   return rewrites.size();
 }
 
-size_t fuse(Model& model, bool for_training) {
+size_t fuse(Model& model, bool for_training, bool attention_views) {
   // First: its ranks follow the standard ops the other passes replace.
   const size_t folded = fold_score_slices_into_labels(model);
   const size_t n = folded + drop_inactive_dropout(model) + fuse_gelu(model) + fuse_masked_softmax(model);
-  const size_t m = fuse_attention(model, for_training) + fold_transposes_into_matmul(model);
+  const size_t m = fuse_attention(model, for_training) + (attention_views ? fold_views_into_attention(model) : 0) +
+                   fold_transposes_into_matmul(model);
   // Not in the gradient builder's forward graph, whose products have no Casts yet and whose
   // gradient rules do not take out_dtype.
   if (for_training) return n + m;

@@ -39,6 +39,18 @@ size_t fuse_masked_softmax(Model& model);
 // After fuse_masked_softmax. `for_training` (the gradient builder's forward graph) gives each fused
 // node a second output, the probabilities, which it fills when it keeps them for the backward.
 size_t fuse_attention(Model& model, bool for_training = false);
+// After fuse_attention: the Transposes that split a projection into heads, and the one that joins
+// the heads back (nn.MultiheadAttention's [S, B*H, D] <-> [B*H, S, D], Hugging Face's [B, S, H, D]
+// <-> [B, H, S, D], the keys' to [.., D, Sk]), folded into ai.kiln.Attention's perm_q, perm_kt,
+// perm_v and perm_y attributes: the node reads Q, Kt and V where the projections wrote them and
+// writes Y where the output projection reads it, and its gradient (AttentionGrad, with the same
+// attributes) reads dY and writes dQ, dKt and dV likewise: no copies of either. A Transpose folds
+// when only the node reads it (or only the node's Y feeds it) and it keeps the matrices' columns
+// the stored last axis (Kt: its rows or its columns); a Q or Kt scaled by a constant (Div, Mul),
+// only the node reading it, goes into the node's scale. Float32 and float64 nodes by the hints:
+// 16-bit attention keeps its operands packed for attention_bf16.h's batched products. Returns
+// how many nodes it rewrote.
+size_t fold_views_into_attention(Model& model);
 // Dropout that is the identity by its constant inputs (ratio 0, or training_mode false or absent;
 // before opset 12 a ratio attribute of 0), whose mask nothing reads, becomes an Identity: no copy,
 // no mask, and no gradient pass (a module exported in training mode with dropout=0.0 has them).
@@ -112,7 +124,9 @@ size_t join_slice_gradients(Model& model);
 // loss's naming Identity, read before the backward, is gone by then); Sessions only. Returns how
 // many losses it fused.
 size_t fuse_loss_with_gradient(Model& model);
-// Every pass above; returns how many nodes were rewritten.
-size_t fuse(Model& model, bool for_training = false);
+// Every pass above; returns how many nodes were rewritten. `attention_views` false leaves
+// fold_views_into_attention out: the gradient builder's forward graph under mixed precision, whose
+// attention autocast then casts to bfloat16 (attention_bf16.h's products read packed operands).
+size_t fuse(Model& model, bool for_training = false, bool attention_views = true);
 
 }  // namespace kiln

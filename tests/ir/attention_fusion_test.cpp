@@ -160,5 +160,129 @@ TEST(AttentionFusion, GradientsMatchCentralDifferencesKeptOrRecomputed) {
   }
 }
 
+// Self-attention over projections stored as the exporters write them, in float64: torch's
+// nn.MultiheadAttention ([S, B*H, D] split into heads by Transpose(1, 0, 2), the keys by (1, 2, 0),
+// q divided by sqrt(D) before the scores, the heads joined back by Transpose(1, 0, 2)) or Hugging
+// Face's ([B, S, H, D] by (0, 2, 1, 3), the keys by (0, 2, 3, 1), the scores multiplied by the
+// scale). The projections are parameters, so that the backward reaches them through the views.
+Model projected_attention(bool hugging_face) {
+  GraphBuilder b("views", 1);
+  const Shape stored = hugging_face ? Shape{2, kS, kH, kD} : Shape{kS, kB * kH, kD};
+  const auto param = [&](const char* name, uint64_t seed) {
+    return b.initializer(name, test_util::cast_to(test_util::random_f32(stored, seed, -1.5f, 1.5f), DType::Float64));
+  };
+  const auto transpose = [&](const std::string& x, std::vector<int64_t> perm) {
+    return b.op("Transpose", {x}, {{"perm", Attribute::of_ints(std::move(perm))}});
+  };
+  const auto scalar = [&](double v) { return constant(b, Tensor::scalar<double>(v)); };
+  const std::string q = param("q.proj", 1), k = param("k.proj", 2), v = param("v.proj", 3);
+  std::string y;
+  Shape y_shape;
+  if (hugging_face) {
+    const std::string s = b.op("MatMul", {transpose(q, {0, 2, 1, 3}), transpose(k, {0, 2, 3, 1})});
+    const std::string p = b.op("Softmax", {b.op("Mul", {s, scalar(0.5)})}, {{"axis", Attribute::of_int(-1)}});
+    y = transpose(b.op("MatMul", {p, transpose(v, {0, 2, 1, 3})}), {0, 2, 1, 3});
+    y_shape = stored;
+  } else {
+    const std::string qs = b.op("Div", {transpose(q, {1, 0, 2}), scalar(2.0)});
+    const std::string s = b.op("MatMul", {qs, transpose(k, {1, 2, 0})});
+    const std::string p = b.op("Softmax", {s}, {{"axis", Attribute::of_int(-1)}});
+    y = transpose(b.op("MatMul", {p, transpose(v, {1, 0, 2})}), {1, 0, 2});
+    y_shape = stored;
+  }
+  const std::string w =
+      b.initializer("w", test_util::cast_to(test_util::random_f32(y_shape, 9, -2.f, 2.f), DType::Float64));
+  b.output(b.op("ReduceSum", {b.op("Mul", {y, w})}, {{"keepdims", Attribute::of_int(0)}}), "loss", DType::Float64, {});
+  Model m = b.build();
+  infer_shapes(m);
+  return m;
+}
+
+// fold_views_into_attention: both exported forms' head-splitting Transposes, the heads' join and
+// the scale (torch's q / sqrt(D)) go into the fused node (no Transpose or Div left), in an inference
+// Session and in the gradient graph (whose AttentionGrad reads and writes the same layouts). The
+// loss matches the unfused ops within 1e-12, and every projection's gradient matches central
+// differences of the unfused forward within 1e-8 (float64, step 1e-5).
+TEST(AttentionFusion, HeadSplittingTransposesFoldIntoTheNodeAndItsGradient) {
+  for (const bool hugging_face : {false, true}) {
+    SCOPED_TRACE(hugging_face ? "Hugging Face's [B, S, H, D]" : "nn.MultiheadAttention's [S, B*H, D]");
+    const Model forward = projected_attention(hugging_face);
+    Model fused = forward;
+    fuse(fused);
+    EXPECT_EQ(count(fused, "Attention"), 1u);
+    for (const char* gone : {"Transpose", "Div"}) EXPECT_EQ(count(fused, gone), 0u) << gone;
+    EXPECT_EQ(count(fused, "Mul"), 1u);  // the loss's
+    Model unfused = forward;
+    const auto loss_of = [](const Model& m, bool fuse) {
+      return Session(m, {.fuse = fuse}).run({}).at("loss").item_as_double();
+    };
+    EXPECT_NEAR(loss_of(fused, true), loss_of(unfused, false), 1e-12);
+    const GradientGraph grads = build_gradient_graph(forward, {.loss = "loss"});
+    EXPECT_EQ(count(grads.model, "Transpose"), 0u);
+    EXPECT_EQ(count(grads.model, "Div"), 0u);
+    for (const Node& n : grads.model.graph.nodes)
+      if (n.op_type == "AttentionGrad") {
+        EXPECT_TRUE(n.has_attr("perm_q") && n.has_attr("perm_kt") && n.has_attr("perm_v") && n.has_attr("perm_y"));
+      }
+    for (const char* mode : {"keep", "recompute"}) {
+      SCOPED_TRACE(mode);
+      Model g = grads.model;
+      for (Node& n : g.graph.nodes)
+        if (n.op_type == "Attention") n.attrs["probabilities"] = Attribute::of_string(mode);
+      const std::vector<std::string> names{"q.proj", "k.proj", "v.proj"};
+      std::vector<std::string> outs;
+      for (const std::string& name : names) outs.push_back(grads.grads.at(name));
+      const auto got = Session(g).run({}, outs);
+      for (size_t p = 0; p < names.size(); ++p) {
+        Tensor& param = unfused.graph.initializers.at(names[p]);
+        const Tensor& grad = got.at(outs[p]);
+        ASSERT_EQ(grad.shape(), param.shape());
+        for (int64_t i = 0; i < param.numel(); i += 5) {
+          const double saved = param.data<double>()[i], step = 1e-5;
+          param.data<double>()[i] = saved + step;
+          const double up = loss_of(unfused, false);
+          param.data<double>()[i] = saved - step;
+          const double down = loss_of(unfused, false);
+          param.data<double>()[i] = saved;
+          EXPECT_NEAR(grad.data<double>()[i], (up - down) / (2 * step), 1e-8) << names[p] << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+// A Transpose something else also reads stays (the rest folds), and under mixed precision the
+// gradient builder leaves the attention's operands packed (its bfloat16 products read them so).
+TEST(AttentionFusion, ViewsThatCannotFoldStay) {
+  Model m = projected_attention(false);
+  fuse_attention(m);
+  for (const Node& n : m.graph.nodes)
+    if (n.op_type == "Attention") {
+      ValueInfo returned = m.graph.outputs[0];
+      returned.name = n.inputs[2];
+      m.graph.outputs.push_back(returned);
+    }
+  EXPECT_EQ(fold_views_into_attention(m), 1u);
+  EXPECT_EQ(count(m, "Transpose"), 1u);  // V's, which the graph returns too
+  for (const Node& n : m.graph.nodes)
+    if (n.op_type == "Attention") {
+      EXPECT_TRUE(n.has_attr("perm_q") && n.has_attr("perm_kt") && n.has_attr("perm_y"));
+      EXPECT_FALSE(n.has_attr("perm_v"));
+    }
+  Model f32 = projected_attention(false);
+  for (auto& [name, t] : f32.graph.initializers) t = test_util::cast_to(t, DType::Float32);
+  for (Node& n : f32.graph.nodes)
+    if (n.op_type == "Constant") n.attrs["value"] = Attribute::of_tensor(Tensor::scalar<float>(2.f));
+  f32.graph.outputs[0].dtype = DType::Float32;
+  f32.graph.value_info.clear();
+  infer_shapes(f32);
+  const GradientGraph mixed = build_gradient_graph(f32, {.loss = "loss", .mixed_precision = DType::BFloat16});
+  EXPECT_EQ(count(mixed.model, "Attention"), 1u);
+  for (const Node& n : mixed.model.graph.nodes)
+    if (n.op_type == "Attention" || n.op_type == "AttentionGrad") {
+      EXPECT_FALSE(n.has_attr("perm_q")) << n.op_type;
+    }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -23,6 +23,7 @@ using test_util::cast_to;
 using test_util::expect_bytes_equal;
 using test_util::make_node;
 using test_util::random_f32;
+using test_util::run1;
 
 Node attention(size_t inputs, std::map<std::string, Attribute> attrs = {}, size_t outputs = 1) {
   Node n = make_node("Attention", inputs, std::move(attrs), outputs);
@@ -200,6 +201,127 @@ TEST(AttentionKernel, Bfloat16ProductsStayWithinBfloat16RoundingOfFloat32) {
       }
     }
   }
+}
+
+Tensor transposed(const Tensor& t, std::vector<int64_t> perm) {
+  return run1(make_node("Transpose", 1, {{"perm", Attribute::of_ints(std::move(perm))}}), {t});
+}
+
+std::vector<int64_t> inverse(const std::vector<int64_t>& perm) {
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+  return inv;
+}
+
+// Within `ulps` units in the last place of `type` (float: 2^-23, bfloat16: 2^-7, float16: 2^-10)
+// of the value, element by element, plus `floor` absolute.
+void expect_close(const Tensor& got, const Tensor& want, DType type, double floor) {
+  ASSERT_EQ(got.shape(), want.shape());
+  const Tensor g = cast_to(got, DType::Float64), w = cast_to(want, DType::Float64);
+  const double ulp = type == DType::Float64    ? 0
+                     : type == DType::Float32  ? 0x1p-23
+                     : type == DType::BFloat16 ? 0x1p-7
+                                               : 0x1p-10;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const double a = g.data<double>()[i], b = w.data<double>()[i];
+    ASSERT_LE(std::abs(a - b), 2 * ulp * std::abs(b) + floor) << "element " << i << ": " << a << " vs " << b;
+  }
+}
+
+// The perm attributes (what fold_views_into_attention writes for the exporters' head-splitting
+// Transposes): Attention reading Q, Kt and V as Transpose(input, perm_*) and writing Y as
+// Transpose(Y, inverse(perm_y)), and AttentionGrad reading dY so and writing dQ, dKt, dV in their
+// operands' layouts, give the plain kernels' values on the transposed tensors: float64 exactly (the
+// same sums in the same order), float32 within 1e-6 (the products' kernels differ with the
+// layout), and the 16-bit kernels (which widen strided rows) within one rounding of theirs. Cases:
+// nn.MultiheadAttention's [S, B*H, D] (the keys read from K's own layout), Hugging Face's [B, S, H,
+// D] with perm_y, keys whose D axis is strided but Sk contiguous (and a perm_y that is not its own
+// inverse), and K [Sk, D] broadcast over the
+// batch of Q, with a mask, several query blocks, and P kept or recomputed.
+TEST(AttentionKernel, PermutedOperandsGiveThePlainKernelsValues) {
+  struct Case {
+    Shape q, kt, v;  // as stored
+    std::vector<int64_t> pq, pkt, pv, py;
+    Shape mask;
+  };
+  const std::vector<Case> cases{
+      {{7, 6, 4}, {5, 6, 4}, {5, 6, 3}, {1, 0, 2}, {1, 2, 0}, {1, 0, 2}, {1, 0, 2}, {7, 5}},
+      {{2, 7, 3, 4}, {2, 5, 3, 4}, {2, 5, 3, 3}, {0, 2, 1, 3}, {0, 2, 3, 1}, {0, 2, 1, 3}, {0, 2, 1, 3}, {1, 1, 7, 5}},
+      {{2, 7, 3, 4}, {4, 2, 3, 5}, {2, 3, 5, 3}, {0, 2, 1, 3}, {1, 2, 0, 3}, {}, {1, 2, 0, 3}, {7, 5}},
+      {{2, 7, 4}, {5, 4}, {2, 5, 3}, {}, {1, 0}, {}, {}, {7, 5}},
+  };
+  for (const DType type : {DType::Float64, DType::Float32, DType::BFloat16, DType::Float16}) {
+    const Bf16Mode emulate("emulate");
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const Case& k = cases[c];
+      const auto in = [&](const Shape& s, uint64_t seed, float r) { return cast_to(random_f32(s, seed, -r, r), type); };
+      const Tensor q = in(k.q, 1, 2.f), kt = in(k.kt, 2, 2.f), v = in(k.v, 3, 1.f);
+      Tensor mask = Tensor::empty(DType::Bool, k.mask);
+      for (int64_t i = 0; i < mask.numel(); ++i) mask.data<bool>()[i] = i % 4 == 1;
+      const auto view = [](const Tensor& t, const std::vector<int64_t>& p) { return p.empty() ? t : transposed(t, p); };
+      const Tensor lq = view(q, k.pq), lkt = view(kt, k.pkt), lv = view(v, k.pv);
+      for (const char* mode : {"keep", "recompute"}) {
+        SCOPED_TRACE(testing::Message() << dtype_name(type) << ", case " << c << ", " << mode);
+        std::map<std::string, Attribute> plain{{"probabilities", Attribute::of_string(mode)},
+                                               {"block_rows", Attribute::of_int(3)},
+                                               {"scale", Attribute::of_float(0.5f)},
+                                               {"fill", Attribute::of_float(-1e4f)}};
+        std::map<std::string, Attribute> views = plain;
+        for (const auto& [name, p] :
+             {std::pair{"perm_q", k.pq}, {"perm_kt", k.pkt}, {"perm_v", k.pv}, {"perm_y", k.py}})
+          if (!p.empty()) views[name] = Attribute::of_ints(p);
+        const std::vector<Tensor> want = run_node(attention(4, plain, 2), {lq, lkt, lv, mask});
+        const std::vector<Tensor> got = run_node(attention(4, views, 2), {q, kt, v, mask});
+        const Tensor want_y = k.py.empty() ? want[0] : transposed(want[0], inverse(k.py));
+        expect_close(got[0], want_y, type, type == DType::Float32 ? 1e-6 : 0);
+        expect_close(got[1], want[1], type, type == DType::Float32 ? 1e-6 : 0);
+        const Tensor dy = in(want_y.shape(), 5, 1.f);
+        const Tensor ldy = k.py.empty() ? dy : transposed(dy, k.py);
+        Node grad = make_node("AttentionGrad", 7, plain, 3);
+        grad.domain = kKilnDomain;
+        grad.inputs[5] = "";
+        const std::vector<Tensor> dwant = run_node(grad, {ldy, lq, lkt, lv, mask, Tensor(), want[1]});
+        grad.attrs = views;
+        const std::vector<Tensor> dgot = run_node(grad, {dy, q, kt, v, mask, Tensor(), got[1]});
+        const std::vector<int64_t>* perms[] = {&k.pq, &k.pkt, &k.pv};
+        for (size_t o = 0; o < 3; ++o) {
+          SCOPED_TRACE(testing::Message() << "gradient " << o);
+          std::vector<int64_t> back = *perms[o];
+          const size_t rank = dwant[o].shape().size();
+          if (!back.empty() && back.size() < rank) {  // the batch it broadcast over leads
+            const auto extra = static_cast<int64_t>(rank - back.size());
+            for (int64_t& a : back) a += extra;
+            for (int64_t a = extra; a-- > 0;) back.insert(back.begin(), a);
+          }
+          expect_close(dgot[o], back.empty() ? dwant[o] : transposed(dwant[o], inverse(back)), type,
+                       type == DType::Float32   ? 1e-5
+                       : type == DType::Float64 ? 0
+                                                : 1e-3);
+        }
+      }
+    }
+  }
+}
+
+// Perm attributes that are not permutations, or that leave an operand's matrix without a unit
+// step, are errors naming the node.
+TEST(AttentionKernel, BadPermAttributesAreErrorsNamingTheNode) {
+  const Tensor q = f32({5, 2, 4}), kt = f32({2, 4, 6}), v = f32({2, 6, 3});
+  expect_error<InvalidModel>(
+      [&] {
+        run_node(attention(3, {{"perm_q", Attribute::of_ints({1, 0})}}), {q, kt, v});
+      },
+      {"node 'n'", "perm_q must be a permutation of the 3 axes of its operand, got [1, 0]"});
+  expect_error<InvalidModel>(
+      [&] {
+        run_node(attention(3, {{"perm_q", Attribute::of_ints({1, 2, 0})}}), {f32({4, 2, 5}), kt, v});
+      },
+      {"node 'n'", "Q's layout", "neither its rows nor its columns contiguous"});
+  expect_error<InvalidModel>(
+      [&] {
+        run_node(attention(3, {{"perm_y", Attribute::of_ints({0, 1})}}), {f32({2, 5, 4}), kt, v});
+      },
+      {"node 'n'", "perm_y must be a permutation of the 3 axes of its operand, got [0, 1]"});
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ void probabilities_bf16(Bf16Products& products, const Geometry& g, const Attrs& 
 }  // namespace
 
 bool bf16_products_apply(const Geometry& g, DType dtype) {
-  if (dtype != DType::BFloat16 || !bf16_native()) return false;
+  if (dtype != DType::BFloat16 || !bf16_native() || g.views()) return false;
   if (g.sq() == 0 || g.sk() == 0 || g.d() == 0 || g.dv() == 0 || g.items() == 0) return false;
   return packed(g.q(), g.sq() * g.d()) && packed(g.kt(), g.d() * g.sk()) && packed(g.v(), g.sk() * g.dv());
 }

@@ -7,7 +7,7 @@
 // per-call scratch memory; softmax, mask, bias and the scores' gradient run in float32 on them, and
 // the probabilities and the scores' gradient are rounded to bfloat16 to enter the next products,
 // as a bfloat16 autocast does (PyTorch's). Used where every operand holds its items one after
-// another (no broadcast batch dims); attention_fused.cpp and attention_grad.cpp fall back to
+// another (no broadcast batch dims, no perm attributes); attention_fused.cpp and attention_grad.cpp fall back to
 // float32 products on widened blocks elsewhere.
 #pragma once
 
@@ -22,8 +22,8 @@ namespace kiln::attention {
 // Bytes of float32 scores a chunk of items may take.
 constexpr int64_t kChunkBytes = int64_t{16} << 20;
 
-// Whether the bfloat16 products take this node: bfloat16 operands, bf16_native(), and Q, Kt, V
-// each holding its items one after another.
+// Whether the bfloat16 products take this node: bfloat16 operands, bf16_native(), no views (perm
+// attributes), and Q, Kt, V each holding its items one after another.
 bool bf16_products_apply(const Geometry& g, DType dtype);
 
 // The batched products of one node, made on first use for each shape and chunk size and kept (under

@@ -24,7 +24,7 @@ class Attention final : public Kernel {
     bool dynamic = false;
     for (size_t i = 0; i < ctx.num_inputs(); ++i) dynamic = dynamic || (ctx.has_input(i) && ctx.input(i).dynamic);
     std::vector<TensorMeta> out{
-        {ctx.dtype(0), geometry_.with_batch({geometry_.sq(), geometry_.dv()}), dynamic, Tensor()}};
+        {ctx.dtype(0), geometry_.stored({geometry_.sq(), geometry_.dv()}, geometry_.perm_y()), dynamic, Tensor()}};
     keep_ = node_.outputs.size() > 1 && !node_.outputs[1].empty() &&
             attention::keep_probabilities("Attention", node_, geometry_, ctx.dtype(0));
     bf16_products_ = attention::bf16_products_apply(geometry_, ctx.dtype(0));
@@ -66,14 +66,16 @@ class Attention final : public Kernel {
       return;
     }
     const int64_t blocks = (sq + bq - 1) / bq;
+    const attention::Spread &sq_ = g.q(), &skt = g.kt(), &sv = g.v(), &sy = g.y();
     attention::parallel_chunks<T>(g.items() * blocks, kept ? 0 : bq * sk, [&](T* buffer, int64_t begin, int64_t end) {
       for (int64_t task = begin; task < end; ++task) {
         const int64_t item = task / blocks, r0 = task % blocks * bq, rows = std::min(bq, sq - r0);
+        const size_t at = static_cast<size_t>(item);
         T* p = kept ? kept + (item * sq + r0) * sk : buffer;
-        attention::probabilities(g, attrs_, q + g.q().item[static_cast<size_t>(item)] + r0 * g.d(),
-                                 kt + g.kt().item[static_cast<size_t>(item)], mask, bias, item, r0, rows, p);
-        attention::gemm(false, false, rows, dv, sk, T(1), p, sk, v + g.v().item[static_cast<size_t>(item)], dv, T(0),
-                        y + (item * sq + r0) * dv, dv);
+        attention::probabilities(g, attrs_, q + sq_.item[at] + r0 * sq_.row, sq_.row, kt + skt.item[at], skt.ld(),
+                                 skt.trans(), mask, bias, item, r0, rows, p);
+        attention::gemm(false, false, rows, dv, sk, T(1), p, sk, v + sv.item[at], sv.row, T(0),
+                        y + sy.item[at] + r0 * sy.row, sy.row);
       }
     });
   }
@@ -111,6 +113,8 @@ class Attention final : public Kernel {
     }
     const int64_t blocks = (sq + bq - 1) / bq;
     const int64_t per_chunk = bq * sk + bq * d + d * sk + sk * dv + bq * dv;
+    const attention::Spread &sq_ = g.q(), &skt = g.kt(), &sv = g.v(), &sy = g.y();
+    const int64_t ldkt = skt.trans() ? d : sk;  // the widened Kt (or K) of an item
     attention::parallel_chunks<float>(g.items() * blocks, per_chunk, [&](float* buffer, int64_t begin, int64_t end) {
       float* p = buffer;
       float* q_rows = p + bq * sk;
@@ -122,15 +126,16 @@ class Attention final : public Kernel {
         const int64_t item = task / blocks, r0 = task % blocks * bq, rows = std::min(bq, sq - r0);
         const size_t at = static_cast<size_t>(item);
         if (item != widened) {
-          widen_values(kt + g.kt().item[at], kt_item, d * sk);
-          widen_values(v + g.v().item[at], v_item, sk * dv);
+          if (skt.trans()) attention::widen_rows(kt + skt.item[at], skt.ld(), kt_item, sk, d);
+          else attention::widen_rows(kt + skt.item[at], skt.row, kt_item, d, sk);
+          attention::widen_rows(v + sv.item[at], sv.row, v_item, sk, dv);
           widened = item;
         }
-        widen_values(q + g.q().item[at] + r0 * d, q_rows, rows * d);
-        attention::probabilities(g, attrs_, q_rows, kt_item, mask, bias, item, r0, rows, p);
+        attention::widen_rows(q + sq_.item[at] + r0 * sq_.row, sq_.row, q_rows, rows, d);
+        attention::probabilities(g, attrs_, q_rows, d, kt_item, ldkt, skt.trans(), mask, bias, item, r0, rows, p);
         if (kept) narrow_values(p, kept + (item * sq + r0) * sk, rows * sk);
         attention::gemm(false, false, rows, dv, sk, 1.f, p, sk, v_item, dv, 0.f, y_rows, dv);
-        narrow_values(y_rows, y + (item * sq + r0) * dv, rows * dv);
+        attention::narrow_rows(y_rows, y + sy.item[at] + r0 * sy.row, sy.row, rows, dv);
       }
     });
   }
@@ -160,7 +165,10 @@ const OpDocRegistrar doc(
       "P (optional): the probabilities [.., Sq, Sk] for AttentionGrad when kept, else an empty [0]"},
      "attributes scale (default 1), fill, fill_where (1: the fill goes where the mask is true; 0: where false), "
      "probabilities (\"auto\": P kept when it takes at most 64 MiB, \"keep\", \"recompute\"), block_rows (query "
-     "rows per block; 0, the default: 262144 / Sk, at least 8). "
+     "rows per block; 0, the default: 262144 / Sk, at least 8), perm_q, perm_kt, perm_v (the node reads Q as "
+     "Transpose(input, perm_q), likewise Kt and V; Q's and V's last axis stays the stored last one, Kt's D or Sk "
+     "axis does) and perm_y (the node writes Transpose(Y, p) for p the inverse of perm_y, Dv last): the layouts "
+     "fold_views_into_attention folds the exporters' head-splitting Transposes into. "
      "Z = fill where mask == fill_where, else scale * (Q Kt) + bias; Y = softmax(Z along Sk) V"});
 
 }  // namespace

@@ -31,7 +31,7 @@ class AttentionGrad final : public Kernel {
     geometry_ = attention::check("AttentionGrad", forward, 3, 4);
     attrs_ = attention::attrs_of(node_);
     const Geometry& g = geometry_;
-    const Shape y = g.with_batch({g.sq(), g.dv()});
+    const Shape y = g.stored({g.sq(), g.dv()}, g.perm_y());
     if (dy.dtype != ctx.dtype(1) || dy.shape != y)
       throw ShapeError(fmt::format("AttentionGrad: dY must be {}{} (the forward's output), got {}{}",
                                    dtype_name(ctx.dtype(1)), to_string(y), dtype_name(dy.dtype), to_string(dy.shape)));
@@ -43,8 +43,17 @@ class AttentionGrad final : public Kernel {
                                    to_string(ctx.shape(6))));
     const DType t = dy.dtype;
     bf16_products_ = attention::bf16_products_apply(g, t);
+    // The gradients in their operands' layouts (perm_q, perm_kt, perm_v), over the full batch.
+    const Node& n = node_;
+    const auto perm = [&](const char* name, size_t input) {
+      return g.full_batch(attention::perm_of("AttentionGrad", n, name, ctx.shape(input).size()));
+    };
+    const std::vector<int64_t> pq = perm("perm_q", 1), pkt = perm("perm_kt", 2), pv = perm("perm_v", 3);
+    dq_ = g.written("AttentionGrad", n, "dQ", {g.sq(), g.d()}, pq);
+    dkt_ = g.written("AttentionGrad", n, "dKt", {g.d(), g.sk()}, pkt);
+    dv_ = g.written("AttentionGrad", n, "dV", {g.sk(), g.dv()}, pv);
     std::vector<TensorMeta> out{
-        {t, g.with_batch({g.sq(), g.d()})}, {t, g.with_batch({g.d(), g.sk()})}, {t, g.with_batch({g.sk(), g.dv()})}};
+        {t, g.stored({g.sq(), g.d()}, pq)}, {t, g.stored({g.d(), g.sk()}, pkt)}, {t, g.stored({g.sk(), g.dv()}, pv)}};
     if (node_.outputs.size() > 3) out.push_back({t, g.with_batch({g.sq(), g.sk()})});
     return out;
   }
@@ -87,29 +96,37 @@ class AttentionGrad final : public Kernel {
                                                                                            : nullptr;
     const int64_t sq = g.sq(), sk = g.sk(), d = g.d(), dv = g.dv(), bq = g.block_rows(attrs_.block_rows);
     const T scale = static_cast<T>(attrs_.scale);
+    const attention::Spread &sq_ = g.q(), &skt = g.kt(), &sv = g.v(), &sdy = g.y();
     attention::parallel_chunks<T>(g.items(), (kept ? 1 : 2) * bq * sk, [&](T* buffers, int64_t begin, int64_t end) {
       T* dp = buffers;
       T* recomputed = buffers + bq * sk;
       for (int64_t item = begin; item < end; ++item) {
-        const T* q_item = q + g.q().item[static_cast<size_t>(item)];
-        const T* kt_item = kt + g.kt().item[static_cast<size_t>(item)];
-        const T* v_item = v + g.v().item[static_cast<size_t>(item)];
-        T* dkt_item = dkt + item * d * sk;
-        T* dv_item = dv_out + item * sk * dv;
+        const size_t at = static_cast<size_t>(item);
+        const T* q_item = q + sq_.item[at];
+        const T* kt_item = kt + skt.item[at];
+        const T* v_item = v + sv.item[at];
+        T* dkt_item = dkt + dkt_.item[at];
+        T* dv_item = dv_out + dv_.item[at];
         for (int64_t r0 = 0; r0 < sq; r0 += bq) {
           const int64_t rows = std::min(bq, sq - r0);
           const T beta = r0 == 0 ? T(0) : T(1);  // the first block writes dKt and dV, the others add
-          const T* dy_block = dy + (item * sq + r0) * dv;
+          const T* dy_block = dy + sdy.item[at] + r0 * sdy.row;
+          const T* q_rows = q_item + r0 * sq_.row;
           const T* p = kept ? kept + (item * sq + r0) * sk : recomputed;
           if (!kept)
-            attention::probabilities(g, attrs_, q_item + r0 * d, kt_item, mask, bias, item, r0, rows, recomputed);
+            attention::probabilities(g, attrs_, q_rows, sq_.row, kt_item, skt.ld(), skt.trans(), mask, bias, item, r0,
+                                     rows, recomputed);
           if (dv == 0) std::fill(dp, dp + rows * sk, T(0));
-          else attention::gemm(false, true, rows, sk, dv, T(1), dy_block, dv, v_item, dv, T(0), dp, sk);
-          attention::gemm(true, false, sk, dv, rows, T(1), p, sk, dy_block, dv, beta, dv_item, dv);
+          else attention::gemm(false, true, rows, sk, dv, T(1), dy_block, sdy.row, v_item, sv.row, T(0), dp, sk);
+          attention::gemm(true, false, sk, dv, rows, T(1), p, sk, dy_block, sdy.row, beta, dv_item, dv_.row);
           attention::scores_gradient(g, attrs_, mask, item, r0, rows, p, dp);
           if (dz) std::copy(dp, dp + rows * sk, dz + (item * sq + r0) * sk);
-          attention::gemm(false, true, rows, d, sk, scale, dp, sk, kt_item, sk, T(0), dq + (item * sq + r0) * d, d);
-          attention::gemm(true, false, d, sk, rows, scale, q_item + r0 * d, d, dp, sk, beta, dkt_item, sk);
+          // dQ = scale dZ Kt^T (Kt, or K when trans: dZ K); dKt = scale Q^T dZ (or dK = scale dZ^T Q).
+          attention::gemm(false, !skt.trans(), rows, d, sk, scale, dp, sk, kt_item, skt.ld(), T(0),
+                          dq + dq_.item[at] + r0 * dq_.row, dq_.row);
+          if (dkt_.trans())
+            attention::gemm(true, false, sk, d, rows, scale, dp, sk, q_rows, sq_.row, beta, dkt_item, dkt_.ld());
+          else attention::gemm(true, false, d, sk, rows, scale, q_rows, sq_.row, dp, sk, beta, dkt_item, dkt_.row);
         }
       }
     });
@@ -152,6 +169,9 @@ class AttentionGrad final : public Kernel {
                                                                                            : nullptr;
     const int64_t sq = g.sq(), sk = g.sk(), d = g.d(), dv = g.dv(), bq = g.block_rows(attrs_.block_rows);
     const float scale = static_cast<float>(attrs_.scale);
+    const attention::Spread &sq_ = g.q(), &skt = g.kt(), &sv = g.v(), &sdy = g.y();
+    const bool trans = skt.trans();       // Kt read from K's layout, and dKt written in it
+    const int64_t ldkt = trans ? d : sk;  // the widened Kt (or K) of an item, and its gradient
     // Per thread: dP, P, the item's Kt, V and their gradients, a block's rows of Q, dY and dQ.
     const int64_t per_chunk = 2 * bq * sk + 2 * (d * sk + sk * dv) + bq * (d + dv + d);
     attention::parallel_chunks<float>(g.items(), per_chunk, [&](float* buffers, int64_t begin, int64_t end) {
@@ -166,32 +186,36 @@ class AttentionGrad final : public Kernel {
       float* dq_rows = dy_rows + bq * dv;
       for (int64_t item = begin; item < end; ++item) {
         const size_t at = static_cast<size_t>(item);
-        widen_values(kt + g.kt().item[at], kt_item, d * sk);
-        widen_values(v + g.v().item[at], v_item, sk * dv);
+        if (trans) attention::widen_rows(kt + skt.item[at], skt.ld(), kt_item, sk, d);
+        else attention::widen_rows(kt + skt.item[at], skt.row, kt_item, d, sk);
+        attention::widen_rows(v + sv.item[at], sv.row, v_item, sk, dv);
         for (int64_t r0 = 0; r0 < sq; r0 += bq) {
           const int64_t rows = std::min(bq, sq - r0);
           const float beta = r0 == 0 ? 0.f : 1.f;  // the first block writes dKt and dV, the others add
-          widen_values(q + g.q().item[at] + r0 * d, q_rows, rows * d);
-          widen_values(dy + (item * sq + r0) * dv, dy_rows, rows * dv);
+          attention::widen_rows(q + sq_.item[at] + r0 * sq_.row, sq_.row, q_rows, rows, d);
+          attention::widen_rows(dy + sdy.item[at] + r0 * sdy.row, sdy.row, dy_rows, rows, dv);
           if (kept) widen_values(kept + (item * sq + r0) * sk, p, rows * sk);
-          else attention::probabilities(g, attrs_, q_rows, kt_item, mask, bias, item, r0, rows, p);
+          else attention::probabilities(g, attrs_, q_rows, d, kt_item, ldkt, trans, mask, bias, item, r0, rows, p);
           if (dv == 0) std::fill(dp, dp + rows * sk, 0.f);
           else attention::gemm(false, true, rows, sk, dv, 1.f, dy_rows, dv, v_item, dv, 0.f, dp, sk);
           attention::gemm(true, false, sk, dv, rows, 1.f, p, sk, dy_rows, dv, beta, dv_item, dv);
           attention::scores_gradient(g, attrs_, mask, item, r0, rows, p, dp);
           if (dz) narrow_values(dp, dz + (item * sq + r0) * sk, rows * sk);
-          attention::gemm(false, true, rows, d, sk, scale, dp, sk, kt_item, sk, 0.f, dq_rows, d);
-          narrow_values(dq_rows, dq + (item * sq + r0) * d, rows * d);
-          attention::gemm(true, false, d, sk, rows, scale, q_rows, d, dp, sk, beta, dkt_item, sk);
+          attention::gemm(false, !trans, rows, d, sk, scale, dp, sk, kt_item, ldkt, 0.f, dq_rows, d);
+          attention::narrow_rows(dq_rows, dq + dq_.item[at] + r0 * dq_.row, dq_.row, rows, d);
+          if (trans) attention::gemm(true, false, sk, d, rows, scale, dp, sk, q_rows, d, beta, dkt_item, d);
+          else attention::gemm(true, false, d, sk, rows, scale, q_rows, d, dp, sk, beta, dkt_item, sk);
         }
-        narrow_values(dkt_item, dkt + item * d * sk, d * sk);
-        narrow_values(dv_item, dv_out + item * sk * dv, sk * dv);
+        if (trans) attention::narrow_rows(dkt_item, dkt + dkt_.item[at], dkt_.ld(), sk, d);
+        else attention::narrow_rows(dkt_item, dkt + dkt_.item[at], dkt_.row, d, sk);
+        attention::narrow_rows(dv_item, dv_out + dv_.item[at], dv_.row, sk, dv);
       }
     });
   }
 
   Geometry geometry_;
   Attrs attrs_;
+  attention::Spread dq_, dkt_, dv_;  // where each item's gradients go (their operands' layouts)
   bool kept_ = false;
   bool bf16_products_ = false;  // attention_bf16.h's path
   attention::Bf16Products products_;
@@ -212,7 +236,9 @@ const OpDocRegistrar doc({kKilnDomain,
                           {"dQ, dKt, dV: [batch.., Sq, D], [batch.., D, Sk], [batch.., Sk, Dv] over the full broadcast "
                            "batch",
                            "dZ (optional): the gradient of the biased scores, [batch.., Sq, Sk]"},
-                          "attributes as Attention's. P = softmax(Z); dZ = P (dY V^T - rowsum(P dY V^T)), 0 where the "
+                          "attributes as Attention's: dY in Y's layout (perm_y), dQ, dKt, dV in their operands' "
+                          "(perm_q, perm_kt, perm_v), the batch dims they broadcast over leading. P = softmax(Z); dZ = "
+                          "P (dY V^T - rowsum(P dY V^T)), 0 where the "
                           "mask filled; dQ = scale dZ Kt^T, dKt = scale Q^T dZ, dV = P^T dY"});
 
 }  // namespace
